@@ -1,0 +1,166 @@
+"""Command line: ``gpu-exporter [flags]`` runs the daemon; subcommands do
+one-off jobs. Every usage or configuration error is one line on stderr and exit
+status 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from gpu_exporter import __version__
+from gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, Settings, load
+
+PROG = "gpu-exporter"
+EXIT_USAGE = 2
+
+log = logging.getLogger(PROG)
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+# (flag, settings path, help, metavar)
+_FLAGS: tuple[tuple[str, str, str, str], ...] = (
+    ("--web.listen-address", "web.listen_address",
+     f"Address to listen on, host:port or :port (default {DEFAULT_LISTEN_ADDRESS}).", "ADDR"),
+    ("--web.telemetry-path", "web.telemetry_path",
+     "Path under which metrics are served (default /metrics).", "PATH"),
+    ("--web.config.file", "web.config_file",
+     "Web config file (TLS, basic auth) in the Prometheus exporter-toolkit format.", "FILE"),
+    ("--web.max-requests", "web.max_requests",
+     "Most requests served at once; more wait, beyond a limit they are refused (default 8).",
+     "N"),
+    ("--web.request-timeout", "web.request_timeout",
+     "How long a client may take to send its request (default 10s).", "DURATION"),
+    ("--poll.interval", "poll.interval", "Time between polls of GPUs and host (default 1s).",
+     "DURATION"),
+    ("--log.level", "log.level", "One of debug, info, warn, error (default info).", "LEVEL"),
+    ("--log.format", "log.format", "logfmt or json (default logfmt).", "FORMAT"),
+    ("--path.procfs", "path.procfs", "Mount point of the host's /proc (default /proc).", "PATH"),
+    ("--path.sysfs", "path.sysfs", "Mount point of the host's /sys (default /sys).", "PATH"),
+    ("--processes.max-per-gpu", "processes.max_per_gpu",
+     "Most GPU processes exported per GPU, largest memory first (default 32).", "N"),
+    ("--simulate", "simulate",
+     "Run on simulated GPUs: a built-in scenario name (see `gpu-exporter scenarios`) or a "
+     "scenario YAML file.", "NAME|FILE"),
+)
+
+
+def _daemon_parser() -> _Parser:
+    from gpu_exporter.collectors.registry import COLLECTORS
+
+    p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
+                "why the GPU is slow.", allow_abbrev=False,
+                epilog="Subcommands: scenarios, catalog. Every flag can also be set in the "
+                "--config.file YAML (--web.listen-address is web: {listen_address: ...}) or "
+                "as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("--config.file", dest="config_file", metavar="FILE", type=Path,
+                   help="YAML configuration file.")
+    for flag, dest, text, metavar in _FLAGS:
+        p.add_argument(flag, dest=dest, metavar=metavar, help=text, default=argparse.SUPPRESS)
+    for name, info in COLLECTORS.items():
+        state = "enabled" if info.default else "disabled"
+        p.add_argument(f"--collector.{name}", dest=f"collectors.{name}", action="store_true",
+                       default=argparse.SUPPRESS,
+                       help=f"Enable the {name} collector ({info.description}; {state} by "
+                       "default).")
+        p.add_argument(f"--no-collector.{name}", dest=f"collectors.{name}",
+                       action="store_false", default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
+    return p
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = out
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def parse_settings(argv: Sequence[str]) -> Settings:
+    ns = vars(_daemon_parser().parse_args(argv))
+    config_file = ns.pop("config_file", None)
+    return load(_nest(ns), config_file)
+
+
+def _run_daemon(argv: Sequence[str]) -> int:
+    from gpu_exporter import daemon, logs
+    from gpu_exporter.simulator import ScenarioError, SimulatedNode
+
+    settings = parse_settings(argv)
+    logs.setup(settings.log.level, settings.log.format)
+    simulation = None
+    if settings.simulate:
+        try:
+            simulation = SimulatedNode.from_name(settings.simulate)
+        except ScenarioError as exc:
+            raise ConfigError(str(exc)) from None
+        log.info("simulating scenario %s: %s", simulation.scenario.name,
+                 simulation.scenario.description.strip())
+    try:
+        return daemon.run(settings, simulation)
+    except OSError as exc:
+        if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
+            raise ConfigError(f"web.listen_address {settings.web.listen_address}: address "
+                              "already in use (is another exporter running?)") from None
+        if exc.errno == 13:
+            raise ConfigError(f"web.listen_address {settings.web.listen_address}: permission "
+                              "denied (ports below 1024 need privileges)") from None
+        if exc.errno == 99:
+            raise ConfigError(f"web.listen_address {settings.web.listen_address}: cannot "
+                              "assign that address on this host") from None
+        raise
+
+
+def _scenarios(argv: Sequence[str]) -> int:
+    from gpu_exporter.simulator import builtin_scenarios, load_scenario
+
+    _Parser(prog=f"{PROG} scenarios", description="List the built-in scenarios.").parse_args(
+        argv)
+    for name in builtin_scenarios():
+        desc = " ".join(load_scenario(name).description.split())
+        print(f"{name:40s} {desc}")
+    return 0
+
+
+def _catalog(argv: Sequence[str]) -> int:
+    from gpu_exporter.docs import metrics_markdown
+
+    _Parser(prog=f"{PROG} catalog",
+            description="Print the metric catalog as Markdown.").parse_args(argv)
+    sys.stdout.write(metrics_markdown())
+    return 0
+
+
+SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "scenarios": _scenarios,
+    "catalog": _catalog,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            return SUBCOMMANDS[args[0]](args[1:])
+        return _run_daemon(args)
+    except (UsageError, ConfigError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

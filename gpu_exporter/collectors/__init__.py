@@ -1,0 +1,1 @@
+"""Collectors: one module per source, each adding its samples to a poll's snapshot."""

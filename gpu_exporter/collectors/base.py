@@ -1,0 +1,25 @@
+"""What every collector is: a name, a one-line description, and ``collect()``,
+which adds this poll's samples to the snapshot being built."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from gpu_exporter.snapshot import SnapshotBuilder
+
+
+class Collector(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    @abstractmethod
+    def collect(self, out: SnapshotBuilder) -> None:
+        """Add this poll's samples to ``out``. May raise: the poller counts it."""
+
+    def errors(self) -> int:
+        """Reads that failed in the last collect() without failing the collector."""
+        return 0
+
+    def close(self) -> None:
+        """Release what the collector holds (threads, handles)."""

@@ -1,0 +1,250 @@
+"""NVML device metrics: identity, health, utilization, memory, temperatures,
+power, energy, clocks, P-state, fans, throttle reasons, PCIe, ECC, row
+remapping and persistence mode, per GPU.
+
+Static facts (identity, limits, maxima, thresholds) are read once per GPU; a
+capability NVML does not support is asked for once and its series stays absent.
+A lost GPU exports ``gpu_up 0`` while the others keep reporting.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlGone, NvmlSession
+from gpu_exporter.readings import GpuReading
+from gpu_exporter.snapshot import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
+
+
+class DeviceCollector(Collector):
+    name = "device"
+    description = "NVML device metrics: utilization, memory, power, clocks, throttling, PCIe, ECC"
+
+    def __init__(self, session: NvmlSession) -> None:
+        self.session = session
+        self._errors = 0
+
+    def errors(self) -> int:
+        return self._errors
+
+    def collect(self, out: SnapshotBuilder) -> None:
+        self._errors = 0
+        readings: dict[int, GpuReading] = {}
+        out.facts["gpus"] = readings
+        if not self.session.ensure():
+            return
+        try:
+            for gpu in self.session.gpus:
+                readings[gpu.index] = self._collect_gpu(gpu, out)
+        except NvmlGone as exc:
+            # Nothing read this poll can be trusted; export no GPU series.
+            self.session.mark_down(exc.error)
+            readings.clear()
+            out.discard(lambda name: name.startswith("gpu_") and
+                        not name.startswith("gpu_exporter_"))
+
+    def _collect_gpu(self, gpu: Gpu, out: SnapshotBuilder) -> GpuReading:
+        if gpu.lost:
+            self.session.try_recover(gpu)
+        ident = gpu.identity
+        labels = {"gpu": str(gpu.index), "uuid": ident.uuid}
+        r = GpuReading(gpu.index, ident.uuid, up=False, name=ident.name,
+                       pci_bus_id=ident.pci_bus_id,
+                       driver_version=self.session.driver_version,
+                       vbios_version=ident.vbios_version)
+        out.add("gpu_info", 1, **labels, name=ident.name, pci_bus_id=ident.pci_bus_id,
+                serial=ident.serial, driver_version=self.session.driver_version,
+                vbios_version=ident.vbios_version,
+                cuda_driver_version=self.session.cuda_driver_version,
+                architecture=ident.architecture, compute_capability=ident.compute_capability)
+        if gpu.lost or gpu.device is None:
+            out.add("gpu_up", 0, **labels)
+            return r
+        # Read into a scratch builder so a GPU lost half-way contributes no
+        # half-read values, only gpu_up 0.
+        scratch = SnapshotBuilder(out.timestamp)
+        gpu.errors = 0
+        try:
+            _read_device(gpu, gpu.device, scratch, labels, r)
+        except GpuGone as exc:
+            self.session.mark_lost(gpu, str(exc))
+            out.add("gpu_up", 0, **labels)
+            return GpuReading(gpu.index, ident.uuid, up=False, name=ident.name,
+                              pci_bus_id=ident.pci_bus_id)
+        self._errors += gpu.errors
+        r.up = True
+        out.merge(scratch)
+        out.add("gpu_up", 1, **labels)
+        return r
+
+
+def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
+                 r: GpuReading) -> None:
+    util = gpu.read("utilization", d.utilization)
+    if util is not None:
+        r.utilization, r.memory_utilization = util
+        out.add("gpu_utilization_ratio", util[0], **labels)
+        out.add("gpu_memory_controller_utilization_ratio", util[1], **labels)
+
+    mem = gpu.read("memory_v2", d.memory)
+    if mem is None and "memory_v2" in gpu.unsupported:
+        mem = gpu.read("memory_v1", d.memory_v1)
+    if mem is not None:
+        total, reserved, used = mem
+        r.memory_used_bytes, r.memory_total_bytes = used, total
+        out.add("gpu_memory_total_bytes", total, **labels)
+        out.add("gpu_memory_used_bytes", used, **labels)
+        if "memory_v2" not in gpu.unsupported:
+            out.add("gpu_memory_reserved_bytes", reserved, **labels)
+
+    temp = gpu.read("temperature", d.temperature)
+    if temp is not None:
+        r.temperature_celsius = temp
+        out.add("gpu_temperature_celsius", temp, **labels, sensor="gpu")
+    for name, code in c.TEMPERATURE_THRESHOLDS.items():
+        value = gpu.static_read(f"temperature_threshold_{name}", d.temperature_threshold, code)
+        # NVML answers 0 for thresholds a board does not define.
+        if value:
+            out.add("gpu_temperature_threshold_celsius", value, **labels, threshold=name)
+            if name == "slowdown":
+                r.slowdown_celsius = value
+
+    fields = gpu.read("field_values", d.field_values, _FIELDS)
+    if fields is not None:
+        _add_fields(gpu, fields, out, labels)
+
+    power = gpu.read("power_usage", d.power_watts)
+    if power is not None:
+        r.power_watts = power
+        out.add("gpu_power_watts", power, **labels)
+    limit = gpu.read("power_limit", d.power_limit_watts)
+    if limit is not None:
+        r.power_limit_watts = limit
+        out.add("gpu_power_limit_watts", limit, **labels)
+    default_limit = gpu.static_read("power_default_limit", d.power_default_limit_watts)
+    if default_limit is not None:
+        r.power_default_limit_watts = default_limit
+        out.add("gpu_power_default_limit_watts", default_limit, **labels)
+    energy = gpu.read("energy", d.energy_joules)
+    if energy is not None:
+        out.add("gpu_energy_joules_total", energy, **labels)
+
+    for name, code in c.CLOCK_TYPES.items():
+        cur = gpu.read(f"clock_{name}", d.clock_hz, code)
+        if cur is not None:
+            r.clocks_hz[name] = cur
+            out.add("gpu_clock_hertz", cur, **labels, clock=name)
+        top = gpu.static_read(f"clock_max_{name}", d.max_clock_hz, code)
+        if top is not None:
+            r.clocks_max_hz[name] = top
+            out.add("gpu_clock_max_hertz", top, **labels, clock=name)
+        app = gpu.read(f"clock_app_{name}", d.application_clock_hz, code)
+        if app is not None:
+            r.clocks_application_hz[name] = app
+            out.add("gpu_clock_application_hertz", app, **labels, clock=name)
+
+    pstate = gpu.read("pstate", d.performance_state)
+    # 32 is NVML_PSTATE_UNKNOWN
+    if pstate is not None and pstate <= 15:
+        out.add("gpu_performance_state", pstate, **labels)
+
+    fans = gpu.static_read("fan_count", d.fan_count)
+    for fan in range(fans or 0):
+        speed = gpu.read(f"fan_{fan}", d.fan_speed_ratio, fan)
+        if speed is not None:
+            out.add("gpu_fan_speed_ratio", speed, **labels, fan=str(fan))
+
+    supported = gpu.static_read("clock_reasons_supported", d.supported_clock_event_reasons)
+    active = gpu.read("clock_reasons", d.clock_event_reasons)
+    if supported is not None and active is not None:
+        names = set()
+        for bit, reason in c.CLOCK_EVENT_REASONS.items():
+            if supported & bit:
+                on = bool(active & bit)
+                if on:
+                    names.add(reason)
+                out.add("gpu_throttle_reason_active", on, **labels, reason=reason)
+        r.throttle_reasons = frozenset(names)
+
+    _read_pcie(gpu, d, out, labels, r)
+    _read_memory_health(gpu, d, out, labels, r)
+
+    persistence = gpu.read("persistence_mode", d.persistence_mode)
+    if persistence is not None:
+        r.persistence_mode = persistence
+        out.add("gpu_persistence_mode_enabled", persistence, **labels)
+
+
+def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBuilder,
+                labels: dict[str, str]) -> None:
+    for fid, value in fields.items():
+        key = f"field_{fid}"
+        if key in gpu.unsupported:
+            continue
+        if isinstance(value, NvmlError):
+            # Each field carries its own return code; one unsupported field
+            # must not hide the others.
+            if value.capability_absent:
+                gpu.unsupported.add(key)
+            elif value.device_gone:
+                raise GpuGone(str(value))
+            else:
+                gpu.errors += 1
+            continue
+        if fid == c.FI_DEV_MEMORY_TEMP:
+            out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
+        elif fid == c.FI_DEV_PCIE_COUNT_TX_BYTES:
+            out.add("gpu_pcie_bytes_total", value, **labels, direction="tx")
+        elif fid == c.FI_DEV_PCIE_COUNT_RX_BYTES:
+            out.add("gpu_pcie_bytes_total", value, **labels, direction="rx")
+
+
+def _read_pcie(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
+               r: GpuReading) -> None:
+    r.pcie_generation = gpu.read("pcie_gen", d.pcie_link_generation)
+    r.pcie_generation_max = gpu.static_read("pcie_gen_max", d.pcie_link_generation_max)
+    r.pcie_width = gpu.read("pcie_width", d.pcie_link_width)
+    r.pcie_width_max = gpu.static_read("pcie_width_max", d.pcie_link_width_max)
+    for name, value in (("gpu_pcie_link_generation", r.pcie_generation),
+                        ("gpu_pcie_link_generation_max", r.pcie_generation_max),
+                        ("gpu_pcie_link_width", r.pcie_width),
+                        ("gpu_pcie_link_width_max", r.pcie_width_max)):
+        if value is not None:
+            out.add(name, value, **labels)
+    replays = gpu.read("pcie_replays", d.pcie_replays)
+    if replays is not None:
+        r.pcie_replays = replays
+        out.add("gpu_pcie_replays_total", replays, **labels)
+
+
+def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
+                        r: GpuReading) -> None:
+    mode = gpu.read("ecc_mode", d.ecc_mode)
+    if mode is not None:
+        r.ecc_enabled = mode[0]
+        out.add("gpu_ecc_enabled", mode[0], **labels)
+        if mode[0]:
+            for tname, tcode in c.ECC_TYPES.items():
+                for sname, scode in c.ECC_SCOPES.items():
+                    count = gpu.read(f"ecc_{tname}_{sname}", d.ecc_errors, tcode, scode)
+                    if count is None:
+                        continue
+                    if tname == "uncorrected" and sname == "volatile":
+                        r.ecc_uncorrected_volatile = count
+                    out.add("gpu_ecc_errors_total", count, **labels, type=tname, scope=sname)
+    rows = gpu.read("remapped_rows", d.remapped_rows)
+    if rows is not None:
+        corr, unc, pending, failed = rows
+        r.remap_pending, r.remap_failed = pending, failed
+        out.add("gpu_remapped_rows_total", corr, **labels, type="correctable")
+        out.add("gpu_remapped_rows_total", unc, **labels, type="uncorrectable")
+        out.add("gpu_row_remap_pending", pending, **labels)
+        out.add("gpu_row_remap_failed", failed, **labels)

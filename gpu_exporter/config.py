@@ -1,0 +1,237 @@
+"""The exporter's configuration: one pydantic model, filled from (highest first)
+command-line flags, ``GPU_EXPORTER_*`` environment variables, the YAML file
+given with ``--config.file``, and defaults.
+
+One naming rule links the three: the flag ``--web.listen-address`` is the YAML
+key ``web: {listen_address: ...}`` and the variable
+``GPU_EXPORTER_WEB__LISTEN_ADDRESS``. A bad value is reported as one line naming
+the setting, where it came from and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "GPU_EXPORTER_"
+DEFAULT_LISTEN_ADDRESS = ":9835"
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+class ConfigError(Exception):
+    """A configuration problem, already worded for the operator (one line)."""
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``1.5``, ``"500ms"``, ``"30s"``, ``"1m30s"``, ``"2h"``."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 1s or 500ms")
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("expected a duration like 1s or 500ms")
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"expected a duration like 1s, 500ms or 1m30s, got {value!r}")
+    return total
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WebConfig(_Section):
+    listen_address: str = DEFAULT_LISTEN_ADDRESS
+    telemetry_path: str = "/metrics"
+    config_file: Path | None = None
+    max_requests: int = Field(8, ge=1, le=256)
+    request_timeout: Duration = Field(10.0, gt=0)
+
+    @field_validator("listen_address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        from gpu_exporter.web.server import parse_listen_address
+
+        parse_listen_address(v)
+        return v
+
+    @field_validator("telemetry_path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/") or v in ("/", "/-/healthy", "/-/ready"):
+            raise ValueError("must start with / and not be /, /-/healthy or /-/ready")
+        return v
+
+
+class PollConfig(_Section):
+    interval: Duration = Field(1.0, ge=0.05, le=3600)
+
+
+class LogConfig(_Section):
+    level: Literal["debug", "info", "warn", "warning", "error"] = "info"
+    format: Literal["logfmt", "json"] = "logfmt"
+
+
+class PathConfig(_Section):
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
+
+
+class ProcessesConfig(_Section):
+    max_per_gpu: int = Field(32, ge=0, le=4096)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
+                                      extra="forbid", frozen=True)
+
+    web: WebConfig = WebConfig()
+    poll: PollConfig = PollConfig()
+    log: LogConfig = LogConfig()
+    path: PathConfig = PathConfig()
+    processes: ProcessesConfig = ProcessesConfig()
+    collectors: dict[str, bool] = Field(default_factory=dict)
+    simulate: str | None = None
+
+    @field_validator("collectors")
+    @classmethod
+    def _known_collectors(cls, v: dict[str, bool]) -> dict[str, bool]:
+        from gpu_exporter.collectors.registry import COLLECTORS
+
+        unknown = sorted(set(v) - set(COLLECTORS))
+        if unknown:
+            raise ValueError(f"unknown collector {unknown[0]!r}; known: "
+                             + ", ".join(sorted(COLLECTORS)))
+        return v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        file_values = _FILE_VALUES.get()
+        return (init_settings, env_settings, _DictSource(settings_cls, file_values))
+
+    def collector_enabled(self, name: str, default: bool) -> bool:
+        return self.collectors.get(name, default)
+
+
+class _DictSource(PydanticBaseSettingsSource):
+    """The YAML file's values, already parsed."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._values = values
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+class _FileValues:
+    """Hands the parsed file to settings_customise_sources (a classmethod)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self) -> dict[str, Any]:
+        return self.values
+
+
+_FILE_VALUES = _FileValues()
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config file {path}: {problem}{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of settings at the top "
+                          f"level, got {type(data).__name__}")
+    return data
+
+
+def _origin(loc: tuple[Any, ...], flags: dict[str, Any], file_values: dict[str, Any],
+            config_file: Path | None) -> str:
+    dotted = ".".join(str(p) for p in loc)
+
+    def has(tree: dict[str, Any]) -> bool:
+        node: Any = tree
+        for part in loc:
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    if has(flags):
+        return f"flag --{dotted.replace('_', '-')}"
+    env = ENV_PREFIX + "__".join(str(p) for p in loc).upper()
+    if env in os.environ:
+        return f"environment variable {env}"
+    if config_file is not None and has(file_values):
+        return f"config file {config_file}"
+    return "configuration"
+
+
+def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
+    """Build the settings or raise ConfigError with one operator-facing line."""
+    file_values = read_config_file(config_file) if config_file else {}
+    _FILE_VALUES.values = file_values
+    try:
+        return Settings(**flags)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        loc = tuple(first["loc"])
+        name = ".".join(str(p) for p in loc) or "configuration"
+        msg = first["msg"]
+        if first["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        origin = _origin(loc, flags, file_values, config_file)
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        given = first.get("input")
+        shown = "" if first["type"] == "extra_forbidden" or isinstance(given, dict) \
+            else f" (got {given!r})"
+        raise ConfigError(f"{name} from {origin}: {msg}{shown}{more}") from None
+    finally:
+        _FILE_VALUES.values = {}

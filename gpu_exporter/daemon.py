@@ -1,0 +1,111 @@
+"""Assemble the exporter from its settings: the NVML session (real, or on a
+simulated node), the enabled collectors, the poller, and the HTTP endpoints."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from prometheus_client.registry import CollectorRegistry
+
+from gpu_exporter.collectors import registry as collector_registry
+from gpu_exporter.config import Settings
+from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.poller import Poller
+from gpu_exporter.runtime import Runtime
+from gpu_exporter.simulator import SimulatedNode
+from gpu_exporter.web.exposition import SnapshotCollector
+from gpu_exporter.web.landing import gpu_table
+from gpu_exporter.web.server import (
+    App,
+    ExporterHTTPServer,
+    parse_listen_address,
+    serve_in_thread,
+    staleness_check,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Exporter:
+    def __init__(self, settings: Settings, simulation: SimulatedNode | None = None,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.simulation = simulation
+        if simulation is not None:
+            simulation.install()
+        self.session = NvmlSession(clock=monotonic)
+        self.runtime = Runtime(settings, self.session, simulation, monotonic, wall_clock)
+        self.collectors = collector_registry.build(self.runtime)
+        self.poller = Poller(self.collectors, settings.poll.interval, self.session,
+                             wall_clock=wall_clock, monotonic=monotonic)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(lambda: self.poller.latest))
+        started = time.time()
+        self.app = App(
+            self.registry, settings.web.telemetry_path, ready=lambda: self.poller.ready,
+            healthy=staleness_check(
+                lambda: self.poller.latest.timestamp if self.poller.latest else None,
+                settings.poll.interval, started),
+        )
+        self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
+        self.server: ExporterHTTPServer | None = None
+        self._http_thread: threading.Thread | None = None
+
+    def bind(self) -> ExporterHTTPServer:
+        host, port = parse_listen_address(self.settings.web.listen_address)
+        self.server = ExporterHTTPServer(
+            (host, port), self.app, max_workers=self.settings.web.max_requests,
+            request_timeout=self.settings.web.request_timeout)
+        return self.server
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.server_address[1])
+
+    def start(self) -> None:
+        """Bind, take the first poll, then serve and keep polling."""
+        if self.server is None:
+            self.bind()
+        assert self.server is not None
+        self._http_thread = serve_in_thread(self.server)
+        self.poller.start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        self.poller.stop()
+        if self.simulation is not None:
+            self.simulation.uninstall()
+
+
+def run(settings: Settings, simulation: SimulatedNode | None = None) -> int:
+    """Run until SIGTERM or SIGINT; the process's exit status."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        log.warning("running as root: the exporter needs no privileges beyond read access to "
+                    "the NVIDIA device nodes; run it as an unprivileged user")
+    exporter = Exporter(settings, simulation)
+    exporter.bind()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    exporter.start()
+    log.info("listening on %s, metrics at %s", settings.web.listen_address,
+             settings.web.telemetry_path)
+    stop.wait()
+    exporter.stop()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,49 @@
+"""Log lines in logfmt (node_exporter's default) or JSON, one event per line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+           "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def _ts(record: logging.LogRecord) -> str:
+    t = time.gmtime(record.created)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int(record.msecs):03d}Z"
+
+
+def _logfmt_value(value: str) -> str:
+    if value and not any(ch in value for ch in ' ="\n\t'):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        if record.exc_info:
+            msg += "\n" + self.formatException(record.exc_info)
+        parts = [f"ts={_ts(record)}", f"level={record.levelname.lower()}",
+                 f"logger={record.name}", f"msg={_logfmt_value(msg)}"]
+        return " ".join(parts)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": _ts(record), "level": record.levelname.lower(), "logger": record.name,
+               "msg": record.getMessage()}
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def setup(level: str = "info", fmt: str = "logfmt") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS[level])

@@ -1,0 +1,309 @@
+"""The only module that imports ``pynvml``.
+
+Every method converts NVML's units to base units (bytes, seconds, watts, joules,
+hertz, celsius, ratios) and every pynvml exception to :class:`NvmlError`, so the
+rest of the exporter never sees the binding.
+
+The library behind pynvml is normally ``libnvidia-ml.so.1``. ``install_library``
+lets the simulator put its own C-callable functions in that place; the real path
+never calls it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+import pynvml
+
+from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml.errors import NvmlError, Return
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+
+def _translate(call: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Turn pynvml's exceptions into NvmlError naming the C call."""
+
+    def wrap(fn: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(fn)
+        def inner(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return fn(*args, **kwargs)
+            except pynvml.NVMLError as exc:
+                raise NvmlError(exc.value, call) from None
+            except pynvml.NVMLLibraryMismatchError:
+                # Not an NVMLError subclass: raised when an old driver lacks a
+                # versioned symbol. For us that is "function not found".
+                raise NvmlError(Return.FUNCTION_NOT_FOUND, call) from None
+
+        return inner
+
+    return wrap
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+_REAL_CDLL = pynvml.CDLL
+
+
+def install_library(lib: object | None, loader: Callable[[str], object] | None = None) -> None:
+    """Put ``lib`` where pynvml expects the loaded NVML library.
+
+    pynvml resolves each symbol with ``getattr(lib, name)`` on first use and
+    caches it, so the cache is cleared too. With ``lib=None`` pynvml loads a
+    library again on the next init, through ``loader`` when given (the
+    simulator's "library missing" case) or the real ``ctypes.CDLL``.
+    """
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = lib
+        pynvml.CDLL = loader or _REAL_CDLL
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+
+
+class Device:
+    """One GPU handle. Methods raise NvmlError; values are in base units."""
+
+    def __init__(self, index: int, handle: Any) -> None:
+        self.index = index
+        self._h = handle
+
+    # --- identity (static) -------------------------------------------------
+    @_translate("nvmlDeviceGetName")
+    def name(self) -> str:
+        return _text(pynvml.nvmlDeviceGetName(self._h))
+
+    @_translate("nvmlDeviceGetUUID")
+    def uuid(self) -> str:
+        return _text(pynvml.nvmlDeviceGetUUID(self._h))
+
+    @_translate("nvmlDeviceGetSerial")
+    def serial(self) -> str:
+        return _text(pynvml.nvmlDeviceGetSerial(self._h))
+
+    @_translate("nvmlDeviceGetPciInfo_v3")
+    def pci_bus_id(self) -> str:
+        info = pynvml.nvmlDeviceGetPciInfo_v3(self._h)
+        return _text(info.busId)
+
+    @_translate("nvmlDeviceGetVbiosVersion")
+    def vbios_version(self) -> str:
+        return _text(pynvml.nvmlDeviceGetVbiosVersion(self._h))
+
+    @_translate("nvmlDeviceGetArchitecture")
+    def architecture(self) -> str:
+        code = pynvml.nvmlDeviceGetArchitecture(self._h)
+        return c.ARCHITECTURES.get(int(code), "unknown")
+
+    @_translate("nvmlDeviceGetCudaComputeCapability")
+    def compute_capability(self) -> str:
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(self._h)
+        return f"{major}.{minor}"
+
+    # --- utilization and memory -------------------------------------------
+    @_translate("nvmlDeviceGetUtilizationRates")
+    def utilization(self) -> tuple[float, float]:
+        """(GPU busy, memory controller busy) as ratios."""
+        u = pynvml.nvmlDeviceGetUtilizationRates(self._h)
+        return u.gpu / 100.0, u.memory / 100.0
+
+    @_translate("nvmlDeviceGetMemoryInfo_v2")
+    def memory(self) -> tuple[int, int, int]:
+        """(total, reserved, used) bytes; v2's ``used`` excludes ``reserved``."""
+        m = pynvml.nvmlDeviceGetMemoryInfo(self._h, version=c.MEMORY_V2_VERSION)
+        return int(m.total), int(m.reserved), int(m.used)
+
+    @_translate("nvmlDeviceGetMemoryInfo")
+    def memory_v1(self) -> tuple[int, int, int]:
+        """Fallback for drivers without the v2 call; reserved is unknown (0)."""
+        m = pynvml.nvmlDeviceGetMemoryInfo(self._h)
+        return int(m.total), 0, int(m.used)
+
+    # --- temperature --------------------------------------------------------
+    @_translate("nvmlDeviceGetTemperature")
+    def temperature(self) -> float:
+        return float(pynvml.nvmlDeviceGetTemperature(self._h, c.TEMPERATURE_GPU))
+
+    @_translate("nvmlDeviceGetTemperatureThreshold")
+    def temperature_threshold(self, threshold: int) -> float:
+        return float(pynvml.nvmlDeviceGetTemperatureThreshold(self._h, threshold))
+
+    # --- power and energy ---------------------------------------------------
+    @_translate("nvmlDeviceGetPowerUsage")
+    def power_watts(self) -> float:
+        return pynvml.nvmlDeviceGetPowerUsage(self._h) / 1000.0
+
+    @_translate("nvmlDeviceGetEnforcedPowerLimit")
+    def power_limit_watts(self) -> float:
+        return pynvml.nvmlDeviceGetEnforcedPowerLimit(self._h) / 1000.0
+
+    @_translate("nvmlDeviceGetPowerManagementDefaultLimit")
+    def power_default_limit_watts(self) -> float:
+        return pynvml.nvmlDeviceGetPowerManagementDefaultLimit(self._h) / 1000.0
+
+    @_translate("nvmlDeviceGetTotalEnergyConsumption")
+    def energy_joules(self) -> float:
+        return pynvml.nvmlDeviceGetTotalEnergyConsumption(self._h) / 1000.0
+
+    # --- clocks and performance state ---------------------------------------
+    @_translate("nvmlDeviceGetClockInfo")
+    def clock_hz(self, clock: int) -> float:
+        return pynvml.nvmlDeviceGetClockInfo(self._h, clock) * 1e6
+
+    @_translate("nvmlDeviceGetMaxClockInfo")
+    def max_clock_hz(self, clock: int) -> float:
+        return pynvml.nvmlDeviceGetMaxClockInfo(self._h, clock) * 1e6
+
+    @_translate("nvmlDeviceGetApplicationsClock")
+    def application_clock_hz(self, clock: int) -> float:
+        return pynvml.nvmlDeviceGetApplicationsClock(self._h, clock) * 1e6
+
+    @_translate("nvmlDeviceGetPerformanceState")
+    def performance_state(self) -> int:
+        return int(pynvml.nvmlDeviceGetPerformanceState(self._h))
+
+    @_translate("nvmlDeviceGetCurrentClocksEventReasons")
+    def clock_event_reasons(self) -> int:
+        return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(self._h))
+
+    @_translate("nvmlDeviceGetSupportedClocksEventReasons")
+    def supported_clock_event_reasons(self) -> int:
+        return int(pynvml.nvmlDeviceGetSupportedClocksEventReasons(self._h))
+
+    # --- fans ---------------------------------------------------------------
+    @_translate("nvmlDeviceGetNumFans")
+    def fan_count(self) -> int:
+        return int(pynvml.nvmlDeviceGetNumFans(self._h))
+
+    @_translate("nvmlDeviceGetFanSpeed_v2")
+    def fan_speed_ratio(self, fan: int) -> float:
+        # NVML's percent of the fan's intended maximum; it can exceed 100.
+        return pynvml.nvmlDeviceGetFanSpeed_v2(self._h, fan) / 100.0
+
+    # --- PCIe ---------------------------------------------------------------
+    @_translate("nvmlDeviceGetCurrPcieLinkGeneration")
+    def pcie_link_generation(self) -> int:
+        return int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(self._h))
+
+    @_translate("nvmlDeviceGetMaxPcieLinkGeneration")
+    def pcie_link_generation_max(self) -> int:
+        # The maximum of this GPU *in this system* (the lower of card and slot),
+        # so a Gen5 card in a Gen4 slot is not reported as downtrained.
+        return int(pynvml.nvmlDeviceGetMaxPcieLinkGeneration(self._h))
+
+    @_translate("nvmlDeviceGetCurrPcieLinkWidth")
+    def pcie_link_width(self) -> int:
+        return int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(self._h))
+
+    @_translate("nvmlDeviceGetMaxPcieLinkWidth")
+    def pcie_link_width_max(self) -> int:
+        return int(pynvml.nvmlDeviceGetMaxPcieLinkWidth(self._h))
+
+    @_translate("nvmlDeviceGetPcieReplayCounter")
+    def pcie_replays(self) -> int:
+        return int(pynvml.nvmlDeviceGetPcieReplayCounter(self._h))
+
+    # --- field values -------------------------------------------------------
+    @_translate("nvmlDeviceGetFieldValues")
+    def field_values(self, field_ids: Sequence[int]) -> dict[int, float | NvmlError]:
+        """Each field's value, or the NvmlError of that field's own return code."""
+        raw = pynvml.nvmlDeviceGetFieldValues(self._h, list(field_ids))
+        out: dict[int, float | NvmlError] = {}
+        for fv in raw:
+            if fv.nvmlReturn != Return.SUCCESS:
+                out[int(fv.fieldId)] = NvmlError(fv.nvmlReturn, f"field {fv.fieldId}")
+                continue
+            out[int(fv.fieldId)] = _field_value(fv)
+        return out
+
+    # --- ECC, row remapping, persistence ------------------------------------
+    @_translate("nvmlDeviceGetEccMode")
+    def ecc_mode(self) -> tuple[bool, bool]:
+        current, pending = pynvml.nvmlDeviceGetEccMode(self._h)
+        return bool(current), bool(pending)
+
+    @_translate("nvmlDeviceGetTotalEccErrors")
+    def ecc_errors(self, error_type: int, counter: int) -> int:
+        return int(pynvml.nvmlDeviceGetTotalEccErrors(self._h, error_type, counter))
+
+    @_translate("nvmlDeviceGetRemappedRows")
+    def remapped_rows(self) -> tuple[int, int, bool, bool]:
+        """(correctable, uncorrectable, pending, failed)."""
+        corr, unc, pending, failed = pynvml.nvmlDeviceGetRemappedRows(self._h)
+        return int(corr), int(unc), bool(pending), bool(failed)
+
+    @_translate("nvmlDeviceGetPersistenceMode")
+    def persistence_mode(self) -> bool:
+        return bool(pynvml.nvmlDeviceGetPersistenceMode(self._h))
+
+
+def _field_value(fv: Any) -> float:
+    vt = int(fv.valueType)
+    v = fv.value
+    if vt == c.VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if vt == c.VALUE_TYPE_UNSIGNED_INT:
+        return float(v.uiVal)
+    if vt == c.VALUE_TYPE_UNSIGNED_LONG:
+        return float(v.ulVal)
+    if vt == c.VALUE_TYPE_UNSIGNED_LONG_LONG:
+        return float(v.ullVal)
+    if vt == c.VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(v.sllVal)
+    if vt == c.VALUE_TYPE_SIGNED_INT:
+        return float(v.siVal)
+    return float(v.ullVal)
+
+
+class Nvml:
+    """The NVML library as a whole: init, shutdown, system facts, device handles."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.initialized = False
+
+    @_translate("nvmlInitWithFlags")
+    def init(self) -> None:
+        with self._lock:
+            if not self.initialized:
+                pynvml.nvmlInit()
+                self.initialized = True
+
+    @_translate("nvmlShutdown")
+    def shutdown(self) -> None:
+        with self._lock:
+            if self.initialized:
+                self.initialized = False
+                pynvml.nvmlShutdown()
+
+    @_translate("nvmlSystemGetDriverVersion")
+    def driver_version(self) -> str:
+        return _text(pynvml.nvmlSystemGetDriverVersion())
+
+    @_translate("nvmlSystemGetCudaDriverVersion")
+    def cuda_driver_version(self) -> str:
+        v = int(pynvml.nvmlSystemGetCudaDriverVersion())
+        return f"{v // 1000}.{(v % 1000) // 10}"
+
+    @_translate("nvmlDeviceGetCount_v2")
+    def device_count(self) -> int:
+        return int(pynvml.nvmlDeviceGetCount())
+
+    @_translate("nvmlDeviceGetHandleByIndex_v2")
+    def device(self, index: int) -> Device:
+        return Device(index, pynvml.nvmlDeviceGetHandleByIndex(index))
+
+    def devices(self) -> Iterable[Device]:
+        for i in range(self.device_count()):
+            yield self.device(i)
+
+
+__all__ = ["Device", "Nvml", "install_library"]
+

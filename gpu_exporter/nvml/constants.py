@@ -1,0 +1,81 @@
+"""NVML constants the exporter relies on, kept here so the rest of the code never
+imports pynvml. Values are from ``nvml.h``; a contract test checks them."""
+
+from __future__ import annotations
+
+# Clock event ("throttle") reason bits -> label. pynvml deprecated the
+# ThrottleReasons names in favour of ClocksEventReasons; we keep our own map so
+# the exported labels never change with the binding.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clock",
+}
+REASON_BITS: dict[str, int] = {name: bit for bit, name in CLOCK_EVENT_REASONS.items()}
+
+# nvmlClockType_t
+CLOCK_GRAPHICS = 0
+CLOCK_SM = 1
+CLOCK_MEM = 2
+CLOCK_TYPES: dict[str, int] = {"graphics": CLOCK_GRAPHICS, "sm": CLOCK_SM, "memory": CLOCK_MEM}
+
+# nvmlTemperatureSensors_t
+TEMPERATURE_GPU = 0
+
+# nvmlTemperatureThresholds_t
+THRESHOLD_SHUTDOWN = 0
+THRESHOLD_SLOWDOWN = 1
+THRESHOLD_MEM_MAX = 2
+THRESHOLD_GPU_MAX = 3
+TEMPERATURE_THRESHOLDS: dict[str, int] = {
+    "shutdown": THRESHOLD_SHUTDOWN,
+    "slowdown": THRESHOLD_SLOWDOWN,
+    "max_operating": THRESHOLD_GPU_MAX,
+}
+
+# nvmlMemoryErrorType_t / nvmlEccCounterType_t
+ECC_CORRECTED = 0
+ECC_UNCORRECTED = 1
+ECC_VOLATILE = 0
+ECC_AGGREGATE = 1
+ECC_TYPES: dict[str, int] = {"corrected": ECC_CORRECTED, "uncorrected": ECC_UNCORRECTED}
+ECC_SCOPES: dict[str, int] = {"volatile": ECC_VOLATILE, "aggregate": ECC_AGGREGATE}
+
+# nvmlDeviceArchitecture_t -> label
+ARCHITECTURES: dict[int, str] = {
+    2: "kepler",
+    3: "maxwell",
+    4: "pascal",
+    5: "volta",
+    6: "turing",
+    7: "ampere",
+    8: "ada",
+    9: "hopper",
+    10: "blackwell",
+}
+
+# Field ids (nvmlDeviceGetFieldValues). pynvml does not define the PCIe byte
+# counters, so they live here.
+FI_DEV_MEMORY_TEMP = 82
+FI_DEV_PCIE_COUNT_TX_BYTES = 197
+FI_DEV_PCIE_COUNT_RX_BYTES = 198
+
+# nvmlValueType_t
+VALUE_TYPE_DOUBLE = 0
+VALUE_TYPE_UNSIGNED_INT = 1
+VALUE_TYPE_UNSIGNED_LONG = 2
+VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+VALUE_TYPE_SIGNED_LONG_LONG = 4
+VALUE_TYPE_SIGNED_INT = 5
+
+# nvmlMemory_v2 version word: sizeof(nvmlMemory_v2_t) | (2 << 24)
+MEMORY_V2_VERSION = 0x02000028
+
+# nvmlInitWithFlags
+INIT_FLAG_NO_GPUS = 1

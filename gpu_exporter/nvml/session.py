@@ -1,0 +1,260 @@
+"""NVML's life in the exporter: initialise once, retry with backoff while the
+library or driver is missing, discover GPUs, remember what each GPU cannot do,
+and notice GPUs that are lost and come back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from gpu_exporter.nvml.adapter import Device, Nvml
+from gpu_exporter.nvml.errors import NvmlError, Return
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INIT_BACKOFF_START_S = 1.0
+INIT_BACKOFF_MAX_S = 60.0
+LOST_RETRY_S = 10.0
+
+
+class GpuGone(Exception):
+    """The GPU stopped answering in the middle of a poll (lost, needs reset)."""
+
+
+class NvmlGone(Exception):
+    """NVML as a whole stopped answering (driver upgraded or unloaded)."""
+
+    def __init__(self, error: NvmlError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass
+class Identity:
+    index: int
+    uuid: str = ""
+    name: str = ""
+    pci_bus_id: str = ""
+    serial: str = ""
+    vbios_version: str = ""
+    architecture: str = ""
+    compute_capability: str = ""
+
+
+@dataclass
+class Gpu:
+    """A GPU as the exporter tracks it between polls."""
+
+    index: int
+    device: Device | None
+    identity: Identity
+    # Capability keys NVML answered NOT_SUPPORTED (or lacks the function) for:
+    # never asked again, their series stay absent.
+    unsupported: set[str] = field(default_factory=set)
+    # Facts read once at discovery (limits, maxima, thresholds...), by key.
+    static: dict[str, object] = field(default_factory=dict)
+    lost: bool = False
+    lost_since: float | None = None
+    next_recovery_try: float = 0.0
+    errors: int = 0  # errors in the current poll
+    warned: set[str] = field(default_factory=set)
+
+    def read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
+        """Call ``fn``; None when the GPU cannot answer this (and remember why).
+
+        Raises GpuGone when the device itself has gone away.
+        """
+        if key in self.unsupported:
+            return None
+        try:
+            return fn(*args)
+        except NvmlError as exc:
+            if exc.capability_absent:
+                self.unsupported.add(key)
+                log.debug("GPU %d: %s not supported (%s); not asking again", self.index, key,
+                          exc.name)
+                return None
+            if exc.device_gone:
+                raise GpuGone(str(exc)) from None
+            if exc.library_gone:
+                raise NvmlGone(exc) from None
+            if exc.code == Return.NO_PERMISSION:
+                self.unsupported.add(key)
+                if key not in self.warned:
+                    self.warned.add(key)
+                    log.warning("GPU %d: no permission to read %s (%s); run with access to "
+                                "the NVIDIA device nodes to export it", self.index, key, exc)
+                return None
+            self.errors += 1
+            if key not in self.warned:
+                self.warned.add(key)
+                log.warning("GPU %d: reading %s failed: %s", self.index, key, exc)
+            return None
+
+    def static_read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
+        """Like read(), but the value is remembered after the first answer."""
+        if key in self.static:
+            return self.static[key]  # type: ignore[return-value]
+        value = self.read(key, fn, *args)
+        if value is not None:
+            self.static[key] = value
+        return value
+
+
+class NvmlSession:
+    """Shared by every NVML-backed collector."""
+
+    def __init__(self, nvml: Nvml | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.nvml = nvml or Nvml()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.up = False
+        self.gpus: list[Gpu] = []
+        self.driver_version = ""
+        self.cuda_driver_version = ""
+        self.last_error: NvmlError | None = None
+        self._backoff = INIT_BACKOFF_START_S
+        self._next_try = 0.0
+        self._logged_code: int | None = None
+
+    def ensure(self) -> bool:
+        """Initialise NVML if it is not yet; True when it is usable now."""
+        with self._lock:
+            if self.up:
+                return True
+            now = self._clock()
+            if now < self._next_try:
+                return False
+            try:
+                self.nvml.init()
+                self.driver_version = self._safe(self.nvml.driver_version) or ""
+                self.cuda_driver_version = self._safe(self.nvml.cuda_driver_version) or ""
+                self.gpus = self._discover()
+            except NvmlError as exc:
+                self.last_error = exc
+                # Log once per distinct reason, not every retry.
+                if self._logged_code != exc.code:
+                    self._logged_code = exc.code
+                    log.error("NVML unavailable: %s (%s); serving the exporter's own metrics "
+                              "with gpu_exporter_nvml_up 0 and retrying with backoff",
+                              exc.init_hint(), exc.name)
+                self._next_try = now + self._backoff
+                self._backoff = min(self._backoff * 2, INIT_BACKOFF_MAX_S)
+                return False
+            self.up = True
+            self.last_error = None
+            self._backoff = INIT_BACKOFF_START_S
+            if self._logged_code is not None:
+                log.info("NVML is available again")
+            self._logged_code = None
+            log.info("NVML initialised: driver %s, CUDA %s, %d GPU(s)", self.driver_version,
+                     self.cuda_driver_version, len(self.gpus))
+            return True
+
+    def mark_down(self, exc: NvmlError) -> None:
+        """A library-wide failure (e.g. driver upgraded underneath us): re-init later."""
+        with self._lock:
+            if not self.up:
+                return
+            self.up = False
+            self.last_error = exc
+            self._logged_code = exc.code
+            log.error("NVML stopped answering: %s (%s); retrying with backoff",
+                      exc.init_hint(), exc.name)
+            try:
+                self.nvml.shutdown()
+            except NvmlError:
+                pass
+            self._next_try = self._clock() + self._backoff
+
+    def close(self) -> None:
+        with self._lock:
+            if self.up:
+                self.up = False
+                try:
+                    self.nvml.shutdown()
+                except NvmlError:
+                    pass
+
+    @staticmethod
+    def _safe(fn: Callable[[], str]) -> str | None:
+        try:
+            return fn()
+        except NvmlError as exc:
+            if exc.code in (Return.LIB_RM_VERSION_MISMATCH, Return.DRIVER_NOT_LOADED):
+                raise
+            return None
+
+    def _discover(self) -> list[Gpu]:
+        gpus = []
+        for index in range(self.nvml.device_count()):
+            gpus.append(self._open(index))
+        return gpus
+
+    def _open(self, index: int) -> Gpu:
+        ident = Identity(index)
+        try:
+            device = self.nvml.device(index)
+        except NvmlError as exc:
+            log.error("GPU %d: cannot get a handle: %s", index, exc)
+            gpu = Gpu(index, None, ident, lost=True, lost_since=self._clock())
+            gpu.next_recovery_try = self._clock() + LOST_RETRY_S
+            return gpu
+        gpu = Gpu(index, device, ident)
+        try:
+            self._read_identity(gpu, device)
+        except GpuGone as exc:
+            log.error("GPU %d is lost at discovery: %s", index, exc)
+            gpu.lost = True
+            gpu.lost_since = self._clock()
+            gpu.next_recovery_try = self._clock() + LOST_RETRY_S
+        return gpu
+
+    def _read_identity(self, gpu: Gpu, d: Device) -> None:
+        ident = gpu.identity
+        ident.uuid = gpu.read("uuid", d.uuid) or ""
+        ident.name = gpu.read("name", d.name) or ""
+        ident.pci_bus_id = (gpu.read("pci_info", d.pci_bus_id) or "").lower()
+        ident.serial = gpu.read("serial", d.serial) or ""
+        ident.vbios_version = gpu.read("vbios", d.vbios_version) or ""
+        ident.architecture = gpu.read("architecture", d.architecture) or ""
+        ident.compute_capability = gpu.read("compute_capability", d.compute_capability) or ""
+
+    def mark_lost(self, gpu: Gpu, reason: str) -> None:
+        if not gpu.lost:
+            log.error("GPU %d (%s) is lost: %s", gpu.index, gpu.identity.uuid, reason)
+            gpu.lost = True
+            gpu.lost_since = self._clock()
+        gpu.next_recovery_try = self._clock() + LOST_RETRY_S
+
+    def try_recover(self, gpu: Gpu) -> bool:
+        """Ask again for a lost GPU, at most every LOST_RETRY_S seconds."""
+        now = self._clock()
+        if now < gpu.next_recovery_try:
+            return False
+        gpu.next_recovery_try = now + LOST_RETRY_S
+        try:
+            device = self.nvml.device(gpu.index)
+            uuid = device.uuid()
+            device.performance_state()  # a dynamic read: a lost GPU fails here
+        except NvmlError:
+            return False
+        if gpu.identity.uuid and uuid != gpu.identity.uuid:
+            log.warning("GPU %d came back with a different UUID (%s, was %s)", gpu.index, uuid,
+                        gpu.identity.uuid)
+        fresh = self._open(gpu.index)
+        if fresh.lost:
+            return False
+        gpu.device, gpu.identity, gpu.static = fresh.device, fresh.identity, {}
+        gpu.unsupported.clear()
+        gpu.lost, gpu.lost_since = False, None
+        log.info("GPU %d (%s) answers again", gpu.index, gpu.identity.uuid)
+        return True
+

@@ -1,0 +1,148 @@
+"""The poll loop: on a fixed interval, run every enabled collector into one
+builder, add the exporter's own health, freeze it and publish it.
+
+A collector that raises never fails the poll: it is reported through
+``gpu_exporter_collector_success`` 0, logged once until it recovers, and run
+again next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from gpu_exporter import __version__
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Snapshot], None]
+
+
+def _binding_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nvidia-ml-py")
+    except Exception:
+        return "unknown"
+
+
+class Poller:
+    def __init__(
+        self,
+        collectors: Sequence[Collector],
+        interval: float,
+        session: NvmlSession | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.collectors = list(collectors)
+        self.interval = interval
+        self.session = session
+        self._wall = wall_clock
+        self._mono = monotonic
+        self._latest: Snapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing: set[str] = set()
+        self._errors_total: dict[str, int] = {c.name: 0 for c in self.collectors}
+        self.polls = 0
+        self.listeners: list[Listener] = []
+        self._build_labels = {"version": __version__, "nvml_binding_version": _binding_version(),
+                              "python_version": platform.python_version()}
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    @property
+    def ready(self) -> bool:
+        return self._latest is not None
+
+    def poll_once(self) -> Snapshot:
+        start = self._mono()
+        out = SnapshotBuilder(self._wall())
+        for collector in self.collectors:
+            t0 = self._mono()
+            ok = True
+            try:
+                collector.collect(out)
+            except Exception as exc:  # a failing reader must never take the poll down
+                ok = False
+                self._errors_total[collector.name] += 1
+                if collector.name not in self._failing:
+                    log.error("collector %s failed: %s", collector.name, exc,
+                              exc_info=log.isEnabledFor(logging.DEBUG))
+            else:
+                self._errors_total[collector.name] += collector.errors()
+                if collector.name in self._failing:
+                    log.info("collector %s recovered", collector.name)
+            if ok:
+                self._failing.discard(collector.name)
+            else:
+                self._failing.add(collector.name)
+            out.add("gpu_exporter_collector_success", ok, collector=collector.name)
+            out.add("gpu_exporter_collector_duration_seconds", self._mono() - t0,
+                    collector=collector.name)
+            out.add("gpu_exporter_collector_errors_total", self._errors_total[collector.name],
+                    collector=collector.name)
+        self._add_self(out, self._mono() - start)
+        snap = out.build()
+        self._latest = snap
+        for listener in self.listeners:
+            try:
+                listener(snap)
+            except Exception:
+                log.exception("snapshot listener failed")
+        return snap
+
+    def _add_self(self, out: SnapshotBuilder, duration: float) -> None:
+        self.polls += 1
+        out.add("gpu_exporter_build_info", 1, **self._build_labels)
+        if self.session is not None:
+            out.add("gpu_exporter_nvml_up", self.session.up)
+            if self.session.up:
+                out.add("gpu_exporter_nvml_driver_info", 1,
+                        driver_version=self.session.driver_version,
+                        cuda_driver_version=self.session.cuda_driver_version)
+        out.add("gpu_exporter_poll_duration_seconds", duration)
+        out.add("gpu_exporter_polls_total", self.polls)
+        out.add("gpu_exporter_last_poll_timestamp_seconds", out.timestamp)
+
+    # --- the loop ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        next_at = self._mono()
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:
+                log.exception("poll failed")
+            # Fixed-rate schedule; if a poll overran, skip the missed slots
+            # instead of polling back to back.
+            next_at += self.interval
+            now = self._mono()
+            if next_at < now:
+                next_at = now + self.interval - ((now - next_at) % self.interval)
+            self._stop.wait(max(0.0, next_at - now))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for collector in self.collectors:
+            try:
+                collector.close()
+            except Exception:
+                log.exception("closing collector %s failed", collector.name)
+        if self.session is not None:
+            self.session.close()

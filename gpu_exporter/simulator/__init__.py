@@ -1,0 +1,129 @@
+"""Simulated GPUs underneath pynvml: the demo mode, the engine of the end-to-end
+tests and the fixture of the benchmarks. See ``clib`` for how it plugs in."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gpu_exporter.nvml import adapter
+from gpu_exporter.simulator.clib import FakeNvmlLibrary
+from gpu_exporter.simulator.model import DeviceProfile, Scenario
+from gpu_exporter.simulator.world import World
+
+
+class ScenarioError(Exception):
+    """A scenario or profile that cannot be used, worded as one line."""
+
+
+def _package_dir(name: str) -> Path:
+    return Path(str(resources.files("gpu_exporter.simulator").joinpath(name)))
+
+
+def builtin_scenarios() -> list[str]:
+    return sorted(p.stem for p in _package_dir("scenarios").glob("*.yaml"))
+
+
+def builtin_profiles() -> list[str]:
+    return sorted(p.stem for p in _package_dir("profiles").glob("*.yaml"))
+
+
+def _load_yaml(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{what} {path}: cannot read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ScenarioError(f"{what} {path}: {getattr(exc, 'problem', None) or 'invalid YAML'}"
+                            f"{where}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+    given = first.get("input")
+    shown = "" if first["type"] == "extra_forbidden" or isinstance(given, dict | list) \
+        else f" (got {given!r})"
+    more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+    return f"{loc}: {msg}{shown}{more}"
+
+
+def load_profile(name: str) -> DeviceProfile:
+    path = Path(name) if name.endswith((".yaml", ".yml")) else _package_dir("profiles") / f"{name}.yaml"
+    if not path.exists():
+        raise ScenarioError(f"unknown device profile {name!r}; built-in: "
+                            + ", ".join(builtin_profiles()))
+    data = _load_yaml(path, "profile")
+    if not isinstance(data, dict):
+        raise ScenarioError(f"profile {path}: expected a mapping")
+    try:
+        return DeviceProfile(key=name, **data)
+    except ValidationError as exc:
+        raise ScenarioError(f"profile {path}: {_one_line(exc)}") from None
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A built-in scenario by name, or a YAML file by path."""
+    path = Path(name_or_path)
+    if not (name_or_path.endswith((".yaml", ".yml")) or path.exists()):
+        path = _package_dir("scenarios") / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise ScenarioError(f"unknown scenario {name_or_path!r}: not a file and not one of "
+                                "the built-in scenarios: " + ", ".join(builtin_scenarios()))
+    elif not path.exists():
+        raise ScenarioError(f"scenario {path}: no such file")
+    data = _load_yaml(path, "scenario")
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario {path}: expected a mapping with name, node, state, "
+                            "timeline")
+    data.setdefault("name", path.stem)
+    try:
+        scenario = Scenario(**data)
+    except ValidationError as exc:
+        raise ScenarioError(f"scenario {path}: {_one_line(exc)}") from None
+    load_profile(scenario.node.profile)  # fail now, not at the first poll
+    return scenario
+
+
+def _missing_library(name: str) -> object:
+    raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+
+class SimulatedNode:
+    """A scenario running on a clock, installed underneath pynvml."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic,
+                 latency_us: dict[str, float] | None = None) -> None:
+        self.scenario = scenario
+        self.profile = load_profile(scenario.node.profile)
+        self.world = World(scenario, self.profile, clock)
+        self.library = FakeNvmlLibrary(self.world, latency_us)
+
+    @classmethod
+    def from_name(cls, name_or_path: str, clock: Callable[[], float] = time.monotonic,
+                  latency_us: dict[str, float] | None = None) -> SimulatedNode:
+        return cls(load_scenario(name_or_path), clock, latency_us)
+
+    def install(self) -> None:
+        if self.scenario.node.nvml == "library_missing":
+            adapter.install_library(None, loader=_missing_library)
+        else:
+            adapter.install_library(self.library)
+
+    def uninstall(self) -> None:
+        adapter.install_library(None)
+
+
+__all__ = ["ScenarioError", "SimulatedNode", "builtin_profiles", "builtin_scenarios",
+           "load_profile", "load_scenario"]

@@ -1,0 +1,266 @@
+"""The simulated node's state at a moment: the scenario's conditions, resolved
+for time t, turned into what a real GPU would report (in NVML's units), with
+counters (energy, PCIe bytes, replays) integrated over time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_exporter.nvml.constants import REASON_BITS
+from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.model import DeviceProfile, GpuCondition, Scenario
+
+MIB = 1024 * 1024
+# Bus ids of an 8-GPU HGX H100 board; further GPUs continue the pattern.
+_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_THERMAL = ("hw_slowdown", "hw_thermal", "sw_thermal")
+
+
+def bus_id(index: int) -> str:
+    bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0x100 - 8 + index % 8
+    return f"00000000:{bus:02X}:00.0"
+
+
+@dataclass
+class GpuState:
+    """One GPU as NVML would report it now (NVML units)."""
+
+    index: int
+    lost: bool
+    uuid: str
+    serial: str
+    bus_id: str
+    util_pct: int
+    mem_util_pct: int
+    mem_total: int
+    mem_reserved: int
+    mem_used: int
+    temp_c: int
+    mem_temp_c: int | None
+    power_mw: int
+    limit_mw: int
+    default_limit_mw: int
+    energy_mj: int
+    clocks_mhz: dict[int, int]
+    max_clocks_mhz: dict[int, int]
+    app_clocks_mhz: dict[int, int]
+    pstate: int
+    fans_pct: list[int]
+    reasons: int
+    supported_reasons: int
+    pcie_gen: int
+    pcie_width: int
+    pcie_max_gen: int
+    pcie_max_width: int
+    pcie_replays: int
+    pcie_tx_bytes: int
+    pcie_rx_bytes: int
+    ecc_enabled: bool
+    ecc: dict[tuple[int, int], int]
+    remapped: tuple[int, int, int, int]
+    persistence: bool
+    errors: dict[str, int]
+    condition: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Counters:
+    last_t: float
+    energy_mj: float
+    tx: float = 0.0
+    rx: float = 0.0
+    replays: float = 0.0
+
+
+class World:
+    def __init__(self, scenario: Scenario, profile: DeviceProfile,
+                 clock: Callable[[], float]) -> None:
+        self.scenario = scenario
+        self.profile = profile
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._t0 = clock()
+        self.gpu_count = scenario.node.gpus
+        self._uuids = [str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
+                                         f"gpu-exporter-sim/{scenario.name}/{i}"))
+                       for i in range(self.gpu_count)]
+        self._counters = [_Counters(0.0, energy_mj=3.6e9 * (1 + 0.1 * i))
+                          for i in range(self.gpu_count)]
+        self._steps = sorted(scenario.timeline, key=lambda s: s.at)
+        self._cache: tuple[float, list[GpuState]] | None = None
+
+    # --- time ------------------------------------------------------------
+    def elapsed(self) -> float:
+        return max(0.0, self.clock() - self._t0)
+
+    # --- conditions ------------------------------------------------------
+    def condition(self, index: int, t: float) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+
+        def apply(cond: GpuCondition) -> None:
+            values = cond.model_dump(exclude_none=True)
+            errors.update(values.pop("errors", {}))
+            merged.update(values)
+
+        apply(self.scenario.state)
+        if index in self.scenario.gpus:
+            apply(self.scenario.gpus[index])
+        for step in self._steps:
+            if step.at > t:
+                break
+            if step.gpus == "all" or index in step.gpus:
+                apply(step.set)
+        merged["errors"] = errors
+        return merged
+
+    # --- state -----------------------------------------------------------
+    def states(self) -> list[GpuState]:
+        """Every GPU's state now; counters advance with the clock."""
+        with self._lock:
+            t = self.elapsed()
+            if self._cache is not None and self._cache[0] == t:
+                return self._cache[1]
+            states = [self._state(i, t) for i in range(self.gpu_count)]
+            self._cache = (t, states)
+            return states
+
+    def state(self, index: int) -> GpuState:
+        return self.states()[index]
+
+    def _wobble(self, index: int, t: float, amplitude: float, speed: float = 1.3) -> float:
+        if not self.scenario.noise:
+            return 0.0
+        return amplitude * math.sin(speed * t + 1.7 * index)
+
+    def _state(self, i: int, t: float) -> GpuState:
+        p = self.profile
+        c = self.condition(i, t)
+        util = float(c.get("utilization", 0.0))
+        busy = util >= 0.05
+        if busy:
+            util = min(1.0, max(0.0, util + self._wobble(i, t, 0.015)))
+        reasons = set(c.get("throttle_reasons", []))
+        if not busy:
+            reasons.add("gpu_idle")
+
+        max_sm = p.clocks_max_mhz.sm
+        app_sm = int(c.get("application_sm_clock_mhz", p.clocks_application_mhz.sm))
+        if busy and app_sm < max_sm:
+            reasons.add("applications_clocks_setting")
+        if "sm_clock_mhz" in c:
+            sm = int(c["sm_clock_mhz"])
+        elif not busy:
+            sm = p.clocks_idle_mhz.sm
+        else:
+            sm = min(max_sm, app_sm)
+            if "hw_power_brake" in reasons:
+                sm = int(sm * 0.40)
+            elif reasons & set(_THERMAL):
+                sm = int(sm * 0.65)
+            elif "sw_power_cap" in reasons:
+                sm = int(sm * 0.82)
+        mem_clock = p.clocks_max_mhz.memory if busy else p.clocks_idle_mhz.memory
+
+        limit_w = float(c.get("power_limit_w", p.power_default_limit_w))
+        if "power_w" in c:
+            power_w = float(c["power_w"])
+        elif "sw_power_cap" in reasons:
+            power_w = limit_w * 0.995
+        else:
+            power_w = p.power_idle_w + (0.9 * limit_w - p.power_idle_w) * util
+            power_w += self._wobble(i, t, 0.02 * power_w, 0.7) if busy else 0.0
+        power_w = min(power_w, limit_w)
+
+        temp = float(c.get("temperature_c", p.temperature_idle_c + p.temperature_load_rise_c * util))
+        temp += self._wobble(i, t, 0.5, 0.3)
+        mem_temp = None if p.memory_temperature_offset_c is None else \
+            temp + p.memory_temperature_offset_c
+
+        total = p.memory_total_mib * MIB
+        reserved = p.memory_reserved_mib * MIB
+        used = int(float(c.get("memory_used_ratio", 0.0)) * (total - reserved))
+
+        gen_max, width_max = p.pcie_max_generation, p.pcie_max_width
+        gen = int(c.get("pcie_link_generation", gen_max))
+        if not busy:
+            # Real GPUs downshift an idle link to save power.
+            gen = min(gen, p.pcie_idle_generation)
+        width = int(c.get("pcie_link_width", width_max))
+
+        tx_rate = float(c.get("pcie_tx_bytes_per_s", 1.1e9 * util))
+        rx_rate = float(c.get("pcie_rx_bytes_per_s", 3.4e9 * util))
+        cnt = self._counters[i]
+        dt = t - cnt.last_t
+        if dt > 0:
+            cnt.energy_mj += power_w * 1000.0 * dt
+            cnt.tx += tx_rate * dt
+            cnt.rx += rx_rate * dt
+            cnt.replays += float(c.get("pcie_replays_per_s", 0.0)) * dt
+            cnt.last_t = t
+
+        ecc_on = bool(c.get("ecc_enabled", p.ecc))
+        cv = int(c.get("ecc_corrected_volatile", 0))
+        uv = int(c.get("ecc_uncorrected_volatile", 0))
+        ecc = {(0, 0): cv, (1, 0): uv, (0, 1): cv + 3, (1, 1): uv}
+
+        fans = []
+        if p.fans:
+            ratio = float(c.get("fan_ratio", 0.3 + 0.45 * util))
+            fans = [round(ratio * 100)] * p.fans
+
+        supported = 0
+        for r in p.supported_clock_reasons:
+            supported |= REASON_BITS[r]
+        mask = 0
+        for r in reasons:
+            mask |= REASON_BITS[r]
+        mask &= supported
+
+        return GpuState(
+            index=i,
+            lost=bool(c.get("lost", False)),
+            uuid=f"GPU-{self._uuids[i]}",
+            serial=str(p.serial_base + i) if p.serial_base else "",
+            bus_id=bus_id(i),
+            util_pct=round(util * 100),
+            mem_util_pct=round(float(c.get("memory_utilization", 0.45 * util)) * 100),
+            mem_total=total,
+            mem_reserved=reserved,
+            mem_used=used,
+            temp_c=round(temp),
+            mem_temp_c=None if mem_temp is None else round(mem_temp),
+            power_mw=round(power_w * 1000),
+            limit_mw=round(limit_w * 1000),
+            default_limit_mw=round(p.power_default_limit_w * 1000),
+            energy_mj=int(cnt.energy_mj),
+            clocks_mhz={0: sm, 1: sm, 2: mem_clock},
+            max_clocks_mhz={0: p.clocks_max_mhz.graphics, 1: max_sm, 2: p.clocks_max_mhz.memory},
+            app_clocks_mhz={0: app_sm, 1: app_sm, 2: p.clocks_application_mhz.memory},
+            pstate=0 if busy else p.pstate_idle,
+            fans_pct=fans,
+            reasons=mask,
+            supported_reasons=supported,
+            pcie_gen=gen,
+            pcie_width=width,
+            pcie_max_gen=gen_max,
+            pcie_max_width=width_max,
+            pcie_replays=int(cnt.replays),
+            pcie_tx_bytes=int(cnt.tx),
+            pcie_rx_bytes=int(cnt.rx),
+            ecc_enabled=ecc_on,
+            ecc=ecc,
+            remapped=(int(c.get("remapped_rows_correctable", 0)),
+                      int(c.get("remapped_rows_uncorrectable", 0)),
+                      int(bool(c.get("remap_pending", False))),
+                      int(bool(c.get("remap_failed", False)))),
+            persistence=bool(c.get("persistence_mode", True)),
+            errors={name: int(Return[code]) for name, code in c["errors"].items()},
+            condition=c,
+        )

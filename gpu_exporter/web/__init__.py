@@ -1,0 +1,1 @@
+"""HTTP: /metrics from the newest snapshot, the landing page, health endpoints."""

@@ -1,0 +1,39 @@
+"""Render a snapshot through prometheus_client: a custom collector yields fresh
+metric families built from the newest snapshot on every scrape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpu_exporter.catalog import CATALOG
+from gpu_exporter.snapshot import Snapshot
+
+
+class SnapshotCollector(Collector):
+    def __init__(self, source: Callable[[], Snapshot | None]) -> None:
+        self._source = source
+
+    def describe(self) -> list[Metric]:
+        # Nothing to describe up front: series come and go with the hardware.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._source()
+        if snap is None:
+            return
+        for spec in CATALOG:
+            samples = snap.samples.get(spec.name)
+            if not samples:
+                continue
+            family: GaugeMetricFamily | CounterMetricFamily
+            if spec.kind == "counter":
+                family = CounterMetricFamily(spec.name[: -len("_total")], spec.help,
+                                             labels=spec.labels)
+            else:
+                family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for s in samples:
+                family.add_metric(s.labels, s.value)
+            yield family
