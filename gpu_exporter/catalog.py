@@ -1,149 +1,20 @@
 """Every metric the exporter can export: the one source of truth for names, types,
 labels and help text. The exposition, the README's metric list, the dashboards'
 checks and the tests all read this table.
+
+Each area keeps its entries in its own module under ``gpu_exporter.catalogs``;
+this module joins them in exposition order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from gpu_exporter.catalog_types import GPU, Kind, Metric
+from gpu_exporter.catalogs import device, exporter
 
-Kind = Literal["gauge", "counter"]
-
-GPU = ("gpu", "uuid")
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    name: str
-    kind: Kind
-    help: str
-    labels: tuple[str, ...]
-    collector: str
-
-    def __post_init__(self) -> None:
-        if self.kind == "counter" and not self.name.endswith("_total"):
-            raise ValueError(f"counter {self.name} must end in _total")
-        if self.kind == "gauge" and self.name.endswith("_total"):
-            raise ValueError(f"gauge {self.name} must not end in _total")
-
-
-def _m(name: str, kind: Kind, help: str, labels: tuple[str, ...], collector: str) -> Metric:
-    return Metric(name, kind, help, labels, collector)
-
-
-_DEVICE: tuple[Metric, ...] = (
-    _m("gpu_info", "gauge",
-       "Identity of the GPU (value 1): name, PCI bus id, serial, driver, VBIOS, CUDA driver "
-       "version, architecture and compute capability, from NVML.",
-       (*GPU, "name", "pci_bus_id", "serial", "driver_version", "vbios_version",
-        "cuda_driver_version", "architecture", "compute_capability"), "device"),
-    _m("gpu_up", "gauge",
-       "1 when NVML answers for this GPU, 0 when it is lost, fell off the bus or keeps erroring.",
-       GPU, "device"),
-    _m("gpu_utilization_ratio", "gauge",
-       "Share of the last sample period in which at least one kernel was running on the GPU "
-       "(NVML utilization.gpu). It does not say how many SMs were busy.", GPU, "device"),
-    _m("gpu_memory_controller_utilization_ratio", "gauge",
-       "Share of the last sample period in which device memory was being read or written "
-       "(NVML utilization.memory).", GPU, "device"),
-    _m("gpu_memory_used_bytes", "gauge",
-       "Framebuffer memory allocated by processes, excluding memory reserved by the driver "
-       "(NVML memory info v2).", GPU, "device"),
-    _m("gpu_memory_total_bytes", "gauge", "Total framebuffer memory of the GPU (NVML).",
-       GPU, "device"),
-    _m("gpu_memory_reserved_bytes", "gauge",
-       "Framebuffer memory reserved by the driver and firmware, unavailable to processes "
-       "(NVML memory info v2).", GPU, "device"),
-    _m("gpu_temperature_celsius", "gauge",
-       "Temperature of the GPU die (sensor=gpu) or of its HBM/GDDR memory (sensor=memory), "
-       "from NVML.", (*GPU, "sensor"), "device"),
-    _m("gpu_temperature_threshold_celsius", "gauge",
-       "Temperature limits of this GPU model: slowdown (clocks are cut), shutdown, and the "
-       "maximum operating temperature, from NVML.", (*GPU, "threshold"), "device"),
-    _m("gpu_power_watts", "gauge", "Power drawn by the whole board, from NVML.", GPU, "device"),
-    _m("gpu_power_limit_watts", "gauge",
-       "Power limit the driver enforces now (the lowest of the configured limits), from NVML.",
-       GPU, "device"),
-    _m("gpu_power_default_limit_watts", "gauge",
-       "Power limit the board ships with; a lower enforced limit means someone capped it.",
-       GPU, "device"),
-    _m("gpu_energy_joules_total", "counter",
-       "Energy consumed by the GPU since the driver was loaded, from NVML.", GPU, "device"),
-    _m("gpu_clock_hertz", "gauge", "Current clock frequency, from NVML.", (*GPU, "clock"),
-       "device"),
-    _m("gpu_clock_max_hertz", "gauge", "Highest clock frequency this GPU supports, from NVML.",
-       (*GPU, "clock"), "device"),
-    _m("gpu_clock_application_hertz", "gauge",
-       "Application clock target set by the administrator (nvidia-smi -ac), from NVML.",
-       (*GPU, "clock"), "device"),
-    _m("gpu_performance_state", "gauge",
-       "Performance state (P-state): 0 is maximum performance, 15 minimum.", GPU, "device"),
-    _m("gpu_fan_speed_ratio", "gauge",
-       "Fan speed as a share of its intended maximum; can exceed 1. Absent on passively "
-       "cooled boards.", (*GPU, "fan"), "device"),
-    _m("gpu_throttle_reason_active", "gauge",
-       "1 while this reason holds the GPU's clocks below their maximum (NVML clock event "
-       "reasons), one series per reason the GPU supports.", (*GPU, "reason"), "device"),
-    _m("gpu_pcie_link_generation", "gauge",
-       "PCIe generation the link is trained at now; idle GPUs downshift to save power.",
-       GPU, "device"),
-    _m("gpu_pcie_link_generation_max", "gauge",
-       "Highest PCIe generation this GPU can reach in this system (card and slot).", GPU,
-       "device"),
-    _m("gpu_pcie_link_width", "gauge", "PCIe lanes the link is trained at now.", GPU, "device"),
-    _m("gpu_pcie_link_width_max", "gauge",
-       "Most PCIe lanes this GPU can use in this system.", GPU, "device"),
-    _m("gpu_pcie_replays_total", "counter",
-       "PCIe replays (retransmitted packets) since the driver was loaded; a rising rate means "
-       "a marginal link.", GPU, "device"),
-    _m("gpu_pcie_bytes_total", "counter",
-       "Bytes moved over the GPU's PCIe link, from NVML's PCIe byte counters.",
-       (*GPU, "direction"), "device"),
-    _m("gpu_ecc_enabled", "gauge", "1 when ECC is enabled on the GPU's memory.", GPU, "device"),
-    _m("gpu_ecc_errors_total", "counter",
-       "ECC errors in device memory: volatile since the last driver load, aggregate over the "
-       "GPU's life.", (*GPU, "type", "scope"), "device"),
-    _m("gpu_remapped_rows_total", "counter",
-       "Memory rows remapped to spares because of correctable or uncorrectable errors.",
-       (*GPU, "type"), "device"),
-    _m("gpu_row_remap_pending", "gauge",
-       "1 when a row remap is pending and the GPU needs a reset to apply it.", GPU, "device"),
-    _m("gpu_row_remap_failed", "gauge",
-       "1 when a row remap failed: the GPU has run out of spare rows and should be replaced.",
-       GPU, "device"),
-    _m("gpu_persistence_mode_enabled", "gauge",
-       "1 when persistence mode keeps the driver loaded with no clients.", GPU, "device"),
+CATALOG: tuple[Metric, ...] = (
+    *device.METRICS,
+    *exporter.METRICS,
 )
-
-_SELF: tuple[Metric, ...] = (
-    _m("gpu_exporter_build_info", "gauge",
-       "Version of the exporter and of the NVML binding (value 1).",
-       ("version", "nvml_binding_version", "python_version"), "exporter"),
-    _m("gpu_exporter_nvml_up", "gauge",
-       "1 when NVML is initialised and answering, 0 when the library or driver is missing.",
-       (), "exporter"),
-    _m("gpu_exporter_nvml_driver_info", "gauge",
-       "NVIDIA driver and CUDA driver versions seen through NVML (value 1).",
-       ("driver_version", "cuda_driver_version"), "exporter"),
-    _m("gpu_exporter_collector_success", "gauge",
-       "1 when the collector's last run succeeded, 0 when it failed.", ("collector",),
-       "exporter"),
-    _m("gpu_exporter_collector_duration_seconds", "gauge",
-       "Wall time of the collector's last run.", ("collector",), "exporter"),
-    _m("gpu_exporter_collector_errors_total", "counter",
-       "Reads a collector could not complete (a failing call or file), by collector.",
-       ("collector",), "exporter"),
-    _m("gpu_exporter_poll_duration_seconds", "gauge", "Wall time of the last poll.", (),
-       "exporter"),
-    _m("gpu_exporter_polls_total", "counter", "Polls completed since the exporter started.",
-       (), "exporter"),
-    _m("gpu_exporter_last_poll_timestamp_seconds", "gauge",
-       "Unix time the newest snapshot was taken; compare with time() to see staleness.", (),
-       "exporter"),
-)
-
-CATALOG: tuple[Metric, ...] = _DEVICE + _SELF
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOG}
 if len(BY_NAME) != len(CATALOG):  # pragma: no cover - a programming error
@@ -155,3 +26,6 @@ def metric(name: str) -> Metric:
         return BY_NAME[name]
     except KeyError:
         raise KeyError(f"metric {name!r} is not in the catalog") from None
+
+
+__all__ = ["BY_NAME", "CATALOG", "GPU", "Kind", "Metric", "metric"]

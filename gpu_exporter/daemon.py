@@ -36,15 +36,20 @@ class Exporter:
     def __init__(self, settings: Settings, simulation: SimulatedNode | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
-        self.settings = settings
         self.simulation = simulation
         if simulation is not None:
             simulation.install()
+            # The host readers run unchanged on the simulated node's /proc and /sys.
+            settings = settings.model_copy(update={"path": settings.path.model_copy(
+                update={"procfs": simulation.procfs, "sysfs": simulation.sysfs})})
+        self.settings = settings
         self.session = NvmlSession(clock=monotonic)
         self.runtime = Runtime(settings, self.session, simulation, monotonic, wall_clock)
         self.collectors = collector_registry.build(self.runtime)
         self.poller = Poller(self.collectors, settings.poll.interval, self.session,
                              wall_clock=wall_clock, monotonic=monotonic)
+        if simulation is not None:
+            self.poller.before_poll.append(simulation.refresh)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(lambda: self.poller.latest))
         started = time.time()
@@ -85,6 +90,7 @@ class Exporter:
         self.poller.stop()
         if self.simulation is not None:
             self.simulation.uninstall()
+            self.simulation.close()
 
 
 def run(settings: Settings, simulation: SimulatedNode | None = None) -> int:

@@ -54,6 +54,8 @@ class Poller:
         self._errors_total: dict[str, int] = {c.name: 0 for c in self.collectors}
         self.polls = 0
         self.listeners: list[Listener] = []
+        # Called before each poll (the simulator advances its host files here).
+        self.before_poll: list[Callable[[], None]] = []
         self._build_labels = {"version": __version__, "nvml_binding_version": _binding_version(),
                               "python_version": platform.python_version()}
 
@@ -67,6 +69,8 @@ class Poller:
 
     def poll_once(self) -> Snapshot:
         start = self._mono()
+        for hook in self.before_poll:
+            hook()
         out = SnapshotBuilder(self._wall())
         for collector in self.collectors:
             t0 = self._mono()

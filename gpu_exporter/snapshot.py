@@ -58,7 +58,8 @@ class SnapshotBuilder:
         if len(labels) != len(spec.labels):
             missing = set(spec.labels) - set(labels)
             extra = set(labels) - set(spec.labels)
-            raise ValueError(f"{name}: labels missing {sorted(missing)}, unexpected {sorted(extra)}")
+            raise ValueError(f"{name}: labels missing {sorted(missing)}, "
+                             f"unexpected {sorted(extra)}")
         try:
             values = tuple(str(labels[k]) for k in spec.labels)
         except KeyError as exc:

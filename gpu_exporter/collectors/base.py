@@ -21,5 +21,5 @@ class Collector(ABC):
         """Reads that failed in the last collect() without failing the collector."""
         return 0
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most collectors hold nothing
         """Release what the collector holds (threads, handles)."""

@@ -138,32 +138,32 @@ class Device:
     # --- power and energy ---------------------------------------------------
     @_translate("nvmlDeviceGetPowerUsage")
     def power_watts(self) -> float:
-        return pynvml.nvmlDeviceGetPowerUsage(self._h) / 1000.0
+        return float(pynvml.nvmlDeviceGetPowerUsage(self._h)) / 1000.0
 
     @_translate("nvmlDeviceGetEnforcedPowerLimit")
     def power_limit_watts(self) -> float:
-        return pynvml.nvmlDeviceGetEnforcedPowerLimit(self._h) / 1000.0
+        return float(pynvml.nvmlDeviceGetEnforcedPowerLimit(self._h)) / 1000.0
 
     @_translate("nvmlDeviceGetPowerManagementDefaultLimit")
     def power_default_limit_watts(self) -> float:
-        return pynvml.nvmlDeviceGetPowerManagementDefaultLimit(self._h) / 1000.0
+        return float(pynvml.nvmlDeviceGetPowerManagementDefaultLimit(self._h)) / 1000.0
 
     @_translate("nvmlDeviceGetTotalEnergyConsumption")
     def energy_joules(self) -> float:
-        return pynvml.nvmlDeviceGetTotalEnergyConsumption(self._h) / 1000.0
+        return float(pynvml.nvmlDeviceGetTotalEnergyConsumption(self._h)) / 1000.0
 
     # --- clocks and performance state ---------------------------------------
     @_translate("nvmlDeviceGetClockInfo")
     def clock_hz(self, clock: int) -> float:
-        return pynvml.nvmlDeviceGetClockInfo(self._h, clock) * 1e6
+        return float(pynvml.nvmlDeviceGetClockInfo(self._h, clock)) * 1e6
 
     @_translate("nvmlDeviceGetMaxClockInfo")
     def max_clock_hz(self, clock: int) -> float:
-        return pynvml.nvmlDeviceGetMaxClockInfo(self._h, clock) * 1e6
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(self._h, clock)) * 1e6
 
     @_translate("nvmlDeviceGetApplicationsClock")
     def application_clock_hz(self, clock: int) -> float:
-        return pynvml.nvmlDeviceGetApplicationsClock(self._h, clock) * 1e6
+        return float(pynvml.nvmlDeviceGetApplicationsClock(self._h, clock)) * 1e6
 
     @_translate("nvmlDeviceGetPerformanceState")
     def performance_state(self) -> int:
@@ -185,7 +185,7 @@ class Device:
     @_translate("nvmlDeviceGetFanSpeed_v2")
     def fan_speed_ratio(self, fan: int) -> float:
         # NVML's percent of the fan's intended maximum; it can exceed 100.
-        return pynvml.nvmlDeviceGetFanSpeed_v2(self._h, fan) / 100.0
+        return float(pynvml.nvmlDeviceGetFanSpeed_v2(self._h, fan)) / 100.0
 
     # --- PCIe ---------------------------------------------------------------
     @_translate("nvmlDeviceGetCurrPcieLinkGeneration")

@@ -5,6 +5,7 @@ and notice GPUs that are lost and come back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -21,6 +22,15 @@ T = TypeVar("T")
 INIT_BACKOFF_START_S = 1.0
 INIT_BACKOFF_MAX_S = 60.0
 LOST_RETRY_S = 10.0
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """``00000000:18:00.0`` (NVML) and ``0000:18:00.0`` (sysfs) -> ``0000:18:00.0``."""
+    text = bus_id.strip().lower()
+    domain, sep, rest = text.partition(":")
+    if not sep:
+        return text
+    return f"{int(domain, 16):04x}:{rest}" if domain else text
 
 
 class GpuGone(Exception):
@@ -168,20 +178,16 @@ class NvmlSession:
             self._logged_code = exc.code
             log.error("NVML stopped answering: %s (%s); retrying with backoff",
                       exc.init_hint(), exc.name)
-            try:
+            with contextlib.suppress(NvmlError):
                 self.nvml.shutdown()
-            except NvmlError:
-                pass
             self._next_try = self._clock() + self._backoff
 
     def close(self) -> None:
         with self._lock:
             if self.up:
                 self.up = False
-                try:
+                with contextlib.suppress(NvmlError):
                     self.nvml.shutdown()
-                except NvmlError:
-                    pass
 
     @staticmethod
     def _safe(fn: Callable[[], str]) -> str | None:
@@ -233,6 +239,29 @@ class NvmlSession:
             gpu.lost = True
             gpu.lost_since = self._clock()
         gpu.next_recovery_try = self._clock() + LOST_RETRY_S
+
+    def _by_bus_id(self, pci_bus_id: str) -> Gpu | None:
+        want = normalize_bus_id(pci_bus_id)
+        for gpu in self.gpus:
+            if gpu.identity.pci_bus_id and normalize_bus_id(gpu.identity.pci_bus_id) == want:
+                return gpu
+        return None
+
+    def gpu_removed(self, pci_bus_id: str) -> bool:
+        """The kernel says the device left the bus (udev remove): lost at once."""
+        gpu = self._by_bus_id(pci_bus_id)
+        if gpu is None:
+            return False
+        self.mark_lost(gpu, f"udev remove event for PCI device {pci_bus_id}")
+        return True
+
+    def gpu_added(self, pci_bus_id: str) -> bool:
+        """The device is back on the bus (udev add): try it on the next poll."""
+        gpu = self._by_bus_id(pci_bus_id)
+        if gpu is None or not gpu.lost:
+            return False
+        gpu.next_recovery_try = 0.0
+        return True
 
     def try_recover(self, gpu: Gpu) -> bool:
         """Ask again for a lost GPU, at most every LOST_RETRY_S seconds."""

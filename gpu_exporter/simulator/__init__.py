@@ -3,6 +3,8 @@ tests and the fixture of the benchmarks. See ``clib`` for how it plugs in."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -14,6 +16,7 @@ from pydantic import ValidationError
 
 from gpu_exporter.nvml import adapter
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
+from gpu_exporter.simulator.hostfs import HostFs
 from gpu_exporter.simulator.model import DeviceProfile, Scenario
 from gpu_exporter.simulator.world import World
 
@@ -60,7 +63,9 @@ def _one_line(exc: ValidationError) -> str:
 
 
 def load_profile(name: str) -> DeviceProfile:
-    path = Path(name) if name.endswith((".yaml", ".yml")) else _package_dir("profiles") / f"{name}.yaml"
+    path = Path(name)
+    if not name.endswith((".yaml", ".yml")):
+        path = _package_dir("profiles") / f"{name}.yaml"
     if not path.exists():
         raise ScenarioError(f"unknown device profile {name!r}; built-in: "
                             + ", ".join(builtin_profiles()))
@@ -109,6 +114,18 @@ class SimulatedNode:
         self.profile = load_profile(scenario.node.profile)
         self.world = World(scenario, self.profile, clock)
         self.library = FakeNvmlLibrary(self.world, latency_us)
+        self._root = Path(tempfile.mkdtemp(prefix="gpu-exporter-sim-"))
+        self.hostfs = HostFs(self.world, self._root)
+        self.procfs = self.hostfs.procfs
+        self.sysfs = self.hostfs.sysfs
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Bring the simulated /proc and /sys up to the clock's time."""
+        self.hostfs.render(self.world.elapsed())
+
+    def close(self) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
 
     @classmethod
     def from_name(cls, name_or_path: str, clock: Callable[[], float] = time.monotonic,

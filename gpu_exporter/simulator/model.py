@@ -9,7 +9,7 @@ mJ, KB/s, percent) at its C boundary, exactly where a real driver would.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -117,6 +117,14 @@ class GpuCondition(_Strict):
     persistence_mode: bool | None = None
     fan_ratio: float | None = Field(None, ge=0, le=2)
     lost: bool | None = None
+    # The kernel's side of the GPU (sysfs): NUMA placement, the upstream
+    # bridge/switch port's link, AER error rates.
+    numa_node: int | None = Field(None, ge=0)
+    upstream_link_generation: int | None = Field(None, ge=1, le=6)
+    upstream_link_width: int | None = Field(None, ge=1, le=32)
+    aer_correctable_per_s: float | None = Field(None, ge=0)
+    aer_nonfatal_per_s: float | None = Field(None, ge=0)
+    aer_fatal_per_s: float | None = Field(None, ge=0)
     # Fault injection: C function name -> NVML error it returns from now on.
     errors: dict[str, ErrorName] | None = None
 
@@ -136,13 +144,76 @@ class GpuCondition(_Strict):
         return v
 
 
+class Pressure(_Strict):
+    """Linux PSI avg10 ratios for one resource."""
+
+    some: float = Field(0.0, ge=0, le=1)
+    full: float = Field(0.0, ge=0, le=1)
+
+
+class HostCondition(_Strict):
+    """The host around the GPUs. Like GpuCondition, a timeline step changes only
+    the fields it names. Rates are per second; ratios 0-1."""
+
+    cpus: int | None = Field(None, ge=1, le=4096)
+    numa_nodes: int | None = Field(None, ge=1, le=64)
+    cpu_busy_ratio: float | None = Field(None, ge=0, le=1)  # user+system share of all CPUs
+    iowait_ratio: float | None = Field(None, ge=0, le=1)
+    steal_ratio: float | None = Field(None, ge=0, le=1)
+    pressure_cpu: Pressure | None = None
+    pressure_memory: Pressure | None = None
+    pressure_io: Pressure | None = None
+    psi_available: bool | None = None  # False: a kernel without /proc/pressure
+    schedstat_available: bool | None = None  # False: no /proc/PID/schedstat
+    memory_total_bytes: int | None = Field(None, gt=0)
+    memory_available_ratio: float | None = Field(None, ge=0, le=1)
+    swap_total_bytes: int | None = Field(None, ge=0)
+    swap_used_ratio: float | None = Field(None, ge=0, le=1)
+    swap_in_bytes_per_s: float | None = Field(None, ge=0)
+    swap_out_bytes_per_s: float | None = Field(None, ge=0)
+    load1: float | None = Field(None, ge=0)
+    context_switches_per_s: float | None = Field(None, ge=0)
+    # block device name -> busy ratio (share of time with I/O in flight)
+    disks: dict[str, float] | None = None
+    # interface name -> receive drops per second / receive errors per second
+    net_rx_drops_per_s: dict[str, float] | None = None
+    net_rx_errors_per_s: dict[str, float] | None = None
+
+
+class ProcessCondition(_Strict):
+    """A process on the host; with ``gpus`` it holds a context on those GPUs."""
+
+    pid: int = Field(gt=1, lt=4194304)
+    comm: str = Field(min_length=1, max_length=15)
+    ppid: int = 1
+    gpus: list[int] = Field(default_factory=list)
+    type: Literal["compute", "graphics"] = "compute"
+    gpu_memory_ratio: float = Field(0.0, ge=0, le=1)  # share of each GPU's memory it holds
+    sm_utilization: float | None = Field(None, ge=0, le=1)  # None: no samples from NVML
+    cpu_ratio: float = Field(0.0, ge=0)  # CPUs' worth of time it burns (1.5 = 1.5 cores)
+    state: Literal["R", "S", "D", "Z", "T", "I"] = "S"
+    threads: int = Field(1, ge=1)
+    rss_bytes: int = Field(512 * 1024 * 1024, ge=0)
+    run_queue_wait_ratio: float = Field(0.0, ge=0)  # waiting-to-run time per wall second
+    voluntary_ctxt_switches_per_s: float = Field(0.0, ge=0)
+    nonvoluntary_ctxt_switches_per_s: float = Field(0.0, ge=0)
+    cpus_allowed: str | None = None  # a cpulist like "0-31,64-95"; None: the GPU's local CPUs
+    cgroup: str = "0::/user.slice"
+    # MIG placement when the GPU is split: (gpu_instance, compute_instance).
+    mig: tuple[int, int] | None = None
+    exits_at: Duration | None = None  # the process ends at this time
+
+
 GpuSelector = Literal["all"] | list[int]
 
 
 class Step(_Strict):
     at: Duration = Field(0.0, ge=0)
     gpus: GpuSelector = "all"
-    set: GpuCondition
+    set: GpuCondition = GpuCondition()
+    host: HostCondition | None = None
+    # When given, replaces the whole process list from this moment on.
+    processes: list[ProcessCondition] | None = None
 
 
 class Node(_Strict):
@@ -162,10 +233,10 @@ class Scenario(_Strict):
     # Starting condition of every GPU, then per-GPU overrides, then the timeline.
     state: GpuCondition = GpuCondition()
     gpus: dict[int, GpuCondition] = Field(default_factory=dict)
+    host: HostCondition = HostCondition()
+    processes: list[ProcessCondition] = Field(default_factory=list)
     timeline: list[Step] = Field(default_factory=list)
     noise: bool = True
-    # Free-form sections later features read (host, processes, expect ...).
-    extra: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _indices(self) -> Scenario:
@@ -178,4 +249,17 @@ class Scenario(_Strict):
                 for i in step.gpus:
                     if not 0 <= i < n:
                         raise ValueError(f"timeline[{k}].gpus: index {i} is outside 0..{n - 1}")
+        lists = [("processes", self.processes)] + [
+            (f"timeline[{k}].processes", s.processes) for k, s in enumerate(self.timeline)
+            if s.processes is not None]
+        for where, procs in lists:
+            seen: set[int] = set()
+            for proc in procs:
+                if proc.pid in seen:
+                    raise ValueError(f"{where}: pid {proc.pid} appears twice")
+                seen.add(proc.pid)
+                for i in proc.gpus:
+                    if not 0 <= i < n:
+                        raise ValueError(f"{where}: pid {proc.pid} uses GPU {i}, outside "
+                                         f"0..{n - 1}")
         return self

@@ -14,7 +14,13 @@ from typing import Any
 
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
-from gpu_exporter.simulator.model import DeviceProfile, GpuCondition, Scenario
+from gpu_exporter.simulator.model import (
+    DeviceProfile,
+    GpuCondition,
+    HostCondition,
+    ProcessCondition,
+    Scenario,
+)
 
 MIB = 1024 * 1024
 # Bus ids of an 8-GPU HGX H100 board; further GPUs continue the pattern.
@@ -25,6 +31,32 @@ _THERMAL = ("hw_slowdown", "hw_thermal", "sw_thermal")
 def bus_id(index: int) -> str:
     bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0x100 - 8 + index % 8
     return f"00000000:{bus:02X}:00.0"
+
+
+# The host of a typical 8-GPU training node when a scenario says nothing else.
+HOST_DEFAULTS: dict[str, Any] = {
+    "cpus": 128,
+    "numa_nodes": 2,
+    "cpu_busy_ratio": 0.25,
+    "iowait_ratio": 0.002,
+    "steal_ratio": 0.0,
+    "pressure_cpu": {"some": 0.01, "full": 0.0},
+    "pressure_memory": {"some": 0.0, "full": 0.0},
+    "pressure_io": {"some": 0.005, "full": 0.002},
+    "psi_available": True,
+    "schedstat_available": True,
+    "memory_total_bytes": 2 * 1024**4,
+    "memory_available_ratio": 0.7,
+    "swap_total_bytes": 0,
+    "swap_used_ratio": 0.0,
+    "swap_in_bytes_per_s": 0.0,
+    "swap_out_bytes_per_s": 0.0,
+    "load1": 24.0,
+    "context_switches_per_s": 40000.0,
+    "disks": {"nvme0n1": 0.05, "nvme1n1": 0.04},
+    "net_rx_drops_per_s": {"eth0": 0.0, "ib0": 0.0},
+    "net_rx_errors_per_s": {"eth0": 0.0, "ib0": 0.0},
+}
 
 
 @dataclass
@@ -120,6 +152,46 @@ class World:
         merged["errors"] = errors
         return merged
 
+    def host_condition(self, t: float) -> dict[str, Any]:
+        """The host's condition at t: defaults, the scenario's, then its steps."""
+        merged = dict(HOST_DEFAULTS)
+
+        def apply(cond: HostCondition) -> None:
+            merged.update(cond.model_dump(exclude_none=True))
+
+        apply(self.scenario.host)
+        for step in self._steps:
+            if step.at > t:
+                break
+            if step.host is not None:
+                apply(step.host)
+        return merged
+
+    def processes(self, t: float) -> list[ProcessCondition]:
+        """Processes alive at t: the scenario's list or the latest step's."""
+        procs = self.scenario.processes
+        for step in self._steps:
+            if step.at > t:
+                break
+            if step.processes is not None:
+                procs = step.processes
+        return [p for p in procs if p.exits_at is None or p.exits_at > t]
+
+    def gpu_numa_node(self, index: int, t: float) -> int:
+        c = self.condition(index, t)
+        if "numa_node" in c:
+            return int(c["numa_node"])
+        nodes = int(self.host_condition(t)["numa_nodes"])
+        per_node = max(1, -(-self.gpu_count // nodes))
+        return min(nodes - 1, index // per_node)
+
+    def node_cpus(self, node: int, t: float) -> tuple[int, int]:
+        """First and last CPU of a NUMA node (CPUs split evenly, in order)."""
+        host = self.host_condition(t)
+        cpus, nodes = int(host["cpus"]), int(host["numa_nodes"])
+        per = max(1, cpus // nodes)
+        return node * per, min(cpus, (node + 1) * per) - 1
+
     # --- state -----------------------------------------------------------
     def states(self) -> list[GpuState]:
         """Every GPU's state now; counters advance with the clock."""
@@ -178,7 +250,8 @@ class World:
             power_w += self._wobble(i, t, 0.02 * power_w, 0.7) if busy else 0.0
         power_w = min(power_w, limit_w)
 
-        temp = float(c.get("temperature_c", p.temperature_idle_c + p.temperature_load_rise_c * util))
+        warm = p.temperature_idle_c + p.temperature_load_rise_c * util
+        temp = float(c.get("temperature_c", warm))
         temp += self._wobble(i, t, 0.5, 0.3)
         mem_temp = None if p.memory_temperature_offset_c is None else \
             temp + p.memory_temperature_offset_c

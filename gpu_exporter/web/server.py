@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
@@ -94,8 +93,8 @@ class App:
         if req.path != "/":
             return Response(404, b"Not found\n")
         links = "".join(f'<li><a href="{html.escape(p)}">{html.escape(t)}</a></li>'
-                        for p, t in self.links + [("/-/healthy", "Health"),
-                                                  ("/-/ready", "Readiness")])
+                        for p, t in [*self.links, ("/-/healthy", "Health"),
+                                     ("/-/ready", "Readiness")])
         sections = "".join(section() for section in self.landing_sections)
         page = (
             "<!doctype html><html><head><meta charset='utf-8'><title>GPU Exporter</title>"
@@ -248,5 +247,5 @@ def staleness_check(latest_timestamp: Callable[[], float | None], interval: floa
     return check
 
 
-__all__ = ["App", "ExporterHTTPServer", "HTTPStatus", "Request", "Response",
+__all__ = ["App", "ExporterHTTPServer", "Request", "Response",
            "parse_listen_address", "serve_in_thread", "staleness_check"]

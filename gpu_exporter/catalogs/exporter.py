@@ -1,0 +1,33 @@
+"""The exporter's own health metrics."""
+
+from __future__ import annotations
+
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalog_types import metric_spec as _m
+
+METRICS: tuple[Metric, ...] = (
+    _m("gpu_exporter_build_info", "gauge",
+       "Version of the exporter and of the NVML binding (value 1).",
+       ("version", "nvml_binding_version", "python_version"), "exporter"),
+    _m("gpu_exporter_nvml_up", "gauge",
+       "1 when NVML is initialised and answering, 0 when the library or driver is missing.",
+       (), "exporter"),
+    _m("gpu_exporter_nvml_driver_info", "gauge",
+       "NVIDIA driver and CUDA driver versions seen through NVML (value 1).",
+       ("driver_version", "cuda_driver_version"), "exporter"),
+    _m("gpu_exporter_collector_success", "gauge",
+       "1 when the collector's last run succeeded, 0 when it failed.", ("collector",),
+       "exporter"),
+    _m("gpu_exporter_collector_duration_seconds", "gauge",
+       "Wall time of the collector's last run.", ("collector",), "exporter"),
+    _m("gpu_exporter_collector_errors_total", "counter",
+       "Reads a collector could not complete (a failing call or file), by collector.",
+       ("collector",), "exporter"),
+    _m("gpu_exporter_poll_duration_seconds", "gauge", "Wall time of the last poll.", (),
+       "exporter"),
+    _m("gpu_exporter_polls_total", "counter", "Polls completed since the exporter started.",
+       (), "exporter"),
+    _m("gpu_exporter_last_poll_timestamp_seconds", "gauge",
+       "Unix time the newest snapshot was taken; compare with time() to see staleness.", (),
+       "exporter"),
+)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up everything the tests need, then run every test: lint, types, unit,
+# end-to-end. Safe to run again; the second run only re-checks.
+#   ./scripts/test.sh            everything
+#   ./scripts/test.sh -k golden  extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv"
+  "$python" -m venv .venv
+fi
+echo "==> installing the exporter and its test tools into .venv"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+# Prometheus, promtool, Alertmanager and amtool from Debian's packages. They are
+# unpacked into .tools/ rather than installed, so no system service is ever
+# started or changed on the machine running the tests.
+./scripts/fetch-prometheus.sh
+export PATH="$root/.tools/bin:$PATH"
+
+echo "==> ruff"
+.venv/bin/ruff check .
+echo "==> mypy"
+.venv/bin/mypy
+echo "==> pytest"
+.venv/bin/python -m pytest "$@"
