@@ -52,12 +52,12 @@ class Exporter:
             self.poller.before_poll.append(simulation.refresh)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(lambda: self.poller.latest))
-        started = time.time()
+        started = wall_clock()
         self.app = App(
             self.registry, settings.web.telemetry_path, ready=lambda: self.poller.ready,
             healthy=staleness_check(
                 lambda: self.poller.latest.timestamp if self.poller.latest else None,
-                settings.poll.interval, started),
+                settings.poll.interval, started, wall_clock),
         )
         self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
         self.server: ExporterHTTPServer | None = None

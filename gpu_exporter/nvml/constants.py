@@ -16,6 +16,8 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x40: "hw_thermal",
     0x80: "hw_power_brake",
     0x100: "display_clock",
+    0x200: "board_limit",
+    0x400: "reliability",
 }
 REASON_BITS: dict[str, int] = {name: bit for bit, name in CLOCK_EVENT_REASONS.items()}
 

@@ -97,7 +97,10 @@ def load_scenario(name_or_path: str) -> Scenario:
         scenario = Scenario(**data)
     except ValidationError as exc:
         raise ScenarioError(f"scenario {path}: {_one_line(exc)}") from None
-    load_profile(scenario.node.profile)  # fail now, not at the first poll
+    try:
+        load_profile(scenario.node.profile)  # fail now, not at the first poll
+    except ScenarioError as exc:
+        raise ScenarioError(f"scenario {path}: node.profile: {exc}") from None
     return scenario
 
 

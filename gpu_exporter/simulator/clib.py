@@ -123,6 +123,8 @@ class FakeNvmlLibrary:
         self.world = world
         self.latency_us = latency_us or {}
         self.calls: Counter[str] = Counter()
+        # Symbols pynvml asked for that this library does not have.
+        self.missing: set[str] = set()
         self._init_count = 0
         self._lock = threading.Lock()
         self._keep: list[Any] = []
@@ -136,6 +138,8 @@ class FakeNvmlLibrary:
     # pynvml asks for symbols by getattr; an unimplemented one must look like a
     # symbol the library lacks (pynvml maps AttributeError to FUNCTION_NOT_FOUND).
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("nvml"):
+            self.missing.add(name)
         raise AttributeError(name)
 
     def _make(self, name: str, impl: Impl, device: bool) -> Callable[..., int]:

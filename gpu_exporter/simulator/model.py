@@ -63,7 +63,9 @@ class DeviceProfile(_Strict):
     pstate_idle: int = 0
     vbios_version: str
     serial_base: int = 1650000000000
-    supported_clock_reasons: list[str] = Field(default_factory=lambda: list(REASON_BITS))
+    # The nine classic reasons; newer drivers add board_limit and reliability.
+    supported_clock_reasons: list[str] = Field(
+        default_factory=lambda: [r for r in REASON_BITS if r not in ("board_limit", "reliability")])
     # C functions (and field ids) this model answers NOT_SUPPORTED for.
     unsupported_calls: list[str] = Field(default_factory=list)
     unsupported_fields: list[int] = Field(default_factory=list)

@@ -228,13 +228,14 @@ def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread:
 
 
 def staleness_check(latest_timestamp: Callable[[], float | None], interval: float,
-                    started: float) -> Callable[[], tuple[bool, str]]:
+                    started: float, clock: Callable[[], float] = time.time,
+                    ) -> Callable[[], tuple[bool, str]]:
     """Healthy while polls keep coming: stale metrics must not look healthy."""
     limit = max(10 * interval, 30.0)
 
     def check() -> tuple[bool, str]:
         ts = latest_timestamp()
-        now = time.time()
+        now = clock()
         if ts is None:
             if now - started > limit:
                 return False, f"Unhealthy: no poll completed in {now - started:.0f}s"

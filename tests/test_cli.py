@@ -1,0 +1,127 @@
+"""The command line as a user meets it: a real process, real signals, and one
+clear line (exit status 2, no traceback) for every mistake."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.procs import free_port, run_cli, start, wait_http
+
+
+def _one_line_error(result, after_logs: bool = False) -> str:  # type: ignore[no-untyped-def]
+    """The error is one line; ``after_logs``: log lines of the start may precede it."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("gpu-exporter: error: ")]
+    assert len(errors) == 1, result.stderr
+    if not after_logs:
+        assert len(lines) == 1, result.stderr
+    assert lines[-1] == errors[0]
+    return str(errors[0])
+
+
+def test_simulated_node_serves_and_stops_cleanly_on_sigterm() -> None:
+    port = free_port()
+    proc = start(["--simulate", "pcie-downtrained", "--web.listen-address", f"127.0.0.1:{port}"])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready")
+        text = wait_http(f"http://127.0.0.1:{port}/metrics")
+        assert text.count("gpu_info{") == 8
+        assert 'gpu_pcie_link_width{gpu="3"' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=10)
+        stopped_in = time.monotonic() - t0
+    assert code == 0
+    assert stopped_in < 5
+    assert "shutting down" in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def _nvml_loadable() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+def test_without_gpu_it_serves_its_own_metrics_and_says_why() -> None:
+    port = free_port()
+    proc = start(["--web.listen-address", f"127.0.0.1:{port}"])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready")
+        text = wait_http(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    assert "gpu_exporter_nvml_up 0.0" in text
+    assert "gpu_info{" not in text
+    assert 'gpu_exporter_collector_success{collector="device"} 1.0' in text
+    log = proc.stderr.read()  # type: ignore[union-attr]
+    assert "libnvidia-ml.so.1 was not found" in log
+    assert log.count("NVML unavailable") == 1  # said once, not every retry
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--poll.interval", "often"], "poll.interval"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--simulate", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+    (["--log.format", "xml"], "log.format"),
+    (["--config.file", "/nonexistent/gpu-exporter.yaml"], "no such file"),
+])
+def test_bad_input_exits_2_with_one_line(args: list[str], expected: str) -> None:
+    line = _one_line_error(run_cli(args))
+    assert expected in line
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("name: x\nnode: {gpus: 2}\nstate: {utilization: 1.5}\n", "state.utilization"),
+    ("name: x\nnode: {gpus: 2}\ntimeline:\n  - at: 1s\n    gpus: [7]\n    set: {lost: true}\n",
+     "index 7 is outside 0..1"),
+    ("name: x\nnode: {profile: h200-imaginary}\n", "unknown device profile 'h200-imaginary'"),
+    ("name: x\nstate: {throttle_reasons: [too_hot]}\n", "unknown throttle reason 'too_hot'"),
+    ("name: x\nstate: {errors: {nvmlDeviceGetPowerUsage: OOPS}}\n", "unknown NVML error"),
+    ("name: x\nstate: {utilisation: 0.5}\n", "state.utilisation: unknown field"),
+    ("name: [x\n", "line 2"),
+    ("just a string\n", "expected a mapping"),
+])
+def test_bad_scenario_file_exits_2_with_one_line(tmp_path: Path, content: str,
+                                                 expected: str) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(content)
+    line = _one_line_error(run_cli(["--simulate", str(path)]))
+    assert expected in line and str(path) in line
+
+
+def test_port_in_use_exits_2_with_one_line() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        line = _one_line_error(run_cli(["--simulate", "healthy", "--web.listen-address",
+                                        f"127.0.0.1:{port}"]), after_logs=True)
+    assert "address already in use" in line
+
+
+def test_scenarios_subcommand_lists_builtins() -> None:
+    result = run_cli(["scenarios"])
+    assert result.returncode == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()]
+    for name in ("healthy", "idle", "power-capped", "thermal-throttle", "pcie-downtrained",
+                 "gpu-lost", "ecc-uncorrectable"):
+        assert name in names
+
+
+def test_version() -> None:
+    result = run_cli(["--version"])
+    assert result.returncode == 0 and result.stdout.startswith("gpu-exporter ")

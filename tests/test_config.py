@@ -1,0 +1,122 @@
+"""Configuration: flags over environment over file over defaults, and every bad
+value reported as one line naming the setting, its source and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.cli import parse_settings
+from gpu_exporter.config import ConfigError, parse_duration
+
+
+def test_defaults() -> None:
+    s = parse_settings([])
+    assert s.web.listen_address == ":9835"
+    assert s.web.telemetry_path == "/metrics"
+    assert s.poll.interval == 1.0
+    assert s.log.format == "logfmt"
+    assert s.collector_enabled("device", True)
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("1s", 1.0), ("500ms", 0.5), ("1m30s", 90.0), ("2h", 7200.0), ("0.25", 0.25), (3, 3.0),
+])
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "1x", "s", "1s2", "fast", True])
+def test_bad_durations(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+def test_flags_beat_environment_beat_file(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("poll: {interval: 5s}\nweb: {telemetry_path: /file}\n"
+                   "log: {level: debug}\ncollectors: {device: false}\n")
+    monkeypatch.setenv("GPU_EXPORTER_WEB__TELEMETRY_PATH", "/env")
+    monkeypatch.setenv("GPU_EXPORTER_LOG__LEVEL", "warn")
+    s = parse_settings(["--config.file", str(cfg), "--log.level", "error"])
+    assert s.poll.interval == 5.0  # file only
+    assert s.web.telemetry_path == "/env"  # env beats file
+    assert s.log.level == "error"  # flag beats env
+    assert s.collector_enabled("device", True) is False
+
+
+def test_collector_flags() -> None:
+    assert parse_settings(["--no-collector.device"]).collector_enabled("device", True) is False
+    assert parse_settings(["--collector.device"]).collector_enabled("device", False) is True
+
+
+def test_collector_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_EXPORTER_COLLECTORS__DEVICE", "false")
+    assert parse_settings([]).collector_enabled("device", True) is False
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--poll.interval", "fast"], "poll.interval from flag --poll.interval"),
+    (["--poll.interval", "0s"], "poll.interval"),
+    (["--web.listen-address", "nope"], "web.listen_address from flag --web.listen-address"),
+    (["--web.listen-address", ":99999"], "port must be 0-65535"),
+    (["--log.level", "loud"], "log.level from flag --log.level"),
+    (["--log.format", "xml"], "log.format"),
+    (["--web.telemetry-path", "metrics"], "must start with /"),
+])
+def test_bad_flag_values_name_the_setting(argv: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_settings(argv)
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_file_value_names_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("poll:\n  interval: soon\n")
+    with pytest.raises(ConfigError) as err:
+        parse_settings(["--config.file", str(cfg)])
+    assert f"poll.interval from config file {cfg}" in str(err.value)
+
+
+def test_unknown_setting_in_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("web:\n  listen_adress: ':1'\n")
+    with pytest.raises(ConfigError) as err:
+        parse_settings(["--config.file", str(cfg)])
+    assert "web.listen_adress" in str(err.value) and "unknown setting" in str(err.value)
+
+
+def test_unknown_collector_in_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("collectors: {gpus: true}\n")
+    with pytest.raises(ConfigError) as err:
+        parse_settings(["--config.file", str(cfg)])
+    assert "unknown collector 'gpus'" in str(err.value)
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("poll: [1, 2\n", "at line 2"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("web: {listen_address: ':1'\n", "config file"),
+])
+def test_malformed_files(tmp_path: Path, content: str, expected: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(content)
+    with pytest.raises(ConfigError) as err:
+        parse_settings(["--config.file", str(cfg)])
+    assert expected in str(err.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        parse_settings(["--config.file", str(tmp_path / "nope.yaml")])
+
+
+def test_bad_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_EXPORTER_POLL__INTERVAL", "often")
+    with pytest.raises(ConfigError) as err:
+        parse_settings([])
+    assert "environment variable GPU_EXPORTER_POLL__INTERVAL" in str(err.value)

@@ -1,0 +1,88 @@
+"""The HTTP endpoints: metrics with content negotiation and gzip, the landing
+page, health and readiness, and polite answers to everything else."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+from collections.abc import Iterator
+
+import pytest
+
+from tests.simnode import SimRun
+
+
+@pytest.fixture
+def run() -> Iterator[SimRun]:
+    with SimRun("gpu-lost") as r:
+        r.exporter.bind()
+        r.exporter._http_thread = None
+        from gpu_exporter.web.server import serve_in_thread
+
+        assert r.exporter.server is not None
+        serve_in_thread(r.exporter.server)
+        yield r
+
+
+def get(run: SimRun, path: str, method: str = "GET",
+        headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+    conn = http.client.HTTPConnection("127.0.0.1", run.exporter.port, timeout=5)
+    conn.request(method, path, headers=headers or {})
+    return conn.getresponse()
+
+
+def test_not_ready_and_no_metrics_before_the_first_poll(run: SimRun) -> None:
+    assert get(run, "/-/ready").status == 503
+    assert get(run, "/-/healthy").status == 200
+    body = get(run, "/metrics").read().decode()
+    assert "gpu_info" not in body
+
+
+def test_ready_after_first_poll(run: SimRun) -> None:
+    run.poll()
+    assert get(run, "/-/ready").status == 200
+
+
+def test_metrics_plain_openmetrics_and_gzip(run: SimRun) -> None:
+    run.poll(10)
+    plain = get(run, "/metrics")
+    assert plain.status == 200
+    assert plain.getheader("Content-Type", "").startswith("text/plain; version=0.0.4")
+    text = plain.read().decode()
+    assert 'gpu_up{gpu="5"' in text
+
+    om = get(run, "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert om.getheader("Content-Type", "").startswith("application/openmetrics-text")
+    assert om.read().decode().rstrip().endswith("# EOF")
+
+    gz = get(run, "/metrics", headers={"Accept-Encoding": "gzip"})
+    assert gz.getheader("Content-Encoding") == "gzip"
+    assert 'gpu_up{gpu="5"' in gzip.decompress(gz.read()).decode()
+
+
+def test_landing_page_links_and_gpu_states(run: SimRun) -> None:
+    run.poll(10)
+    resp = get(run, "/")
+    assert resp.status == 200
+    page = resp.read().decode()
+    for link in ("/metrics", "/-/healthy", "/-/ready"):
+        assert f'href="{link}"' in page
+    assert page.count("<tr><td>") == 8
+    assert "lost" in page
+
+
+def test_unknown_path_and_method(run: SimRun) -> None:
+    assert get(run, "/nope").status == 404
+    assert get(run, "/metrics", method="POST").status == 405
+    assert get(run, "/metrics", method="HEAD").status == 200
+
+
+def test_health_turns_bad_when_polls_stop(run: SimRun) -> None:
+    from gpu_exporter.web.server import staleness_check
+
+    now = [1000.0]
+    check = staleness_check(lambda: 900.0, 1.0, started=0.0, clock=lambda: now[0])
+    ok, why = check()
+    assert not ok and "last poll 100s ago" in why
+    fresh = staleness_check(lambda: 995.0, 1.0, started=0.0, clock=lambda: now[0])
+    assert fresh()[0]
