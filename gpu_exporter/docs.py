@@ -3,6 +3,8 @@ catalog, never from a hand-kept copy."""
 
 from __future__ import annotations
 
+import re
+
 from gpu_exporter.catalog import CATALOG
 
 
@@ -13,3 +15,29 @@ def metrics_markdown() -> str:
         labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
         lines.append(f"| `{m.name}` | {m.kind} | {labels} | {m.collector} | {m.help} |")
     return "\n".join(lines) + "\n"
+
+
+def flags_markdown() -> str:
+    from gpu_exporter.cli import _FLAGS
+    from gpu_exporter.collectors.registry import COLLECTORS
+
+    lines = ["| flag | YAML key | environment variable | meaning |", "|---|---|---|---|",
+             "| `--config.file` | - | - | YAML configuration file. |"]
+    for flag, dest, text, _metavar in _FLAGS:
+        env = "GPU_EXPORTER_" + dest.replace(".", "__").upper()
+        lines.append(f"| `{flag}` | `{dest}` | `{env}` | {text} |")
+    for name, info in COLLECTORS.items():
+        state = "on" if info.default else "off"
+        env = f"GPU_EXPORTER_COLLECTORS__{name.upper()}"
+        lines.append(f"| `--[no-]collector.{name}` | `collectors.{name}` | `{env}` | "
+                     f"{info.description} (default {state}). |")
+    return "\n".join(lines) + "\n"
+
+
+GENERATED = {"metrics": metrics_markdown, "flags": flags_markdown}
+_BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (\w+) -->\n)(.*?)(<!-- END GENERATED -->)", re.S)
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block replaced by its current content."""
+    return _BLOCK.sub(lambda m: m.group(1) + GENERATED[m.group(2)]() + m.group(4), text)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# From a fresh clone: set up, start the exporter on a simulated 8-GPU node with
+# problems in it, and print where to look. Ctrl-C stops it.
+#   ./scripts/demo.sh                 the "mixed" scenario on 127.0.0.1:9835
+#   ./scripts/demo.sh gpu-lost        another built-in scenario (./scripts/demo.sh --list)
+#   PORT=9900 ./scripts/demo.sh       another port
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scenario=${1:-mixed}
+port=${PORT:-9835}
+python=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/gpu-exporter ]; then
+  echo "==> setting up .venv (first run only)"
+  "$python" -m venv .venv
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+fi
+if [ "$scenario" = "--list" ]; then
+  exec .venv/bin/gpu-exporter scenarios
+fi
+
+.venv/bin/gpu-exporter --simulate "$scenario" --web.listen-address "127.0.0.1:$port" \
+  2> >(sed 's/^/  [exporter] /' >&2) &
+pid=$!
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT INT TERM
+
+for _ in $(seq 100); do
+  if .venv/bin/python - "$port" <<'PY' 2>/dev/null; then break; fi
+import sys, urllib.request
+urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/-/ready", timeout=1)
+PY
+  if ! kill -0 "$pid" 2>/dev/null; then echo "the exporter did not start" >&2; exit 1; fi
+  sleep 0.2
+done
+
+url="http://127.0.0.1:$port"
+cat <<TXT
+
+gpu-exporter is running on a simulated node (scenario: $scenario).
+
+  Landing page, each GPU and its state:  $url/
+  Prometheus metrics:                    $url/metrics
+
+Where to look:
+TXT
+.venv/bin/python -m gpu_exporter.demo_summary "$url" || true
+echo
+echo "Ctrl-C to stop."
+wait "$pid"
