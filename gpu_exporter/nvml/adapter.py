@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 import pynvml
@@ -239,9 +240,61 @@ class Device:
         corr, unc, pending, failed = pynvml.nvmlDeviceGetRemappedRows(self._h)
         return int(corr), int(unc), bool(pending), bool(failed)
 
+    # --- processes --------------------------------------------------------
+    @_translate("nvmlDeviceGetComputeRunningProcesses_v3")
+    def compute_processes(self) -> list[ProcessEntry]:
+        return _entries(pynvml.nvmlDeviceGetComputeRunningProcesses_v3(self._h), False)
+
+    @_translate("nvmlDeviceGetGraphicsRunningProcesses_v3")
+    def graphics_processes(self) -> list[ProcessEntry]:
+        return _entries(pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3(self._h), True)
+
+    @_translate("nvmlDeviceGetProcessUtilization")
+    def process_samples(self, last_seen_us: int) -> list[ProcessSample]:
+        """Per-process samples newer than ``last_seen_us``; [] when there are none
+        (NVML's NOT_FOUND, which is normal, not an error)."""
+        try:
+            raw = pynvml.nvmlDeviceGetProcessUtilization(self._h, last_seen_us)
+        except pynvml.NVMLError as exc:
+            if exc.value == Return.NOT_FOUND:
+                return []
+            raise
+        return [ProcessSample(int(s.pid), int(s.timeStamp), s.smUtil / 100.0,
+                              s.memUtil / 100.0) for s in raw]
+
     @_translate("nvmlDeviceGetPersistenceMode")
     def persistence_mode(self) -> bool:
         return bool(pynvml.nvmlDeviceGetPersistenceMode(self._h))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEntry:
+    pid: int
+    used_bytes: int | None  # None where the driver cannot say (WDDM)
+    gpu_instance: int | None  # None when MIG is off
+    compute_instance: int | None
+    graphics: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    pid: int
+    timestamp_us: int
+    sm_ratio: float
+    memory_ratio: float
+
+
+_NO_MIG = 0xFFFFFFFF
+
+
+def _entries(raw: Iterable[Any], graphics: bool) -> list[ProcessEntry]:
+    out = []
+    for p in raw:
+        gi, ci = int(p.gpuInstanceId), int(p.computeInstanceId)
+        out.append(ProcessEntry(int(p.pid), None if p.usedGpuMemory is None else
+                                int(p.usedGpuMemory), None if gi == _NO_MIG else gi,
+                                None if ci == _NO_MIG else ci, graphics))
+    return out
 
 
 def _field_value(fv: Any) -> float:

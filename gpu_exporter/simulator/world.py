@@ -59,6 +59,21 @@ HOST_DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process as NVML lists it on one GPU."""
+
+    pid: int
+    used_bytes: int
+    gpu_instance: int  # 0xFFFFFFFF when MIG is off
+    compute_instance: int
+    graphics: bool
+    sm_util_pct: int | None  # None: no utilization samples for it
+
+
+NO_MIG = 0xFFFFFFFF
+
+
 @dataclass
 class GpuState:
     """One GPU as NVML would report it now (NVML units)."""
@@ -98,6 +113,7 @@ class GpuState:
     remapped: tuple[int, int, int, int]
     persistence: bool
     errors: dict[str, int]
+    processes: list[GpuProcess] = field(default_factory=list)
     condition: dict[str, Any] = field(default_factory=dict)
 
 
@@ -258,7 +274,16 @@ class World:
 
         total = p.memory_total_mib * MIB
         reserved = p.memory_reserved_mib * MIB
-        used = int(float(c.get("memory_used_ratio", 0.0)) * (total - reserved))
+        usable = total - reserved
+        procs = [GpuProcess(
+            pid=pc.pid, used_bytes=int(pc.gpu_memory_ratio * usable),
+            gpu_instance=pc.mig[0] if pc.mig else NO_MIG,
+            compute_instance=pc.mig[1] if pc.mig else NO_MIG,
+            graphics=pc.type == "graphics",
+            sm_util_pct=None if pc.sm_utilization is None else round(pc.sm_utilization * 100))
+            for pc in self.processes(t) if i in pc.gpus]
+        used = int(float(c.get("memory_used_ratio", 0.0)) * usable)
+        used = min(usable, max(used, sum(pr.used_bytes for pr in procs)))
 
         gen_max, width_max = p.pcie_max_generation, p.pcie_max_width
         gen = int(c.get("pcie_link_generation", gen_max))
@@ -335,5 +360,6 @@ class World:
                       int(bool(c.get("remap_failed", False)))),
             persistence=bool(c.get("persistence_mode", True)),
             errors={name: int(Return[code]) for name, code in c["errors"].items()},
+            processes=procs,
             condition=c,
         )
