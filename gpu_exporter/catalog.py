@@ -9,10 +9,13 @@ this module joins them in exposition order.
 from __future__ import annotations
 
 from gpu_exporter.catalog_types import GPU, Kind, Metric
-from gpu_exporter.catalogs import device, exporter
+from gpu_exporter.catalogs import deep, device, diagnosis, exporter, processes
 
 CATALOG: tuple[Metric, ...] = (
     *device.METRICS,
+    *deep.METRICS,
+    *processes.METRICS,
+    *diagnosis.METRICS,
     *exporter.METRICS,
 )
 

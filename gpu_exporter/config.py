@@ -11,51 +11,26 @@ the setting, where it came from and what is wrong.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-ENV_PREFIX = "GPU_EXPORTER_"
-DEFAULT_LISTEN_ADDRESS = ":9835"
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+from gpu_exporter.config_types import Duration, parse_duration
+from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
 
 class ConfigError(Exception):
     """A configuration problem, already worded for the operator (one line)."""
 
 
-def parse_duration(value: Any) -> float:
-    """Seconds from ``1.5``, ``"500ms"``, ``"30s"``, ``"1m30s"``, ``"2h"``."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like 1s or 500ms")
-    if isinstance(value, int | float):
-        return float(value)
-    if not isinstance(value, str):
-        raise ValueError("expected a duration like 1s or 500ms")
-    text = value.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for match in _DURATION_RE.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"expected a duration like 1s, 500ms or 1m30s, got {value!r}")
-    return total
+ENV_PREFIX = "GPU_EXPORTER_"
+DEFAULT_LISTEN_ADDRESS = ":9835"
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class _Section(BaseModel):
@@ -112,6 +87,8 @@ class Settings(BaseSettings):
     log: LogConfig = LogConfig()
     path: PathConfig = PathConfig()
     processes: ProcessesConfig = ProcessesConfig()
+    diagnosis: DiagnosisConfig = DiagnosisConfig()
+    baseline_file: Path | None = None
     collectors: dict[str, bool] = Field(default_factory=dict)
     simulate: str | None = None
 
@@ -235,3 +212,5 @@ def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
         raise ConfigError(f"{name} from {origin}: {msg}{shown}{more}") from None
     finally:
         _FILE_VALUES.values = {}
+
+__all__ = ["ConfigError", "Duration", "Settings", "load", "parse_duration"]

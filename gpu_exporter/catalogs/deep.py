@@ -1,0 +1,66 @@
+"""Deep GPU signals: GPM "real" utilization, sub-second samples, Xid events,
+NVLink and MIG instances."""
+
+from __future__ import annotations
+
+from gpu_exporter.catalog_types import GPU, Metric, metric_spec as _m
+
+MIG = (*GPU, "gpu_instance", "compute_instance")
+
+METRICS: tuple[Metric, ...] = (
+    _m("gpu_sm_active_ratio", "gauge",
+       "Share of time at least one warp was active on an SM, averaged over all SMs (NVML GPM, "
+       "Hopper and newer): the 'real' utilization that NVML's busy flag hides.",
+       GPU, "gpm"),
+    _m("gpu_sm_occupancy_ratio", "gauge",
+       "Resident warps as a share of the maximum the SMs can hold (NVML GPM).", GPU, "gpm"),
+    _m("gpu_tensor_active_ratio", "gauge",
+       "Share of time any tensor core pipe was active (NVML GPM).", GPU, "gpm"),
+    _m("gpu_dram_active_ratio", "gauge",
+       "Share of peak device memory bandwidth in use (NVML GPM).", GPU, "gpm"),
+    _m("gpu_gpm_pcie_bytes_per_second", "gauge",
+       "PCIe traffic rate over the last GPM interval (NVML GPM).", (*GPU, "direction"), "gpm"),
+    _m("gpu_gpm_nvlink_bytes_per_second", "gauge",
+       "NVLink traffic rate over the last GPM interval, all links (NVML GPM).",
+       (*GPU, "direction"), "gpm"),
+    _m("gpu_mig_sm_active_ratio", "gauge",
+       "GPM SM activity of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
+    _m("gpu_mig_sm_occupancy_ratio", "gauge",
+       "GPM SM occupancy of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
+    _m("gpu_mig_tensor_active_ratio", "gauge",
+       "GPM tensor activity of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
+    _m("gpu_mig_dram_active_ratio", "gauge",
+       "GPM memory bandwidth use of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
+    _m("gpu_utilization_samples_ratio", "gauge",
+       "Minimum, mean and maximum of NVML's sub-second GPU utilization samples since the last "
+       "poll: a wide min-max spread with a moderate mean means bursty input.",
+       (*GPU, "stat"), "samples"),
+    _m("gpu_power_samples_watts", "gauge",
+       "Minimum, mean and maximum of NVML's sub-second power samples since the last poll.",
+       (*GPU, "stat"), "samples"),
+    _m("gpu_sm_clock_samples_hertz", "gauge",
+       "Minimum, mean and maximum of NVML's sub-second SM clock samples since the last poll.",
+       (*GPU, "stat"), "samples"),
+    _m("gpu_xid_errors_total", "counter",
+       "Xid errors the driver reported for the GPU since the exporter started, by Xid code "
+       "(NVML critical Xid events).", (*GPU, "xid"), "xid"),
+    _m("gpu_events_total", "counter",
+       "Other NVML events seen for the GPU since the exporter started, by type.",
+       (*GPU, "type"), "xid"),
+    _m("gpu_nvlink_link_up", "gauge", "1 when the NVLink link is active, 0 when it is down.",
+       (*GPU, "link"), "nvlink"),
+    _m("gpu_nvlink_errors_total", "counter",
+       "NVLink errors per link: crc (flit CRC), replay and recovery, from NVML.",
+       (*GPU, "link", "type"), "nvlink"),
+    _m("gpu_nvlink_bytes_total", "counter",
+       "Data bytes moved over the NVLink link, from NVML's throughput counters.",
+       (*GPU, "link", "direction"), "nvlink"),
+    _m("gpu_mig_mode_enabled", "gauge", "1 when MIG mode is on for the GPU.", GPU, "mig"),
+    _m("gpu_mig_info", "gauge",
+       "A MIG instance of the GPU (value 1) with its own UUID.",
+       (*MIG, "mig_uuid"), "mig"),
+    _m("gpu_mig_memory_used_bytes", "gauge", "Memory used in the MIG instance, from NVML.",
+       MIG, "mig"),
+    _m("gpu_mig_memory_total_bytes", "gauge", "Memory of the MIG instance, from NVML.", MIG,
+       "mig"),
+)

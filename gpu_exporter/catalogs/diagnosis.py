@@ -1,0 +1,15 @@
+"""Metrics of the diagnosis: the symptom -> cause table as live signals."""
+
+from __future__ import annotations
+
+from gpu_exporter.catalog_types import GPU, Metric, metric_spec as _m
+
+METRICS: tuple[Metric, ...] = (
+    _m("gpu_diagnosis_active", "gauge",
+       "1 while this row of the symptom -> cause table holds for the GPU (it held for the "
+       "whole diagnosis window), else 0; exported for every row and GPU.",
+       (*GPU, "symptom", "cause"), "diagnosis"),
+    _m("gpu_baseline_drift", "gauge",
+       "1 when this fact of the GPU differs from the node baseline file (--baseline.file), "
+       "else 0.", (*GPU, "field"), "diagnosis"),
+)

@@ -1,0 +1,38 @@
+"""Value types shared by the configuration models."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``1.5``, ``"500ms"``, ``"30s"``, ``"1m30s"``, ``"2h"``."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 1s or 500ms")
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("expected a duration like 1s or 500ms")
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"expected a duration like 1s, 500ms or 1m30s, got {value!r}")
+    return total
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]

@@ -1,0 +1,1 @@
+"""Diagnosis: the symptom -> cause table as data, evaluated every poll."""

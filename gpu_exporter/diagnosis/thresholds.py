@@ -1,0 +1,44 @@
+"""Thresholds and windows of the diagnosis rules, with the defaults an
+experienced SRE would start from. Set under ``diagnosis:`` in the config file
+(e.g. ``diagnosis: {window: 1m, iowait_high: 0.3}``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpu_exporter.config_types import Duration
+
+CRITICAL_XIDS = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120, 154)
+
+
+class DiagnosisConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # A condition must hold this long before its row turns on ...
+    window: Duration = Field(30.0, ge=0)
+    # ... and stay clear this long before it turns off (no flapping).
+    clear_after: Duration = Field(30.0, ge=0)
+    # Share of polls in the window the condition must hold (tolerates one odd poll).
+    hold_ratio: float = Field(0.9, gt=0, le=1)
+
+    memory_held_ratio: float = Field(0.5, gt=0, le=1)
+    idle_utilization: float = Field(0.10, ge=0, le=1)
+    busy_utilization: float = Field(0.50, ge=0, le=1)
+    iowait_high: float = Field(0.20, ge=0, le=1)
+    io_pressure_high: float = Field(0.20, ge=0, le=1)
+    cpu_pressure_high: float = Field(0.30, ge=0, le=1)
+    run_queue_wait_high: float = Field(0.30, ge=0)  # seconds waiting per second
+    swap_bytes_per_s: float = Field(1024 * 1024, ge=0)
+    memory_pressure_full: float = Field(0.0, ge=0, le=1)
+    stalled_cpu_ratio: float = Field(0.05, ge=0)  # CPUs' worth of time
+    burst_low: float = Field(0.10, ge=0, le=1)
+    burst_high: float = Field(0.90, ge=0, le=1)
+    thermal_margin_celsius: float = Field(3.0, ge=0)
+    clock_below_max_ratio: float = Field(0.95, gt=0, le=1)
+    pcie_errors_per_window: float = Field(1.0, ge=0)
+    memory_near_full_ratio: float = Field(0.95, gt=0, le=1)
+    inflated_utilization: float = Field(0.80, ge=0, le=1)
+    inflated_sm_active: float = Field(0.30, ge=0, le=1)
+    critical_xids: tuple[int, ...] = CRITICAL_XIDS
+    xid_hold: Duration = Field(900.0, ge=0)  # an Xid keeps its row on this long
+    expect_persistence: bool = True
