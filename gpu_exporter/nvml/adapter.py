@@ -11,6 +11,7 @@ never calls it.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -216,13 +217,77 @@ class Device:
     def field_values(self, field_ids: Sequence[int]) -> dict[int, float | NvmlError]:
         """Each field's value, or the NvmlError of that field's own return code."""
         raw = pynvml.nvmlDeviceGetFieldValues(self._h, list(field_ids))
-        out: dict[int, float | NvmlError] = {}
-        for fv in raw:
-            if fv.nvmlReturn != Return.SUCCESS:
-                out[int(fv.fieldId)] = NvmlError(fv.nvmlReturn, f"field {fv.fieldId}")
-                continue
-            out[int(fv.fieldId)] = _field_value(fv)
-        return out
+        return {int(fv.fieldId): _field_result(fv) for fv in raw}
+
+    @_translate("nvmlDeviceGetFieldValues")
+    def scoped_field_values(self, fields: Sequence[tuple[int, int]],
+                            ) -> dict[tuple[int, int], float | NvmlError]:
+        """Like field_values for (field id, scope id) pairs, e.g. per NVLink link."""
+        raw = pynvml.nvmlDeviceGetFieldValues(self._h, list(fields))
+        return {(int(fv.fieldId), int(fv.scopeId)): _field_result(fv) for fv in raw}
+
+    # --- sub-second samples ---------------------------------------------------
+    @_translate("nvmlDeviceGetSamples")
+    def samples(self, kind: int, last_seen_us: int) -> list[tuple[int, float]]:
+        """(timestamp in µs, value in NVML's unit) of the driver's samples newer than
+        ``last_seen_us``; [] when there are none (NOT_FOUND)."""
+        try:
+            vtype, raw = pynvml.nvmlDeviceGetSamples(self._h, kind, last_seen_us)
+        except pynvml.NVMLError as exc:
+            if exc.value == Return.NOT_FOUND:
+                return []
+            raise
+        return [(int(smp.timeStamp), _union_value(int(vtype), smp.sampleValue)) for smp in raw]
+
+    # --- GPM ------------------------------------------------------------------
+    @_translate("nvmlGpmQueryDeviceSupport")
+    def gpm_supported(self) -> bool:
+        return bool(pynvml.nvmlGpmQueryDeviceSupport(self._h).isSupportedDevice)
+
+    @_translate("nvmlGpmSampleGet")
+    def gpm_sample(self, sample: GpmSample) -> None:
+        pynvml.nvmlGpmSampleGet(self._h, sample.raw)
+
+    @_translate("nvmlGpmMigSampleGet")
+    def gpm_mig_sample(self, gpu_instance: int, sample: GpmSample) -> None:
+        pynvml.nvmlGpmMigSampleGet(self._h, gpu_instance, sample.raw)
+
+    # --- events ---------------------------------------------------------------
+    @_translate("nvmlDeviceGetSupportedEventTypes")
+    def supported_event_types(self) -> int:
+        return int(pynvml.nvmlDeviceGetSupportedEventTypes(self._h))
+
+    @_translate("nvmlDeviceRegisterEvents")
+    def register_events(self, types: int, event_set: EventSet) -> None:
+        pynvml.nvmlDeviceRegisterEvents(self._h, types, event_set.raw)
+
+    @property
+    def handle_value(self) -> int:
+        """The handle's address, to match devices named in event data."""
+        return int(ctypes.cast(self._h, ctypes.c_void_p).value or 0)
+
+    # --- NVLink ---------------------------------------------------------------
+    @_translate("nvmlDeviceGetNvLinkState")
+    def nvlink_active(self, link: int) -> bool:
+        return bool(pynvml.nvmlDeviceGetNvLinkState(self._h, link))
+
+    @_translate("nvmlDeviceGetNvLinkErrorCounter")
+    def nvlink_error_counter(self, link: int, counter: int) -> int:
+        return int(pynvml.nvmlDeviceGetNvLinkErrorCounter(self._h, link, counter))
+
+    # --- MIG ------------------------------------------------------------------
+    @_translate("nvmlDeviceGetMigMode")
+    def mig_mode(self) -> bool:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(self._h)
+        return bool(current)
+
+    @_translate("nvmlDeviceGetMaxMigDeviceCount")
+    def max_mig_devices(self) -> int:
+        return int(pynvml.nvmlDeviceGetMaxMigDeviceCount(self._h))
+
+    @_translate("nvmlDeviceGetMigDeviceHandleByIndex")
+    def mig_device(self, slot: int) -> MigDevice:
+        return MigDevice(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(self._h, slot))
 
     # --- ECC, row remapping, persistence ------------------------------------
     @_translate("nvmlDeviceGetEccMode")
@@ -267,6 +332,90 @@ class Device:
         return bool(pynvml.nvmlDeviceGetPersistenceMode(self._h))
 
 
+class MigDevice:
+    """A MIG instance's device handle."""
+
+    def __init__(self, handle: Any) -> None:
+        self._h = handle
+
+    @_translate("nvmlDeviceGetUUID")
+    def uuid(self) -> str:
+        return _text(pynvml.nvmlDeviceGetUUID(self._h))
+
+    @_translate("nvmlDeviceGetGpuInstanceId")
+    def gpu_instance(self) -> int:
+        return int(pynvml.nvmlDeviceGetGpuInstanceId(self._h))
+
+    @_translate("nvmlDeviceGetComputeInstanceId")
+    def compute_instance(self) -> int:
+        return int(pynvml.nvmlDeviceGetComputeInstanceId(self._h))
+
+    @_translate("nvmlDeviceGetMemoryInfo_v2")
+    def memory(self) -> tuple[int, int]:
+        """(total, used) bytes of the instance."""
+        m = pynvml.nvmlDeviceGetMemoryInfo(self._h, version=c.MEMORY_V2_VERSION)
+        return int(m.total), int(m.used)
+
+
+class GpmSample:
+    """A GPM sample buffer; free it with close()."""
+
+    @_translate("nvmlGpmSampleAlloc")
+    def __init__(self) -> None:
+        self.raw = pynvml.nvmlGpmSampleAlloc()
+
+    @_translate("nvmlGpmSampleFree")
+    def close(self) -> None:
+        if self.raw is not None:
+            pynvml.nvmlGpmSampleFree(self.raw)
+            self.raw = None
+
+
+@_translate("nvmlGpmMetricsGet")
+def gpm_metrics(first: GpmSample, second: GpmSample,
+                metric_ids: Sequence[int]) -> dict[int, float | NvmlError]:
+    """Each metric's value between two samples, or its own NvmlError."""
+    req = pynvml.c_nvmlGpmMetricsGet_t()
+    req.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    req.numMetrics = len(metric_ids)
+    req.sample1, req.sample2 = first.raw, second.raw
+    for i, mid in enumerate(metric_ids):
+        req.metrics[i].metricId = mid
+    pynvml.nvmlGpmMetricsGet(req)
+    out: dict[int, float | NvmlError] = {}
+    for i, mid in enumerate(metric_ids):
+        m = req.metrics[i]
+        out[mid] = (float(m.value) if m.nvmlReturn == Return.SUCCESS
+                    else NvmlError(m.nvmlReturn, f"GPM metric {mid}"))
+    return out
+
+
+class EventSet:
+    """An NVML event set; wait() blocks up to the timeout."""
+
+    @_translate("nvmlEventSetCreate")
+    def __init__(self) -> None:
+        self.raw = pynvml.nvmlEventSetCreate()
+
+    @_translate("nvmlEventSetWait_v2")
+    def wait(self, timeout_ms: int) -> tuple[int, int, int] | None:
+        """(device handle address, event type, event data), or None on timeout."""
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self.raw, timeout_ms)
+        except pynvml.NVMLError as exc:
+            if exc.value == Return.TIMEOUT:
+                return None
+            raise
+        device = int(ctypes.cast(data.device, ctypes.c_void_p).value or 0)
+        return device, int(data.eventType), int(data.eventData)
+
+    @_translate("nvmlEventSetFree")
+    def close(self) -> None:
+        if self.raw is not None:
+            pynvml.nvmlEventSetFree(self.raw)
+            self.raw = None
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessEntry:
     pid: int
@@ -297,9 +446,14 @@ def _entries(raw: Iterable[Any], graphics: bool) -> list[ProcessEntry]:
     return out
 
 
-def _field_value(fv: Any) -> float:
-    vt = int(fv.valueType)
-    v = fv.value
+def _field_result(fv: Any) -> float | NvmlError:
+    if fv.nvmlReturn != Return.SUCCESS:
+        return NvmlError(fv.nvmlReturn, f"field {fv.fieldId}")
+    return _union_value(int(fv.valueType), fv.value)
+
+
+def _union_value(vt: int, v: Any) -> float:
+    """The member of an nvmlValue_t union that ``vt`` (nvmlValueType_t) names."""
     if vt == c.VALUE_TYPE_DOUBLE:
         return float(v.dVal)
     if vt == c.VALUE_TYPE_UNSIGNED_INT:
@@ -358,5 +512,6 @@ class Nvml:
             yield self.device(i)
 
 
-__all__ = ["Device", "Nvml", "install_library"]
+__all__ = ["Device", "EventSet", "GpmSample", "MigDevice", "Nvml", "gpm_metrics",
+           "install_library"]
 

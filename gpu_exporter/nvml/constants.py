@@ -67,6 +67,42 @@ ARCHITECTURES: dict[int, str] = {
 FI_DEV_MEMORY_TEMP = 82
 FI_DEV_PCIE_COUNT_TX_BYTES = 197
 FI_DEV_PCIE_COUNT_RX_BYTES = 198
+FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, per link (scopeId)
+FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+
+# nvmlSamplingType_t
+SAMPLING_TOTAL_POWER = 0  # mW
+SAMPLING_GPU_UTILIZATION = 1  # percent
+SAMPLING_PROCESSOR_CLOCK = 5  # MHz
+
+# GPM metric ids (nvmlGpmMetricId_t)
+GPM_SM_UTIL = 2
+GPM_SM_OCCUPANCY = 3
+GPM_ANY_TENSOR_UTIL = 5
+GPM_DRAM_BW_UTIL = 10
+GPM_PCIE_TX_PER_SEC = 20  # MiB/s
+GPM_PCIE_RX_PER_SEC = 21
+GPM_NVLINK_TOTAL_RX_PER_SEC = 60
+GPM_NVLINK_TOTAL_TX_PER_SEC = 61
+
+# nvmlEventType bits
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID_CRITICAL = 0x8
+EVENT_POWER_SOURCE_CHANGE = 0x80
+EVENT_NAMES: dict[int, str] = {EVENT_SINGLE_BIT_ECC: "ecc_single_bit",
+                               EVENT_DOUBLE_BIT_ECC: "ecc_double_bit",
+                               EVENT_XID_CRITICAL: "xid",
+                               EVENT_POWER_SOURCE_CHANGE: "power_source_change"}
+
+# nvmlNvLinkErrorCounter_t
+NVLINK_ERROR_DL_REPLAY = 0
+NVLINK_ERROR_DL_RECOVERY = 1
+NVLINK_ERROR_DL_CRC_FLIT = 2
+NVLINK_ERRORS: dict[str, int] = {"replay": NVLINK_ERROR_DL_REPLAY,
+                                 "recovery": NVLINK_ERROR_DL_RECOVERY,
+                                 "crc": NVLINK_ERROR_DL_CRC_FLIT}
+NVLINK_MAX_LINKS = 36
 
 # nvmlValueType_t
 VALUE_TYPE_DOUBLE = 0

@@ -31,11 +31,12 @@ from ctypes import (
     c_ushort,
     c_void_p,
 )
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
-from gpu_exporter.simulator.world import GpuState, World
+from gpu_exporter.simulator.world import GpuState, MigState, World
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ U = c_uint
 Impl = Callable[..., int]
 # name -> (argument types after the handle or all of them, implementation, takes a device)
 FUNCTIONS: dict[str, tuple[tuple[Any, ...], Impl, bool]] = {}
+# What a MIG device handle answers, by function: impl(lib, parent_state, mig_state, *args).
+MIG_FUNCTIONS: dict[str, Impl] = {}
 # Functions that answer before nvmlInit.
 _NO_INIT = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"}
 
@@ -106,6 +109,14 @@ _NO_INIT = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"}
 def _nvml(name: str, *argtypes: Any, device: bool = True) -> Callable[[Impl], Impl]:
     def register(fn: Impl) -> Impl:
         FUNCTIONS[name] = (argtypes, fn, device)
+        return fn
+
+    return register
+
+
+def _mig(name: str) -> Callable[[Impl], Impl]:
+    def register(fn: Impl) -> Impl:
+        MIG_FUNCTIONS[name] = fn
         return fn
 
     return register
@@ -139,6 +150,9 @@ class FakeNvmlLibrary:
         self.missing: set[str] = set()
         self._init_count = 0
         self._lock = threading.Lock()
+        self.gpm_samples: dict[int, tuple[Any, _GpmSampleData]] = {}
+        self.event_sets: dict[int, _EventSet] = {}
+        self._next_set = 0x5E7000
         self._keep: list[Any] = []
         for name, (argtypes, impl, device) in FUNCTIONS.items():
             full = (H, *argtypes) if device else argtypes
@@ -173,32 +187,41 @@ class FakeNvmlLibrary:
             return int(Return.UNINITIALIZED)
         if not device:
             return impl(self, *args)
-        index = self._index(args[0])
-        if index is None:
+        decoded = self._index(args[0])
+        if decoded is None:
             return int(Return.INVALID_ARGUMENT)
+        index, slot = decoded
         st = self.world.state(index)
         if st.lost:
             return int(Return.GPU_IS_LOST)
         if name in st.errors:
             return st.errors[name]
+        if slot is not None:
+            if slot >= len(st.mig):
+                return int(Return.INVALID_ARGUMENT)
+            mig_impl = MIG_FUNCTIONS.get(name)
+            if mig_impl is None:
+                return int(Return.NOT_SUPPORTED)
+            return mig_impl(self, st, st.mig[slot], *args[1:])
         if name in self.world.profile.unsupported_calls:
             return int(Return.NOT_SUPPORTED)
         return impl(self, st, *args[1:])
 
-    # Handles are opaque pointers; ours encode the index.
+    # Handles are opaque pointers; ours encode the GPU index and, for MIG
+    # devices, the instance slot in the low byte.
     _HANDLE_BASE = 0x6E766D6C0000
 
-    def handle(self, index: int) -> int:
-        return self._HANDLE_BASE + 0x100 * (index + 1)
+    def handle(self, index: int, mig_slot: int | None = None) -> int:
+        return self._HANDLE_BASE + 0x100 * (index + 1) + (0 if mig_slot is None else mig_slot + 1)
 
-    def _index(self, handle: int | None) -> int | None:
+    def _index(self, handle: int | None) -> tuple[int, int | None] | None:
         if not handle:
             return None
         offset = handle - self._HANDLE_BASE
-        index = offset // 0x100 - 1
-        if offset % 0x100 or not 0 <= index < self.world.gpu_count:
+        index, low = offset // 0x100 - 1, offset % 0x100
+        if not 0 <= index < self.world.gpu_count:
             return None
-        return index
+        return index, (low - 1 if low else None)
 
 
 # --- system ------------------------------------------------------------------
@@ -300,6 +323,8 @@ def _cc(lib: FakeNvmlLibrary, st: GpuState, major: int, minor: int) -> int:
 # --- load, memory, thermals, power ---------------------------------------------
 @_nvml("nvmlDeviceGetUtilizationRates", P)
 def _util(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    if st.mig:
+        return int(Return.NOT_SUPPORTED)  # NVML has no device utilization in MIG mode
     if not out:
         return int(Return.INVALID_ARGUMENT)
     u = Utilization.from_address(out)
@@ -461,6 +486,18 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
         fv.timestamp, fv.latencyUsec = now_us, 0
         fid = int(fv.fieldId)
         value: int | None = None
+        links = lib.world.profile.nvlinks
+        if fid in (k.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, k.FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+            link = int(fv.scopeId)
+            if not links or link >= links:
+                fv.nvmlReturn = int(Return.NOT_SUPPORTED if not links else
+                                    Return.INVALID_ARGUMENT)
+                continue
+            kib = st.nvlink_tx_kib if fid == k.FI_DEV_NVLINK_THROUGHPUT_DATA_TX \
+                else st.nvlink_rx_kib
+            fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
+            fv.value.ullVal = kib[link]
+            continue
         if fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c
         elif fid == k.FI_DEV_PCIE_COUNT_TX_BYTES:
@@ -564,3 +601,353 @@ def _proc_util(lib: FakeNvmlLibrary, st: GpuState, out: int, count_ptr: int,
         slot.pid, slot.timeStamp, slot.smUtil = pid, ts, sm
         slot.memUtil, slot.encUtil, slot.decUtil = sm // 2, 0, 0
     return OK
+
+
+# --- sub-second samples (nvmlDeviceGetSamples) ---------------------------------------
+SAMPLING_POWER, SAMPLING_GPU_UTIL, SAMPLING_SM_CLOCK = 0, 1, 5
+
+
+class Sample(Structure):  # nvmlSample_t
+    _fields_ = [("timeStamp", c_ulonglong), ("sampleValue", Value)]
+
+
+STRUCTS["nvmlSample_t"] = Sample
+
+
+@_nvml("nvmlDeviceGetSamples", U, c_ulonglong, P, P, P)
+def _samples(lib: FakeNvmlLibrary, st: GpuState, kind: int, last_seen_us: int, vtype: int,
+             count_ptr: int, out: int) -> int:
+    if kind not in (SAMPLING_POWER, SAMPLING_GPU_UTIL, SAMPLING_SM_CLOCK):
+        return int(Return.NOT_SUPPORTED)
+    if not count_ptr or not vtype:
+        return int(Return.INVALID_ARGUMENT)
+    w, p = lib.world, lib.world.profile
+    epoch = w.clock() - w.elapsed()  # wall time of scenario time 0
+    since = max(0.0, last_seen_us / 1e6 - epoch)
+    raw = w.samples(st.index, since, st.t)
+    if not raw:
+        return int(Return.NOT_FOUND)
+    count = c_uint.from_address(count_ptr)
+    c_int.from_address(vtype).value = k.VALUE_TYPE_UNSIGNED_INT
+    if not out:
+        count.value = len(raw)  # the size query succeeds with the count
+        return OK
+    n = min(count.value, len(raw))
+    buf = (Sample * n).from_address(out)
+    limit_w = st.limit_mw / 1000.0
+    for slot, (t, util) in zip(buf, raw[-n:], strict=True):
+        slot.timeStamp = int((epoch + t) * 1e6)
+        if kind == SAMPLING_GPU_UTIL:
+            value = round(util * 100)
+        elif kind == SAMPLING_POWER:
+            value = round(1000 * (p.power_idle_w + (0.9 * limit_w - p.power_idle_w) * util))
+        else:
+            value = st.clocks_mhz[1] if util >= 0.05 else p.clocks_idle_mhz.sm
+        slot.sampleValue.uiVal = value
+    count.value = n
+    return OK
+
+
+# --- GPM ------------------------------------------------------------------------------
+class GpmSupport(Structure):  # nvmlGpmSupport_t
+    _fields_ = [("version", c_uint), ("isSupportedDevice", c_uint)]
+
+
+class _MetricInfo(Structure):
+    _fields_ = [("shortName", c_void_p), ("longName", c_void_p), ("unit", c_void_p)]
+
+
+class GpmMetric(Structure):  # nvmlGpmMetric_t
+    _fields_ = [("metricId", c_uint), ("nvmlReturn", c_int), ("value", c_double),
+                ("metricInfo", _MetricInfo)]
+
+
+GPM_METRIC_MAX = 477
+
+
+class GpmMetricsGet(Structure):  # nvmlGpmMetricsGet_t
+    _fields_ = [("version", c_uint), ("numMetrics", c_uint), ("sample1", c_void_p),
+                ("sample2", c_void_p), ("metrics", GpmMetric * GPM_METRIC_MAX)]
+
+
+STRUCTS.update({"nvmlGpmSupport_t": GpmSupport, "nvmlGpmMetric_t": GpmMetric,
+                "nvmlGpmMetricsGet_t": GpmMetricsGet})
+
+# metric id -> (GPM integral name, scale to the metric's unit)
+_GPM_RATIOS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
+_MIB = 1024 * 1024
+
+
+@dataclass
+class _GpmSampleData:
+    taken: bool = False
+    t: float = 0.0
+    index: int = 0
+    gpu_instance: int | None = None
+    gpm: dict[str, float] = field(default_factory=dict)
+    pcie: tuple[int, int] = (0, 0)
+    nvlink: tuple[int, int] = (0, 0)
+
+
+@_nvml("nvmlGpmQueryDeviceSupport", P)
+def _gpm_support(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    if not out:
+        return int(Return.INVALID_ARGUMENT)
+    sup = GpmSupport.from_address(out)
+    if sup.version != 1:
+        return int(Return.ARGUMENT_VERSION_MISMATCH)
+    sup.isSupportedDevice = int(lib.world.profile.gpm)
+    return OK
+
+
+@_nvml("nvmlGpmSampleAlloc", P, device=False)
+def _gpm_alloc(lib: FakeNvmlLibrary, out: int) -> int:
+    if not out:
+        return int(Return.INVALID_ARGUMENT)
+    buf = ctypes.create_string_buffer(64)  # opaque to the caller
+    addr = ctypes.addressof(buf)
+    lib.gpm_samples[addr] = (buf, _GpmSampleData())
+    return _put(out, c_void_p, addr)
+
+
+@_nvml("nvmlGpmSampleFree", P, device=False)
+def _gpm_free(lib: FakeNvmlLibrary, sample: int) -> int:
+    if lib.gpm_samples.pop(sample or 0, None) is None:
+        return int(Return.INVALID_ARGUMENT)
+    return OK
+
+
+def _take(lib: FakeNvmlLibrary, st: GpuState, sample: int, gi: int | None) -> int:
+    if not lib.world.profile.gpm:
+        return int(Return.NOT_SUPPORTED)
+    entry = lib.gpm_samples.get(sample or 0)
+    if entry is None:
+        return int(Return.INVALID_ARGUMENT)
+    data = entry[1]
+    data.taken, data.t, data.index, data.gpu_instance = True, st.t, st.index, gi
+    if gi is None:
+        data.gpm = dict(st.gpm)
+    else:
+        mig = [m for m in st.mig if m.gpu_instance == gi]
+        if not mig:
+            return int(Return.NOT_FOUND)
+        data.gpm = {"sm_active": mig[0].sm_active_s}
+    data.pcie = (st.pcie_tx_bytes, st.pcie_rx_bytes)
+    data.nvlink = (sum(st.nvlink_rx_kib) * 1024, sum(st.nvlink_tx_kib) * 1024)
+    return OK
+
+
+@_nvml("nvmlGpmSampleGet", P)
+def _gpm_get(lib: FakeNvmlLibrary, st: GpuState, sample: int) -> int:
+    return _take(lib, st, sample, None)
+
+
+@_nvml("nvmlGpmMigSampleGet", U, P)
+def _gpm_mig_get(lib: FakeNvmlLibrary, st: GpuState, gi: int, sample: int) -> int:
+    return _take(lib, st, sample, gi)
+
+
+# GPM needs its two samples this far apart to compute rates.
+GPM_MIN_INTERVAL_S = 0.1
+
+
+@_nvml("nvmlGpmMetricsGet", P, device=False)
+def _gpm_metrics(lib: FakeNvmlLibrary, out: int) -> int:
+    if not out:
+        return int(Return.INVALID_ARGUMENT)
+    req = GpmMetricsGet.from_address(out)
+    if req.version != 1:
+        return int(Return.ARGUMENT_VERSION_MISMATCH)
+    if req.numMetrics > GPM_METRIC_MAX:
+        return int(Return.INVALID_ARGUMENT)
+    e1, e2 = lib.gpm_samples.get(req.sample1 or 0), lib.gpm_samples.get(req.sample2 or 0)
+    if e1 is None or e2 is None or not (e1[1].taken and e2[1].taken):
+        return int(Return.INVALID_ARGUMENT)
+    a, b = e1[1], e2[1]
+    dt = b.t - a.t
+    if dt < GPM_MIN_INTERVAL_S or a.index != b.index or a.gpu_instance != b.gpu_instance:
+        return int(Return.INVALID_ARGUMENT)
+    for m in req.metrics[: req.numMetrics]:
+        mid = int(m.metricId)
+        value: float | None = None
+        if mid in _GPM_RATIOS:
+            name = _GPM_RATIOS[mid]
+            if name in a.gpm and name in b.gpm:
+                value = 100.0 * (b.gpm[name] - a.gpm[name]) / dt
+        elif mid in (20, 21) and a.gpu_instance is None:
+            j = 0 if mid == 20 else 1
+            value = (b.pcie[j] - a.pcie[j]) / dt / _MIB
+        elif mid in (60, 61) and a.gpu_instance is None and lib.world.profile.nvlinks:
+            j = 0 if mid == 60 else 1
+            value = (b.nvlink[j] - a.nvlink[j]) / dt / _MIB
+        if value is None:
+            m.nvmlReturn = int(Return.NOT_SUPPORTED)
+            continue
+        m.nvmlReturn, m.value = OK, max(0.0, value)
+    return OK
+
+
+# --- events (Xid) -----------------------------------------------------------------------
+class EventData(Structure):  # nvmlEventData_t
+    _fields_ = [("device", c_void_p), ("eventType", c_ulonglong), ("eventData", c_ulonglong),
+                ("gpuInstanceId", c_uint), ("computeInstanceId", c_uint)]
+
+
+STRUCTS["nvmlEventData_t"] = EventData
+EVENT_XID = 0x8
+
+
+@dataclass
+class _EventSet:
+    # gpu index -> (scenario time of registration, event type mask)
+    registered: dict[int, tuple[float, int]] = field(default_factory=dict)
+    delivered: set[tuple[float, int, int]] = field(default_factory=set)
+
+
+@_nvml("nvmlEventSetCreate", P, device=False)
+def _event_set_create(lib: FakeNvmlLibrary, out: int) -> int:
+    with lib._lock:
+        lib._next_set += 1
+        handle = lib._next_set
+        lib.event_sets[handle] = _EventSet()
+    return _put(out, c_void_p, handle)
+
+
+@_nvml("nvmlEventSetFree", P, device=False)
+def _event_set_free(lib: FakeNvmlLibrary, handle: int) -> int:
+    with lib._lock:
+        if lib.event_sets.pop(handle or 0, None) is None:
+            return int(Return.INVALID_ARGUMENT)
+    return OK
+
+
+@_nvml("nvmlDeviceGetSupportedEventTypes", P)
+def _event_types(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    return _put(out, c_ulonglong, lib.world.profile.event_types)
+
+
+@_nvml("nvmlDeviceRegisterEvents", c_ulonglong, P)
+def _register(lib: FakeNvmlLibrary, st: GpuState, types: int, handle: int) -> int:
+    es = lib.event_sets.get(handle or 0)
+    if es is None:
+        return int(Return.INVALID_ARGUMENT)
+    if types & ~lib.world.profile.event_types:
+        return int(Return.NOT_SUPPORTED)
+    # Events that happened before registration are never delivered.
+    es.registered[st.index] = (st.t, types)
+    return OK
+
+
+@_nvml("nvmlEventSetWait_v2", P, P, U, device=False)
+def _wait(lib: FakeNvmlLibrary, handle: int, out: int, timeout_ms: int) -> int:
+    es = lib.event_sets.get(handle or 0)
+    if es is None or not out:
+        return int(Return.INVALID_ARGUMENT)
+    deadline = time.monotonic() + timeout_ms / 1000.0
+    while True:
+        now = lib.world.elapsed()
+        for ev in lib.world.events:
+            at, index, xid = ev
+            if at > now:
+                break
+            reg = es.registered.get(index)
+            if reg is None or at <= reg[0] or not reg[1] & EVENT_XID or ev in es.delivered:
+                continue
+            es.delivered.add(ev)
+            data = EventData.from_address(out)
+            data.device, data.eventType, data.eventData = lib.handle(index), EVENT_XID, xid
+            data.gpuInstanceId = data.computeInstanceId = 0xFFFFFFFF
+            return OK
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return int(Return.TIMEOUT)
+        # Blocks like the real call, waking up to look again.
+        time.sleep(min(0.02, remaining))
+
+
+# --- NVLink ---------------------------------------------------------------------------------
+def _link_ok(lib: FakeNvmlLibrary, link: int) -> int:
+    if not lib.world.profile.nvlinks:
+        return int(Return.NOT_SUPPORTED)
+    if link >= lib.world.profile.nvlinks:
+        return int(Return.INVALID_ARGUMENT)
+    return OK
+
+
+@_nvml("nvmlDeviceGetNvLinkState", U, P)
+def _nvlink_state(lib: FakeNvmlLibrary, st: GpuState, link: int, out: int) -> int:
+    return _link_ok(lib, link) or _put(out, c_uint, int(st.nvlink_up[link]))
+
+
+@_nvml("nvmlDeviceGetNvLinkErrorCounter", U, U, P)
+def _nvlink_errors(lib: FakeNvmlLibrary, st: GpuState, link: int, counter: int,
+                   out: int) -> int:
+    bad = _link_ok(lib, link)
+    if bad:
+        return bad
+    if counter not in st.nvlink_errors[link]:
+        return int(Return.NOT_SUPPORTED)
+    return _put(out, c_ulonglong, st.nvlink_errors[link][counter])
+
+
+# --- MIG ------------------------------------------------------------------------------------
+@_nvml("nvmlDeviceGetMigMode", P, P)
+def _mig_mode(lib: FakeNvmlLibrary, st: GpuState, current: int, pending: int) -> int:
+    if not lib.world.profile.mig:
+        return int(Return.NOT_SUPPORTED)
+    on = int(bool(st.mig))
+    return _put(current, c_uint, on) or _put(pending, c_uint, on)
+
+
+@_nvml("nvmlDeviceGetMaxMigDeviceCount", P)
+def _mig_count(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    if not lib.world.profile.mig:
+        return int(Return.NOT_SUPPORTED)
+    return _put(out, c_uint, 7 if st.mig else 0)
+
+
+@_nvml("nvmlDeviceGetMigDeviceHandleByIndex", U, P)
+def _mig_handle(lib: FakeNvmlLibrary, st: GpuState, slot: int, out: int) -> int:
+    if not st.mig:
+        return int(Return.INVALID_ARGUMENT)
+    if slot >= len(st.mig):
+        return int(Return.NOT_FOUND)
+    return _put(out, c_void_p, lib.handle(st.index, slot))
+
+
+@_mig("nvmlDeviceGetUUID")
+def _mig_uuid(lib: FakeNvmlLibrary, st: GpuState, mig: MigState, buf: int, length: int) -> int:
+    return _put_str(buf, length, mig.uuid)
+
+
+@_mig("nvmlDeviceGetGpuInstanceId")
+def _mig_gi(lib: FakeNvmlLibrary, st: GpuState, mig: MigState, out: int) -> int:
+    return _put(out, c_uint, mig.gpu_instance)
+
+
+@_mig("nvmlDeviceGetComputeInstanceId")
+def _mig_ci(lib: FakeNvmlLibrary, st: GpuState, mig: MigState, out: int) -> int:
+    return _put(out, c_uint, mig.compute_instance)
+
+
+@_mig("nvmlDeviceGetMemoryInfo_v2")
+def _mig_mem(lib: FakeNvmlLibrary, st: GpuState, mig: MigState, out: int) -> int:
+    if not out:
+        return int(Return.INVALID_ARGUMENT)
+    m = MemoryV2.from_address(out)
+    if m.version != k.MEMORY_V2_VERSION:
+        return int(Return.ARGUMENT_VERSION_MISMATCH)
+    m.total, m.reserved, m.used = mig.memory_total, 0, mig.memory_used
+    m.free = mig.memory_total - mig.memory_used
+    return OK
+
+
+# Registered after the MIG implementations so a MIG handle is accepted by them.
+@_nvml("nvmlDeviceGetGpuInstanceId", P)
+def _gi_parent(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    return int(Return.INVALID_ARGUMENT)  # only MIG device handles have one
+
+
+@_nvml("nvmlDeviceGetComputeInstanceId", P)
+def _ci_parent(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    return int(Return.INVALID_ARGUMENT)

@@ -28,6 +28,16 @@ class Clocks(_Strict):
     memory: int
 
 
+class MigInstance(_Strict):
+    """One MIG GPU instance with one compute instance."""
+
+    gpu_instance: int = Field(ge=0, le=64)
+    compute_instance: int = Field(0, ge=0, le=64)
+    memory_total_mib: int = Field(gt=0)
+    memory_used_ratio: float = Field(0.0, ge=0, le=1)
+    sm_active: float = Field(0.0, ge=0, le=1)
+
+
 class Thresholds(_Strict):
     shutdown: int
     slowdown: int
@@ -70,6 +80,11 @@ class DeviceProfile(_Strict):
     unsupported_calls: list[str] = Field(default_factory=list)
     unsupported_fields: list[int] = Field(default_factory=list)
     ecc: bool = True
+    gpm: bool = False  # GPU Performance Monitoring (Hopper and newer)
+    nvlinks: int = Field(0, ge=0, le=36)
+    mig: bool = False
+    # nvmlEventType* bits the board supports (Xid 0x8, ECC 0x1/0x2, power source 0x80)
+    event_types: int = 0x8B
 
     @field_validator("supported_clock_reasons")
     @classmethod
@@ -119,6 +134,23 @@ class GpuCondition(_Strict):
     persistence_mode: bool | None = None
     fan_ratio: float | None = Field(None, ge=0, le=2)
     lost: bool | None = None
+    # GPM activity ratios; unset ones follow the utilization as on a well-fed GPU.
+    sm_active: float | None = Field(None, ge=0, le=1)
+    sm_occupancy: float | None = Field(None, ge=0, le=1)
+    tensor_active: float | None = Field(None, ge=0, le=1)
+    dram_active: float | None = Field(None, ge=0, le=1)
+    # Sub-second behaviour: with a period, utilization is a square wave between
+    # 0 and 100 % whose duty cycle is ``utilization`` (bursty input).
+    burst_period_s: float | None = Field(None, gt=0, le=10)
+    nvlink_down: list[int] | None = None
+    nvlink_crc_errors_per_s: float | None = Field(None, ge=0)
+    nvlink_replay_errors_per_s: float | None = Field(None, ge=0)
+    nvlink_recovery_errors_per_s: float | None = Field(None, ge=0)
+    nvlink_bytes_per_s: float | None = Field(None, ge=0)  # per link and direction
+    mig_instances: list[MigInstance] | None = None
+    # Xid errors the driver reports for this GPU at the step's time (events,
+    # not state: each is delivered once).
+    xid: list[int] | None = None
     # The kernel's side of the GPU (sysfs): NUMA placement, the upstream
     # bridge/switch port's link, AER error rates.
     numa_node: int | None = Field(None, ge=0)

@@ -74,6 +74,16 @@ class GpuProcess:
 NO_MIG = 0xFFFFFFFF
 
 
+@dataclass(frozen=True)
+class MigState:
+    gpu_instance: int
+    compute_instance: int
+    uuid: str
+    memory_total: int
+    memory_used: int
+    sm_active_s: float  # GPM integral for this instance
+
+
 @dataclass
 class GpuState:
     """One GPU as NVML would report it now (NVML units)."""
@@ -114,6 +124,14 @@ class GpuState:
     persistence: bool
     errors: dict[str, int]
     processes: list[GpuProcess] = field(default_factory=list)
+    # GPM activity integrals (seconds of activity) and byte counters at t
+    gpm: dict[str, float] = field(default_factory=dict)
+    nvlink_up: list[bool] = field(default_factory=list)
+    nvlink_errors: list[dict[int, int]] = field(default_factory=list)  # counter id -> count
+    nvlink_tx_kib: list[int] = field(default_factory=list)
+    nvlink_rx_kib: list[int] = field(default_factory=list)
+    mig: list[MigState] = field(default_factory=list)
+    t: float = 0.0
     condition: dict[str, Any] = field(default_factory=dict)
 
 
@@ -124,6 +142,18 @@ class _Counters:
     tx: float = 0.0
     rx: float = 0.0
     replays: float = 0.0
+    gpm: dict[str, float] = field(default_factory=dict)
+    nvlink: dict[tuple[int, str], float] = field(default_factory=dict)
+    mig_active: dict[int, float] = field(default_factory=dict)
+
+
+# NVLink error counter ids (nvmlNvLinkErrorCounter_t) and the condition rate that drives each.
+NVLINK_COUNTERS = {0: "nvlink_replay_errors_per_s", 1: "nvlink_recovery_errors_per_s",
+                   2: "nvlink_crc_errors_per_s"}
+# Per direction and link, a busy NVLink 4 link moves a share of its 25 GB/s.
+_NVLINK_BUSY_BYTES_PER_S = 0.3 * 25e9
+# The driver's sample buffers hold one sample every 1/6 s (utilization, power, clocks).
+SAMPLE_PERIOD_S = 1.0 / 6.0
 
 
 class World:
@@ -142,6 +172,18 @@ class World:
                           for i in range(self.gpu_count)]
         self._steps = sorted(scenario.timeline, key=lambda s: s.at)
         self._cache: tuple[float, list[GpuState]] | None = None
+        # Xid events as (time, gpu, xid), delivered once each.
+        self.events: list[tuple[float, int, int]] = []
+        for i in range(self.gpu_count):
+            for cond in (scenario.state, scenario.gpus.get(i)):
+                for xid in (cond.xid or []) if cond else []:
+                    self.events.append((0.0, i, xid))
+        for step in self._steps:
+            for i in range(self.gpu_count):
+                if step.gpus == "all" or i in step.gpus:
+                    for xid in step.set.xid or []:
+                        self.events.append((step.at, i, xid))
+        self.events.sort()
 
     # --- time ------------------------------------------------------------
     def elapsed(self) -> float:
@@ -155,6 +197,7 @@ class World:
         def apply(cond: GpuCondition) -> None:
             values = cond.model_dump(exclude_none=True)
             errors.update(values.pop("errors", {}))
+            values.pop("xid", None)  # events, not state
             merged.update(values)
 
         apply(self.scenario.state)
@@ -301,8 +344,42 @@ class World:
             cnt.tx += tx_rate * dt
             cnt.rx += rx_rate * dt
             cnt.replays += float(c.get("pcie_replays_per_s", 0.0)) * dt
-            cnt.last_t = t
 
+        gpm_rates = {
+            "sm_active": float(c.get("sm_active", 0.85 * util)),
+            "sm_occupancy": float(c.get("sm_occupancy", 0.5 * util)),
+            "tensor_active": float(c.get("tensor_active", 0.6 * util)),
+            "dram_active": float(c.get("dram_active", 0.45 * util)),
+        }
+        links = p.nvlinks
+        down = set(c.get("nvlink_down", []))
+        link_rate = float(c.get("nvlink_bytes_per_s", _NVLINK_BUSY_BYTES_PER_S * util))
+        mig_conf = [m for m in c.get("mig_instances", [])] if p.mig else []
+        if dt > 0:
+            for name, rate in gpm_rates.items():
+                cnt.gpm[name] = cnt.gpm.get(name, 0.0) + rate * dt
+            for link in range(links):
+                if link in down:
+                    continue
+                for direction in ("tx", "rx"):
+                    key = (link, direction)
+                    cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + link_rate * dt
+                for cid, field_name in NVLINK_COUNTERS.items():
+                    key = (link, f"err{cid}")
+                    cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + float(c.get(field_name, 0.0)) * dt
+            for m in mig_conf:
+                gi = int(m["gpu_instance"])
+                cnt.mig_active[gi] = cnt.mig_active.get(gi, 0.0) + float(m["sm_active"]) * dt
+        mig_states = [MigState(
+            gpu_instance=int(m["gpu_instance"]), compute_instance=int(m["compute_instance"]),
+            uuid="MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
+                                            f"{self._uuids[i]}/{m['gpu_instance']}")),
+            memory_total=int(m["memory_total_mib"]) * MIB,
+            memory_used=int(float(m["memory_used_ratio"]) * int(m["memory_total_mib"]) * MIB),
+            sm_active_s=cnt.mig_active.get(int(m["gpu_instance"]), 0.0)) for m in mig_conf]
+
+        if dt > 0:
+            cnt.last_t = t
         ecc_on = bool(c.get("ecc_enabled", p.ecc))
         cv = int(c.get("ecc_corrected_volatile", 0))
         uv = int(c.get("ecc_uncorrected_volatile", 0))
@@ -361,5 +438,36 @@ class World:
             persistence=bool(c.get("persistence_mode", True)),
             errors={name: int(Return[code]) for name, code in c["errors"].items()},
             processes=procs,
+            gpm=dict(cnt.gpm),
+            nvlink_up=[link not in down for link in range(links)],
+            nvlink_errors=[{cid: int(cnt.nvlink.get((link, f"err{cid}"), 0.0))
+                            for cid in NVLINK_COUNTERS} for link in range(links)],
+            nvlink_tx_kib=[int(cnt.nvlink.get((link, "tx"), 0.0) / 1024) for link in range(links)],
+            nvlink_rx_kib=[int(cnt.nvlink.get((link, "rx"), 0.0) / 1024) for link in range(links)],
+            mig=mig_states,
+            t=t,
             condition=c,
         )
+
+
+    # --- sub-second samples ----------------------------------------------------
+    def instant_utilization(self, index: int, t: float) -> float:
+        """GPU busy (0-1) at the instant t, as the driver's sampler sees it."""
+        c = self.condition(index, t)
+        util = float(c.get("utilization", 0.0))
+        period = c.get("burst_period_s")
+        if period:
+            return 1.0 if (t % float(period)) < util * float(period) else 0.0
+        if util >= 0.05:
+            util = min(1.0, max(0.0, util + self._wobble(index, t, 0.015)))
+        return util
+
+    def samples(self, index: int, since: float, until: float) -> list[tuple[float, float]]:
+        """(time, utilization) of every driver sample in (since, until]."""
+        k = int(since // SAMPLE_PERIOD_S) + 1
+        out = []
+        while k * SAMPLE_PERIOD_S <= until + 1e-9:
+            t = k * SAMPLE_PERIOD_S
+            out.append((t, self.instant_utilization(index, t)))
+            k += 1
+        return out[-120:]  # the driver keeps a bounded ring buffer
