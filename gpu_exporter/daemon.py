@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 class Exporter:
     def __init__(self, settings: Settings, simulation: SimulatedNode | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 synchronous: bool = False) -> None:
         self.simulation = simulation
         if simulation is not None:
             simulation.install()
@@ -44,7 +45,8 @@ class Exporter:
                 update={"procfs": simulation.procfs, "sysfs": simulation.sysfs})})
         self.settings = settings
         self.session = NvmlSession(clock=monotonic)
-        self.runtime = Runtime(settings, self.session, simulation, monotonic, wall_clock)
+        self.runtime = Runtime(settings, self.session, simulation, monotonic, wall_clock,
+                               synchronous)
         self.collectors = collector_registry.build(self.runtime)
         self.poller = Poller(self.collectors, settings.poll.interval, self.session,
                              wall_clock=wall_clock, monotonic=monotonic)

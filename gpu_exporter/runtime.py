@@ -22,4 +22,7 @@ class Runtime:
     simulation: SimulatedNode | None = None
     monotonic: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
+    # True under a virtual clock (tests, `diagnose --simulate`): work that a
+    # real daemon does on background threads happens inside collect() instead.
+    synchronous: bool = False
     extras: dict[str, object] = field(default_factory=dict)

@@ -45,7 +45,7 @@ class SimRun:
         sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.node = SimulatedNode(sc, clock=self.clock)
         self.exporter = Exporter(settings(**setting_overrides), self.node,
-                                 monotonic=self.clock, wall_clock=self.clock)
+                                 monotonic=self.clock, wall_clock=self.clock, synchronous=True)
         self.snapshot: Snapshot | None = None
 
     def poll(self, seconds: float = 0.0, interval: float = 1.0) -> Snapshot:

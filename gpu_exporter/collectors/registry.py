@@ -25,10 +25,50 @@ def _device(rt: Runtime) -> Collector:
     return DeviceCollector(rt.session)
 
 
+def _mig(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.mig import MigCollector
+
+    return MigCollector(rt.session)
+
+
+def _gpm(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.gpm import GpmCollector
+
+    return GpmCollector(rt.session, rt.monotonic)
+
+
+def _samples(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.samples import SamplesCollector
+
+    return SamplesCollector(rt.session)
+
+
+def _nvlink(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.nvlink import NvlinkCollector
+
+    return NvlinkCollector(rt.session)
+
+
+def _xid(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.xid import XidCollector
+
+    return XidCollector(rt.session, rt.wall_clock, rt.synchronous)
+
+
+# In run order: later collectors may read what earlier ones put in the
+# snapshot's facts (GPM reads the MIG instances; diagnosis reads everything).
 COLLECTORS: dict[str, CollectorInfo] = {
     info.name: info for info in (
         CollectorInfo("device", "NVML device metrics: utilization, memory, power, clocks, "
                       "throttle reasons, PCIe, ECC", True, _device),
+        CollectorInfo("mig", "MIG mode and per-instance identity and memory", True, _mig),
+        CollectorInfo("gpm", "GPM SM, tensor and memory activity (Hopper and newer)", True,
+                      _gpm),
+        CollectorInfo("samples", "min/mean/max of NVML's sub-second utilization, power and "
+                      "SM clock samples", True, _samples),
+        CollectorInfo("nvlink", "NVLink per-link state, errors and throughput", True, _nvlink),
+        CollectorInfo("xid", "Xid errors and ECC/power events from NVML's event API", True,
+                      _xid),
     )
 }
 

@@ -130,6 +130,9 @@ class NvmlSession:
         self.driver_version = ""
         self.cuda_driver_version = ""
         self.last_error: NvmlError | None = None
+        # Bumped on every successful init: holders of NVML objects (event sets,
+        # GPM samples) re-create them when it changes.
+        self.generation = 0
         self._backoff = INIT_BACKOFF_START_S
         self._next_try = 0.0
         self._logged_code: int | None = None
@@ -159,6 +162,7 @@ class NvmlSession:
                 self._backoff = min(self._backoff * 2, INIT_BACKOFF_MAX_S)
                 return False
             self.up = True
+            self.generation += 1
             self.last_error = None
             self._backoff = INIT_BACKOFF_START_S
             if self._logged_code is not None:

@@ -355,9 +355,11 @@ class World:
         down = set(c.get("nvlink_down", []))
         link_rate = float(c.get("nvlink_bytes_per_s", _NVLINK_BUSY_BYTES_PER_S * util))
         mig_conf = [m for m in c.get("mig_instances", [])] if p.mig else []
+        for name in gpm_rates:
+            cnt.gpm.setdefault(name, 0.0)
         if dt > 0:
             for name, rate in gpm_rates.items():
-                cnt.gpm[name] = cnt.gpm.get(name, 0.0) + rate * dt
+                cnt.gpm[name] += rate * dt
             for link in range(links):
                 if link in down:
                     continue
@@ -366,7 +368,8 @@ class World:
                     cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + link_rate * dt
                 for cid, field_name in NVLINK_COUNTERS.items():
                     key = (link, f"err{cid}")
-                    cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + float(c.get(field_name, 0.0)) * dt
+                    rate = float(c.get(field_name, 0.0))
+                    cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + rate * dt
             for m in mig_conf:
                 gi = int(m["gpu_instance"])
                 cnt.mig_active[gi] = cnt.mig_active.get(gi, 0.0) + float(m["sm_active"]) * dt

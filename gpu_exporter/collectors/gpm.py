@@ -1,0 +1,181 @@
+"""GPM (GPU Performance Monitoring, Hopper and newer): how busy the SMs, tensor
+cores and memory really are, where NVML's utilization only says "a kernel was
+running". Needs two samples more than 100 ms apart, so the previous sample of
+each GPU (and MIG instance) is kept between polls."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml.adapter import GpmSample, gpm_metrics
+from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.snapshot import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+MIN_INTERVAL_S = 0.1  # GPM's own rule: samples closer than this give no rates
+_MIB = 1024 * 1024
+
+# metric id -> (device-level metric, MIG-level metric or None, scale)
+_RATIOS: dict[int, tuple[str, str | None]] = {
+    c.GPM_SM_UTIL: ("gpu_sm_active_ratio", "gpu_mig_sm_active_ratio"),
+    c.GPM_SM_OCCUPANCY: ("gpu_sm_occupancy_ratio", "gpu_mig_sm_occupancy_ratio"),
+    c.GPM_ANY_TENSOR_UTIL: ("gpu_tensor_active_ratio", "gpu_mig_tensor_active_ratio"),
+    c.GPM_DRAM_BW_UTIL: ("gpu_dram_active_ratio", "gpu_mig_dram_active_ratio"),
+}
+_RATES: dict[int, tuple[str, str]] = {
+    c.GPM_PCIE_TX_PER_SEC: ("gpu_gpm_pcie_bytes_per_second", "tx"),
+    c.GPM_PCIE_RX_PER_SEC: ("gpu_gpm_pcie_bytes_per_second", "rx"),
+    c.GPM_NVLINK_TOTAL_RX_PER_SEC: ("gpu_gpm_nvlink_bytes_per_second", "rx"),
+    c.GPM_NVLINK_TOTAL_TX_PER_SEC: ("gpu_gpm_nvlink_bytes_per_second", "tx"),
+}
+DEVICE_METRICS = tuple(_RATIOS) + tuple(_RATES)
+MIG_METRICS = tuple(_RATIOS)
+
+
+@dataclass
+class _Pair:
+    """Two sample buffers used alternately: the previous poll's and this one's."""
+
+    prev: GpmSample
+    cur: GpmSample
+    prev_at: float | None = None
+    unsupported: set[int] = field(default_factory=set)
+    last: dict[int, float] | None = None  # the newest rates, kept for too-close polls
+
+    def close(self) -> None:
+        for s in (self.prev, self.cur):
+            with contextlib.suppress(NvmlError):
+                s.close()
+
+
+@dataclass(frozen=True, slots=True)
+class GpmReading:
+    sm_active: float | None
+    sm_occupancy: float | None
+    tensor_active: float | None
+    dram_active: float | None
+
+
+class GpmCollector(Collector):
+    name = "gpm"
+    description = "GPM SM, tensor and memory activity (Hopper and newer), per GPU and MIG instance"
+
+    def __init__(self, session: NvmlSession, monotonic: Callable[[], float]) -> None:
+        self.session = session
+        self._mono = monotonic
+        self._pairs: dict[tuple[int, int | None], _Pair] = {}
+        self._generation = -1
+        self._errors = 0
+
+    def errors(self) -> int:
+        return self._errors
+
+    def close(self) -> None:
+        for pair in self._pairs.values():
+            pair.close()
+        self._pairs.clear()
+
+    def collect(self, out: SnapshotBuilder) -> None:
+        self._errors = 0
+        readings: dict[int, GpmReading] = {}
+        out.facts["gpm"] = readings
+        if not self.session.up:
+            return
+        if self.session.generation != self._generation:
+            # Sample buffers belong to one NVML session.
+            self._pairs.clear()
+            self._generation = self.session.generation
+        mig = out.facts.get("mig", {})
+        for gpu in self.session.gpus:
+            if gpu.lost or gpu.device is None:
+                self._drop(gpu.index)
+                continue
+            try:
+                if not gpu.static_read("gpm", gpu.device.gpm_supported):
+                    gpu.unsupported.add("gpm")
+                    continue
+                labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
+                values = self._sample(gpu, None, DEVICE_METRICS)
+                if values is not None:
+                    readings[gpu.index] = self._export(values, out, labels)
+                for inst in mig.get(gpu.index, []):
+                    values = self._sample(gpu, inst.gpu_instance, MIG_METRICS)
+                    if values is not None:
+                        for mid, (_dev, mig_name) in _RATIOS.items():
+                            if mid in values and mig_name:
+                                out.add(mig_name, values[mid] / 100.0, **labels,
+                                        gpu_instance=str(inst.gpu_instance))
+            except GpuGone as exc:
+                self.session.mark_lost(gpu, str(exc))
+                self._drop(gpu.index)
+
+    def _drop(self, index: int) -> None:
+        for key in [k for k in self._pairs if k[0] == index]:
+            self._pairs.pop(key).close()
+
+    def _sample(self, gpu: Gpu, gpu_instance: int | None,
+                metric_ids: tuple[int, ...]) -> dict[int, float] | None:
+        """Take this poll's sample; the metrics since the previous one, if usable."""
+        key = (gpu.index, gpu_instance)
+        device = gpu.device
+        assert device is not None
+        try:
+            pair = self._pairs.get(key)
+            if pair is None:
+                pair = self._pairs[key] = _Pair(GpmSample(), GpmSample())
+            now = self._mono()
+            if pair.prev_at is not None and now - pair.prev_at < MIN_INTERVAL_S:
+                # Polled faster than GPM can measure: keep the older sample until
+                # the interval is long enough, and repeat the newest rates.
+                return pair.last
+            if gpu_instance is None:
+                device.gpm_sample(pair.cur)
+            else:
+                device.gpm_mig_sample(gpu_instance, pair.cur)
+            result = None
+            if pair.prev_at is not None:
+                wanted = [m for m in metric_ids if m not in pair.unsupported]
+                raw = gpm_metrics(pair.prev, pair.cur, wanted)
+                result = {}
+                for mid, value in raw.items():
+                    if isinstance(value, NvmlError):
+                        # Each metric has its own return code.
+                        if value.capability_absent:
+                            pair.unsupported.add(mid)
+                        else:
+                            self._errors += 1
+                        continue
+                    result[mid] = value
+            pair.prev, pair.cur, pair.prev_at = pair.cur, pair.prev, now
+            pair.last = result
+            return result
+        except NvmlError as exc:
+            if exc.device_gone:
+                raise GpuGone(str(exc)) from None
+            if exc.capability_absent:
+                gpu.unsupported.add("gpm")
+                self._drop(gpu.index)
+                return None
+            self._errors += 1
+            return None
+
+    @staticmethod
+    def _export(values: dict[int, float], out: SnapshotBuilder,
+                labels: dict[str, str]) -> GpmReading:
+        ratios: dict[int, float] = {}
+        for mid, (name, _mig) in _RATIOS.items():
+            if mid in values:
+                ratios[mid] = min(1.0, max(0.0, values[mid] / 100.0))
+                out.add(name, ratios[mid], **labels)
+        for mid, (name, direction) in _RATES.items():
+            if mid in values:
+                out.add(name, values[mid] * _MIB, **labels, direction=direction)
+        return GpmReading(ratios.get(c.GPM_SM_UTIL), ratios.get(c.GPM_SM_OCCUPANCY),
+                          ratios.get(c.GPM_ANY_TENSOR_UTIL), ratios.get(c.GPM_DRAM_BW_UTIL))

@@ -1,0 +1,83 @@
+"""MIG: whether each GPU is split, and each instance's identity and memory.
+The parent GPU keeps its device-level series; GPM and process series of an
+instance carry ``gpu_instance`` and ``compute_instance``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.errors import NvmlError, Return
+from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.snapshot import SnapshotBuilder
+
+
+@dataclass(frozen=True, slots=True)
+class MigReading:
+    gpu_instance: int
+    compute_instance: int
+    uuid: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+
+
+def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
+    """The GPU's MIG instances; None when MIG is unsupported or off."""
+    if not gpu.read("mig_mode", d.mig_mode):
+        return None
+    slots = gpu.static_read("mig_max", d.max_mig_devices) or 0
+    out = []
+    for slot in range(slots):
+        try:
+            mig = d.mig_device(slot)
+            total, used = mig.memory()
+            out.append(MigReading(mig.gpu_instance(), mig.compute_instance(), mig.uuid(),
+                                  total, used))
+        except NvmlError as exc:
+            if exc.code in (Return.NOT_FOUND, Return.INVALID_ARGUMENT):
+                break  # past the last configured instance
+            if exc.device_gone:
+                raise GpuGone(str(exc)) from None
+            gpu.errors += 1
+    return out
+
+
+class MigCollector(Collector):
+    name = "mig"
+    description = "MIG mode and per-instance identity and memory"
+
+    def __init__(self, session: NvmlSession) -> None:
+        self.session = session
+        self._errors = 0
+
+    def errors(self) -> int:
+        return self._errors
+
+    def collect(self, out: SnapshotBuilder) -> None:
+        self._errors = 0
+        found: dict[int, list[MigReading]] = {}
+        out.facts["mig"] = found
+        if not self.session.up:
+            return
+        for gpu in self.session.gpus:
+            if gpu.lost or gpu.device is None:
+                continue
+            gpu.errors = 0
+            try:
+                instances = read_instances(gpu, gpu.device)
+            except GpuGone as exc:
+                self.session.mark_lost(gpu, str(exc))
+                continue
+            self._errors += gpu.errors
+            if "mig_mode" in gpu.unsupported:
+                continue
+            labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
+            out.add("gpu_mig_mode_enabled", instances is not None, **labels)
+            for m in instances or []:
+                found.setdefault(gpu.index, []).append(m)
+                mig = {**labels, "gpu_instance": str(m.gpu_instance),
+                       "compute_instance": str(m.compute_instance)}
+                out.add("gpu_mig_info", 1, **mig, mig_uuid=m.uuid)
+                out.add("gpu_mig_memory_total_bytes", m.memory_total_bytes, **mig)
+                out.add("gpu_mig_memory_used_bytes", m.memory_used_bytes, **mig)

@@ -1,0 +1,160 @@
+"""Xid errors and other NVML events, counted per GPU and code.
+
+A dedicated thread waits on an NVML event set (the wait blocks), so an Xid is
+counted when it happens, not when the next poll looks. Xid is a counter per
+code — never a last-value gauge that hides repeats. The thread survives a GPU
+being lost (it keeps waiting for the others) and builds a new event set after
+NVML is initialised again. Events that happened before registration are lost:
+that is NVML's rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml.adapter import EventSet
+from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.snapshot import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+# Event types worth counting; clock and P-state changes are too chatty to be events.
+WANTED = (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC | c.EVENT_SINGLE_BIT_ECC
+          | c.EVENT_POWER_SOURCE_CHANGE)
+WAIT_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    gpu: int
+    uuid: str
+    xid: int
+    at: float  # unix time it was received
+
+
+class XidCollector(Collector):
+    name = "xid"
+    description = "Xid errors and ECC/power events from NVML's event API, counted per code"
+
+    def __init__(self, session: NvmlSession, wall_clock: Callable[[], float],
+                 synchronous: bool = False) -> None:
+        self.session = session
+        self._wall = wall_clock
+        self._synchronous = synchronous
+        self._lock = threading.Lock()
+        self._xids: Counter[tuple[int, str, int]] = Counter()
+        self._events: Counter[tuple[int, str, str]] = Counter()
+        self.recent: list[XidEvent] = []
+        self._set: EventSet | None = None
+        self._set_generation = -1
+        self._registered: dict[int, str] = {}  # gpu index -> uuid registered in the set
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    # --- the event loop ------------------------------------------------------
+    def _service(self, timeout_ms: int) -> bool:
+        """Keep the event set current and handle at most one event; False when idle."""
+        if not self.session.up:
+            return False
+        try:
+            self._ensure_set()
+            if self._set is None:
+                return False
+            event = self._set.wait(timeout_ms)
+        except NvmlError as exc:
+            if not self._failing:
+                log.warning("waiting for NVML events failed: %s; retrying", exc)
+                self._failing = True
+            self._drop_set()
+            return False
+        self._failing = False
+        if event is None:
+            return False
+        self._handle(*event)
+        return True
+
+    def _ensure_set(self) -> None:
+        if self._set is not None and self._set_generation != self.session.generation:
+            self._drop_set()  # NVML was initialised again: the old set is gone
+        if self._set is None:
+            self._set = EventSet()
+            self._set_generation = self.session.generation
+            self._registered = {}
+        for gpu in self.session.gpus:
+            if gpu.lost or gpu.device is None:
+                continue
+            if self._registered.get(gpu.index) == gpu.identity.uuid:
+                continue
+            supported = gpu.static_read("event_types", gpu.device.supported_event_types)
+            types = (supported or 0) & WANTED
+            if not types:
+                self._registered[gpu.index] = gpu.identity.uuid
+                continue
+            try:
+                gpu.device.register_events(types, self._set)
+            except NvmlError as exc:
+                if exc.device_gone:
+                    continue  # try again once the GPU is back
+                log.warning("GPU %d: cannot register for events: %s", gpu.index, exc)
+            self._registered[gpu.index] = gpu.identity.uuid
+
+    def _drop_set(self) -> None:
+        if self._set is not None:
+            with contextlib.suppress(NvmlError):
+                self._set.close()
+        self._set = None
+        self._registered = {}
+
+    def _handle(self, device: int, event_type: int, data: int) -> None:
+        gpu = next((g for g in self.session.gpus
+                    if g.device is not None and g.device.handle_value == device), None)
+        index, uuid = (gpu.index, gpu.identity.uuid) if gpu else (-1, "")
+        with self._lock:
+            if event_type & c.EVENT_XID_CRITICAL:
+                self._xids[(index, uuid, data)] += 1
+                self.recent.append(XidEvent(index, uuid, data, self._wall()))
+                del self.recent[:-256]
+                log.warning("GPU %d (%s): Xid %d", index, uuid, data)
+            else:
+                name = c.EVENT_NAMES.get(event_type, f"0x{event_type:x}")
+                self._events[(index, uuid, name)] += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._service(WAIT_MS) and not self.session.up:
+                self._stop.wait(1.0)
+
+    # --- Collector -----------------------------------------------------------
+    def collect(self, out: SnapshotBuilder) -> None:
+        if self._synchronous:
+            # Under a virtual clock: drain what is pending, without blocking.
+            for _ in range(1000):
+                if not self._service(0):
+                    break
+        elif self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+            self._thread.start()
+        with self._lock:
+            for (index, uuid, xid), count in sorted(self._xids.items()):
+                out.add("gpu_xid_errors_total", count, gpu=str(index), uuid=uuid, xid=str(xid))
+            for (index, uuid, name), count in sorted(self._events.items()):
+                out.add("gpu_events_total", count, gpu=str(index), uuid=uuid, type=name)
+            out.facts["xid"] = list(self.recent)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=WAIT_MS / 1000.0 + 2)
+        self._drop_set()
+
+
+__all__ = ["XidCollector", "XidEvent"]
