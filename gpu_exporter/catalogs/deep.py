@@ -3,7 +3,8 @@ NVLink and MIG instances."""
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Metric, metric_spec as _m
+from gpu_exporter.catalog_types import GPU, Metric
+from gpu_exporter.catalog_types import metric_spec as _m
 
 MIG = (*GPU, "gpu_instance", "compute_instance")
 

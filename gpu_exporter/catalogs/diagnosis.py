@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Metric, metric_spec as _m
+from gpu_exporter.catalog_types import GPU, Metric
+from gpu_exporter.catalog_types import metric_spec as _m
 
 METRICS: tuple[Metric, ...] = (
     _m("gpu_diagnosis_active", "gauge",
