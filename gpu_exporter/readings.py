@@ -41,3 +41,43 @@ class GpuReading:
     remap_pending: bool | None = None
     remap_failed: bool | None = None
     persistence_mode: bool | None = None
+
+
+@dataclass(slots=True)
+class ProcessReading:
+    """A GPU process joined with the host's view of its PID, for one GPU."""
+
+    gpu: int
+    pid: int
+    comm: str
+    memory_used_bytes: float | None
+    sm_utilization: float | None
+    state: str | None = None  # R, S, D ... from /proc/PID/stat
+    cpu_ratio: float | None = None  # CPUs' worth of time since the last poll
+    run_queue_wait_ratio: float | None = None  # seconds waiting to run per second
+    affinity_local: bool | None = None  # all allowed CPUs local to the GPU's NUMA node
+    cpus_allowed: str | None = None  # as a cpulist, for evidence
+
+
+@dataclass(slots=True)
+class HostSignals:
+    """The host figures the diagnosis rules read (ratios over the last interval)."""
+
+    iowait_ratio: float | None = None
+    io_pressure_some: float | None = None
+    cpu_pressure_some: float | None = None
+    memory_pressure_full: float | None = None
+    swap_bytes_per_s: float | None = None  # swap-in plus swap-out
+
+
+@dataclass(slots=True)
+class PcieKernelView:
+    """The kernel's view of a GPU's PCIe placement (sysfs)."""
+
+    numa_node: int | None = None
+    local_cpulist: str | None = None
+    upstream_generation: int | None = None
+    upstream_generation_max: int | None = None
+    upstream_width: int | None = None
+    upstream_width_max: int | None = None
+    aer_correctable: float | None = None

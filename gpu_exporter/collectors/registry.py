@@ -55,6 +55,12 @@ def _xid(rt: Runtime) -> Collector:
     return XidCollector(rt.session, rt.wall_clock, rt.synchronous)
 
 
+def _diagnosis(rt: Runtime) -> Collector:
+    from gpu_exporter.diagnosis.engine import DiagnosisCollector
+
+    return DiagnosisCollector(rt.settings.diagnosis, rt.monotonic, rt.wall_clock)
+
+
 # In run order: later collectors may read what earlier ones put in the
 # snapshot's facts (GPM reads the MIG instances; diagnosis reads everything).
 COLLECTORS: dict[str, CollectorInfo] = {
@@ -69,6 +75,8 @@ COLLECTORS: dict[str, CollectorInfo] = {
         CollectorInfo("nvlink", "NVLink per-link state, errors and throughput", True, _nvlink),
         CollectorInfo("xid", "Xid errors and ECC/power events from NVML's event API", True,
                       _xid),
+        CollectorInfo("diagnosis", "the symptom -> cause table evaluated per GPU "
+                      "(gpu_diagnosis_active); runs last", True, _diagnosis),
     )
 }
 

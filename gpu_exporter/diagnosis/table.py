@@ -25,6 +25,9 @@ class Row:
     fix: str  # what the runbook tells the on-call engineer to do
     confirm: tuple[str, ...]  # commands that confirm it on the node
     escalate: str  # when to hand it on
+    # Facts, not trends (a lost GPU, an ECC error): on at once, without the
+    # diagnosis window.
+    immediate: bool = False
 
     @property
     def key(self) -> str:
@@ -135,13 +138,15 @@ ROWS: tuple[Row, ...] = (
         "The volatile uncorrectable ECC counter is above zero, or a row remap failed.",
         "Drain the node, reset the GPU (nvidia-smi -r); if the row remap failed, RMA the GPU.",
         ("nvidia-smi -q -d ECC", "nvidia-smi -q -d ROW_REMAPPER"),
-        "Escalate to hardware for an RMA when the remap failed or errors return after reset."),
+        "Escalate to hardware for an RMA when the remap failed or errors return after reset.",
+        immediate=True),
     Row("memory_errors", "row_remap_pending", "warning",
         "GPU has a memory row remap pending",
         "A row remap is pending: the GPU needs a reset to retire the bad row.",
         "Drain the node and reset the GPU at the next maintenance window.",
         ("nvidia-smi -q -d ROW_REMAPPER",),
-        "Escalate to hardware when remaps keep appearing."),
+        "Escalate to hardware when remaps keep appearing.",
+        immediate=True),
     Row("xid_error", "driver_reported", "critical",
         "The driver reported a critical Xid error for the GPU",
         "NVML delivered a critical Xid event (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, "
@@ -149,14 +154,16 @@ ROWS: tuple[Row, ...] = (
         "Act per Xid: 79 means the GPU fell off the bus (check power and PCIe), 48/94/95 are "
         "ECC errors (drain and reset), 74 is an NVLink error, 119/120 are GSP errors (reset).",
         ("dmesg -T | grep -i xid", "nvidia-smi -q"),
-        "Escalate to hardware when the same GPU repeats an Xid."),
+        "Escalate to hardware when the same GPU repeats an Xid.",
+        immediate=True),
     Row("gpu_lost", "hardware", "critical",
         "GPU is lost: NVML cannot reach it",
         "NVML answers GPU_IS_LOST for the GPU, or the kernel removed its PCI device.",
         "Drain the node, check the GPU's power cabling and PCIe seating; a reboot may bring it "
         "back, a repeat needs hardware.",
         ("nvidia-smi", "dmesg -T | grep -iE 'xid|fallen off'", "lspci | grep -i nvidia"),
-        "Escalate to hardware."),
+        "Escalate to hardware.",
+        immediate=True),
     Row("memory_near_full", "oom_risk", "warning",
         "GPU memory is nearly full",
         "Memory used is above 95 % of the GPU's total.",
@@ -176,7 +183,8 @@ ROWS: tuple[Row, ...] = (
         "Persistence mode is disabled, so the driver reloads state for every new client.",
         "Enable nvidia-persistenced (preferred) or nvidia-smi -pm 1.",
         ("nvidia-smi -q | grep -i persistence", "systemctl status nvidia-persistenced"),
-        "Escalate to whoever owns node provisioning."),
+        "Escalate to whoever owns node provisioning.",
+        immediate=True),
     Row("numa_misplaced", "cpu_affinity", "warning",
         "A GPU process runs on CPUs outside the GPU's NUMA node",
         "A process using the GPU may run on CPUs outside the GPU's local CPU list, so its "

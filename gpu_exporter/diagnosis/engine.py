@@ -1,0 +1,134 @@
+"""Evaluate every row of the table for every GPU, every poll, and turn the
+answers into steady findings: a condition must hold for the diagnosis window
+before its row turns on, and stay clear for ``clear_after`` before it turns
+off, so nothing flaps. ``gpu_diagnosis_active`` is exported for every row and
+GPU (0 or 1), so dashboards and alerts never see gaps."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
+from gpu_exporter.diagnosis.signals import GpuSignals, gather
+from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
+from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.snapshot import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Finding:
+    gpu: int
+    uuid: str
+    row: Row
+    evidence: Evidence
+    since: float  # unix time the row turned on
+
+    def as_dict(self, runbook_base: str = "docs/runbook.md") -> dict[str, object]:
+        return {"gpu": str(self.gpu), "uuid": self.uuid, "symptom": self.row.symptom,
+                "cause": self.row.cause, "severity": self.row.severity,
+                "summary": self.row.summary, "evidence": dict(self.evidence),
+                "fix": self.row.fix, "runbook": f"{runbook_base}#{self.row.anchor}",
+                "since": self.since}
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu, f.row.key))
+
+
+@dataclass
+class _RowState:
+    history: deque[tuple[float, bool]] = field(default_factory=deque)
+    active: bool = False
+    since: float = 0.0
+    last_true: float = 0.0
+    evidence: Evidence = field(default_factory=dict)
+
+
+class DiagnosisCollector(Collector):
+    name = "diagnosis"
+    description = "the symptom -> cause table evaluated per GPU (gpu_diagnosis_active)"
+
+    def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
+                 wall_clock: Callable[[], float]) -> None:
+        self.cfg = cfg
+        self._mono = monotonic
+        self._wall = wall_clock
+        self._rows: dict[tuple[int, str], _RowState] = {}
+        self._counters: dict[tuple[int, str], deque[tuple[float, float]]] = {}
+        self._errors = 0
+        self._failing: set[str] = set()
+
+    def errors(self) -> int:
+        return self._errors
+
+    def collect(self, out: SnapshotBuilder) -> None:
+        self._errors = 0
+        now, wall = self._mono(), self._wall()
+        findings: list[Finding] = []
+        for sig in gather(out.facts):
+            trend = Trend(self._increase_fn(sig.index, now), wall)
+            labels = {"gpu": str(sig.index), "uuid": sig.uuid}
+            for row in ROWS:
+                verdict = self._judge(row, sig, trend)
+                state = self._rows.setdefault((sig.index, row.key), _RowState())
+                if self._update(state, verdict, row, now, wall):
+                    findings.append(Finding(sig.index, sig.uuid, row, state.evidence,
+                                            state.since))
+                out.add("gpu_diagnosis_active", state.active, **labels, symptom=row.symptom,
+                        cause=row.cause)
+        out.facts["findings"] = sort_findings(findings)
+
+    def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:
+        try:
+            verdict = RULES[row.key](sig, self.cfg, trend)
+        except Exception as exc:  # one broken rule must not silence the others
+            self._errors += 1
+            if row.key not in self._failing:
+                self._failing.add(row.key)
+                log.error("diagnosis rule %s failed: %s", row.key, exc)
+            return Verdict(None)
+        self._failing.discard(row.key)
+        return verdict
+
+    def _update(self, st: _RowState, verdict: Verdict, row: Row, now: float,
+                wall: float) -> bool:
+        holds = verdict.holds is True
+        span = max(self.cfg.window, self.cfg.clear_after) + 1.0
+        st.history.append((now, holds))
+        while st.history and st.history[0][0] < now - span:
+            st.history.popleft()
+        if holds:
+            st.last_true = now
+            st.evidence = verdict.evidence
+        if st.active:
+            if not holds and now - st.last_true >= self.cfg.clear_after:
+                st.active = False
+            return st.active
+        if not holds:
+            return False
+        if not row.immediate:
+            covered = st.history[0][0] <= now - self.cfg.window
+            recent = [h for t, h in st.history if t >= now - self.cfg.window]
+            if not covered or sum(recent) < self.cfg.hold_ratio * len(recent):
+                return False
+        st.active, st.since = True, wall
+        return True
+
+    def _increase_fn(self, gpu: int, now: float) -> Callable[[str, float | None], float | None]:
+        def increase(name: str, value: float | None) -> float | None:
+            if value is None:
+                return None
+            series = self._counters.setdefault((gpu, name), deque())
+            series.append((now, value))
+            while len(series) > 1 and series[1][0] <= now - self.cfg.window:
+                series.popleft()
+            first = series[0][1]
+            return value if value < first else value - first  # a reset starts over
+
+        return increase

@@ -1,0 +1,350 @@
+"""One condition per row of the table (``table.ROWS``), keyed by ``Row.key``.
+
+A rule answers True (the row's condition holds now), False, or None (it cannot
+judge: the signal it needs is missing). Rules never judge what they cannot
+see: no GPM, no ``utilization_inflated``; an idle GPU's PCIe link is never
+"downtrained"; an idle GPU is never "power capped". Each returns the evidence
+it based the answer on, keyed by name with the unit as suffix, in base units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpu_exporter.diagnosis.signals import GpuSignals
+from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+
+Evidence = dict[str, float | str]
+THERMAL_REASONS = frozenset({"hw_slowdown", "hw_thermal", "sw_thermal"})
+
+
+@dataclass
+class Verdict:
+    holds: bool | None
+    evidence: Evidence = field(default_factory=dict)
+
+
+class Trend:
+    """What a rule needs beyond one poll: counter increases over the window and
+    the current time, supplied by the engine."""
+
+    def __init__(self, increase: Callable[[str, float | None], float | None],
+                 now: float) -> None:
+        self.increase = increase
+        self.now = now  # unix time
+
+
+Rule = Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]
+RULES: dict[str, Rule] = {}
+
+
+def rule(key: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES[key] = fn
+        return fn
+
+    return register
+
+
+def _busy(s: GpuSignals, cfg: DiagnosisConfig) -> bool | None:
+    u = s.gpu.utilization
+    return None if u is None else u >= cfg.busy_utilization
+
+
+def _held_idle(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    """GPU memory held, GPU doing almost nothing."""
+    used, util = s.memory_used_ratio, s.gpu.utilization
+    if used is None or util is None:
+        return None, {}
+    ev: Evidence = {"gpu_memory_used_ratio": round(used, 3), "gpu_utilization_ratio": util}
+    return used > cfg.memory_held_ratio and util < cfg.idle_utilization, ev
+
+
+def _io_bound(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    h = s.host
+    if h is None or (h.iowait_ratio is None and h.io_pressure_some is None):
+        return None, {}
+    ev: Evidence = {}
+    hit = False
+    if h.iowait_ratio is not None:
+        ev["host_cpu_iowait_ratio"] = round(h.iowait_ratio, 3)
+        hit |= h.iowait_ratio >= cfg.iowait_high
+    if h.io_pressure_some is not None:
+        ev["host_io_pressure_some_ratio"] = round(h.io_pressure_some, 3)
+        hit |= h.io_pressure_some >= cfg.io_pressure_high
+    return hit, ev
+
+
+def _cpu_starved(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    h = s.host
+    waits = [p.run_queue_wait_ratio for p in s.processes if p.run_queue_wait_ratio is not None]
+    pressure = None if h is None else h.cpu_pressure_some
+    if pressure is None and not waits:
+        return None, {}
+    ev: Evidence = {}
+    if pressure is not None:
+        ev["host_cpu_pressure_some_ratio"] = round(pressure, 3)
+    if waits:
+        ev["process_run_queue_wait_seconds_per_second"] = round(max(waits), 3)
+    pressure_hit = pressure is not None and pressure >= cfg.cpu_pressure_high
+    # Where the kernel keeps schedstat, the GPU's own process must be waiting too.
+    wait_hit = max(waits) >= cfg.run_queue_wait_high if waits else True
+    return pressure_hit and wait_hit, ev
+
+
+def _swapping(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    h = s.host
+    if h is None or (h.swap_bytes_per_s is None and h.memory_pressure_full is None):
+        return None, {}
+    ev: Evidence = {}
+    hit = False
+    if h.swap_bytes_per_s is not None:
+        ev["host_swap_bytes_per_second"] = round(h.swap_bytes_per_s)
+        hit |= h.swap_bytes_per_s >= cfg.swap_bytes_per_s
+    if h.memory_pressure_full is not None:
+        ev["host_memory_pressure_full_ratio"] = round(h.memory_pressure_full, 3)
+        hit |= h.memory_pressure_full > cfg.memory_pressure_full
+    return hit, ev
+
+
+def _with(base: tuple[bool | None, Evidence],
+          cause: tuple[bool | None, Evidence]) -> Verdict:
+    held, ev = base
+    hit, cause_ev = cause
+    if held is None:
+        return Verdict(None)
+    if not held:
+        return Verdict(False, ev)
+    return Verdict(hit, {**ev, **cause_ev})
+
+
+@rule("memory_held_sm_idle/data_pipeline_io")
+def _data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    return _with(_held_idle(s, cfg), _io_bound(s, cfg))
+
+
+@rule("memory_held_sm_idle/cpu_contention")
+def _cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    return _with(_held_idle(s, cfg), _cpu_starved(s, cfg))
+
+
+@rule("memory_held_sm_idle/host_swapping")
+def _host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    return _with(_held_idle(s, cfg), _swapping(s, cfg))
+
+
+@rule("memory_held_sm_idle/process_stalled")
+def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    held, ev = _held_idle(s, cfg)
+    if held is None or not s.processes_known:
+        return Verdict(None)
+    if not held:
+        return Verdict(False, ev)
+    procs = [p for p in s.processes if p.cpu_ratio is not None]
+    if not procs:
+        return Verdict(None, ev)
+    # A host-side cause explains an idle GPU better than "the process is stuck".
+    for other in (_io_bound(s, cfg), _cpu_starved(s, cfg), _swapping(s, cfg)):
+        if other[0]:
+            return Verdict(False, ev)
+    stalled = all(p.cpu_ratio is not None and p.cpu_ratio < cfg.stalled_cpu_ratio
+                  and p.state in ("S", "D") for p in procs)
+    top = max(procs, key=lambda p: p.memory_used_bytes or 0)
+    ev.update({"process_pid": str(top.pid), "process_comm": top.comm,
+               "process_state": top.state or "?",
+               "process_cpu_ratio": round(top.cpu_ratio or 0.0, 3)})
+    return Verdict(stalled, ev)
+
+
+@rule("utilization_bursty/input_starvation")
+def _bursty(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    if s.util_samples is None:
+        return Verdict(None)
+    low, mean, high = s.util_samples
+    ev: Evidence = {"utilization_samples_min_ratio": low, "utilization_samples_mean_ratio":
+                    round(mean, 3), "utilization_samples_max_ratio": high}
+    return Verdict(low <= cfg.burst_low and high >= cfg.burst_high, ev)
+
+
+def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    cur, top = s.gpu.clocks_hz.get("sm"), s.gpu.clocks_max_hz.get("sm")
+    if cur is None or not top:
+        return None, {}
+    return cur < cfg.clock_below_max_ratio * top, {"sm_clock_hertz": cur,
+                                                   "sm_clock_max_hertz": top}
+
+
+@rule("throttled_under_load/power_cap")
+def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if busy is None or reasons is None:
+        return Verdict(None)
+    below, ev = _sm_below_max(s, cfg)
+    ev = {**ev, "gpu_utilization_ratio": s.gpu.utilization or 0.0,
+          "sw_power_cap_active": "yes" if "sw_power_cap" in reasons else "no"}
+    if s.gpu.power_limit_watts is not None:
+        ev["power_limit_watts"] = s.gpu.power_limit_watts
+    if s.gpu.power_default_limit_watts is not None:
+        ev["power_default_limit_watts"] = s.gpu.power_default_limit_watts
+    if s.gpu.power_watts is not None:
+        ev["power_watts"] = round(s.gpu.power_watts, 1)
+    return Verdict(bool(busy and "sw_power_cap" in reasons and below), ev)
+
+
+@rule("throttled_under_load/thermal")
+def _thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
+    if busy is None or (reasons is None and (temp is None or slowdown is None)):
+        return Verdict(None)
+    active = sorted((reasons or frozenset()) & THERMAL_REASONS)
+    near = temp is not None and slowdown is not None and \
+        temp >= slowdown - cfg.thermal_margin_celsius
+    ev: Evidence = {"gpu_utilization_ratio": s.gpu.utilization or 0.0,
+                    "thermal_reasons_active": ", ".join(active) or "none"}
+    if temp is not None:
+        ev["temperature_celsius"] = temp
+    if slowdown is not None:
+        ev["slowdown_threshold_celsius"] = slowdown
+    return Verdict(bool(busy and (active or near)), ev)
+
+
+@rule("throttled_under_load/power_brake")
+def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if busy is None or reasons is None:
+        return Verdict(None)
+    _below, ev = _sm_below_max(s, cfg)
+    ev["hw_power_brake_active"] = "yes" if "hw_power_brake" in reasons else "no"
+    return Verdict(bool(busy and "hw_power_brake" in reasons), ev)
+
+
+@rule("clocks_capped/application_clocks")
+def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    busy = _busy(s, cfg)
+    app, top = s.gpu.clocks_application_hz.get("sm"), s.gpu.clocks_max_hz.get("sm")
+    if busy is None or app is None or not top:
+        return Verdict(None)
+    ev: Evidence = {"application_sm_clock_hertz": app, "sm_clock_max_hertz": top,
+                    "gpu_utilization_ratio": s.gpu.utilization or 0.0}
+    return Verdict(busy and app < cfg.clock_below_max_ratio * top, ev)
+
+
+@rule("pcie_downtrained/link_degraded")
+def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    busy = _busy(s, cfg)
+    g = s.gpu
+    if busy is None or None in (g.pcie_width, g.pcie_width_max, g.pcie_generation,
+                                g.pcie_generation_max):
+        return Verdict(None)
+    assert g.pcie_width is not None and g.pcie_width_max is not None
+    assert g.pcie_generation is not None and g.pcie_generation_max is not None
+    ev: Evidence = {"pcie_link_width": g.pcie_width, "pcie_link_width_max": g.pcie_width_max,
+                    "pcie_link_generation": g.pcie_generation,
+                    "pcie_link_generation_max": g.pcie_generation_max,
+                    "gpu_utilization_ratio": g.utilization or 0.0}
+    degraded = g.pcie_width < g.pcie_width_max or g.pcie_generation < g.pcie_generation_max
+    up = s.pcie
+    if up is not None and None not in (up.upstream_width, up.upstream_width_max):
+        assert up.upstream_width is not None and up.upstream_width_max is not None
+        ev["upstream_link_width"] = up.upstream_width
+        ev["upstream_link_width_max"] = up.upstream_width_max
+        degraded |= up.upstream_width < up.upstream_width_max
+    if up is not None and None not in (up.upstream_generation, up.upstream_generation_max):
+        assert up.upstream_generation is not None and up.upstream_generation_max is not None
+        ev["upstream_link_generation"] = up.upstream_generation
+        ev["upstream_link_generation_max"] = up.upstream_generation_max
+        degraded |= up.upstream_generation < up.upstream_generation_max
+    # Idle links downshift to save power: only a busy GPU's link is judged.
+    return Verdict(busy and degraded, ev)
+
+
+@rule("pcie_errors/link_integrity")
+def _pcie_errors(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    replays = trend.increase("pcie_replays", s.gpu.pcie_replays)
+    aer = trend.increase("aer_correctable", s.pcie.aer_correctable if s.pcie else None)
+    if replays is None and aer is None:
+        return Verdict(None)
+    ev: Evidence = {}
+    if replays is not None:
+        ev["pcie_replays_in_window"] = replays
+    if aer is not None:
+        ev["aer_correctable_errors_in_window"] = aer
+    return Verdict(max(replays or 0.0, aer or 0.0) >= cfg.pcie_errors_per_window, ev)
+
+
+@rule("memory_errors/ecc_uncorrectable")
+def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    unc, failed = s.gpu.ecc_uncorrected_volatile, s.gpu.remap_failed
+    if unc is None and failed is None:
+        return Verdict(None)
+    ev: Evidence = {}
+    if unc is not None:
+        ev["ecc_uncorrected_volatile_errors"] = unc
+    if failed is not None:
+        ev["row_remap_failed"] = "yes" if failed else "no"
+    return Verdict(bool((unc or 0) > 0 or failed), ev)
+
+
+@rule("memory_errors/row_remap_pending")
+def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    if s.gpu.remap_pending is None:
+        return Verdict(None)
+    return Verdict(s.gpu.remap_pending, {"row_remap_pending": "yes" if s.gpu.remap_pending
+                                         else "no"})
+
+
+@rule("xid_error/driver_reported")
+def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    recent = [(at, x) for at, x in s.xids
+              if x in cfg.critical_xids and trend.now - at <= cfg.xid_hold]
+    if not recent:
+        return Verdict(False)
+    return Verdict(True, {"xid": ", ".join(str(x) for x in sorted({x for _, x in recent})),
+                          "xid_events_recent": len(recent)})
+
+
+@rule("gpu_lost/hardware")
+def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    return Verdict(not s.gpu.up, {"gpu_up": 1 if s.gpu.up else 0})
+
+
+@rule("memory_near_full/oom_risk")
+def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    used = s.memory_used_ratio
+    if used is None:
+        return Verdict(None)
+    return Verdict(used > cfg.memory_near_full_ratio, {"gpu_memory_used_ratio": round(used, 4)})
+
+
+@rule("utilization_inflated/small_kernels")
+def _inflated(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    util, active = s.gpu.utilization, s.sm_active
+    if util is None or active is None:
+        return Verdict(None)  # no GPM, no judgement
+    return Verdict(util > cfg.inflated_utilization and active < cfg.inflated_sm_active,
+                   {"gpu_utilization_ratio": util, "sm_active_ratio": round(active, 3)})
+
+
+@rule("persistence_off/configuration")
+def _persistence(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    mode = s.gpu.persistence_mode
+    if mode is None or not cfg.expect_persistence:
+        return Verdict(None)
+    return Verdict(not mode, {"persistence_mode": "on" if mode else "off"})
+
+
+@rule("numa_misplaced/cpu_affinity")
+def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    known = [p for p in s.processes if p.affinity_local is not None]
+    if not known:
+        return Verdict(None)
+    bad = [p for p in known if not p.affinity_local]
+    ev: Evidence = {}
+    if s.pcie is not None and s.pcie.local_cpulist:
+        ev["gpu_local_cpus"] = s.pcie.local_cpulist
+    if bad:
+        ev.update({"process_pid": str(bad[0].pid), "process_comm": bad[0].comm,
+                   "process_cpus_allowed": bad[0].cpus_allowed or "?"})
+    return Verdict(bool(bad), ev)
