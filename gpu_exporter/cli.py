@@ -61,7 +61,7 @@ def _daemon_parser() -> _Parser:
 
     p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
                 "why the GPU is slow.", allow_abbrev=False,
-                epilog="Subcommands: scenarios, catalog. Every flag can also be set in the "
+                epilog="Subcommands: diagnose, scenarios, catalog (each has --help). Every flag can also be set in the "
                 "--config.file YAML (--web.listen-address is web: {listen_address: ...}) or "
                 "as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -147,9 +147,16 @@ def _catalog(argv: Sequence[str]) -> int:
     return 0
 
 
+def _diagnose(argv: Sequence[str]) -> int:
+    from gpu_exporter.diagnosis.command import main as diagnose_main
+
+    return diagnose_main(argv, _Parser)
+
+
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "scenarios": _scenarios,
     "catalog": _catalog,
+    "diagnose": _diagnose,
 }
 
 

@@ -3,6 +3,7 @@ simulated node), the enabled collectors, the poller, and the HTTP endpoints."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -24,6 +25,8 @@ from gpu_exporter.web.landing import gpu_table
 from gpu_exporter.web.server import (
     App,
     ExporterHTTPServer,
+    Request,
+    Response,
     parse_listen_address,
     serve_in_thread,
     staleness_check,
@@ -62,8 +65,24 @@ class Exporter:
                 settings.poll.interval, started, wall_clock),
         )
         self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
+        self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
         self.server: ExporterHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
+
+    def findings(self) -> dict[str, object]:
+        snap = self.poller.latest
+        if snap is None:
+            return {"timestamp": None, "findings": []}
+        return {"timestamp": snap.timestamp,
+                "findings": [f.as_dict() for f in snap.facts.get("findings", [])],
+                "baseline_drifts": list(snap.facts.get("drifts", []))}
+
+    def _diagnosis(self, req: Request) -> Response:
+        if self.poller.latest is None:
+            return Response(503, b'{"error": "no poll has completed yet"}\n',
+                            "application/json")
+        body = json.dumps(self.findings(), indent=2) + "\n"
+        return Response(200, body.encode(), "application/json")
 
     def bind(self) -> ExporterHTTPServer:
         host, port = parse_listen_address(self.settings.web.listen_address)

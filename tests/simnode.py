@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from gpu_exporter.config import Settings
 from gpu_exporter.daemon import Exporter
 from gpu_exporter.simulator import SimulatedNode, load_scenario
+from gpu_exporter.simulator.clock import VirtualClock as _VirtualClock
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
 
@@ -18,15 +19,9 @@ from gpu_exporter.snapshot import Snapshot
 EPOCH = 1_790_000_000.0
 
 
-class VirtualClock:
+class VirtualClock(_VirtualClock):
     def __init__(self, start: float = EPOCH) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+        super().__init__(start)
 
 
 def settings(**overrides: Any) -> Settings:

@@ -18,6 +18,11 @@ def gpu_table(snap: Snapshot | None) -> str:
     gpus: dict[int, GpuReading] = snap.facts.get("gpus", {})
     if not gpus:
         return "<p>No GPUs are being read (see gpu_exporter_nvml_up and the log).</p>"
+    wrong: dict[int, list[str]] = {}
+    for f in snap.facts.get("findings", []):
+        wrong.setdefault(f.gpu, []).append(
+            f'<span class="{"bad" if f.row.severity == "critical" else "warn"}">'
+            f"{html.escape(f.row.summary)}</span>")
     rows = []
     for r in sorted(gpus.values(), key=lambda g: g.index):
         state = '<span class="ok">up</span>' if r.up else '<span class="bad">lost</span>'
@@ -32,7 +37,7 @@ def gpu_table(snap: Snapshot | None) -> str:
         rows.append(
             f"<tr><td>{r.index}</td><td>{html.escape(r.name)}</td><td>{state}</td>"
             f"<td>{_pct(r.utilization)}</td><td>{mem}</td><td>{power}</td><td>{temp}</td>"
-            f"<td>{link}</td></tr>")
+            f"<td>{link}</td><td>{'<br>'.join(wrong.get(r.index, [])) or 'nothing'}</td></tr>")
     return ("<h2>GPUs</h2><table><tr><th>GPU</th><th>Name</th><th>State</th>"
             "<th>Utilization</th><th>Memory</th><th>Power</th><th>Temperature</th>"
-            "<th>PCIe</th></tr>" + "".join(rows) + "</table>")
+            "<th>PCIe</th><th>What is wrong</th></tr>" + "".join(rows) + "</table>")

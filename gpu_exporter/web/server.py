@@ -100,7 +100,7 @@ class App:
             "<!doctype html><html><head><meta charset='utf-8'><title>GPU Exporter</title>"
             "<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
-            ".bad{color:#b00}.ok{color:#070}</style></head><body>"
+            ".bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>"
             "<h1>GPU Exporter</h1><p>Prometheus exporter for NVIDIA GPU nodes that says why "
             f"the GPU is slow.</p><ul>{links}</ul>{sections}</body></html>"
         )

@@ -1,0 +1,121 @@
+"""``gpu-exporter diagnose``: for the on-call engineer who has SSH'd into the
+node. Reads a running exporter's /diagnosis, or runs a scenario on a virtual
+clock (no sleeping), and prints causal chains, most severe first.
+
+Exit status: 0 nothing found, 1 warnings, 2 critical, 3 the exporter could not
+be read."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpu_exporter.config import ConfigError, load, parse_duration
+from gpu_exporter.diagnosis.report import exit_status, render_text
+
+EXIT_UNREACHABLE = 3
+DEFAULT_URL = "http://127.0.0.1:9835"
+
+
+def simulate(scenario: str, config_file: Path | None, duration: float | None,
+             baseline_file: Path | None = None) -> dict[str, Any]:
+    """Run the scenario through the real exporter on a virtual clock and return
+    what /diagnosis would answer at the end."""
+    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.simulator import ScenarioError, SimulatedNode, load_scenario
+    from gpu_exporter.simulator.clock import VirtualClock
+
+    overrides: dict[str, Any] = {}
+    if baseline_file is not None:
+        overrides["baseline_file"] = baseline_file
+    settings = load(overrides, config_file)
+    try:
+        sc = load_scenario(scenario)
+    except ScenarioError as exc:
+        raise ConfigError(str(exc)) from None
+    clock = VirtualClock(time.time())
+    node = SimulatedNode(sc, clock=clock)
+    exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock, synchronous=True)
+    if duration is None:
+        # Long enough for the last change in the scenario and every window after it.
+        last = max((step.at for step in sc.timeline), default=0.0)
+        cfg = settings.diagnosis
+        duration = last + max(cfg.window, 1.0) + 5.0
+    try:
+        interval = settings.poll.interval
+        exporter.poller.poll_once()
+        elapsed = 0.0
+        while elapsed < duration:
+            clock.advance(interval)
+            elapsed += interval
+            exporter.poller.poll_once()
+        return exporter.findings()
+    finally:
+        exporter.stop()
+
+
+def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    target = url.rstrip("/") + "/diagnosis"
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as resp:
+            data = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        raise ConnectionError(f"{target} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConnectionError(f"cannot reach the exporter at {target}: {reason}") from None
+    except json.JSONDecodeError:
+        raise ConnectionError(f"{target} did not answer JSON; is it a gpu-exporter?") from None
+    if not isinstance(data, dict) or "findings" not in data:
+        raise ConnectionError(f"{target} answered JSON without findings")
+    return data
+
+
+def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
+    p = parser_cls(prog="gpu-exporter diagnose",
+                   description="Say what is wrong with this node's GPUs and why: symptom -> "
+                   "likely cause -> evidence -> fix. Exit status 0 nothing found, 1 "
+                   "warnings, 2 critical, 3 the exporter could not be read.")
+    p.add_argument("--url", default=DEFAULT_URL,
+                   help=f"the running exporter to ask (default {DEFAULT_URL})")
+    p.add_argument("--simulate", metavar="NAME|FILE",
+                   help="instead, run this scenario on a virtual clock and diagnose it")
+    p.add_argument("--duration", metavar="DURATION",
+                   help="with --simulate: how much scenario time to run (default: long "
+                   "enough for every change and window)")
+    p.add_argument("--config.file", dest="config_file", type=Path, metavar="FILE",
+                   help="with --simulate: the exporter's config (diagnosis thresholds)")
+    p.add_argument("--baseline.file", dest="baseline_file", type=Path, metavar="FILE",
+                   help="with --simulate: compare with this node baseline")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    args = p.parse_args(argv)
+    duration = None
+    if args.duration is not None:
+        try:
+            duration = parse_duration(args.duration)
+        except ValueError as exc:
+            raise ConfigError(f"--duration: {exc}") from None
+    if args.simulate:
+        data = simulate(args.simulate, args.config_file, duration, args.baseline_file)
+    else:
+        try:
+            data = fetch(args.url)
+        except ConnectionError as exc:
+            print(f"gpu-exporter diagnose: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+    findings = data.get("findings", [])
+    drifts = data.get("baseline_drifts", [])
+    if args.json:
+        print(json.dumps({"findings": findings, "baseline_drifts": drifts}, indent=2))
+    else:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        sys.stdout.write(render_text(findings, color, drifts))
+    return exit_status(findings)
