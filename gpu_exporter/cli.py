@@ -61,9 +61,9 @@ def _daemon_parser() -> _Parser:
 
     p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
                 "why the GPU is slow.", allow_abbrev=False,
-                epilog="Subcommands: diagnose, scenarios, catalog (each has --help). Every flag can also be set in the "
-                "--config.file YAML (--web.listen-address is web: {listen_address: ...}) or "
-                "as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
+                epilog="Subcommands: diagnose, scenarios, catalog (each has --help). Every "
+                "flag can also be set in the --config.file YAML (--web.listen-address is "
+                "web: {listen_address: ...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument("--config.file", dest="config_file", metavar="FILE", type=Path,
                    help="YAML configuration file.")
