@@ -78,8 +78,17 @@ def load_profile(name: str) -> DeviceProfile:
         raise ScenarioError(f"profile {path}: {_one_line(exc)}") from None
 
 
-def load_scenario(name_or_path: str) -> Scenario:
-    """A built-in scenario by name, or a YAML file by path."""
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if not (name_or_path.endswith((".yaml", ".yml")) or path.exists()):
         path = _package_dir("scenarios") / f"{name_or_path}.yaml"
@@ -88,10 +97,62 @@ def load_scenario(name_or_path: str) -> Scenario:
                                 "the built-in scenarios: " + ", ".join(builtin_scenarios()))
     elif not path.exists():
         raise ScenarioError(f"scenario {path}: no such file")
+    return path
+
+
+def _scenario_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The file's mapping, merged over the scenario it ``extends`` (if any)."""
+    if path in seen:
+        raise ScenarioError(f"scenario {path}: extends itself through "
+                            + " -> ".join(str(p) for p in seen))
     data = _load_yaml(path, "scenario")
     if not isinstance(data, dict):
         raise ScenarioError(f"scenario {path}: expected a mapping with name, node, state, "
                             "timeline")
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    if not isinstance(base_name, str):
+        raise ScenarioError(f"scenario {path}: extends: expected a scenario name or file")
+    base = _scenario_data(_resolve_from(base_name, path.parent), (*seen, path))
+    base.pop("name", None)
+    base.pop("description", None)
+    base.pop("expect", None)
+    changes = data.pop("process_changes", None)
+    merged = _deep_merge(base, data)
+    if changes is not None:
+        merged["processes"] = _change_processes(path, merged.get("processes", []), changes)
+    return merged
+
+
+def _change_processes(path: Path, procs: Any, changes: Any) -> list[Any]:
+    """``process_changes: {PID: {field: value}}`` edits inherited processes."""
+    if not isinstance(changes, dict) or not isinstance(procs, list):
+        raise ScenarioError(f"scenario {path}: process_changes: expected a mapping of pid to "
+                            "fields")
+    by_pid = {p.get("pid"): p for p in procs if isinstance(p, dict)}
+    for pid, fields in changes.items():
+        if pid not in by_pid:
+            raise ScenarioError(f"scenario {path}: process_changes: no process with pid {pid} "
+                                "in the scenario it extends")
+        if not isinstance(fields, dict):
+            raise ScenarioError(f"scenario {path}: process_changes.{pid}: expected a mapping")
+        by_pid[pid].update(fields)
+    return procs
+
+
+def _resolve_from(name: str, directory: Path) -> Path:
+    """``extends:`` names a built-in scenario or a file next to the extending one."""
+    local = directory / name
+    if local.exists():
+        return local
+    return _resolve(name)
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A built-in scenario by name, or a YAML file by path."""
+    path = _resolve(name_or_path)
+    data = _scenario_data(path)
     data.setdefault("name", path.stem)
     try:
         scenario = Scenario(**data)

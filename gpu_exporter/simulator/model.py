@@ -260,6 +260,22 @@ class Node(_Strict):
     nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission"] = "ok"
 
 
+class Expectation(_Strict):
+    """A finding the scenario is built to produce (the tests hold it to that)."""
+
+    gpu: int = Field(ge=0)
+    symptom: str
+    cause: str
+
+    @model_validator(mode="after")
+    def _known_row(self) -> Expectation:
+        from gpu_exporter.diagnosis.table import BY_KEY
+
+        if f"{self.symptom}/{self.cause}" not in BY_KEY:
+            raise ValueError(f"no row {self.symptom} -> {self.cause} in the diagnosis table")
+        return self
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -271,6 +287,8 @@ class Scenario(_Strict):
     processes: list[ProcessCondition] = Field(default_factory=list)
     timeline: list[Step] = Field(default_factory=list)
     noise: bool = True
+    # What the diagnosis must find, and nothing else; None: not declared.
+    expect: list[Expectation] | None = None
 
     @model_validator(mode="after")
     def _indices(self) -> Scenario:
