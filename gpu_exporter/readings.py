@@ -30,6 +30,7 @@ class GpuReading:
     clocks_hz: dict[str, float] = field(default_factory=dict)
     clocks_max_hz: dict[str, float] = field(default_factory=dict)
     clocks_application_hz: dict[str, float] = field(default_factory=dict)
+    clocks_application_default_hz: dict[str, float] = field(default_factory=dict)
     throttle_reasons: frozenset[str] | None = None
     pcie_generation: int | None = None
     pcie_generation_max: int | None = None

@@ -50,6 +50,9 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_clock_application_hertz", "gauge",
        "Application clock target set by the administrator (nvidia-smi -ac), from NVML.",
        (*GPU, "clock"), "device"),
+    _m("gpu_clock_application_default_hertz", "gauge",
+       "Application clock the GPU ships with; GPU Boost runs above it. An application clock "
+       "set lower holds the GPU back.", (*GPU, "clock"), "device"),
     _m("gpu_performance_state", "gauge",
        "Performance state (P-state): 0 is maximum performance, 15 minimum.", GPU, "device"),
     _m("gpu_fan_speed_ratio", "gauge",

@@ -150,6 +150,11 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         if app is not None:
             r.clocks_application_hz[name] = app
             out.add("gpu_clock_application_hertz", app, **labels, clock=name)
+        default_app = gpu.static_read(f"clock_app_default_{name}",
+                                      d.default_application_clock_hz, code)
+        if default_app is not None:
+            r.clocks_application_default_hz[name] = default_app
+            out.add("gpu_clock_application_default_hertz", default_app, **labels, clock=name)
 
     pstate = gpu.read("pstate", d.performance_state)
     # 32 is NVML_PSTATE_UNKNOWN

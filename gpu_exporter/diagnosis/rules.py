@@ -223,12 +223,18 @@ def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 @rule("clocks_capped/application_clocks")
 def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy = _busy(s, cfg)
-    app, top = s.gpu.clocks_application_hz.get("sm"), s.gpu.clocks_max_hz.get("sm")
-    if busy is None or app is None or not top:
+    app = s.gpu.clocks_application_hz.get("sm")
+    default = s.gpu.clocks_application_default_hz.get("sm")
+    if busy is None or app is None or not default:
         return Verdict(None)
-    ev: Evidence = {"application_sm_clock_hertz": app, "sm_clock_max_hertz": top,
+    ev: Evidence = {"application_sm_clock_hertz": app,
+                    "default_application_sm_clock_hertz": default,
                     "gpu_utilization_ratio": s.gpu.utilization or 0.0}
-    return Verdict(busy and app < cfg.clock_below_max_ratio * top, ev)
+    top = s.gpu.clocks_max_hz.get("sm")
+    if top:
+        ev["sm_clock_max_hertz"] = top
+    # GPU Boost runs above the default application clock; only a lower setting caps it.
+    return Verdict(busy and app < cfg.clock_below_max_ratio * default, ev)
 
 
 @rule("pcie_downtrained/link_degraded")

@@ -111,8 +111,9 @@ ROWS: tuple[Row, ...] = (
         ("nvidia-smi -q -d PERFORMANCE", "ipmitool sel list"),
         "Escalate to the datacenter/hardware team."),
     Row("clocks_capped", "application_clocks", "warning",
-        "Busy GPU runs at application clocks set below maximum",
-        "The GPU is busy and its application clock is set below the maximum clock.",
+        "Busy GPU runs at application clocks set below their default",
+        "The GPU is busy and its application clock is set below the default the board ships "
+        "with (GPU Boost runs above the default; a lower setting holds it back).",
         "Reset the application clocks (nvidia-smi -rac) and audit the provisioning that set "
         "them.",
         ("nvidia-smi -q -d CLOCK",),

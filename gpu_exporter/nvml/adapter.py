@@ -167,6 +167,10 @@ class Device:
     def application_clock_hz(self, clock: int) -> float:
         return float(pynvml.nvmlDeviceGetApplicationsClock(self._h, clock)) * 1e6
 
+    @_translate("nvmlDeviceGetDefaultApplicationsClock")
+    def default_application_clock_hz(self, clock: int) -> float:
+        return float(pynvml.nvmlDeviceGetDefaultApplicationsClock(self._h, clock)) * 1e6
+
     @_translate("nvmlDeviceGetPerformanceState")
     def performance_state(self) -> int:
         return int(pynvml.nvmlDeviceGetPerformanceState(self._h))

@@ -421,6 +421,13 @@ def _app_clock(lib: FakeNvmlLibrary, st: GpuState, kind: int, out: int) -> int:
     return _clock(st.app_clocks_mhz, kind, out)
 
 
+@_nvml("nvmlDeviceGetDefaultApplicationsClock", U, P)
+def _default_app_clock(lib: FakeNvmlLibrary, st: GpuState, kind: int, out: int) -> int:
+    if "nvmlDeviceGetApplicationsClock" in lib.world.profile.unsupported_calls:
+        return int(Return.NOT_SUPPORTED)
+    return _clock(st.default_app_clocks_mhz, kind, out)
+
+
 @_nvml("nvmlDeviceGetPerformanceState", P)
 def _pstate(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
     return _put(out, c_uint, st.pstate)

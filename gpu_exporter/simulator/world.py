@@ -107,6 +107,7 @@ class GpuState:
     clocks_mhz: dict[int, int]
     max_clocks_mhz: dict[int, int]
     app_clocks_mhz: dict[int, int]
+    default_app_clocks_mhz: dict[int, int]
     pstate: int
     fans_pct: list[int]
     reasons: int
@@ -282,15 +283,19 @@ class World:
             reasons.add("gpu_idle")
 
         max_sm = p.clocks_max_mhz.sm
-        app_sm = int(c.get("application_sm_clock_mhz", p.clocks_application_mhz.sm))
-        if busy and app_sm < max_sm:
+        default_app = p.clocks_application_mhz.sm
+        app_sm = int(c.get("application_sm_clock_mhz", default_app))
+        # GPU Boost runs above the default application clock; only an
+        # administrator's lower setting holds the clocks back.
+        app_capped = app_sm < default_app
+        if busy and app_capped:
             reasons.add("applications_clocks_setting")
         if "sm_clock_mhz" in c:
             sm = int(c["sm_clock_mhz"])
         elif not busy:
             sm = p.clocks_idle_mhz.sm
         else:
-            sm = min(max_sm, app_sm)
+            sm = min(max_sm, app_sm) if app_capped else max_sm
             if "hw_power_brake" in reasons:
                 sm = int(sm * 0.40)
             elif reasons & set(_THERMAL):
@@ -421,6 +426,8 @@ class World:
             clocks_mhz={0: sm, 1: sm, 2: mem_clock},
             max_clocks_mhz={0: p.clocks_max_mhz.graphics, 1: max_sm, 2: p.clocks_max_mhz.memory},
             app_clocks_mhz={0: app_sm, 1: app_sm, 2: p.clocks_application_mhz.memory},
+            default_app_clocks_mhz={0: default_app, 1: default_app,
+                                    2: p.clocks_application_mhz.memory},
             pstate=0 if busy else p.pstate_idle,
             fans_pct=fans,
             reasons=mask,

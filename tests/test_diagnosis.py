@@ -1,0 +1,183 @@
+"""The symptom -> cause table as live signals: every row fires in its own
+scenario on the GPU the scenario breaks and nothing undeclared fires; healthy
+and idle nodes and deliberate near-misses produce no finding at all."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.simulator import builtin_scenarios, load_scenario
+from gpu_exporter.simulator.model import Scenario
+from gpu_exporter.snapshot import Snapshot
+from tests.simnode import SimRun
+
+DECLARED = [n for n in builtin_scenarios() if load_scenario(n).expect is not None]
+
+# Rows whose evidence is the host side of the GPU (processes, /proc, /sys).
+HOST_SIDE = {"memory-held-sm-idle-data-pipeline-io", "memory-held-sm-idle-cpu-contention",
+             "memory-held-sm-idle-host-swapping", "memory-held-sm-idle-process-stalled",
+             "numa-misplaced-cpu-affinity", "mixed"}
+
+
+def _needs_host(name: str) -> None:
+    from gpu_exporter.collectors.registry import COLLECTORS
+
+    if name in HOST_SIDE and not {"host", "processes"} <= set(COLLECTORS):
+        pytest.skip("the host and processes collectors are not part of this build yet")
+
+
+def findings(snap: Snapshot) -> set[tuple[int, str, str]]:
+    return {(f.gpu, f.row.symptom, f.row.cause) for f in snap.facts["findings"]}
+
+
+def run_long_enough(scenario: str | Scenario, seconds: float = 45) -> Snapshot:
+    with SimRun(scenario) as run:
+        return run.poll(seconds)
+
+
+def test_every_row_has_a_builtin_scenario_named_after_it() -> None:
+    names = set(builtin_scenarios())
+    for row in ROWS:
+        assert row.anchor in names, f"no scenario {row.anchor}"
+        expect = load_scenario(row.anchor).expect or []
+        assert (row.symptom, row.cause) in {(e.symptom, e.cause) for e in expect}
+
+
+@pytest.mark.parametrize("name", DECLARED)
+def test_scenario_findings_equal_its_declaration(name: str) -> None:
+    _needs_host(name)
+    scenario = load_scenario(name)
+    assert scenario.expect is not None
+    expected = {(e.gpu, e.symptom, e.cause) for e in scenario.expect}
+    assert findings(run_long_enough(scenario)) == expected
+
+
+@pytest.mark.parametrize("name", ["healthy", "idle"])
+def test_healthy_and_idle_nodes_find_nothing(name: str) -> None:
+    snap = run_long_enough(name, 90)
+    assert findings(snap) == set()
+    values = {v for _, v in snap.series("gpu_diagnosis_active")}
+    assert values == {0.0}
+
+
+def test_mixed_exports_every_row_for_every_gpu_with_exactly_the_declared_ones_on() -> None:
+    _needs_host("mixed")
+    scenario = load_scenario("mixed")
+    snap = run_long_enough(scenario)
+    series = snap.series("gpu_diagnosis_active")
+    assert len(series) == 8 * len(ROWS)
+    on = {(int(lab["gpu"]), lab["symptom"], lab["cause"]) for lab, v in series if v == 1.0}
+    assert on == {(e.gpu, e.symptom, e.cause) for e in scenario.expect or []}
+
+
+def test_a_condition_must_hold_for_the_window_before_it_turns_on() -> None:
+    with SimRun("throttled-under-load-power-cap") as run:
+        assert run.poll(20).get("gpu_diagnosis_active", gpu="2", symptom="throttled_under_load",
+                                cause="power_cap") == 0.0
+        assert run.poll(15).get("gpu_diagnosis_active", gpu="2", symptom="throttled_under_load",
+                                cause="power_cap") == 1.0
+
+
+def test_a_finding_clears_only_after_the_condition_stayed_clear() -> None:
+    scenario = Scenario(
+        name="cap-then-fixed", node={"gpus": 1}, state={"utilization": 0.95},
+        gpus={0: {"power_limit_w": 450, "throttle_reasons": ["sw_power_cap"]}},
+        timeline=[{"at": "60s", "set": {"power_limit_w": 700, "throttle_reasons": []}}])
+    args = {"gpu": "0", "symptom": "throttled_under_load", "cause": "power_cap"}
+    with SimRun(scenario) as run:
+        assert run.poll(59).get("gpu_diagnosis_active", **args) == 1.0
+        assert run.poll(20).get("gpu_diagnosis_active", **args) == 1.0  # 19 s clear
+        assert run.poll(15).get("gpu_diagnosis_active", **args) == 0.0  # 34 s clear
+
+
+def test_an_alternating_condition_does_not_flap() -> None:
+    steps = [{"at": f"{t}s", "gpus": [0], "set": {"throttle_reasons": ["sw_power_cap"]
+                                                  if (t // 4) % 2 else []}}
+             for t in range(0, 120, 4)]
+    scenario = Scenario(name="flap", node={"gpus": 1}, state={"utilization": 0.95},
+                        timeline=steps)
+    seen = []
+    with SimRun(scenario) as run:
+        for _ in range(120):
+            seen.append(run.poll(1).get("gpu_diagnosis_active", gpu="0",
+                                        symptom="throttled_under_load", cause="power_cap"))
+    assert set(seen) == {0.0}
+
+
+# --- near-misses: look like a problem, are not -----------------------------------------
+def _one_gpu(**state: object) -> Scenario:
+    return Scenario(name="near-miss", node={"gpus": 2},
+                    state={"utilization": 0.95, "memory_used_ratio": 0.7, **state})
+
+
+@pytest.mark.parametrize("scenario", [
+    # A busy GPU holding memory is working, not idle.
+    _one_gpu(),
+    # sw_power_cap on an idle GPU costs nothing: an idle GPU is never "power capped".
+    _one_gpu(utilization=0.0, memory_used_ratio=0.0, throttle_reasons=["sw_power_cap"]),
+    # An idle link at Gen1 is power saving, not downtraining.
+    _one_gpu(utilization=0.0, memory_used_ratio=0.0, pcie_link_generation=1),
+    # A 5 s dip to idle while holding memory is a checkpoint, not a stall.
+    Scenario(name="dip", node={"gpus": 1}, state={"utilization": 0.95, "memory_used_ratio": 0.7},
+             timeline=[{"at": "20s", "set": {"utilization": 0.02}},
+                       {"at": "25s", "set": {"utilization": 0.95}}]),
+    # A hot GPU still under its slowdown threshold with no thermal reason.
+    _one_gpu(temperature_c=80),
+    # Memory at 94 % is full-ish but not at risk.
+    _one_gpu(memory_used_ratio=0.94),
+], ids=["busy-holding-memory", "power-cap-idle", "idle-link-gen1", "brief-dip", "warm",
+        "memory-94"])
+def test_near_misses_find_nothing(scenario: Scenario) -> None:
+    assert findings(run_long_enough(scenario, 60)) == set()
+
+
+def test_iowait_on_a_node_whose_gpus_are_busy_finds_nothing() -> None:
+    scenario = Scenario(name="busy-iowait", node={"gpus": 2},
+                        state={"utilization": 0.95, "memory_used_ratio": 0.7},
+                        host={"iowait_ratio": 0.5, "pressure_io": {"some": 0.6, "full": 0.4}})
+    assert findings(run_long_enough(scenario, 60)) == set()
+
+
+def test_no_gpm_means_no_utilization_inflated_judgement() -> None:
+    scenario = Scenario(name="a100-inflated", node={"gpus": 1, "profile": "a100-pcie-40gb"},
+                        state={"utilization": 0.97, "sm_active": 0.1})
+    assert findings(run_long_enough(scenario)) == set()
+
+
+# --- the diagnose command ---------------------------------------------------------------
+@pytest.mark.parametrize("row", ROWS, ids=[r.anchor for r in ROWS])
+def test_diagnose_json_reports_the_row_named_by_the_scenario(row) -> None:  # type: ignore[no-untyped-def]
+    _needs_host(row.anchor)
+    result = subprocess.run([sys.executable, "-m", "gpu_exporter", "diagnose", "--simulate",
+                             row.anchor, "--json"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    data = json.loads(result.stdout)
+    got = {(f["gpu"], f["symptom"], f["cause"]) for f in data["findings"]}
+    expect = load_scenario(row.anchor).expect or []
+    assert got == {(str(e.gpu), e.symptom, e.cause) for e in expect}
+    severities = {f["severity"] for f in data["findings"]}
+    assert result.returncode == (2 if "critical" in severities else 1)
+    for f in data["findings"]:
+        assert f["evidence"] and f["fix"] and f["runbook"].endswith("#" + ROWS[
+            [r.key for r in ROWS].index(f"{f['symptom']}/{f['cause']}")].anchor)
+
+
+def test_diagnose_healthy_exits_0_and_says_so() -> None:
+    result = subprocess.run([sys.executable, "-m", "gpu_exporter", "diagnose", "--simulate",
+                             "healthy"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0
+    assert "No problems found" in result.stdout
+    assert "\033[" not in result.stdout  # no colour when piped
+
+
+def test_diagnose_without_an_exporter_exits_3() -> None:
+    result = subprocess.run([sys.executable, "-m", "gpu_exporter", "diagnose", "--url",
+                             "http://127.0.0.1:9"], capture_output=True, text=True, timeout=30,
+                            check=False)
+    assert result.returncode == 3
+    assert "cannot reach the exporter" in result.stderr
