@@ -50,6 +50,9 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--path.sysfs", "path.sysfs", "Mount point of the host's /sys (default /sys).", "PATH"),
     ("--processes.max-per-gpu", "processes.max_per_gpu",
      "Most GPU processes exported per GPU, largest memory first (default 32).", "N"),
+    ("--baseline.file", "baseline_file",
+     "Node baseline (from `gpu-exporter baseline capture`) to compare every poll with; "
+     "drifts are exported as gpu_baseline_drift.", "FILE"),
     ("--simulate", "simulate",
      "Run on simulated GPUs: a built-in scenario name (see `gpu-exporter scenarios`) or a "
      "scenario YAML file.", "NAME|FILE"),
@@ -61,7 +64,7 @@ def _daemon_parser() -> _Parser:
 
     p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
                 "why the GPU is slow.", allow_abbrev=False,
-                epilog="Subcommands: diagnose, scenarios, catalog (each has --help). Every "
+                epilog="Subcommands: diagnose, baseline, scenarios, catalog (each has --help). Every "
                 "flag can also be set in the --config.file YAML (--web.listen-address is "
                 "web: {listen_address: ...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -147,6 +150,12 @@ def _catalog(argv: Sequence[str]) -> int:
     return 0
 
 
+def _baseline(argv: Sequence[str]) -> int:
+    from gpu_exporter.baseline_command import main as baseline_main
+
+    return baseline_main(argv, _Parser)
+
+
 def _diagnose(argv: Sequence[str]) -> int:
     from gpu_exporter.diagnosis.command import main as diagnose_main
 
@@ -157,6 +166,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "scenarios": _scenarios,
     "catalog": _catalog,
     "diagnose": _diagnose,
+    "baseline": _baseline,
 }
 
 

@@ -17,6 +17,7 @@ class CollectorInfo:
     description: str
     default: bool
     factory: Callable[[Runtime], Collector]
+    needs_baseline: bool = False  # runs only when a baseline file is configured
 
 
 def _device(rt: Runtime) -> Collector:
@@ -61,6 +62,13 @@ def _diagnosis(rt: Runtime) -> Collector:
     return DiagnosisCollector(rt.settings.diagnosis, rt.monotonic, rt.wall_clock)
 
 
+def _baseline(rt: Runtime) -> Collector:
+    from gpu_exporter.baseline import BaselineCollector
+
+    assert rt.settings.baseline_file is not None
+    return BaselineCollector(rt.settings.baseline_file)
+
+
 # In run order: later collectors may read what earlier ones put in the
 # snapshot's facts (GPM reads the MIG instances; diagnosis reads everything).
 COLLECTORS: dict[str, CollectorInfo] = {
@@ -76,11 +84,14 @@ COLLECTORS: dict[str, CollectorInfo] = {
         CollectorInfo("xid", "Xid errors and ECC/power events from NVML's event API", True,
                       _xid),
         CollectorInfo("diagnosis", "the symptom -> cause table evaluated per GPU "
-                      "(gpu_diagnosis_active); runs last", True, _diagnosis),
+                      "(gpu_diagnosis_active)", True, _diagnosis),
+        CollectorInfo("baseline", "drift from the node baseline (--baseline.file)", True,
+                      _baseline, needs_baseline=True),
     )
 }
 
 
 def build(rt: Runtime) -> list[Collector]:
     return [info.factory(rt) for info in COLLECTORS.values()
-            if rt.settings.collector_enabled(info.name, info.default)]
+            if rt.settings.collector_enabled(info.name, info.default)
+            and (rt.settings.baseline_file is not None or not info.needs_baseline)]

@@ -3,6 +3,7 @@ tests and the fixture of the benchmarks. See ``clib`` for how it plugs in."""
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 import time
@@ -179,6 +180,7 @@ class SimulatedNode:
         self.world = World(scenario, self.profile, clock)
         self.library = FakeNvmlLibrary(self.world, latency_us)
         self._root = Path(tempfile.mkdtemp(prefix="gpu-exporter-sim-"))
+        atexit.register(self.close)  # however the process ends, leave no files behind
         self.hostfs = HostFs(self.world, self._root)
         self.procfs = self.hostfs.procfs
         self.sysfs = self.hostfs.sysfs
@@ -190,6 +192,7 @@ class SimulatedNode:
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
+        atexit.unregister(self.close)
 
     @classmethod
     def from_name(cls, name_or_path: str, clock: Callable[[], float] = time.monotonic,

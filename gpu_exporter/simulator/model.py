@@ -251,6 +251,9 @@ class Step(_Strict):
 
 
 class Node(_Strict):
+    # Which simulated machine this is: GPU UUIDs derive from it, so scenarios of
+    # the same node (healthy, then with a fault) show the same GPUs.
+    id: str = "sim-node-01"
     gpus: int = Field(8, ge=0, le=64)
     profile: str = "h100-sxm5-80gb"
     driver_version: str = "580.159.04"

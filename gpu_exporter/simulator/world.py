@@ -167,7 +167,7 @@ class World:
         self._t0 = clock()
         self.gpu_count = scenario.node.gpus
         self._uuids = [str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
-                                         f"gpu-exporter-sim/{scenario.name}/{i}"))
+                                         f"gpu-exporter-sim/{scenario.node.id}/{i}"))
                        for i in range(self.gpu_count)]
         self._counters = [_Counters(0.0, energy_mj=3.6e9 * (1 + 0.1 * i))
                           for i in range(self.gpu_count)]

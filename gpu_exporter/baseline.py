@@ -1,0 +1,173 @@
+"""The node baseline: what should not change on a GPU node (GPU count and UUIDs,
+PCIe generation and width — maximum and as trained under load — NUMA placement,
+driver and VBIOS versions, power limits, application clocks, persistence and
+ECC modes), captured once and compared on every poll.
+
+``gpu-exporter baseline capture`` writes it; ``baseline diff`` prints each drift
+and exits 1 when anything drifted; the daemon with ``--baseline.file`` exports
+``gpu_baseline_drift{gpu, uuid, field}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_exporter import __version__
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.config import ConfigError
+from gpu_exporter.readings import GpuReading, PcieKernelView
+from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gpu-exporter-baseline/1"
+# A GPU counts as "under load" for the trained-link fields at this utilization.
+LOADED = 0.5
+# Fields compared only while the GPU is under load: idle links downshift.
+UNDER_LOAD = ("pcie_generation_under_load", "pcie_width_under_load")
+FIELDS = ("present", "uuid", "pci_bus_id", "pcie_generation_max", "pcie_width_max",
+          *UNDER_LOAD, "numa_node", "local_cpulist", "driver_version", "vbios_version",
+          "power_limit_watts", "power_default_limit_watts", "application_sm_clock_hertz",
+          "application_memory_clock_hertz", "persistence_mode", "ecc_enabled")
+
+Facts = dict[str, Any]
+
+
+def gpu_facts(r: GpuReading, view: PcieKernelView | None) -> Facts:
+    """What the baseline records of one GPU in one poll (None: not known)."""
+    loaded = r.utilization is not None and r.utilization >= LOADED
+    return {
+        "present": True,
+        "uuid": r.uuid,
+        "pci_bus_id": r.pci_bus_id or None,
+        "pcie_generation_max": r.pcie_generation_max,
+        "pcie_width_max": r.pcie_width_max,
+        "pcie_generation_under_load": r.pcie_generation if loaded else None,
+        "pcie_width_under_load": r.pcie_width if loaded else None,
+        "numa_node": view.numa_node if view else None,
+        "local_cpulist": view.local_cpulist if view else None,
+        "driver_version": r.driver_version or None,
+        "vbios_version": r.vbios_version or None,
+        "power_limit_watts": r.power_limit_watts,
+        "power_default_limit_watts": r.power_default_limit_watts,
+        "application_sm_clock_hertz": r.clocks_application_hz.get("sm"),
+        "application_memory_clock_hertz": r.clocks_application_hz.get("memory"),
+        "persistence_mode": r.persistence_mode,
+        "ecc_enabled": r.ecc_enabled,
+    }
+
+
+def snapshot_facts(snap: Snapshot) -> dict[int, Facts]:
+    gpus: dict[int, GpuReading] = snap.facts.get("gpus", {})
+    views: dict[int, PcieKernelView] = snap.facts.get("pcie_view", {})
+    return {i: gpu_facts(r, views.get(i)) for i, r in gpus.items() if r.up}
+
+
+def capture(snapshots: Iterable[Snapshot]) -> dict[str, Any]:
+    """Merge several polls: the newest value of each field, and for the trained
+    link the best seen under load."""
+    gpus: dict[int, Facts] = {}
+    for snap in snapshots:
+        for index, facts in snapshot_facts(snap).items():
+            merged = gpus.setdefault(index, {})
+            for key, value in facts.items():
+                if value is None:
+                    continue
+                if key in UNDER_LOAD and merged.get(key) is not None:
+                    value = max(value, merged[key])
+                merged[key] = value
+    return {"format": FORMAT, "exporter_version": __version__,
+            "gpu_count": len(gpus),
+            "gpus": [{"index": i, **{k: gpus[i].get(k) for k in FIELDS}} for i in sorted(gpus)]}
+
+
+@dataclass(frozen=True)
+class Drift:
+    gpu: int
+    uuid: str
+    field: str
+    expected: Any
+    found: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gpu": str(self.gpu), "uuid": self.uuid, "field": self.field,
+                "expected": self.expected, "found": self.found}
+
+
+def compare(baseline: Mapping[str, Any], current: Mapping[int, Facts]) -> list[Drift]:
+    """Drifts of the node from its baseline; a field not known now is no drift."""
+    drifts = []
+    for entry in baseline["gpus"]:
+        index, uuid = int(entry["index"]), str(entry.get("uuid") or "")
+        now = current.get(index)
+        if now is None:
+            drifts.append(Drift(index, uuid, "present", True, False))
+            continue
+        for key in FIELDS:
+            want, got = entry.get(key), now.get(key)
+            if want is None or got is None or key == "present":
+                continue
+            if isinstance(want, float) or isinstance(got, float):
+                if abs(float(want) - float(got)) <= 1e-6 * max(1.0, abs(float(want))):
+                    continue
+            elif want == got:
+                continue
+            drifts.append(Drift(index, uuid, key, want, got))
+    known = {int(e["index"]) for e in baseline["gpus"]}
+    for index in sorted(set(current) - known):
+        drifts.append(Drift(index, str(current[index].get("uuid") or ""), "present", False,
+                            True))
+    return drifts
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"baseline file {path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"baseline file {path}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"baseline file {path}: not JSON ({exc.msg} at line {exc.lineno})"
+                          ) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or \
+            not isinstance(data.get("gpus"), list):
+        raise ConfigError(f"baseline file {path}: not a gpu-exporter baseline (write one with "
+                          "`gpu-exporter baseline capture`)")
+    for entry in data["gpus"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("index"), int):
+            raise ConfigError(f"baseline file {path}: every GPU entry needs an integer index")
+    return data
+
+
+class BaselineCollector(Collector):
+    """Compares every poll with the baseline file and exports the drifts."""
+
+    name = "baseline"
+    description = "drift from the node baseline file (--baseline.file), per GPU and field"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.baseline = load(path)
+
+    def collect(self, out: SnapshotBuilder) -> None:
+        gpus: dict[int, GpuReading] = out.facts.get("gpus", {})
+        views: dict[int, PcieKernelView] = out.facts.get("pcie_view", {})
+        current = {i: gpu_facts(r, views.get(i)) for i, r in gpus.items() if r.up}
+        lost = {i for i, r in gpus.items() if not r.up}
+        drifts = [d for d in compare(self.baseline, current)
+                  # A lost GPU is the gpu_lost finding's business, not a drift.
+                  if not (d.field == "present" and d.gpu in lost)]
+        out.facts["drifts"] = [d.as_dict() for d in drifts]
+        on = {(d.gpu, d.field) for d in drifts}
+        for entry in self.baseline["gpus"]:
+            index = int(entry["index"])
+            uuid = str(entry.get("uuid") or "")
+            for key in FIELDS:
+                out.add("gpu_baseline_drift", (index, key) in on, gpu=str(index), uuid=uuid,
+                        field=key)
