@@ -59,14 +59,17 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+_EPILOG = ("Subcommands: diagnose, baseline, scenarios, catalog (each has --help). Every "
+           "flag can also be set in the --config.file YAML (--web.listen-address is "
+           "web: {listen_address: ...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
+
+
 def _daemon_parser() -> _Parser:
     from gpu_exporter.collectors.registry import COLLECTORS
 
     p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
                 "why the GPU is slow.", allow_abbrev=False,
-                epilog="Subcommands: diagnose, baseline, scenarios, catalog (each has --help). Every "
-                "flag can also be set in the --config.file YAML (--web.listen-address is "
-                "web: {listen_address: ...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
+                epilog=_EPILOG)
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument("--config.file", dest="config_file", metavar="FILE", type=Path,
                    help="YAML configuration file.")
