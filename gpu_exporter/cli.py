@@ -59,7 +59,8 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-_EPILOG = ("Subcommands: diagnose, baseline, scenarios, catalog (each has --help). Every "
+_EPILOG = ("Subcommands: diagnose, baseline, record, scenarios, catalog (each has --help). "
+           "Every "
            "flag can also be set in the --config.file YAML (--web.listen-address is "
            "web: {listen_address: ...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
 
@@ -153,6 +154,40 @@ def _catalog(argv: Sequence[str]) -> int:
     return 0
 
 
+def _record(argv: Sequence[str]) -> int:
+    from gpu_exporter.config import parse_duration
+    from gpu_exporter.nvml.errors import NvmlError
+    from gpu_exporter.recording import record
+    from gpu_exporter.simulator import ScenarioError
+
+    p = _Parser(prog=f"{PROG} record", description="Poll this node's GPUs (or a simulated "
+                "scenario) and write a scenario file that replays what every NVML call "
+                "answered: attach it to a bug report; run it with --simulate FILE.")
+    p.add_argument("--duration", default="60s", help="how long to record (default 60s)")
+    p.add_argument("--interval", default="1s", help="time between polls (default 1s)")
+    p.add_argument("--out", type=Path, default=Path("node.yaml"),
+                   help="the file to write (default node.yaml)")
+    p.add_argument("--simulate", metavar="NAME|FILE",
+                   help="record a simulated scenario instead (on a virtual clock)")
+    args = p.parse_args(argv)
+    try:
+        duration, interval = parse_duration(args.duration), parse_duration(args.interval)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if interval <= 0 or duration < 0:
+        raise UsageError("--interval must be positive and --duration not negative")
+    try:
+        polls = record(duration, interval, args.out, args.simulate)
+    except ScenarioError as exc:
+        raise ConfigError(str(exc)) from None
+    except NvmlError as exc:
+        raise ConfigError(f"cannot record: NVML is not available: {exc.init_hint()}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
+    print(f"recorded {polls} polls to {args.out}; replay with: {PROG} --simulate {args.out}")
+    return 0
+
+
 def _baseline(argv: Sequence[str]) -> int:
     from gpu_exporter.baseline_command import main as baseline_main
 
@@ -170,6 +205,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "catalog": _catalog,
     "diagnose": _diagnose,
     "baseline": _baseline,
+    "record": _record,
 }
 
 

@@ -28,6 +28,18 @@ T = TypeVar("T")
 
 
 
+# Sees every call and its result (or NvmlError) when set: `gpu-exporter record`.
+# Arguments: C call name, the positional arguments (the Device first for device
+# calls), the result or the NvmlError.
+Recorder = Callable[[str, tuple[Any, ...], object], None]
+_recorder: Recorder | None = None
+
+
+def set_recorder(recorder: Recorder | None) -> None:
+    global _recorder
+    _recorder = recorder
+
+
 def _translate(call: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
     """Turn pynvml's exceptions into NvmlError naming the C call."""
 
@@ -35,13 +47,20 @@ def _translate(call: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
         @functools.wraps(fn)
         def inner(*args: P.args, **kwargs: P.kwargs) -> T:
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             except pynvml.NVMLError as exc:
-                raise NvmlError(exc.value, call) from None
+                error = NvmlError(exc.value, call)
             except pynvml.NVMLLibraryMismatchError:
                 # Not an NVMLError subclass: raised when an old driver lacks a
                 # versioned symbol. For us that is "function not found".
-                raise NvmlError(Return.FUNCTION_NOT_FOUND, call) from None
+                error = NvmlError(Return.FUNCTION_NOT_FOUND, call)
+            else:
+                if _recorder is not None:
+                    _recorder(call, args, result)
+                return result
+            if _recorder is not None:
+                _recorder(call, args, error)
+            raise error
 
         return inner
 

@@ -63,7 +63,12 @@ def _one_line(exc: ValidationError) -> str:
     return f"{loc}: {msg}{shown}{more}"
 
 
-def load_profile(name: str) -> DeviceProfile:
+def load_profile(name: str | dict[str, Any]) -> DeviceProfile:
+    if isinstance(name, dict):
+        try:
+            return DeviceProfile(key="inline", **name)
+        except ValidationError as exc:
+            raise ScenarioError(f"inline profile: {_one_line(exc)}") from None
     path = Path(name)
     if not name.endswith((".yaml", ".yml")):
         path = _package_dir("profiles") / f"{name}.yaml"

@@ -493,6 +493,9 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
         fv.timestamp, fv.latencyUsec = now_us, 0
         fid = int(fv.fieldId)
         value: int | None = None
+        if fid in st.field_errors:
+            fv.nvmlReturn = st.field_errors[fid]
+            continue
         links = lib.world.profile.nvlinks
         if fid in (k.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, k.FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
             link = int(fv.scopeId)

@@ -9,7 +9,7 @@ mJ, KB/s, percent) at its C boundary, exactly where a real driver would.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -255,7 +255,8 @@ class Node(_Strict):
     # the same node (healthy, then with a fault) show the same GPUs.
     id: str = "sim-node-01"
     gpus: int = Field(8, ge=0, le=64)
-    profile: str = "h100-sxm5-80gb"
+    # A built-in profile's name, a profile file, or the profile itself (recordings).
+    profile: str | dict[str, Any] = "h100-sxm5-80gb"
     driver_version: str = "580.159.04"
     cuda_driver_version: int = 13000
     # NVML as a whole: "ok", or the error nvmlInit returns ("library_missing"
@@ -279,6 +280,20 @@ class Expectation(_Strict):
         return self
 
 
+class ReplayPoll(_Strict):
+    t: float = Field(ge=0)
+    # GPU index -> what each NVML call answered at this poll (NVML units); only
+    # what changed since the previous poll.
+    gpus: dict[int, dict[str, Any]] = Field(default_factory=dict)
+
+
+class Replay(_Strict):
+    """What a recorded node answered, poll by poll (``gpu-exporter record``)."""
+
+    polls: list[ReplayPoll] = Field(min_length=1)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -292,6 +307,7 @@ class Scenario(_Strict):
     noise: bool = True
     # What the diagnosis must find, and nothing else; None: not declared.
     expect: list[Expectation] | None = None
+    replay: Replay | None = None
 
     @model_validator(mode="after")
     def _indices(self) -> Scenario:

@@ -33,6 +33,61 @@ def bus_id(index: int) -> str:
     return f"00000000:{bus:02X}:00.0"
 
 
+_REPLAY_SCALARS = ("util_pct", "mem_util_pct", "mem_total", "mem_reserved", "mem_used",
+                   "temp_c", "mem_temp_c", "power_mw", "limit_mw", "default_limit_mw",
+                   "energy_mj", "pstate", "reasons", "supported_reasons", "pcie_gen",
+                   "pcie_width", "pcie_max_gen", "pcie_max_width", "pcie_replays",
+                   "pcie_tx_bytes", "pcie_rx_bytes", "uuid", "serial", "bus_id")
+_REPLAY_CLOCKS = ("clocks_mhz", "max_clocks_mhz", "app_clocks_mhz", "default_app_clocks_mhz")
+
+
+def _apply_replay(st: GpuState, rec: dict[str, Any]) -> None:
+    """Overwrite the derived state with what the recorded GPU answered."""
+    for key in _REPLAY_SCALARS:
+        if key in rec:
+            setattr(st, key, rec[key])
+    for key in _REPLAY_CLOCKS:
+        getattr(st, key).update({int(k): int(v) for k, v in rec.get(key, {}).items()})
+    if "fans_pct" in rec:
+        st.fans_pct = [int(v) for _, v in sorted(rec["fans_pct"].items())]
+    if "ecc" in rec:
+        st.ecc = {tuple(int(x) for x in k.split("/")): int(v)  # type: ignore[misc]
+                  for k, v in rec["ecc"].items()}
+    if "ecc_enabled" in rec:
+        st.ecc_enabled = bool(rec["ecc_enabled"])
+    if "persistence" in rec:
+        st.persistence = bool(rec["persistence"])
+    if "remapped" in rec:
+        st.remapped = tuple(int(x) for x in rec["remapped"])  # type: ignore[assignment]
+    st.lost = bool(rec.get("lost", False))
+    st.errors.update({name: int(Return[code]) for name, code in rec.get("errors", {}).items()})
+    st.field_errors = {int(k): int(Return[v]) for k, v in rec.get("field_errors", {}).items()}
+    if "nvlink_up" in rec:
+        links = sorted(int(k) for k in rec["nvlink_up"])
+        st.nvlink_up = [bool(rec["nvlink_up"][k]) for k in links]
+        st.nvlink_errors = [{int(cid): int(n) for cid, n in
+                             rec.get("nvlink_errors", {}).get(k, {}).items()} for k in links]
+        st.nvlink_tx_kib = [int(rec.get("nvlink_tx_kib", {}).get(k, 0)) for k in links]
+        st.nvlink_rx_kib = [int(rec.get("nvlink_rx_kib", {}).get(k, 0)) for k in links]
+    if "processes" in rec:
+        sm = rec.get("process_sm_pct", {})
+        st.processes = [GpuProcess(
+            pid=int(pr["pid"]), used_bytes=int(pr["used_bytes"]),
+            gpu_instance=NO_MIG if pr["gpu_instance"] is None else int(pr["gpu_instance"]),
+            compute_instance=NO_MIG if pr["compute_instance"] is None
+            else int(pr["compute_instance"]),
+            graphics=bool(pr["graphics"]),
+            sm_util_pct=None if pr["pid"] not in sm else int(sm[pr["pid"]]))
+            for pr in rec["processes"]]
+    for m, r in zip(st.mig, sorted(rec.get("mig", {}).items()), strict=False):
+        slot = r[1]
+        if "uuid" in slot or "memory_total" in slot:
+            st.mig[st.mig.index(m)] = MigState(
+                m.gpu_instance, m.compute_instance, slot.get("uuid", m.uuid),
+                int(slot.get("memory_total", m.memory_total)),
+                int(slot.get("memory_used", m.memory_used)), m.sm_active_s)
+
+
 # The host of a typical 8-GPU training node when a scenario says nothing else.
 HOST_DEFAULTS: dict[str, Any] = {
     "cpus": 128,
@@ -124,6 +179,7 @@ class GpuState:
     remapped: tuple[int, int, int, int]
     persistence: bool
     errors: dict[str, int]
+    field_errors: dict[int, int] = field(default_factory=dict)
     processes: list[GpuProcess] = field(default_factory=list)
     # GPM activity integrals (seconds of activity) and byte counters at t
     gpm: dict[str, float] = field(default_factory=dict)
@@ -184,6 +240,16 @@ class World:
                 if step.gpus == "all" or i in step.gpus:
                     for xid in step.set.xid or []:
                         self.events.append((step.at, i, xid))
+        replay = scenario.replay
+        # Each recorded poll holds only what changed: accumulate full answers.
+        self._replay: list[tuple[float, dict[int, dict[str, Any]]]] = []
+        full: dict[int, dict[str, Any]] = {}
+        for poll in sorted(replay.polls, key=lambda p: p.t) if replay else []:
+            for index, changed in poll.gpus.items():
+                full[index] = {**full.get(index, {}), **changed}
+            self._replay.append((poll.t, {i: dict(g) for i, g in full.items()}))
+        for ev in replay.events if replay else []:
+            self.events.append((float(ev["t"]), int(ev["gpu"]), int(ev["xid"])))
         self.events.sort()
 
     # --- time ------------------------------------------------------------
@@ -271,9 +337,31 @@ class World:
             return 0.0
         return amplitude * math.sin(speed * t + 1.7 * index)
 
+    def _replay_at(self, i: int, t: float) -> dict[str, Any] | None:
+        """The recorded answers of GPU i at the last poll at or before t."""
+        if not self._replay:
+            return None
+        current = self._replay[0][1]
+        for at, gpus in self._replay:
+            if at > t + 1e-9:
+                break
+            current = gpus
+        return current.get(i)
+
     def _state(self, i: int, t: float) -> GpuState:
         p = self.profile
         c = self.condition(i, t)
+        rec = self._replay_at(i, t)
+        if rec is not None:
+            c = {**c, **rec.get("rates", {})}
+            if rec.get("mig"):
+                c["mig_instances"] = [{
+                    "gpu_instance": m.get("gpu_instance", slot),
+                    "compute_instance": m.get("compute_instance", 0),
+                    "memory_total_mib": max(1, int(m.get("memory_total", MIB)) // MIB),
+                    "memory_used_ratio": (m.get("memory_used", 0) / m["memory_total"]
+                                          if m.get("memory_total") else 0.0),
+                    "sm_active": m.get("sm_active", 0.0)} for slot, m in sorted(rec["mig"].items())]
         util = float(c.get("utilization", 0.0))
         busy = util >= 0.05
         if busy:
@@ -406,7 +494,7 @@ class World:
             mask |= REASON_BITS[r]
         mask &= supported
 
-        return GpuState(
+        st = GpuState(
             index=i,
             lost=bool(c.get("lost", False)),
             uuid=f"GPU-{self._uuids[i]}",
@@ -458,6 +546,9 @@ class World:
             t=t,
             condition=c,
         )
+        if rec is not None:
+            _apply_replay(st, rec)
+        return st
 
 
     # --- sub-second samples ----------------------------------------------------

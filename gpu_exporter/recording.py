@@ -1,0 +1,385 @@
+"""``gpu-exporter record``: poll a node through the same NVML adapter the daemon
+uses and write a simulator scenario that replays it — a device profile, and per
+poll what every NVML call returned (values in NVML's units, and error codes).
+
+Users attach a recording to a bug report; ``gpu-exporter --simulate node.yaml``
+then runs the real exporter on that machine's answers. The host side (/proc,
+/sys) and NVML's sub-second sample buffers are not recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpu_exporter import __version__
+from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml.adapter import Device, MigDevice, set_recorder
+from gpu_exporter.nvml.errors import NvmlError, Return
+
+GpuRec = dict[str, Any]
+_ARCH_CODES = {name: code for code, name in c.ARCHITECTURES.items()}
+
+
+def _mhz(hz: float) -> int:
+    return round(hz / 1e6)
+
+
+class Recorder:
+    """Keeps, per GPU, the newest answer to every call; ``mark(t)`` freezes a poll."""
+
+    def __init__(self) -> None:
+        self.system: dict[str, Any] = {}
+        self.gpus: dict[int, GpuRec] = {}
+        self.polls: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self._samples: dict[int, tuple[int, int | None]] = {}  # id(GpmSample) -> gpu, gi
+        self._migs: dict[int, tuple[int, int]] = {}  # id(MigDevice) -> gpu, slot
+        self._handles: dict[int, int] = {}  # device handle address -> gpu
+        self._t = 0.0
+        self._last: dict[int, GpuRec] = {}
+
+    # --- the hook -------------------------------------------------------------
+    def __call__(self, call: str, args: tuple[Any, ...], result: object) -> None:
+        target = args[0] if args else None
+        if isinstance(target, Device):
+            self._device(call, target, args[1:], result)
+        elif isinstance(target, MigDevice):
+            self._mig(call, target, result)
+        elif call == "nvmlGpmMetricsGet" and not isinstance(result, NvmlError):
+            self._gpm(args, result)
+        elif call == "nvmlEventSetWait_v2" and isinstance(result, tuple):
+            handle, event_type, data = result
+            if event_type & c.EVENT_XID_CRITICAL and handle in self._handles:
+                self.events.append({"t": self._t, "gpu": self._handles[handle], "xid": data})
+        elif not isinstance(result, NvmlError):
+            if call == "nvmlSystemGetDriverVersion":
+                self.system["driver_version"] = result
+            elif call == "nvmlSystemGetCudaDriverVersion":
+                major, minor = str(result).split(".")
+                self.system["cuda_driver_version"] = int(major) * 1000 + int(minor) * 10
+            elif call == "nvmlDeviceGetCount_v2":
+                self.system["gpus"] = result
+
+    def _device(self, call: str, d: Device, args: tuple[Any, ...], result: object) -> None:
+        g = self.gpus.setdefault(d.index, {"errors": {}, "lost": False})
+        self._handles[d.handle_value] = d.index
+        if isinstance(result, NvmlError):
+            if result.device_gone:
+                g["lost"] = True
+            elif call not in ("nvmlDeviceGetProcessUtilization", "nvmlDeviceGetSamples"):
+                g["errors"][call] = result.name
+            return
+        g["lost"] = False
+        g["errors"].pop(call, None)
+        handler = _HANDLERS.get(call)
+        if handler is not None:
+            handler(self, g, d, args, result)
+
+    def _mig(self, call: str, m: MigDevice, result: object) -> None:
+        where = self._migs.get(id(m))
+        if where is None or isinstance(result, NvmlError):
+            return
+        gpu, slot = where
+        migs = self.gpus.setdefault(gpu, {"errors": {}, "lost": False}).setdefault("mig", {})
+        inst = migs.setdefault(slot, {"compute_instance": 0, "sm_active": 0.0})
+        if call == "nvmlDeviceGetUUID":
+            inst["uuid"] = result
+        elif call == "nvmlDeviceGetGpuInstanceId":
+            inst["gpu_instance"] = result
+        elif call == "nvmlDeviceGetComputeInstanceId":
+            inst["compute_instance"] = result
+        elif call == "nvmlDeviceGetMemoryInfo_v2":
+            assert isinstance(result, tuple)
+            inst["memory_total"], inst["memory_used"] = result[0], result[1]
+
+    def _gpm(self, args: tuple[Any, ...], result: object) -> None:
+        second = args[1] if len(args) > 1 else None
+        where = self._samples.get(id(second))
+        if where is None or not isinstance(result, dict):
+            return
+        gpu, gi = where
+        names = {c.GPM_SM_UTIL: "sm_active", c.GPM_SM_OCCUPANCY: "sm_occupancy",
+                 c.GPM_ANY_TENSOR_UTIL: "tensor_active", c.GPM_DRAM_BW_UTIL: "dram_active"}
+        g = self.gpus.setdefault(gpu, {"errors": {}, "lost": False})
+        for mid, value in result.items():
+            if mid not in names or isinstance(value, NvmlError):
+                continue
+            if gi is None:
+                g.setdefault("rates", {})[names[mid]] = value / 100.0
+            elif mid == c.GPM_SM_UTIL:
+                for inst in g.get("mig", {}).values():
+                    if inst.get("gpu_instance") == gi:
+                        inst["sm_active"] = value / 100.0
+
+    # --- polls ---------------------------------------------------------------
+    def mark(self, t: float) -> None:
+        """Freeze this poll: only what changed since the previous poll is kept."""
+        self._t = t
+        gpus: dict[int, GpuRec] = {}
+        for index, now in self.gpus.items():
+            before = self._last.get(index, {})
+            changed = {k: copy.deepcopy(v) for k, v in now.items() if before.get(k) != v}
+            if changed:
+                gpus[index] = changed
+        self._last = copy.deepcopy(self.gpus)
+        self.polls.append({"t": round(t, 6), "gpus": gpus})
+
+    def scenario(self, name: str, description: str) -> dict[str, Any]:
+        first = dict(self._last.get(0, {}))
+        # The profile says what the board model cannot do: what no GPU answered.
+        # A single GPU's refusals (MIG mode, a fault) stay in its own replay.
+        absent = None
+        for g in self._last.values():
+            mine = {k for k, v in g.get("errors", {}).items()
+                    if v in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND")}
+            absent = mine if absent is None else absent & mine
+        first["errors"] = {k: "NOT_SUPPORTED" for k in absent or ()}
+        return {
+            "name": name,
+            "description": description,
+            "node": {"gpus": int(self.system.get("gpus", len(self.gpus))),
+                     "profile": _profile(first),
+                     "driver_version": self.system.get("driver_version", "unknown"),
+                     "cuda_driver_version": self.system.get("cuda_driver_version", 0)},
+            "noise": False,
+            "replay": {"polls": self.polls, "events": self.events},
+        }
+
+
+def _profile(g: GpuRec) -> dict[str, Any]:
+    """A device profile from one GPU's static answers; replay overrides the rest."""
+    mib = 1024 * 1024
+    clocks = g.get("max_clocks_mhz", {})
+    app = g.get("app_clocks_mhz", {})
+    th = g.get("thresholds", {})
+    unsupported = sorted(k for k, v in g.get("errors", {}).items()
+                         if v in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND"))
+    return {
+        "name": g.get("name", "unknown"),
+        "architecture": _ARCH_CODES.get(g.get("architecture", ""), 0),
+        "compute_capability": [int(x) for x in str(g.get("cc", "0.0")).split(".")],
+        "memory_total_mib": int(g.get("mem_total", 0)) // mib,
+        "memory_reserved_mib": int(g.get("mem_reserved", 0)) // mib,
+        "power_default_limit_w": g.get("default_limit_mw", 0) / 1000.0,
+        "power_min_limit_w": 0.0,
+        "power_max_limit_w": g.get("default_limit_mw", 0) / 1000.0,
+        "power_idle_w": 0.0,
+        "clocks_max_mhz": {"graphics": clocks.get(0, 0), "sm": clocks.get(1, 0),
+                           "memory": clocks.get(2, 0)},
+        "clocks_idle_mhz": {"graphics": clocks.get(0, 0), "sm": clocks.get(1, 0),
+                            "memory": clocks.get(2, 0)},
+        "clocks_application_mhz": {"graphics": app.get(0, 0), "sm": app.get(1, 0),
+                                   "memory": app.get(2, 0)},
+        "temperature_thresholds_c": {"shutdown": th.get(c.THRESHOLD_SHUTDOWN, 0),
+                                     "slowdown": th.get(c.THRESHOLD_SLOWDOWN, 0),
+                                     "max_operating": th.get(c.THRESHOLD_GPU_MAX, 0)},
+        "pcie_max_generation": g.get("pcie_max_gen", 1),
+        "pcie_max_width": g.get("pcie_max_width", 1),
+        "fans": len(g.get("fans_pct", {})),
+        "vbios_version": g.get("vbios", ""),
+        "unsupported_calls": unsupported,
+        "ecc": bool(g.get("ecc_enabled", False)),
+        "gpm": bool(g.get("gpm_supported", False)),
+        "nvlinks": len(g.get("nvlink_up", {})),
+        "mig": bool(g.get("mig_capable")),
+        "event_types": g.get("event_types", 0),
+    }
+
+
+Handler = Callable[[Recorder, GpuRec, Device, tuple[Any, ...], Any], None]
+
+
+def _set(key: str, convert: Callable[[Any], Any] = lambda v: v) -> Handler:
+    def handler(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+        g[key] = convert(v)
+
+    return handler
+
+
+def _keyed(key: str, convert: Callable[[Any], Any] = lambda v: v) -> Handler:
+    def handler(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+        g.setdefault(key, {})[args[0]] = convert(v)
+
+    return handler
+
+
+def _util(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    g["util_pct"], g["mem_util_pct"] = round(v[0] * 100), round(v[1] * 100)
+
+
+def _memory(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    g["mem_total"], g["mem_reserved"], g["mem_used"] = v
+
+
+def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    keys = {c.FI_DEV_MEMORY_TEMP: "mem_temp_c", c.FI_DEV_PCIE_COUNT_TX_BYTES: "pcie_tx_bytes",
+            c.FI_DEV_PCIE_COUNT_RX_BYTES: "pcie_rx_bytes"}
+    for fid, value in v.items():
+        if isinstance(value, NvmlError):
+            g.setdefault("field_errors", {})[fid] = value.name
+        elif fid in keys:
+            g[keys[fid]] = int(value)
+
+
+def _scoped(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    for (fid, link), value in v.items():
+        if isinstance(value, NvmlError):
+            continue
+        key = "nvlink_tx_kib" if fid == c.FI_DEV_NVLINK_THROUGHPUT_DATA_TX else "nvlink_rx_kib"
+        g.setdefault(key, {})[link] = int(value)
+
+
+def _ecc(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    g.setdefault("ecc", {})[f"{args[0]}/{args[1]}"] = v
+
+
+def _nvlink_errors(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...],
+                   v: Any) -> None:
+    g.setdefault("nvlink_errors", {}).setdefault(args[0], {})[args[1]] = v
+
+
+def _procs(graphics: bool) -> Handler:
+    def handler(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+        procs = [p for p in g.get("processes", []) if p["graphics"] != graphics]
+        procs += [{"pid": p.pid, "used_bytes": p.used_bytes or 0,
+                   "gpu_instance": p.gpu_instance, "compute_instance": p.compute_instance,
+                   "graphics": graphics} for p in v]
+        g["processes"] = procs
+
+    return handler
+
+
+def _proc_samples(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    g["process_sm_pct"] = {s.pid: round(s.sm_ratio * 100) for s in v}
+
+
+def _gpm_sample(gi: int | None) -> Handler:
+    def handler(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+        sample = args[-1]
+        rec._samples[id(sample)] = (d.index, args[0] if gi == -1 else None)
+
+    return handler
+
+
+def _mig_device(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    rec._migs[id(v)] = (d.index, args[0])
+
+
+def _mig_mode(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    g["mig_capable"] = True
+    if v:
+        g["mig_on"] = True
+    else:
+        g.pop("mig_on", None)
+        g.pop("mig", None)
+
+
+_HANDLERS: dict[str, Handler] = {
+    "nvmlDeviceGetName": _set("name"),
+    "nvmlDeviceGetUUID": _set("uuid"),
+    "nvmlDeviceGetSerial": _set("serial"),
+    "nvmlDeviceGetPciInfo_v3": _set("bus_id"),
+    "nvmlDeviceGetVbiosVersion": _set("vbios"),
+    "nvmlDeviceGetArchitecture": _set("architecture"),
+    "nvmlDeviceGetCudaComputeCapability": _set("cc"),
+    "nvmlDeviceGetUtilizationRates": _util,
+    "nvmlDeviceGetMemoryInfo_v2": _memory,
+    "nvmlDeviceGetTemperature": _set("temp_c", round),
+    "nvmlDeviceGetTemperatureThreshold": _keyed("thresholds", round),
+    "nvmlDeviceGetFieldValues": lambda r, g, d, a, v: (_scoped if a and a[0] and
+                                                       isinstance(a[0][0], tuple)
+                                                       else _fields)(r, g, d, a, v),
+    "nvmlDeviceGetPowerUsage": _set("power_mw", lambda w: round(w * 1000)),
+    "nvmlDeviceGetEnforcedPowerLimit": _set("limit_mw", lambda w: round(w * 1000)),
+    "nvmlDeviceGetPowerManagementDefaultLimit": _set("default_limit_mw",
+                                                     lambda w: round(w * 1000)),
+    "nvmlDeviceGetTotalEnergyConsumption": _set("energy_mj", lambda j: round(j * 1000)),
+    "nvmlDeviceGetClockInfo": _keyed("clocks_mhz", _mhz),
+    "nvmlDeviceGetMaxClockInfo": _keyed("max_clocks_mhz", _mhz),
+    "nvmlDeviceGetApplicationsClock": _keyed("app_clocks_mhz", _mhz),
+    "nvmlDeviceGetDefaultApplicationsClock": _keyed("default_app_clocks_mhz", _mhz),
+    "nvmlDeviceGetPerformanceState": _set("pstate"),
+    "nvmlDeviceGetFanSpeed_v2": _keyed("fans_pct", lambda r: round(r * 100)),
+    "nvmlDeviceGetCurrentClocksEventReasons": _set("reasons"),
+    "nvmlDeviceGetSupportedClocksEventReasons": _set("supported_reasons"),
+    "nvmlDeviceGetCurrPcieLinkGeneration": _set("pcie_gen"),
+    "nvmlDeviceGetMaxPcieLinkGeneration": _set("pcie_max_gen"),
+    "nvmlDeviceGetCurrPcieLinkWidth": _set("pcie_width"),
+    "nvmlDeviceGetMaxPcieLinkWidth": _set("pcie_max_width"),
+    "nvmlDeviceGetPcieReplayCounter": _set("pcie_replays"),
+    "nvmlDeviceGetEccMode": _set("ecc_enabled", lambda v: bool(v[0])),
+    "nvmlDeviceGetTotalEccErrors": _ecc,
+    "nvmlDeviceGetRemappedRows": _set("remapped", lambda v: [int(x) for x in v]),
+    "nvmlDeviceGetPersistenceMode": _set("persistence"),
+    "nvmlDeviceGetComputeRunningProcesses_v3": _procs(False),
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": _procs(True),
+    "nvmlDeviceGetProcessUtilization": _proc_samples,
+    "nvmlGpmQueryDeviceSupport": _set("gpm_supported"),
+    "nvmlGpmSampleGet": _gpm_sample(None),
+    "nvmlGpmMigSampleGet": _gpm_sample(-1),
+    "nvmlDeviceGetSupportedEventTypes": _set("event_types"),
+    "nvmlDeviceGetNvLinkState": _keyed("nvlink_up"),
+    "nvmlDeviceGetNvLinkErrorCounter": _nvlink_errors,
+    "nvmlDeviceGetMigMode": _mig_mode,
+    "nvmlDeviceGetMigDeviceHandleByIndex": _mig_device,
+}
+
+
+def record(duration: float, interval: float, out: Path, simulate: str | None) -> int:
+    """Poll for ``duration`` and write the recording; the number of polls."""
+    from gpu_exporter.config import load
+    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.simulator import SimulatedNode
+
+    from gpu_exporter.collectors.registry import COLLECTORS
+
+    # Only NVML is recorded; the host readers and the diagnosis would add nothing.
+    off = {name: False for name in ("host", "pcie", "processes", "diagnosis")
+           if name in COLLECTORS}
+    settings = load({"poll": {"interval": interval}, "collectors": off})
+    rec = Recorder()
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], float]
+    if simulate:
+        from gpu_exporter.simulator.clock import VirtualClock
+
+        clock = VirtualClock(time.time())
+        node = SimulatedNode.from_name(simulate, clock=clock)
+        exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock, synchronous=True)
+        sleep, now = clock.advance, clock
+        source = f"the simulated scenario {node.scenario.name}"
+    else:
+        exporter = Exporter(settings, synchronous=True)
+        now = time.monotonic
+        source = f"{platform.node()}"
+    set_recorder(rec)
+    try:
+        start = now()
+        polls = 0
+        while True:
+            exporter.poller.poll_once()
+            polls += 1
+            rec.mark(now() - start)
+            if now() - start + interval > duration + 1e-9:
+                break
+            sleep(interval)
+        if not exporter.session.up:
+            err = exporter.session.last_error
+            raise NvmlError(err.code if err else Return.UNKNOWN, "nvmlInitWithFlags")
+    finally:
+        set_recorder(None)
+        exporter.stop()
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    data = rec.scenario(out.stem, f"Recorded from {source} on {when} by gpu-exporter "
+                        f"{__version__}: {polls} polls, {interval:g}s apart.")
+    out.write_text("# Replay with: gpu-exporter --simulate " + out.name + "\n"
+                   + yaml.safe_dump(data, sort_keys=False, width=100))
+    return polls
