@@ -44,6 +44,9 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
      "How long a client may take to send its request (default 10s).", "DURATION"),
     ("--poll.interval", "poll.interval", "Time between polls of GPUs and host (default 1s).",
      "DURATION"),
+    ("--poll.timeout", "poll.timeout",
+     "How long one GPU's NVML reads may take before it counts as hung and is skipped until "
+     "they return (default 2s).", "DURATION"),
     ("--log.level", "log.level", "One of debug, info, warn, error (default info).", "LEVEL"),
     ("--log.format", "log.format", "logfmt or json (default logfmt).", "FORMAT"),
     ("--path.procfs", "path.procfs", "Mount point of the host's /proc (default /proc).", "PATH"),

@@ -62,6 +62,9 @@ class WebConfig(_Section):
 
 class PollConfig(_Section):
     interval: Duration = Field(1.0, ge=0.05, le=3600)
+    # How long one GPU's reads may take before the GPU counts as hung and is
+    # skipped (its series absent, gpu_up 0) until the stuck call returns.
+    timeout: Duration = Field(2.0, gt=0, le=600)
 
 
 class LogConfig(_Section):

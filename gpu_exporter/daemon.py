@@ -47,7 +47,10 @@ class Exporter:
             settings = settings.model_copy(update={"path": settings.path.model_copy(
                 update={"procfs": simulation.procfs, "sysfs": simulation.sysfs})})
         self.settings = settings
-        self.session = NvmlSession(clock=monotonic)
+        # Under a virtual clock everything runs inline; a real daemon guards each
+        # GPU's reads with a timeout so one hung GPU cannot stall the poll.
+        self.session = NvmlSession(clock=monotonic,
+                                   call_timeout=None if synchronous else settings.poll.timeout)
         self.runtime = Runtime(settings, self.session, simulation, monotonic, wall_clock,
                                synchronous)
         self.collectors = collector_registry.build(self.runtime)

@@ -111,6 +111,8 @@ class Poller:
         out.add("gpu_exporter_build_info", 1, **self._build_labels)
         if self.session is not None:
             out.add("gpu_exporter_nvml_up", self.session.up)
+            for index, count in sorted(self.session.timeouts.items()):
+                out.add("gpu_exporter_nvml_timeouts_total", count, gpu=str(index))
             if self.session.up:
                 out.add("gpu_exporter_nvml_driver_info", 1,
                         driver_version=self.session.driver_version,

@@ -23,6 +23,9 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_exporter_collector_errors_total", "counter",
        "Reads a collector could not complete (a failing call or file), by collector.",
        ("collector",), "exporter"),
+    _m("gpu_exporter_nvml_timeouts_total", "counter",
+       "NVML reads of a GPU that did not return within --poll.timeout; the GPU is skipped "
+       "(gpu_up 0) until the stuck call returns.", ("gpu",), "exporter"),
     _m("gpu_exporter_poll_duration_seconds", "gauge", "Wall time of the last poll.", (),
        "exporter"),
     _m("gpu_exporter_polls_total", "counter", "Polls completed since the exporter started.",

@@ -15,7 +15,7 @@ from gpu_exporter.collectors.base import Collector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlGone, NvmlSession
+from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone, NvmlSession
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.snapshot import SnapshotBuilder
 
@@ -41,6 +41,7 @@ class DeviceCollector(Collector):
         out.facts["gpus"] = readings
         if not self.session.ensure():
             return
+        self.session.begin_poll()
         try:
             for gpu in self.session.gpus:
                 readings[gpu.index] = self._collect_gpu(gpu, out)
@@ -65,7 +66,8 @@ class DeviceCollector(Collector):
                 vbios_version=ident.vbios_version,
                 cuda_driver_version=self.session.cuda_driver_version,
                 architecture=ident.architecture, compute_capability=ident.compute_capability)
-        if gpu.lost or gpu.device is None:
+        device = gpu.device
+        if gpu.lost or gpu.hung or device is None:
             out.add("gpu_up", 0, **labels)
             return r
         # Read into a scratch builder so a GPU lost half-way contributes no
@@ -73,9 +75,10 @@ class DeviceCollector(Collector):
         scratch = SnapshotBuilder(out.timestamp)
         gpu.errors = 0
         try:
-            _read_device(gpu, gpu.device, scratch, labels, r)
-        except GpuGone as exc:
-            self.session.mark_lost(gpu, str(exc))
+            self.session.run(gpu, lambda: _read_device(gpu, device, scratch, labels, r))
+        except (GpuGone, GpuHung) as exc:
+            if isinstance(exc, GpuGone):
+                self.session.mark_lost(gpu, str(exc))
             out.add("gpu_up", 0, **labels)
             return GpuReading(gpu.index, ident.uuid, up=False, name=ident.name,
                               pci_bus_id=ident.pci_bus_id)

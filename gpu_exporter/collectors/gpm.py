@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.nvml import constants as c
-from gpu_exporter.nvml.adapter import GpmSample, gpm_metrics
+from gpu_exporter.nvml.adapter import Device, GpmSample, gpm_metrics
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
 from gpu_exporter.snapshot import SnapshotBuilder
@@ -95,26 +95,24 @@ class GpmCollector(Collector):
         mig = out.facts.get("mig", {})
         for gpu in self.session.gpus:
             if gpu.lost or gpu.device is None:
-                self._drop(gpu.index)
-                continue
-            try:
-                if not gpu.static_read("gpm", gpu.device.gpm_supported):
-                    gpu.unsupported.add("gpm")
-                    continue
-                labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
-                values = self._sample(gpu, None, DEVICE_METRICS)
-                if values is not None:
-                    readings[gpu.index] = self._export(values, out, labels)
-                for inst in mig.get(gpu.index, []):
-                    values = self._sample(gpu, inst.gpu_instance, MIG_METRICS)
-                    if values is not None:
-                        for mid, (_dev, mig_name) in _RATIOS.items():
-                            if mid in values and mig_name:
-                                out.add(mig_name, values[mid] / 100.0, **labels,
-                                        gpu_instance=str(inst.gpu_instance))
-            except GpuGone as exc:
-                self.session.mark_lost(gpu, str(exc))
-                self._drop(gpu.index)
+                self._drop(gpu.index)  # its samples belong to a handle that is gone
+
+        def one(gpu: Gpu, device: Device) -> None:
+            if not gpu.static_read("gpm", device.gpm_supported):
+                gpu.unsupported.add("gpm")
+                return
+            labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
+            values = self._sample(gpu, None, DEVICE_METRICS)
+            if values is not None:
+                readings[gpu.index] = self._export(values, out, labels)
+            for inst in mig.get(gpu.index, []):
+                values = self._sample(gpu, inst.gpu_instance, MIG_METRICS)
+                for mid, (_dev, mig_name) in _RATIOS.items():
+                    if values is not None and mid in values and mig_name:
+                        out.add(mig_name, values[mid] / 100.0, **labels,
+                                gpu_instance=str(inst.gpu_instance))
+
+        self._errors += self.session.each_gpu(one)
 
     def _drop(self, index: int) -> None:
         for key in [k for k in self._pairs if k[0] == index]:

@@ -60,18 +60,11 @@ class MigCollector(Collector):
         out.facts["mig"] = found
         if not self.session.up:
             return
-        for gpu in self.session.gpus:
-            if gpu.lost or gpu.device is None:
-                continue
-            gpu.errors = 0
-            try:
-                instances = read_instances(gpu, gpu.device)
-            except GpuGone as exc:
-                self.session.mark_lost(gpu, str(exc))
-                continue
-            self._errors += gpu.errors
+
+        def one(gpu: Gpu, device: Device) -> None:
+            instances = read_instances(gpu, device)
             if "mig_mode" in gpu.unsupported:
-                continue
+                return
             labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
             out.add("gpu_mig_mode_enabled", instances is not None, **labels)
             for m in instances or []:
@@ -81,3 +74,5 @@ class MigCollector(Collector):
                 out.add("gpu_mig_info", 1, **mig, mig_uuid=m.uuid)
                 out.add("gpu_mig_memory_total_bytes", m.memory_total_bytes, **mig)
                 out.add("gpu_mig_memory_used_bytes", m.memory_used_bytes, **mig)
+
+        self._errors = self.session.each_gpu(one)

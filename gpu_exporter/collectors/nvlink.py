@@ -44,15 +44,7 @@ class NvlinkCollector(Collector):
         self._errors = 0
         if not self.session.up:
             return
-        for gpu in self.session.gpus:
-            if gpu.lost or gpu.device is None:
-                continue
-            gpu.errors = 0
-            try:
-                self._collect_gpu(gpu, gpu.device, out)
-            except GpuGone as exc:
-                self.session.mark_lost(gpu, str(exc))
-            self._errors += gpu.errors
+        self._errors = self.session.each_gpu(lambda gpu, d: self._collect_gpu(gpu, d, out))
 
     def _collect_gpu(self, gpu: Gpu, d: Device, out: SnapshotBuilder) -> None:
         links = link_count(gpu, d)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.nvml import constants as c
-from gpu_exporter.nvml.session import GpuGone, NvmlSession
+from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.session import Gpu, NvmlSession
 from gpu_exporter.snapshot import SnapshotBuilder
 
 # sampling type -> (metric, scale from NVML's unit to the base unit)
@@ -52,32 +53,28 @@ class SamplesCollector(Collector):
         if self.session.generation != self._generation:
             self._last_seen.clear()
             self._generation = self.session.generation
-        for gpu in self.session.gpus:
-            if gpu.lost or gpu.device is None:
-                continue
+
+        def one(gpu: Gpu, device: Device) -> None:
             labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
-            gpu.errors = 0
-            try:
-                for kind, (name, scale) in _KINDS.items():
-                    key = (gpu.index, kind)
-                    first = key not in self._last_seen
-                    raw = gpu.read(f"samples_{kind}", gpu.device.samples, kind,
-                                   self._last_seen.get(key, 0))
-                    if not raw:
-                        self._last_seen.setdefault(key, 0)
-                        continue
-                    self._last_seen[key] = max(ts for ts, _ in raw)
-                    if first:
-                        # The first read returns the driver's whole buffer, from
-                        # before this interval: it only sets the starting point.
-                        continue
-                    values = [v * scale for _, v in raw]
-                    st = SampleStats(len(values), min(values), sum(values) / len(values),
-                                     max(values))
-                    stats.setdefault(gpu.index, {})[name] = st
-                    out.add(name, st.min, **labels, stat="min")
-                    out.add(name, st.mean, **labels, stat="mean")
-                    out.add(name, st.max, **labels, stat="max")
-            except GpuGone as exc:
-                self.session.mark_lost(gpu, str(exc))
-            self._errors += gpu.errors
+            for kind, (name, scale) in _KINDS.items():
+                key = (gpu.index, kind)
+                first = key not in self._last_seen
+                raw = gpu.read(f"samples_{kind}", device.samples, kind,
+                               self._last_seen.get(key, 0))
+                if not raw:
+                    self._last_seen.setdefault(key, 0)
+                    continue
+                self._last_seen[key] = max(ts for ts, _ in raw)
+                if first:
+                    # The first read returns the driver's whole buffer, from
+                    # before this interval: it only sets the starting point.
+                    continue
+                values = [v * scale for _, v in raw]
+                st = SampleStats(len(values), min(values), sum(values) / len(values),
+                                 max(values))
+                stats.setdefault(gpu.index, {})[name] = st
+                out.add(name, st.min, **labels, stat="min")
+                out.add(name, st.mean, **labels, stat="mean")
+                out.add(name, st.max, **labels, stat="max")
+
+        self._errors = self.session.each_gpu(one)

@@ -90,7 +90,7 @@ class XidCollector(Collector):
             self._set_generation = self.session.generation
             self._registered = {}
         for gpu in self.session.gpus:
-            if gpu.lost or gpu.device is None:
+            if gpu.lost or gpu.hung or gpu.device is None:
                 continue
             if self._registered.get(gpu.index) == gpu.identity.uuid:
                 continue

@@ -10,8 +10,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpu_exporter.nvml.adapter import Device, Nvml
 from gpu_exporter.nvml.errors import NvmlError, Return
@@ -35,6 +37,10 @@ def normalize_bus_id(bus_id: str) -> str:
 
 class GpuGone(Exception):
     """The GPU stopped answering in the middle of a poll (lost, needs reset)."""
+
+
+class GpuHung(Exception):
+    """A call on this GPU did not return before the poll's deadline."""
 
 
 class NvmlGone(Exception):
@@ -71,6 +77,9 @@ class Gpu:
     static: dict[str, object] = field(default_factory=dict)
     lost: bool = False
     lost_since: float | None = None
+    # A call on this GPU outlived the poll deadline and has not returned yet:
+    # the GPU is skipped until it does.
+    hung: bool = False
     next_recovery_try: float = 0.0
     errors: int = 0  # errors in the current poll
     warned: set[str] = field(default_factory=set)
@@ -121,9 +130,18 @@ class NvmlSession:
     """Shared by every NVML-backed collector."""
 
     def __init__(self, nvml: Nvml | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 call_timeout: float | None = None) -> None:
         self.nvml = nvml or Nvml()
         self._clock = clock
+        # With a timeout, each GPU's reads run on that GPU's own worker thread so
+        # a call that hangs on a sick GPU costs the poll at most the timeout and
+        # never more than one thread per GPU. None: reads run inline (tests on
+        # a virtual clock).
+        self.call_timeout = call_timeout
+        self._workers: dict[int, ThreadPoolExecutor] = {}
+        self._pending: dict[int, Future[Any]] = {}
+        self.timeouts: dict[int, int] = {}
         self._lock = threading.Lock()
         self.up = False
         self.gpus: list[Gpu] = []
@@ -172,6 +190,54 @@ class NvmlSession:
                      self.cuda_driver_version, len(self.gpus))
             return True
 
+    # --- guarded reads ------------------------------------------------------
+    def begin_poll(self) -> None:
+        """GPUs whose stuck call has returned since are usable again."""
+        for gpu in self.gpus:
+            pending = self._pending.get(gpu.index)
+            if gpu.hung and (pending is None or pending.done()):
+                log.warning("GPU %d answers again after a call that hung", gpu.index)
+                gpu.hung = False
+
+    def run(self, gpu: Gpu, fn: Callable[[], T]) -> T:
+        """``fn()`` for this GPU within ``call_timeout``; raises GpuHung."""
+        if self.call_timeout is None:
+            return fn()
+        if gpu.hung:
+            raise GpuHung()
+        worker = self._workers.get(gpu.index)
+        if worker is None:
+            worker = self._workers[gpu.index] = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"nvml-gpu{gpu.index}")
+        future = worker.submit(fn)
+        self._pending[gpu.index] = future
+        try:
+            return future.result(timeout=self.call_timeout)
+        except FutureTimeout:
+            gpu.hung = True
+            self.timeouts[gpu.index] = self.timeouts.get(gpu.index, 0) + 1
+            log.error("GPU %d (%s): an NVML call did not return within %.1fs; skipping the "
+                      "GPU until it does", gpu.index, gpu.identity.uuid, self.call_timeout)
+            raise GpuHung() from None
+
+    def each_gpu(self, fn: Callable[[Gpu, Device], None]) -> int:
+        """Run ``fn`` for every GPU that can answer now, each guarded; the number of
+        reads that failed (GPUs lost or hung on the way are marked, not counted)."""
+        errors = 0
+        for gpu in self.gpus:
+            device = gpu.device
+            if gpu.lost or gpu.hung or device is None:
+                continue
+            gpu.errors = 0
+            try:
+                self.run(gpu, lambda: fn(gpu, device))  # noqa: B023 - run() waits for it
+            except GpuGone as exc:
+                self.mark_lost(gpu, str(exc))
+            except GpuHung:
+                continue
+            errors += gpu.errors
+        return errors
+
     def mark_down(self, exc: NvmlError) -> None:
         """A library-wide failure (e.g. driver upgraded underneath us): re-init later."""
         with self._lock:
@@ -187,6 +253,10 @@ class NvmlSession:
             self._next_try = self._clock() + self._backoff
 
     def close(self) -> None:
+        for worker in self._workers.values():
+            # A worker stuck in a hung call cannot be joined; do not wait for it.
+            worker.shutdown(wait=False, cancel_futures=True)
+        self._workers.clear()
         with self._lock:
             if self.up:
                 self.up = False

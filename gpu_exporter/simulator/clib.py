@@ -192,6 +192,9 @@ class FakeNvmlLibrary:
             return int(Return.INVALID_ARGUMENT)
         index, slot = decoded
         st = self.world.state(index)
+        hang = st.hangs.get(name)
+        if hang:
+            time.sleep(hang)  # a call that blocks on a sick GPU, as the real one can
         if st.lost:
             return int(Return.GPU_IS_LOST)
         if name in st.errors:

@@ -161,6 +161,8 @@ class GpuCondition(_Strict):
     aer_fatal_per_s: float | None = Field(None, ge=0)
     # Fault injection: C function name -> NVML error it returns from now on.
     errors: dict[str, ErrorName] | None = None
+    # C function name -> seconds each call blocks before answering (a sick GPU).
+    hangs: dict[str, float] | None = None
 
     @field_validator("throttle_reasons")
     @classmethod

@@ -180,6 +180,7 @@ class GpuState:
     persistence: bool
     errors: dict[str, int]
     field_errors: dict[int, int] = field(default_factory=dict)
+    hangs: dict[str, float] = field(default_factory=dict)
     processes: list[GpuProcess] = field(default_factory=list)
     # GPM activity integrals (seconds of activity) and byte counters at t
     gpm: dict[str, float] = field(default_factory=dict)
@@ -260,10 +261,12 @@ class World:
     def condition(self, index: int, t: float) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         errors: dict[str, str] = {}
+        hangs: dict[str, float] = {}
 
         def apply(cond: GpuCondition) -> None:
             values = cond.model_dump(exclude_none=True)
             errors.update(values.pop("errors", {}))
+            hangs.update(values.pop("hangs", {}))
             values.pop("xid", None)  # events, not state
             merged.update(values)
 
@@ -276,6 +279,7 @@ class World:
             if step.gpus == "all" or index in step.gpus:
                 apply(step.set)
         merged["errors"] = errors
+        merged["hangs"] = hangs
         return merged
 
     def host_condition(self, t: float) -> dict[str, Any]:
@@ -536,6 +540,7 @@ class World:
             persistence=bool(c.get("persistence_mode", True)),
             errors={name: int(Return[code]) for name, code in c["errors"].items()},
             processes=procs,
+            hangs=dict(c["hangs"]),
             gpm=dict(cnt.gpm),
             nvlink_up=[link not in down for link in range(links)],
             nvlink_errors=[{cid: int(cnt.nvlink.get((link, f"err{cid}"), 0.0))
