@@ -66,6 +66,7 @@ class Exporter:
             healthy=staleness_check(
                 lambda: self.poller.latest.timestamp if self.poller.latest else None,
                 settings.poll.interval, started, wall_clock),
+            snapshot=lambda: self.poller.latest,
         )
         self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")

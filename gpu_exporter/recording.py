@@ -188,7 +188,7 @@ def _profile(g: GpuRec) -> dict[str, Any]:
         "unsupported_calls": unsupported,
         "ecc": bool(g.get("ecc_enabled", False)),
         "gpm": bool(g.get("gpm_supported", False)),
-        "nvlinks": len(g.get("nvlink_up", {})),
+        "nvlinks": int(g.get("nvlink_count", len(g.get("nvlink_up", {})))),
         "mig": bool(g.get("mig_capable")),
         "event_types": g.get("event_types", 0),
     }
@@ -227,14 +227,24 @@ def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) 
             g.setdefault("field_errors", {})[fid] = value.name
         elif fid in keys:
             g[keys[fid]] = int(value)
+        elif fid == c.FI_DEV_NVLINK_LINK_COUNT:
+            g["nvlink_count"] = int(value)
 
 
 def _scoped(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    errors = {c.FI_DEV_NVLINK_ERROR_DL_REPLAY: 0, c.FI_DEV_NVLINK_ERROR_DL_RECOVERY: 1,
+              c.FI_DEV_NVLINK_ERROR_DL_CRC: 2}
     for (fid, link), value in v.items():
         if isinstance(value, NvmlError):
             continue
-        key = "nvlink_tx_kib" if fid == c.FI_DEV_NVLINK_THROUGHPUT_DATA_TX else "nvlink_rx_kib"
-        g.setdefault(key, {})[link] = int(value)
+        if fid == c.FI_DEV_NVLINK_GET_STATE:
+            g.setdefault("nvlink_up", {})[link] = value == c.NVLINK_STATE_ACTIVE
+        elif fid in errors:
+            g.setdefault("nvlink_errors", {}).setdefault(link, {})[errors[fid]] = int(value)
+        elif fid == c.FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+            g.setdefault("nvlink_tx_kib", {})[link] = int(value)
+        elif fid == c.FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+            g.setdefault("nvlink_rx_kib", {})[link] = int(value)
 
 
 def _ecc(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:

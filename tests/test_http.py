@@ -86,3 +86,28 @@ def test_health_turns_bad_when_polls_stop(run: SimRun) -> None:
     assert not ok and "last poll 100s ago" in why
     fresh = staleness_check(lambda: 995.0, 1.0, started=0.0, clock=lambda: now[0])
     assert fresh()[0]
+
+
+@pytest.mark.parametrize("scenario", ["mixed", "mig-h100", "xid-79"])
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_fast_rendering_matches_prometheus_client(scenario: str, openmetrics: bool) -> None:
+    """The cached renderer serves exactly what prometheus_client would."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    from prometheus_client.parser import text_string_to_metric_families as parse
+
+    from gpu_exporter.web.render import LabelCache, render
+
+    def samples(text: str) -> list[tuple[str, str, tuple[tuple[str, str], ...], float]]:
+        families = om_parse(text) if openmetrics else parse(text)
+        return [(f.name, f.type, tuple(sorted(s.labels.items())), s.value)
+                for f in families for s in f.samples]
+
+    with SimRun(scenario) as run:
+        snap = run.poll(15)
+        reference = (om_latest if openmetrics else generate_latest)(run.exporter.registry)
+    ours = render(snap, openmetrics, LabelCache())
+    assert samples(ours.decode()) == samples(reference.decode())
+    if not openmetrics:
+        assert ours == reference  # byte for byte in the text format

@@ -10,21 +10,28 @@ from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
 from gpu_exporter.snapshot import SnapshotBuilder
 
+# One field-values call per GPU and poll reads every link: state, the three
+# error counters and both throughput counters (per-link calls would be 4x18).
+_PER_LINK = {
+    c.FI_DEV_NVLINK_GET_STATE: ("state", ""),
+    c.FI_DEV_NVLINK_ERROR_DL_REPLAY: ("errors", "replay"),
+    c.FI_DEV_NVLINK_ERROR_DL_RECOVERY: ("errors", "recovery"),
+    c.FI_DEV_NVLINK_ERROR_DL_CRC: ("errors", "crc"),
+    c.FI_DEV_NVLINK_THROUGHPUT_DATA_TX: ("bytes", "tx"),
+    c.FI_DEV_NVLINK_THROUGHPUT_DATA_RX: ("bytes", "rx"),
+}
+
 
 def link_count(gpu: Gpu, d: Device) -> int:
-    """Links are numbered from 0; the first link NVML refuses ends the list."""
+    """NVML's link-count field, read once; 0 on GPUs without NVLink."""
     cached = gpu.static.get("nvlink_count")
     if isinstance(cached, int):
         return cached
-    count = 0
-    for link in range(c.NVLINK_MAX_LINKS):
-        try:
-            d.nvlink_active(link)
-        except NvmlError as exc:
-            if exc.device_gone:
-                raise GpuGone(str(exc)) from None
-            break
-        count += 1
+    values = gpu.read("nvlink_count", d.field_values, [c.FI_DEV_NVLINK_LINK_COUNT]) or {}
+    value = values.get(c.FI_DEV_NVLINK_LINK_COUNT)
+    if isinstance(value, NvmlError) and value.device_gone:
+        raise GpuGone(str(value))
+    count = 0 if value is None or isinstance(value, NvmlError) else int(value)
     gpu.static["nvlink_count"] = count
     return count
 
@@ -51,20 +58,8 @@ class NvlinkCollector(Collector):
         if not links:
             return
         labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
-        for link in range(links):
-            active = gpu.read(f"nvlink_state_{link}", d.nvlink_active, link)
-            if active is not None:
-                out.add("gpu_nvlink_link_up", active, **labels, link=str(link))
-            for kind, counter in c.NVLINK_ERRORS.items():
-                count = gpu.read(f"nvlink_err_{kind}_{link}", d.nvlink_error_counter, link,
-                                 counter)
-                if count is not None:
-                    out.add("gpu_nvlink_errors_total", count, **labels, link=str(link),
-                            type=kind)
-        fields = [(fid, link) for fid in (c.FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-                                          c.FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
-                  for link in range(links)]
-        values = gpu.read("nvlink_throughput", d.scoped_field_values, fields)
+        fields = [(fid, link) for fid in _PER_LINK for link in range(links)]
+        values = gpu.read("nvlink_fields", d.scoped_field_values, fields)
         for (fid, link), value in (values or {}).items():
             if isinstance(value, NvmlError):
                 if value.device_gone:
@@ -72,6 +67,13 @@ class NvlinkCollector(Collector):
                 if not value.capability_absent:
                     gpu.errors += 1
                 continue
-            direction = "tx" if fid == c.FI_DEV_NVLINK_THROUGHPUT_DATA_TX else "rx"
-            out.add("gpu_nvlink_bytes_total", value * 1024, **labels, link=str(link),
-                    direction=direction)
+            kind, detail = _PER_LINK[fid]
+            if kind == "state":
+                out.add("gpu_nvlink_link_up", value == c.NVLINK_STATE_ACTIVE, **labels,
+                        link=str(link))
+            elif kind == "errors":
+                out.add("gpu_nvlink_errors_total", value, **labels, link=str(link),
+                        type=detail)
+            else:
+                out.add("gpu_nvlink_bytes_total", value * 1024, **labels, link=str(link),
+                        direction=detail)

@@ -289,15 +289,6 @@ class Device:
         """The handle's address, to match devices named in event data."""
         return int(ctypes.cast(self._h, ctypes.c_void_p).value or 0)
 
-    # --- NVLink ---------------------------------------------------------------
-    @_translate("nvmlDeviceGetNvLinkState")
-    def nvlink_active(self, link: int) -> bool:
-        return bool(pynvml.nvmlDeviceGetNvLinkState(self._h, link))
-
-    @_translate("nvmlDeviceGetNvLinkErrorCounter")
-    def nvlink_error_counter(self, link: int, counter: int) -> int:
-        return int(pynvml.nvmlDeviceGetNvLinkErrorCounter(self._h, link, counter))
-
     # --- MIG ------------------------------------------------------------------
     @_translate("nvmlDeviceGetMigMode")
     def mig_mode(self) -> bool:

@@ -69,6 +69,12 @@ FI_DEV_PCIE_COUNT_TX_BYTES = 197
 FI_DEV_PCIE_COUNT_RX_BYTES = 198
 FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, per link (scopeId)
 FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+FI_DEV_NVLINK_LINK_COUNT = 91
+FI_DEV_NVLINK_ERROR_DL_REPLAY = 161  # per link (scopeId)
+FI_DEV_NVLINK_ERROR_DL_RECOVERY = 162
+FI_DEV_NVLINK_ERROR_DL_CRC = 163
+FI_DEV_NVLINK_GET_STATE = 165  # per link: 0 inactive, 1 active, 2 sleep, 3 active without traffic
+NVLINK_STATE_ACTIVE = 1
 
 # nvmlSamplingType_t
 SAMPLING_TOTAL_POWER = 0  # mW
@@ -95,14 +101,6 @@ EVENT_NAMES: dict[int, str] = {EVENT_SINGLE_BIT_ECC: "ecc_single_bit",
                                EVENT_XID_CRITICAL: "xid",
                                EVENT_POWER_SOURCE_CHANGE: "power_source_change"}
 
-# nvmlNvLinkErrorCounter_t
-NVLINK_ERROR_DL_REPLAY = 0
-NVLINK_ERROR_DL_RECOVERY = 1
-NVLINK_ERROR_DL_CRC_FLIT = 2
-NVLINK_ERRORS: dict[str, int] = {"replay": NVLINK_ERROR_DL_REPLAY,
-                                 "recovery": NVLINK_ERROR_DL_RECOVERY,
-                                 "crc": NVLINK_ERROR_DL_CRC_FLIT}
-NVLINK_MAX_LINKS = 36
 
 # nvmlValueType_t
 VALUE_TYPE_DOUBLE = 0

@@ -485,6 +485,17 @@ def _replays(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
     return _put(out, c_uint, st.pcie_replays)
 
 
+# Per-link NVLink fields (scopeId = link) -> the value for that link.
+_LINK_FIELDS: dict[int, Callable[[GpuState, int], int]] = {
+    k.FI_DEV_NVLINK_THROUGHPUT_DATA_TX: lambda st, link: st.nvlink_tx_kib[link],
+    k.FI_DEV_NVLINK_THROUGHPUT_DATA_RX: lambda st, link: st.nvlink_rx_kib[link],
+    k.FI_DEV_NVLINK_GET_STATE: lambda st, link: int(st.nvlink_up[link]),
+    k.FI_DEV_NVLINK_ERROR_DL_REPLAY: lambda st, link: st.nvlink_errors[link][0],
+    k.FI_DEV_NVLINK_ERROR_DL_RECOVERY: lambda st, link: st.nvlink_errors[link][1],
+    k.FI_DEV_NVLINK_ERROR_DL_CRC: lambda st, link: st.nvlink_errors[link][2],
+}
+
+
 @_nvml("nvmlDeviceGetFieldValues", c_int, P)
 def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
     if not out or count <= 0:
@@ -499,17 +510,19 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
         if fid in st.field_errors:
             fv.nvmlReturn = st.field_errors[fid]
             continue
-        links = lib.world.profile.nvlinks
-        if fid in (k.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, k.FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+        links = len(st.nvlink_up)
+        if fid == k.FI_DEV_NVLINK_LINK_COUNT:
+            fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_INT
+            fv.value.uiVal = links
+            continue
+        if fid in _LINK_FIELDS:
             link = int(fv.scopeId)
             if not links or link >= links:
                 fv.nvmlReturn = int(Return.NOT_SUPPORTED if not links else
                                     Return.INVALID_ARGUMENT)
                 continue
-            kib = st.nvlink_tx_kib if fid == k.FI_DEV_NVLINK_THROUGHPUT_DATA_TX \
-                else st.nvlink_rx_kib
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
-            fv.value.ullVal = kib[link]
+            fv.value.ullVal = _LINK_FIELDS[fid](st, link)
             continue
         if fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c

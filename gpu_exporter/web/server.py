@@ -24,6 +24,9 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
+from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.web.render import OPENMETRICS, TEXT, RenderCache
+
 log = logging.getLogger(__name__)
 
 
@@ -52,8 +55,13 @@ class App:
 
     def __init__(self, registry: CollectorRegistry, telemetry_path: str = "/metrics",
                  ready: Callable[[], bool] = lambda: True,
-                 healthy: Callable[[], tuple[bool, str]] = lambda: (True, "Healthy")) -> None:
+                 healthy: Callable[[], tuple[bool, str]] = lambda: (True, "Healthy"),
+                 snapshot: Callable[[], Snapshot | None] | None = None) -> None:
         self.registry = registry
+        # With a snapshot source, /metrics is served from renderings cached per
+        # snapshot; the registry stays the reference implementation.
+        self._snapshot = snapshot
+        self._renders = RenderCache()
         self.telemetry_path = telemetry_path
         self.routes: dict[str, Route] = {}
         self.links: list[tuple[str, str]] = [(telemetry_path, "Metrics")]
@@ -73,11 +81,21 @@ class App:
 
     def _metrics(self, req: Request) -> Response:
         encoder, content_type = choose_encoder(req.headers.get("accept", ""))
+        compressed = gzip_accepted(req.headers.get("accept-encoding", ""))
+        headers = {"Content-Encoding": "gzip"} if compressed else {}
+        if self._snapshot is not None:
+            openmetrics = content_type.startswith("application/openmetrics-text")
+            snap = self._snapshot()
+            if snap is None:
+                body = b"# EOF\n" if openmetrics else b""
+                if compressed:
+                    body = gzip.compress(body)
+            else:
+                body = self._renders.body(snap, openmetrics, compressed)
+            return Response(200, body, OPENMETRICS if openmetrics else TEXT, headers)
         body = encoder(self.registry)
-        headers = {}
-        if gzip_accepted(req.headers.get("accept-encoding", "")):
+        if compressed:
             body = gzip.compress(body, compresslevel=6)
-            headers["Content-Encoding"] = "gzip"
         return Response(200, body, content_type, headers)
 
     def _health(self, req: Request) -> Response:
