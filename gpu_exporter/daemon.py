@@ -31,6 +31,7 @@ from gpu_exporter.web.server import (
     serve_in_thread,
     staleness_check,
 )
+from gpu_exporter.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +89,18 @@ class Exporter:
         body = json.dumps(self.findings(), indent=2) + "\n"
         return Response(200, body.encode(), "application/json")
 
-    def bind(self) -> ExporterHTTPServer:
+    def bind(self, web_config: WebConfigWatcher | None = None) -> ExporterHTTPServer:
+        """Create the server; with a web config file, TLS and auth come from it."""
         host, port = parse_listen_address(self.settings.web.listen_address)
+        if web_config is None and self.settings.web.config_file is not None:
+            web_config = WebConfigWatcher(self.settings.web.config_file)
+        self.web_config = web_config
         self.server = ExporterHTTPServer(
             (host, port), self.app, max_workers=self.settings.web.max_requests,
-            request_timeout=self.settings.web.request_timeout)
+            request_timeout=self.settings.web.request_timeout,
+            ssl_context=web_config.ssl_context if web_config else None)
+        if web_config is not None:
+            web_config.attach(self.server)
         return self.server
 
     @property
@@ -119,22 +127,38 @@ class Exporter:
 
 
 def run(settings: Settings, simulation: SimulatedNode | None = None) -> int:
-    """Run until SIGTERM or SIGINT; the process's exit status."""
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads the web config file. The
+    process's exit status."""
+    # A bad web config is a usage error: report it before anything starts.
+    web_config = (WebConfigWatcher(settings.web.config_file)
+                  if settings.web.config_file is not None else None)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         log.warning("running as root: the exporter needs no privileges beyond read access to "
-                    "the NVIDIA device nodes; run it as an unprivileged user")
+                    "the NVIDIA device nodes and the host's /proc; run it as an unprivileged "
+                    "user (see docs/deploy.md)")
     exporter = Exporter(settings, simulation)
-    exporter.bind()
+    exporter.bind(web_config)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         stop.set()
 
+    def on_hangup(signum: int, frame: FrameType | None) -> None:
+        # Without a handler SIGHUP would end the process (`systemctl reload`).
+        # The reload runs off the signal handler: it reads files and may hash.
+        if web_config is None:
+            log.info("received SIGHUP; no --web.config.file to reload")
+            return
+        threading.Thread(target=web_config.reload, args=("SIGHUP",), name="web-config-reload",
+                         daemon=True).start()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     exporter.start()
-    log.info("listening on %s, metrics at %s", settings.web.listen_address,
+    log.info("listening on %s (%s), metrics at %s", settings.web.listen_address,
+             "https" if web_config is not None and web_config.active.tls else "http",
              settings.web.telemetry_path)
     stop.wait()
     exporter.stop()

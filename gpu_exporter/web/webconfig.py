@@ -1,0 +1,579 @@
+"""The web config file (``--web.config.file``): TLS, client certificates and
+basic auth, in the Prometheus exporter-toolkit format, so the ``web-config.yml``
+a site already uses for node_exporter works here unchanged.
+
+Three parts:
+
+- ``load_web_config`` reads and validates the file (pydantic) and builds what
+  the server needs: an ``ssl.SSLContext`` and a basic-auth checker. Any problem
+  is one ``ConfigError`` line naming the file and the problem.
+- ``BasicAuth`` checks ``Authorization: Basic`` against bcrypt hashes without
+  telling unknown users from wrong passwords by timing, and caches successes so
+  a scrape every few seconds does not pay for bcrypt every time.
+- ``WebConfigWatcher`` holds the active config, re-reads the file on SIGHUP or
+  when it (or a certificate it names) changes, and swaps the new config in
+  without touching connections in flight; a reload that fails keeps the old one.
+
+Where Python's TLS stack cannot do what a toolkit setting asks, loading fails
+with a line that says so rather than silently serving something weaker.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import re
+import secrets
+import ssl
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any, Literal
+
+import bcrypt
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpu_exporter.config import ConfigError
+from gpu_exporter.web.server import ExporterHTTPServer, Response
+
+log = logging.getLogger(__name__)
+
+ClientAuthType = Literal["NoClientCert", "RequestClientCert", "RequireAnyClientCert",
+                         "RequireClientCert", "VerifyClientCertIfGiven",
+                         "RequireAndVerifyClientCert"]
+TLSVersionName = Literal["TLS10", "TLS11", "TLS12", "TLS13"]
+
+_TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+# The toolkit names cipher suites as Go does (the IANA names); OpenSSL has its
+# own names. These are the TLS 1.2 suites Go's tls.CipherSuites() offers.
+_CIPHERS_TLS12: dict[str, str] = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+# TLS 1.3 suites are not configurable in Go either: accepted and left to OpenSSL.
+_CIPHERS_TLS13 = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                            "TLS_CHACHA20_POLY1305_SHA256"})
+
+# Settings the toolkit knows that this exporter does not implement: named with
+# the reason, so a copied web-config.yml fails with advice, not "unknown key".
+_UNSUPPORTED: dict[tuple[str, ...], str] = {
+    ("tls_server_config", "cert"): "inline certificates are not supported; put the PEM in a "
+                                   "file and name it with cert_file",
+    ("tls_server_config", "key"): "inline keys are not supported; put the PEM in a file "
+                                  "and name it with key_file",
+    ("tls_server_config", "curve_preferences"): "not supported (Python's TLS stack cannot "
+                                                "set a curve preference list); remove it to "
+                                                "use OpenSSL's defaults",
+    ("http_server_config", "headers"): "extra response headers are not supported; set them "
+                                       "in a reverse proxy",
+    ("rate_limit",): "not supported; --web.max-requests already bounds concurrent requests",
+}
+
+# A bcrypt hash as htpasswd -B, Python's bcrypt and Go's x/crypto write it.
+_BCRYPT = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
+# bcrypt reads at most 72 bytes of a password; Go's bcrypt (the toolkit's)
+# ignores the rest, so a password longer than that matches as it does there.
+_BCRYPT_MAX_PASSWORD = 72
+# Successful checks remembered per gate; a few scrapers use a few credentials.
+_CACHE_SIZE = 64
+# How often a request may look at the files' modification times.
+CHECK_INTERVAL = 1.0
+
+
+class _Model(BaseModel):
+    # The toolkit reads the file strictly: an unknown key is an error there too.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _empty_is_unset(v: Any) -> Any:
+    # The toolkit's Go structs treat "" as "not set".
+    return None if v == "" else v
+
+
+class TLSServerConfig(_Model):
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_auth_type: ClientAuthType = "NoClientCert"
+    client_ca_file: Path | None = None
+    client_ca: str | None = None
+    client_allowed_sans: list[str] | None = None
+    min_version: TLSVersionName = "TLS12"
+    max_version: TLSVersionName = "TLS13"
+    cipher_suites: list[str] = Field(default_factory=list)
+    prefer_server_cipher_suites: bool = True
+
+    _paths = field_validator("cert_file", "key_file", "client_ca_file", "client_ca",
+                             mode="before")(_empty_is_unset)
+
+    @field_validator("client_auth_type", mode="before")
+    @classmethod
+    def _default_auth(cls, v: Any) -> Any:
+        return "NoClientCert" if v in ("", None) else v
+
+    @field_validator("cipher_suites")
+    @classmethod
+    def _known_ciphers(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in _CIPHERS_TLS12 and name not in _CIPHERS_TLS13:
+                raise ValueError(f"unknown cipher {name!r}; known: "
+                                 + ", ".join(sorted(_CIPHERS_TLS12)))
+        return v
+
+    def enabled(self) -> bool:
+        """TLS is on when any of its settings is given, as in the toolkit."""
+        return bool(self.cert_file or self.key_file or self.client_ca_file or self.client_ca
+                    or "client_auth_type" in self.model_fields_set)
+
+
+class HTTPServerConfig(_Model):
+    # HTTP/2 is not offered (the server speaks HTTP/1.1, which every Prometheus
+    # speaks too); the key is accepted so toolkit files load unchanged.
+    http2: bool = True
+
+
+class WebConfigFile(_Model):
+    tls_server_config: TLSServerConfig | None = None
+    http_server_config: HTTPServerConfig | None = None
+    basic_auth_users: dict[str, str] | None = None
+
+    @field_validator("basic_auth_users")
+    @classmethod
+    def _bcrypt_hashes(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for user, hashed in (v or {}).items():
+            m = _BCRYPT.match(hashed)
+            if m is None or not 4 <= int(m.group(1)) <= 31:
+                raise ValueError(f"the password of user {user!r} is not a bcrypt hash "
+                                 "(expected $2y$10$... as written by htpasswd -nBC 10)")
+            if ":" in user:
+                raise ValueError(f"user name {user!r} contains ':', which basic auth "
+                                 "cannot carry")
+        return v
+
+
+class BasicAuth:
+    """Checks ``Authorization: Basic`` headers against bcrypt hashes."""
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self._users = [(hashlib.sha256(u.encode()).digest(), h.encode())
+                       for u, h in users.items()]
+        # An unknown user is checked against this hash so that it costs what a
+        # wrong password costs: timing must not tell which user names exist.
+        # Its cost matches the dearest configured hash; its password is random,
+        # so nothing ever matches it.
+        cost = max(int(h[4:6]) for h in users.values())
+        self._dummy = bcrypt.hashpw(secrets.token_bytes(32), bcrypt.gensalt(cost))
+        # Cache keys are keyed hashes of the credentials: the cache never holds
+        # a password, and its keys are useless outside this process.
+        self._cache_key = secrets.token_bytes(32)
+        self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        # One bcrypt at a time: a flood of wrong passwords then keeps one core
+        # busy instead of every worker.
+        self._bcrypt_lock = threading.Lock()
+
+    def check(self, authorization: str | None) -> bool:
+        credentials = _parse_basic(authorization)
+        if credentials is None:
+            return False
+        user, password = credentials
+        given = hashlib.sha256(user).digest()
+        stored = self._dummy
+        known = False
+        # Every configured user is compared, in constant time, whether or not
+        # an earlier one matched.
+        for name_digest, hashed in self._users:
+            if hmac.compare_digest(name_digest, given):
+                stored, known = hashed, True
+        key = hmac.new(self._cache_key, b"\0".join((user, password, stored)),
+                       hashlib.sha256).digest()
+        with self._cache_lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return True
+        with self._bcrypt_lock:
+            matched = _checkpw(password, stored)
+        if not (matched and known):
+            return False
+        with self._cache_lock:
+            self._cache[key] = None
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return True
+
+
+def _checkpw(password: bytes, hashed: bytes) -> bool:
+    try:
+        return bcrypt.checkpw(password[:_BCRYPT_MAX_PASSWORD], hashed)
+    except ValueError:
+        return False
+
+
+def _parse_basic(authorization: str | None) -> tuple[bytes, bytes] | None:
+    if not authorization:
+        return None
+    scheme, _, encoded = authorization.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = decoded.partition(b":")
+    if not sep:
+        return None
+    return user, password
+
+
+UNAUTHORIZED = Response(401, b"Unauthorized\n", headers={"WWW-Authenticate": "Basic"})
+FORBIDDEN = Response(403, b"Forbidden: client certificate not allowed\n")
+
+
+@dataclass(frozen=True)
+class LoadedWebConfig:
+    """One reading of the web config file: everything a request needs, immutable."""
+
+    path: Path
+    ssl_context: ssl.SSLContext | None
+    auth: BasicAuth | None
+    allowed_sans: frozenset[str] | None
+    # The config file and every file it names: a change to any is a reload.
+    watched: tuple[Path, ...]
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_context is not None
+
+
+def load_web_config(path: Path) -> LoadedWebConfig:
+    """Read, validate and build; ``ConfigError`` (one line) on any problem."""
+    where = f"web config file {path}"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read: {_reason(exc)}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{where}: {problem}{at}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level, got "
+                          f"{type(data).__name__}")
+    _reject_unsupported(data, where)
+    try:
+        cfg = WebConfigFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {_describe(exc)}") from None
+    base = path.absolute().parent
+    tls = cfg.tls_server_config
+    ssl_context = None
+    allowed_sans = None
+    watched = [path]
+    if tls is not None and tls.enabled():
+        ssl_context, files = _ssl_context(tls, base, where)
+        watched += files
+        if tls.client_allowed_sans is not None:
+            allowed_sans = frozenset(_normalise_san(s) for s in tls.client_allowed_sans)
+    auth = BasicAuth(cfg.basic_auth_users) if cfg.basic_auth_users else None
+    return LoadedWebConfig(path, ssl_context, auth, allowed_sans, tuple(watched))
+
+
+def _reject_unsupported(data: dict[str, Any], where: str) -> None:
+    for keys, why in _UNSUPPORTED.items():
+        node: Any = data
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        else:
+            raise ConfigError(f"{where}: {'.'.join(keys)}: {why}")
+
+
+def _describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    name = ".".join(str(p) for p in first["loc"]) or "top level"
+    more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+    if first["type"] == "extra_forbidden":
+        return f"unknown key {name}{more}"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    given = first.get("input")
+    shown = "" if isinstance(given, dict | list) or given is None else f" (got {given!r})"
+    return f"{name}: {msg}{shown}{more}"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc)
+
+
+def _resolve(base: Path, p: Path) -> Path:
+    # Relative paths are relative to the web config file, as in the toolkit.
+    return p if p.is_absolute() else base / p
+
+
+def _readable(setting: str, p: Path, where: str) -> None:
+    try:
+        with p.open("rb"):
+            pass
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: tls_server_config.{setting} {p}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: tls_server_config.{setting} {p}: cannot read: "
+                          f"{_reason(exc)}") from None
+
+
+def _no_password() -> str:
+    # Without this, OpenSSL would prompt on the terminal for an encrypted key.
+    raise ConfigError("is encrypted; the exporter needs an unencrypted key "
+                      "(protect it with file permissions)")
+
+
+_SSL_REASONS = {
+    "KEY_VALUES_MISMATCH": "the key does not belong to the certificate",
+    "NO_START_LINE": "no PEM data found",
+    "PEM_LIB": "not a valid PEM certificate or key",
+    "CA_MD_TOO_WEAK": "the certificate is signed with a digest OpenSSL considers too weak",
+    "EE_KEY_TOO_SMALL": "the key is too small for OpenSSL's security level",
+}
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    reason = str(exc.reason or "")
+    return _SSL_REASONS.get(reason, reason.lower().replace("_", " ") or str(exc))
+
+
+def _ssl_context(tls: TLSServerConfig, base: Path,
+                 where: str) -> tuple[ssl.SSLContext, list[Path]]:
+    if tls.cert_file is None:
+        raise ConfigError(f"{where}: tls_server_config: missing cert_file")
+    if tls.key_file is None:
+        raise ConfigError(f"{where}: tls_server_config: missing key_file")
+    cert, key = _resolve(base, tls.cert_file), _resolve(base, tls.key_file)
+    ca = _resolve(base, tls.client_ca_file) if tls.client_ca_file else None
+    has_ca = ca is not None or tls.client_ca is not None
+    auth = tls.client_auth_type
+    if auth in ("RequireAnyClientCert", "RequireClientCert"):
+        raise ConfigError(
+            f"{where}: tls_server_config.client_auth_type {auth} is not supported: Python's "
+            "TLS stack cannot require a client certificate without verifying it (and an "
+            "unverified certificate proves nothing); use RequireAndVerifyClientCert with "
+            "client_ca_file")
+    if has_ca and auth == "NoClientCert":
+        raise ConfigError(f"{where}: tls_server_config: client CAs are configured but "
+                          "client_auth_type is NoClientCert; set RequireAndVerifyClientCert")
+    if auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert") and not has_ca:
+        raise ConfigError(f"{where}: tls_server_config.client_auth_type {auth} needs "
+                          "client_ca_file to verify client certificates against")
+    if tls.client_allowed_sans is not None and auth != "RequireAndVerifyClientCert":
+        raise ConfigError(f"{where}: tls_server_config.client_allowed_sans needs "
+                          "client_auth_type RequireAndVerifyClientCert")
+    if _TLS_VERSIONS[tls.min_version] > _TLS_VERSIONS[tls.max_version]:
+        raise ConfigError(f"{where}: tls_server_config: min_version {tls.min_version} is "
+                          f"above max_version {tls.max_version}")
+    _readable("cert_file", cert, where)
+    _readable("key_file", key, where)
+    if ca is not None:
+        _readable("client_ca_file", ca, where)
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
+        ctx.maximum_version = _TLS_VERSIONS[tls.max_version]
+    except (ValueError, ssl.SSLError) as exc:
+        raise ConfigError(f"{where}: tls_server_config: TLS versions "
+                          f"{tls.min_version}-{tls.max_version}: {exc}") from None
+    try:
+        ctx.load_cert_chain(cert, key, password=_no_password)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: tls_server_config.key_file {key} {exc}") from None
+    except ssl.SSLError as exc:
+        raise ConfigError(f"{where}: tls_server_config: cannot load cert_file {cert} with "
+                          f"key_file {key}: {_ssl_reason(exc)}") from None
+    if has_ca:
+        try:
+            if ca is not None:
+                ctx.load_verify_locations(cafile=ca)
+            else:
+                ctx.load_verify_locations(cadata=tls.client_ca)
+        except ssl.SSLError as exc:
+            source = f"client_ca_file {ca}" if ca is not None else "client_ca"
+            raise ConfigError(f"{where}: tls_server_config.{source}: cannot load CA "
+                              f"certificates: {_ssl_reason(exc)}") from None
+        if not ctx.cert_store_stats().get("x509_ca") and not ctx.cert_store_stats().get("x509"):
+            raise ConfigError(f"{where}: tls_server_config: no CA certificate found in "
+                              f"{'client_ca_file ' + str(ca) if ca else 'client_ca'}")
+    # RequestClientCert asks for a certificate the server then ignores;
+    # Python cannot accept one unverified, and since nothing is derived from it
+    # not asking is equivalent.
+    ctx.verify_mode = {
+        "NoClientCert": ssl.CERT_NONE,
+        "RequestClientCert": ssl.CERT_NONE,
+        "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+        "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+    }[auth]
+    if tls.prefer_server_cipher_suites:
+        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    tls12 = [_CIPHERS_TLS12[c] for c in tls.cipher_suites if c in _CIPHERS_TLS12]
+    if tls12:
+        try:
+            ctx.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise ConfigError(f"{where}: tls_server_config.cipher_suites: none of them is "
+                              "available in this OpenSSL") from None
+    return ctx, [p for p in (cert, key, ca) if p is not None]
+
+
+def _normalise_san(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return value
+
+
+def _peer_sans(handler: BaseHTTPRequestHandler) -> set[str]:
+    conn = handler.connection
+    if not isinstance(conn, ssl.SSLSocket):
+        return set()
+    cert = conn.getpeercert() or {}
+    sans: set[str] = set()
+    for entry in cert.get("subjectAltName", ()):
+        kind, value = entry[0], entry[1]
+        if kind in ("DNS", "email", "URI"):
+            sans.add(str(value))
+        elif kind == "IP Address":
+            sans.add(_normalise_san(str(value).strip()))
+    return sans
+
+
+Fingerprint = tuple[tuple[int, int, int] | None, ...]
+
+
+class WebConfigWatcher:
+    """The active web config, swapped whole on reload.
+
+    Every request reads ``self.active`` once (one reference: atomic), and the
+    server reads its ``ssl_context`` once per new connection, so a request sees
+    either the old config or the new one, never a mix; connections already open
+    carry on with the TLS session they have.
+    """
+
+    def __init__(self, path: Path, check_interval: float = CHECK_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.check_interval = check_interval
+        self._clock = clock
+        self.active = load_web_config(path)
+        self._seen = _fingerprint(self.active.watched)
+        self._last_check = clock()
+        self._server: ExporterHTTPServer | None = None
+        self._reload_lock = threading.Lock()
+        self.reloads = 0
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return self.active.ssl_context
+
+    def attach(self, server: ExporterHTTPServer) -> None:
+        """Serve through this config: TLS on new connections, the gate on requests."""
+        self._server = server
+        server.ssl_context = self.active.ssl_context
+        server.app.gate = self.gate
+
+    def gate(self, handler: BaseHTTPRequestHandler) -> Response | None:
+        self._maybe_reload()
+        active = self.active
+        if active.allowed_sans is not None and not (_peer_sans(handler) & active.allowed_sans):
+            return FORBIDDEN
+        if active.auth is not None and not active.auth.check(handler.headers.get("Authorization")):
+            return UNAUTHORIZED
+        return None
+
+    def _maybe_reload(self) -> None:
+        now = self._clock()
+        if now - self._last_check < self.check_interval:
+            return
+        # One request looks; the others go on with the config they have.
+        if not self._reload_lock.acquire(blocking=False):
+            return
+        try:
+            self._last_check = now
+            seen = _fingerprint(self.active.watched)
+            if seen != self._seen:
+                # Remember what was seen even if the reload fails, so a broken
+                # file is reported once, not on every request.
+                self._seen = seen
+                self._reload_locked("changed on disk")
+        finally:
+            self._reload_lock.release()
+
+    def reload(self, why: str = "reload requested") -> bool:
+        """Re-read the file now (SIGHUP); False, with an error logged, if it is bad."""
+        with self._reload_lock:
+            self._seen = _fingerprint(self.active.watched)
+            return self._reload_locked(why)
+
+    def _reload_locked(self, why: str) -> bool:
+        try:
+            new = load_web_config(self.path)
+        except ConfigError as exc:
+            log.error("web config not reloaded (%s), keeping the previous one: %s", why, exc)
+            return False
+        if new.tls != self.active.tls:
+            log.error("web config not reloaded (%s), keeping the previous one: web config file "
+                      "%s turns TLS %s; restart the exporter to change that", why, self.path,
+                      "on" if new.tls else "off")
+            return False
+        self.active = new
+        if self._server is not None:
+            self._server.ssl_context = new.ssl_context
+        self._seen = _fingerprint(new.watched)
+        self.reloads += 1
+        log.info("web config reloaded (%s) from %s", why, self.path)
+        return True
+
+
+def _fingerprint(paths: tuple[Path, ...]) -> Fingerprint:
+    out: list[tuple[int, int, int] | None] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(out)
+
+
+__all__ = ["BasicAuth", "LoadedWebConfig", "WebConfigFile", "WebConfigWatcher",
+           "load_web_config"]
