@@ -1,0 +1,373 @@
+"""The promtool unit tests (``alerts/tests/*.test.yml``): input series and the
+alerts that must, and must not, fire on them.
+
+The series and expectations are written here; the expected annotations are
+rendered from the rules' own templates (templates.py), so no annotation text is
+copied by hand. Every alert gets a firing case (silent just before its ``for:``
+ends, firing after it, with exact labels and annotations) and near-misses, and
+every alert must stay silent on a healthy and on an idle node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_exporter.alerting.config import AlertConfig
+from gpu_exporter.alerting.render import GENERATED, alert_annotations, dump
+from gpu_exporter.alerting.rules import AlertRule, alert_rules
+from gpu_exporter.alerting.templates import duration, render
+from gpu_exporter.diagnosis.table import ROWS
+
+JOB = "gpu-exporter"
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Series:
+    metric: str
+    labels: dict[str, str]
+    values: str
+
+    def text(self) -> str:
+        inner = ", ".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
+        return f"{self.metric}{{{inner}}}"
+
+
+@dataclass(frozen=True)
+class Fire:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Check:
+    at: float
+    alert: str
+    fires: tuple[Fire, ...] = ()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    interval: float
+    series: list[Series]
+    checks: list[Check]
+
+
+@dataclass(frozen=True)
+class TestFile:
+    name: str
+    evaluation_interval: float
+    cases: list[Case] = field(default_factory=list)
+
+
+def node(name: str) -> dict[str, str]:
+    return {"instance": f"{name}:9835", "job": JOB}
+
+
+def gpu(name: str, index: int) -> dict[str, str]:
+    return {**node(name), "gpu": str(index), "uuid": f"GPU-{name}-{index:04d}"}
+
+
+def steps(interval: float, seconds: float) -> int:
+    """The ``xN`` that makes a series cover ``seconds`` after its first sample."""
+    return int(seconds // interval)
+
+
+# --- one case per table row --------------------------------------------------
+
+
+def _row_case(rule: AlertRule) -> Case:
+    assert rule.row is not None
+    interval = 5.0
+    onset = 300.0
+    end = onset + rule.for_s + 600
+    before, after = steps(interval, onset) - 1, steps(interval, end - onset)
+    rowlabels = {"symptom": rule.row.symptom, "cause": rule.row.cause}
+    series = [
+        # GPU 0 holds the condition from onset on.
+        Series("gpu_diagnosis_active", {**gpu("node-a", 0), **rowlabels},
+               f"0x{before} 1x{after}"),
+        # GPU 1 has the condition for one 5 s poll only: a dip, not a fault.
+        Series("gpu_diagnosis_active", {**gpu("node-a", 1), **rowlabels},
+               f"0x{before} 1 0x{after - 1}"),
+        # GPU 2 holds it for a while, but less than the alert's for:.
+        Series("gpu_diagnosis_active", {**gpu("node-a", 2), **rowlabels},
+               f"0x{before} 1x{max(steps(interval, rule.for_s) - 3, 0)} 0x{after}"),
+    ]
+    fire = Fire({**gpu("node-a", 0), **rowlabels}, 1)
+    return Case(f"{rule.name}: fires after its for:, not on a dip or a shorter spell",
+                interval, series, [
+                    Check(onset + max(rule.for_s - 60, 0), rule.name),
+                    Check(onset + rule.for_s + 60, rule.name, (fire,)),
+                    Check(end - 60, rule.name, (fire,)),
+                ])
+
+
+# --- the exporter's health ---------------------------------------------------
+
+
+def _exporter_cases(by: dict[str, AlertRule]) -> list[Case]:
+    iv = 5.0
+    onset = 300.0
+    pre = steps(iv, onset) - 1
+    cases = []
+    for name, metric, extra in (
+            ("GpuExporterDown", "up", {}),
+            ("GpuExporterNvmlDown", "gpu_exporter_nvml_up", {}),
+            ("GpuExporterCollectorFailing", "gpu_exporter_collector_success",
+             {"collector": "device"})):
+        rule = by[name]
+        end = onset + rule.for_s + 600
+        post = steps(iv, end - onset)
+        series = [
+            Series(metric, {**node("node-a"), **extra}, f"1x{pre} 0x{post}"),
+            # A single failed scrape or poll on node-b: no alert.
+            Series(metric, {**node("node-b"), **extra}, f"1x{pre} 0 1x{post - 1}"),
+            # Down for less than the for: on node-c: no alert.
+            Series(metric, {**node("node-c"), **extra},
+                   f"1x{pre} 0x{steps(iv, rule.for_s) - 3} 1x{post}"),
+        ]
+        fire = Fire({**node("node-a"), **extra}, 0)
+        cases.append(Case(f"{name}: fires after its for:, not on a blip or a shorter outage",
+                          iv, series, [Check(onset + rule.for_s - 30, name),
+                                       Check(onset + rule.for_s + 60, name, (fire,))]))
+    rule = by["GpuExporterPollsStale"]
+    end = onset + rule.for_s + 600
+    total = steps(iv, end)
+    # node-a's polls stop at `onset`; node-b's lag 30 s behind (slow but alive).
+    series = [
+        Series("gpu_exporter_last_poll_timestamp_seconds", node("node-a"),
+               f"0+{iv:g}x{pre} {onset:g}x{total - pre}"),
+        Series("gpu_exporter_last_poll_timestamp_seconds", node("node-b"),
+               f"-30+{iv:g}x{total}"),
+    ]
+    # stale from the first evaluation where time() - onset > threshold
+    stale_at = onset + (steps(iv, 60) + 1) * iv
+    fire_at = stale_at + rule.for_s + 60
+    cases.append(Case("GpuExporterPollsStale: fires when polls stop, not when they lag",
+                      iv, series, [
+                          Check(stale_at + rule.for_s - 30, rule.name),
+                          Check(fire_at, rule.name, (Fire(node("node-a"), fire_at - onset),)),
+                      ]))
+    return cases
+
+
+# --- fleet rules -------------------------------------------------------------
+
+
+def _straggler_case(rule: AlertRule, config: AlertConfig) -> Case:
+    iv = 5.0
+    onset = 300.0
+    end = onset + rule.for_s + 600
+    pre, post = steps(iv, onset) - 1, steps(iv, end - onset)
+    series: list[Series] = []
+
+    def four(name: str, siblings: float, last: str) -> None:
+        for i in range(3):
+            series.append(Series("gpu_utilization_ratio", gpu(name, i),
+                                 f"{siblings:g}x{pre + post + 1}"))
+        series.append(Series("gpu_utilization_ratio", gpu(name, 3), last))
+
+    four("node-a", 0.95, f"0.95x{pre} 0.2x{post}")  # the straggler
+    four("node-b", 0.95, f"0.95x{pre} 0.6x{post}")  # lower, but not far below
+    four("node-c", 0.6, f"0.6x{pre} 0.1x{post}")  # siblings not busy
+    four("node-d", 0.95, f"0.95x{pre} 0.1 0.95x{post - 1}")  # a 5 s dip
+    for i in range(2):  # an idle node: nothing to straggle behind
+        series.append(Series("gpu_utilization_ratio", gpu("node-e", i), f"0x{pre + post + 1}"))
+    fire = Fire(gpu("node-a", 3), 0.2)
+    return Case("GpuStraggler: a GPU far below its busy siblings; not a milder gap, idle "
+                "siblings or a dip", iv, series, [
+                    Check(onset + rule.for_s - 60, rule.name),
+                    Check(onset + rule.for_s + 120, rule.name, (fire,)),
+                ])
+
+
+def _drift_case(rule: AlertRule) -> Case:
+    iv = 60.0
+    end = rule.for_s + 1800
+    n = steps(iv, end)
+    series = []
+    for name, version in (("node-a", "580.159.04"), ("node-b", "580.159.04"),
+                          ("node-c", "580.159.04"), ("node-d", "570.86.15")):
+        for i in range(2):
+            series.append(Series("gpu_info", {**gpu(name, i), "driver_version": version,
+                                              "name": "NVIDIA H100 80GB HBM3"}, f"1x{n}"))
+    fire = Fire({**node("node-d"), "driver_version": "570.86.15"}, 2)
+    return Case("GpuDriverVersionDrift: the node off the fleet's common driver", iv, series, [
+        Check(rule.for_s - 120, rule.name),
+        Check(rule.for_s + 300, rule.name, (fire,)),
+    ])
+
+
+def _count_case(rule: AlertRule) -> Case:
+    iv = 15.0
+    vanish = 1800.0
+    end = vanish + 300 + rule.for_s + 900
+    n = steps(iv, end)
+    k = steps(iv, vanish) - 1
+    series = []
+    for i in range(4):
+        series.append(Series("gpu_info", gpu("node-a", i),
+                             f"1x{k} stale" if i == 3 else f"1x{n}"))
+        # node-b's GPU 3 misses one scrape: it does not vanish.
+        series.append(Series("gpu_info", gpu("node-b", i),
+                             f"1x{k} _ 1x{n - k - 1}" if i == 3 else f"1x{n}"))
+    fire = Fire(node("node-a"), 3)
+    return Case("GpuCountDropped: a GPU vanishes from a node; a missed scrape is not that",
+                iv, series, [
+                    Check(vanish + rule.for_s - 60, rule.name),
+                    Check(vanish + rule.for_s + 120, rule.name, (fire,)),
+                ])
+
+
+def _temperature_case(rule: AlertRule, config: AlertConfig) -> Case:
+    iv = 15.0
+    onset = 300.0
+    end = onset + rule.for_s + 600
+    pre, post = steps(iv, onset) - 1, steps(iv, end - onset)
+    n = pre + post + 1
+    series = []
+    # (GPU, slowdown threshold or None, temperature after onset)
+    for i, slowdown, hot in ((0, 87, 84), (1, 95, 83), (2, 87, 81), (3, None, 84)):
+        series.append(Series("gpu_temperature_celsius", {**gpu("node-a", i), "sensor": "gpu"},
+                             f"60x{pre} {hot}x{post}"))
+        series.append(Series("gpu_temperature_celsius",
+                             {**gpu("node-a", i), "sensor": "memory"}, f"70x{n}"))
+        if slowdown is not None:
+            for kind, value in (("slowdown", slowdown), ("shutdown", slowdown + 5),
+                                ("max_operating", slowdown - 2)):
+                series.append(Series("gpu_temperature_threshold_celsius",
+                                     {**gpu("node-a", i), "threshold": kind}, f"{value}x{n}"))
+    fire = Fire(gpu("node-a", 0), 84)
+    return Case("GpuTemperatureNearSlowdown: judged against each GPU's own slowdown threshold "
+                "(84 C of 87 fires; 83 C of 95, 81 C of 87 and a GPU without thresholds do "
+                "not)", iv, series, [
+                    Check(onset + rule.for_s - 60, rule.name),
+                    Check(onset + rule.for_s + 120, rule.name, (fire,)),
+                ])
+
+
+def _leak_case(rule: AlertRule, config: AlertConfig) -> Case:
+    iv = 300.0
+    end = rule.for_s + 4 * 3600
+    n = steps(iv, end)
+    total = 80 * GIB
+    per_step = GIB  # 12 GiB per hour
+    sawtooth = " ".join(str((20 + 20 * (k % 2)) * GIB) for k in range(n + 1))
+    series = [
+        Series("gpu_memory_used_bytes", gpu("node-a", 0), f"{20 * GIB}+{per_step}x{n}"),
+        # alloc/free every step: busy, not leaking
+        Series("gpu_memory_used_bytes", gpu("node-a", 1), sawtooth),
+        # grows, but slower than the configured minimum rate
+        Series("gpu_memory_used_bytes", gpu("node-a", 2), f"{20 * GIB}+{GIB // 25}x{n}"),
+        # nearly full, but flat
+        Series("gpu_memory_used_bytes", gpu("node-a", 3), f"{79 * GIB}x{n}"),
+    ]
+    for i in range(4):
+        series.append(Series("gpu_memory_total_bytes", gpu("node-a", i), f"{total}x{n}"))
+    fire = Fire(gpu("node-a", 0), per_step * 3600 / iv)
+    return Case("GpuMemoryGrowingSteadily: steady growth toward full; not a sawtooth, a slow "
+                "creep or a flat full GPU", iv, series, [
+                    Check(rule.for_s - 2 * iv, rule.name),
+                    Check(rule.for_s + 2 * iv, rule.name, (fire,)),
+                ])
+
+
+# --- healthy and idle nodes: nothing fires -----------------------------------
+
+
+def _quiet_case(name: str, rules: list[AlertRule], busy: bool) -> Case:
+    iv = 60.0
+    end = 5 * 3600.0
+    n = steps(iv, end)
+    series = [
+        Series("up", node("node-a"), f"1x{n}"),
+        Series("gpu_exporter_nvml_up", node("node-a"), f"1x{n}"),
+        Series("gpu_exporter_last_poll_timestamp_seconds", node("node-a"), f"0+{iv:g}x{n}"),
+    ]
+    for collector in ("device", "host", "processes"):
+        series.append(Series("gpu_exporter_collector_success",
+                             {**node("node-a"), "collector": collector}, f"1x{n}"))
+    for i in range(4):
+        g = gpu("node-a", i)
+        series += [
+            Series("gpu_info", {**g, "driver_version": "580.159.04"}, f"1x{n}"),
+            Series("gpu_utilization_ratio", g, f"0.96x{n}" if busy else f"0x{n}"),
+            Series("gpu_memory_used_bytes", g,
+                   f"{62 * GIB}x{n}" if busy else f"{GIB // 2}x{n}"),
+            Series("gpu_memory_total_bytes", g, f"{80 * GIB}x{n}"),
+            Series("gpu_temperature_celsius", {**g, "sensor": "gpu"},
+                   f"71x{n}" if busy else f"32x{n}"),
+            Series("gpu_temperature_threshold_celsius", {**g, "threshold": "slowdown"},
+                   f"87x{n}"),
+            # An idle link downshifts to Gen1 to save power: that is not a fault.
+            Series("gpu_pcie_link_generation", g, f"5x{n}" if busy else f"1x{n}"),
+            Series("gpu_pcie_link_generation_max", g, f"5x{n}"),
+            Series("gpu_pcie_link_width", g, f"16x{n}"),
+            Series("gpu_pcie_link_width_max", g, f"16x{n}"),
+            Series("gpu_throttle_reason_active", {**g, "reason": "gpu_idle"},
+                   f"0x{n}" if busy else f"1x{n}"),
+            # sw_power_cap on an idle GPU: the driver's normal state, never a page.
+            Series("gpu_throttle_reason_active", {**g, "reason": "sw_power_cap"},
+                   f"0x{n}" if busy else f"1x{n}"),
+        ]
+        for row in ROWS:
+            series.append(Series("gpu_diagnosis_active",
+                                 {**g, "symptom": row.symptom, "cause": row.cause}, f"0x{n}"))
+    checks = [Check(at, r.name) for at in (1800.0, end - 300) for r in rules]
+    return Case(name, iv, series, checks)
+
+
+# --- files -------------------------------------------------------------------
+
+
+def test_files(config: AlertConfig) -> list[TestFile]:
+    rules = alert_rules(config)
+    by = {r.name: r for r in rules}
+    return [
+        TestFile("diagnosis.test.yml", 5.0, [_row_case(r) for r in rules if r.row is not None]),
+        TestFile("exporter.test.yml", 5.0, _exporter_cases(by)),
+        TestFile("fleet.test.yml", 5.0, [_straggler_case(by["GpuStraggler"], config)]),
+        TestFile("fleet-slow.test.yml", 15.0, [
+            _count_case(by["GpuCountDropped"]),
+            _temperature_case(by["GpuTemperatureNearSlowdown"], config)]),
+        TestFile("fleet-hours.test.yml", 60.0, [
+            _drift_case(by["GpuDriverVersionDrift"]),
+            _leak_case(by["GpuMemoryGrowingSteadily"], config)]),
+        TestFile("quiet.test.yml", 60.0, [
+            _quiet_case("a healthy busy node: nothing fires", rules, busy=True),
+            _quiet_case("an idle node (links at Gen1, gpu_idle and sw_power_cap active): "
+                        "nothing fires", rules, busy=False)]),
+    ]
+
+
+def _check(config: AlertConfig, by: dict[str, AlertRule], check: Check) -> dict[str, Any]:
+    rule = by[check.alert]
+    templates = alert_annotations(config, rule)
+    exp = []
+    for fire in check.fires:
+        exp.append({
+            "exp_labels": {**fire.labels, "severity": rule.severity},
+            "exp_annotations": {k: render(v, fire.labels, fire.value)
+                                for k, v in templates.items()},
+        })
+    return {"eval_time": duration(check.at), "alertname": check.alert, "exp_alerts": exp}
+
+
+def render_test_file(config: AlertConfig, tf: TestFile) -> str:
+    by = {r.name: r for r in alert_rules(config)}
+    doc = {
+        "rule_files": ["../gpu-exporter.rules.yml"],
+        "evaluation_interval": duration(tf.evaluation_interval),
+        "tests": [{
+            "name": case.name,
+            "interval": duration(case.interval),
+            "input_series": [{"series": s.text(), "values": s.values} for s in case.series],
+            "alert_rule_test": [_check(config, by, c) for c in case.checks],
+        } for case in tf.cases],
+    }
+
+    return dump(doc, f"{GENERATED}\nThe series and expectations are in "
+                     "gpu_exporter/alerting/cases.py.")

@@ -1,0 +1,111 @@
+"""The rules' settings (``alerts/config.yaml``), validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpu_exporter.config_types import Duration
+from gpu_exporter.diagnosis.table import Severity
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CONFIG_PATH = ROOT / "alerts" / "config.yaml"
+
+
+class AlertConfigError(Exception):
+    """alerts/config.yaml is missing or wrong (one line for the operator)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class DiagnosisFor(_Strict):
+    critical: Duration = 60.0
+    warning: Duration = 600.0
+    info: Duration = 1800.0
+
+    def of(self, severity: Severity) -> float:
+        return float(getattr(self, severity))
+
+
+class ExporterSettings(_Strict):
+    down_for: Duration = 180.0
+    nvml_down_for: Duration = 180.0
+    collector_failing_for: Duration = 600.0
+    stale_poll_seconds: float = Field(60.0, gt=0)
+    stale_for: Duration = 300.0
+
+
+class Straggler(_Strict):
+    below_ratio: float = Field(0.5, gt=0, lt=1)
+    siblings_busy: float = Field(0.7, gt=0, le=1)
+    for_: Duration = Field(900.0, alias="for")
+
+
+class DriverDrift(_Strict):
+    for_: Duration = Field(3600.0, alias="for")
+
+
+class GpuCount(_Strict):
+    window: Duration = 3600.0
+    for_: Duration = Field(300.0, alias="for")
+
+
+class Temperature(_Strict):
+    margin_celsius: float = Field(5.0, ge=0)
+    for_: Duration = Field(900.0, alias="for")
+
+
+class MemoryLeak(_Strict):
+    range: Duration = 10800.0
+    min_bytes_per_hour: float = Field(1024.0**3, gt=0)
+    horizon: Duration = 21600.0
+    for_: Duration = Field(3600.0, alias="for")
+
+
+class FleetSettings(_Strict):
+    straggler: Straggler = Straggler()
+    driver_drift: DriverDrift = DriverDrift()
+    gpu_count: GpuCount = GpuCount()
+    temperature: Temperature = Temperature()
+    memory_leak: MemoryLeak = MemoryLeak()
+
+
+class PrometheusRuleSettings(_Strict):
+    name: str = "gpu-exporter"
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class AlertConfig(_Strict):
+    selector: str = 'job="gpu-exporter"'
+    runbook_url_base: str = "https://gpu-exporter.example.com"
+    dashboard_url_base: str = "https://grafana.example.com"
+    node_dashboard_uid: str = "gpu-node"
+    fleet_dashboard_uid: str = "gpu-fleet"
+    diagnosis_for: DiagnosisFor = DiagnosisFor()
+    for_overrides: dict[str, Duration] = Field(default_factory=dict)
+    severity_overrides: dict[str, Severity] = Field(default_factory=dict)
+    exporter: ExporterSettings = ExporterSettings()
+    fleet: FleetSettings = FleetSettings()
+    test_build_for: Duration = 3.0
+    prometheus_rule: PrometheusRuleSettings = PrometheusRuleSettings()
+
+
+def load_config(path: Path = CONFIG_PATH) -> AlertConfig:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise AlertConfigError(f"{path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise AlertConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise AlertConfigError(f"{path}: expected a mapping")
+    try:
+        return AlertConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise AlertConfigError(f"{path}: {where}: {err['msg']}") from None

@@ -1,0 +1,62 @@
+"""Every file the alerting generator owns, and writing or checking them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpu_exporter.alerting.cases import render_test_file, test_files
+from gpu_exporter.alerting.config import ROOT, AlertConfig
+from gpu_exporter.alerting.render import prometheus_rule, rules_file, test_build_file
+from gpu_exporter.alerting.runbook import runbook
+
+RULES = Path("alerts/gpu-exporter.rules.yml")
+TEST_BUILD = Path("alerts/gpu-exporter.rules.test-build.yml")
+PROMETHEUS_RULE = Path("deploy/kubernetes/prometheusrule.yaml")
+RUNBOOK = Path("docs/runbook.md")
+TESTS_DIR = Path("alerts/tests")
+
+
+def outputs(config: AlertConfig) -> dict[Path, str]:
+    """Path (relative to the repository) -> the content the generator produces."""
+    out = {
+        RULES: rules_file(config),
+        TEST_BUILD: test_build_file(config),
+        PROMETHEUS_RULE: prometheus_rule(config),
+        RUNBOOK: runbook(config),
+    }
+    for tf in test_files(config):
+        out[TESTS_DIR / tf.name] = render_test_file(config, tf)
+    return out
+
+
+def differences(config: AlertConfig, root: Path = ROOT) -> list[str]:
+    """What differs between the committed files and the generator's output."""
+    wanted = outputs(config)
+    problems = []
+    for rel, text in wanted.items():
+        path = root / rel
+        if not path.exists():
+            problems.append(f"{rel}: missing")
+        elif path.read_text() != text:
+            problems.append(f"{rel}: differs from the generator's output")
+    for path in sorted((root / TESTS_DIR).glob("*.yml")):
+        if path.relative_to(root) not in wanted:
+            problems.append(f"{path.relative_to(root)}: not produced by the generator")
+    return problems
+
+
+def write(config: AlertConfig, root: Path = ROOT) -> list[Path]:
+    """Write every output; return the paths whose content changed."""
+    wanted = outputs(config)
+    changed = []
+    for rel, text in wanted.items():
+        path = root / rel
+        if not path.exists() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            changed.append(rel)
+    for path in sorted((root / TESTS_DIR).glob("*.yml")):
+        if path.relative_to(root) not in wanted:
+            path.unlink()
+            changed.append(path.relative_to(root))
+    return changed
