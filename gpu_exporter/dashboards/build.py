@@ -1,0 +1,357 @@
+"""The node and fleet dashboards.
+
+Thresholds that mirror the exporter's diagnosis come from its defaults
+(``DiagnosisConfig``) and the rules' settings (``alerts/config.yaml``), so a red
+cell and an alert agree.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.models import dashboard as dm
+
+from gpu_exporter.alerting.config import AlertConfig
+from gpu_exporter.dashboards.panels import (
+    BLUE,
+    GPU,
+    GREEN,
+    NODE,
+    ORANGE,
+    RED,
+    Common,
+    Layout,
+    Q,
+    Steps,
+    bars,
+    graph,
+    grid,
+    on_off,
+    row,
+    single,
+    timeline,
+    variables,
+)
+from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+
+FLEET = 'job=~"$job", instance=~"$instance"'
+FLEET_GPU = 'job=~"$job", instance=~"$instance", gpu=~"$gpu"'
+GPU_KEY = "instance, job, gpu, uuid"
+TAGS = ["gpu", "gpu-exporter", "nvidia"]
+
+
+def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
+    return db.Dashboard(title).uid(uid).description(description).tags(TAGS) \
+        .time("now-6h", "now").refresh("30s").timezone("browser").editable() \
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+
+
+def node_dashboard(config: AlertConfig) -> dm.Dashboard:
+    d = DiagnosisConfig()
+    fleet_link = db.DashboardLink("GPU fleet").type(dm.DashboardLinkType.LINK) \
+        .url(f"/d/{config.fleet_dashboard_uid}/{config.fleet_dashboard_uid}") \
+        .include_vars(True).keep_time(True)
+    b = _dashboard(config.node_dashboard_uid, "GPU node",
+                   "One GPU node: what is wrong (active diagnoses), then each GPU's "
+                   "utilization, memory, power, clocks, throttling, temperature, PCIe and "
+                   "memory errors, its processes, and the host around it.") \
+        .variables(variables(multi_instance=False)).link(fleet_link)
+
+    b = b.with_row(row("Health"))
+    b = b.with_panel(single(Common(
+        "Active diagnoses",
+        "How many symptom → cause rows of the exporter's diagnosis table are active on the "
+        "selected GPUs (gpu_diagnosis_active == 1). Zero is healthy; see the table beside it "
+        "and the runbook for each row.",
+        "short", [Q(f"count(gpu_diagnosis_active{{{GPU}}} == 1) or vector(0)", "active",
+                    instant=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(4, 6))))
+    b = b.with_panel(single(Common(
+        "NVML",
+        "Whether the exporter could initialise NVML (gpu_exporter_nvml_up). DOWN means it "
+        "sees no GPU: the driver is not loaded or mismatched.",
+        "short", [Q(f"min(gpu_exporter_nvml_up{{{NODE}}})", "NVML", instant=True)],
+        Steps(RED, ((1, GREEN),)), Layout(3, 6))).mappings(on_off("DOWN", "OK", GREEN)))
+    b = b.with_panel(grid(Common(
+        "Active diagnoses: what is wrong and why",
+        "Every active row of the diagnosis table: which GPU, the symptom and the cause the "
+        "exporter blames. The alert of the same name and its runbook section say how to "
+        "confirm and fix it.",
+        "short", [Q(f"gpu_diagnosis_active{{{GPU}}} == 1", instant=True, table=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(17, 6)),
+        columns={"gpu": "GPU", "symptom": "Symptom", "cause": "Cause"},
+        hide=("Time", "Value", "__name__", "job", "instance")))
+
+    b = b.with_row(row("GPU $gpu", repeat="gpu"))
+    b = b.with_panel(graph(Common(
+        "Utilization beside SM activity",
+        "NVML utilization is the share of time any kernel ran; SM active and occupancy "
+        "(GPM, Hopper and newer) say how much of the chip worked. High utilization with "
+        "low SM activity means small kernels or sync points, not a busy GPU.",
+        "percentunit", [
+            Q(f"gpu_utilization_ratio{{{GPU}}}", "utilization"),
+            Q(f"gpu_sm_active_ratio{{{GPU}}}", "SM active"),
+            Q(f"gpu_sm_occupancy_ratio{{{GPU}}}", "SM occupancy"),
+        ], Steps(RED, ((d.idle_utilization, ORANGE), (d.busy_utilization, GREEN))),
+        Layout(8), min=0, max=1)))
+    b = b.with_panel(graph(Common(
+        "Memory used",
+        "Framebuffer memory used as a share of the GPU's total (gpu_memory_used_bytes / "
+        "gpu_memory_total_bytes). Above "
+        f"{d.memory_near_full_ratio:.0%} the next larger allocation may fail.",
+        "percentunit", [
+            Q(f"gpu_memory_used_bytes{{{GPU}}} / on ({GPU_KEY}) "
+              f"gpu_memory_total_bytes{{{GPU}}}", "used"),
+        ], Steps(GREEN, ((0.9, ORANGE), (d.memory_near_full_ratio, RED))),
+        Layout(8), min=0, max=1), thresholds_line=True))
+    b = b.with_panel(graph(Common(
+        "Power against its limit",
+        "Board power draw beside the enforced power limit and the board's default limit. "
+        "Draw pinned at a limit below the default means the GPU was capped.",
+        "watt", [
+            Q(f"gpu_power_watts{{{GPU}}}", "draw"),
+            Q(f"gpu_power_limit_watts{{{GPU}}}", "limit"),
+            Q(f"gpu_power_default_limit_watts{{{GPU}}}", "default limit"),
+        ], Steps(GREEN), Layout(8), min=0)))
+    b = b.with_panel(graph(Common(
+        "Clocks against max",
+        "SM and memory clocks beside their maximum. A busy GPU far below its max clock "
+        "is throttled or capped: the throttle reasons panel says why.",
+        "hertz", [
+            Q(f'gpu_clock_hertz{{{GPU}, clock="sm"}}', "SM"),
+            Q(f'gpu_clock_max_hertz{{{GPU}, clock="sm"}}', "SM max"),
+            Q(f'gpu_clock_hertz{{{GPU}, clock="memory"}}', "memory"),
+            Q(f'gpu_clock_max_hertz{{{GPU}, clock="memory"}}', "memory max"),
+        ], Steps(GREEN), Layout(8), min=0)))
+    b = b.with_panel(timeline(Common(
+        "Throttle reasons",
+        "Why the clocks are held back, over time. gpu_idle is normal on an idle GPU; "
+        "sw_power_cap, hw_slowdown, sw_thermal, hw_thermal and hw_power_brake on a busy GPU "
+        "cost performance.",
+        "short", [Q(f"gpu_throttle_reason_active{{{GPU}}}", "{{reason}}")],
+        Steps(GREEN, ((1, ORANGE),)), Layout(8)), on_off("off", "active", ORANGE)))
+    b = b.with_panel(graph(Common(
+        "Temperature against its slowdown threshold",
+        "GPU and memory temperature beside the GPU's own slowdown and shutdown thresholds "
+        "(per SKU, from NVML; never a fixed 83 °C). Within "
+        f"{config.fleet.temperature.margin_celsius:g} °C of slowdown the clocks are at risk.",
+        "celsius", [
+            Q(f'gpu_temperature_celsius{{{GPU}, sensor="gpu"}}', "GPU"),
+            Q(f'gpu_temperature_celsius{{{GPU}, sensor="memory"}}', "memory"),
+            Q(f'gpu_temperature_threshold_celsius{{{GPU}, threshold="slowdown"}}', "slowdown"),
+            Q(f'gpu_temperature_threshold_celsius{{{GPU}, threshold="shutdown"}}', "shutdown"),
+        ], Steps(GREEN), Layout(8))))
+    b = b.with_panel(graph(Common(
+        "PCIe link width and generation against max",
+        "Current PCIe link width and generation beside the maximum the GPU supports. An "
+        "idle GPU downshifts its link to save power (often to Gen1): judge the link only "
+        "while the GPU is busy.",
+        "none", [
+            Q(f"gpu_pcie_link_width{{{GPU}}}", "width"),
+            Q(f"gpu_pcie_link_width_max{{{GPU}}}", "width max"),
+            Q(f"gpu_pcie_link_generation{{{GPU}}}", "generation"),
+            Q(f"gpu_pcie_link_generation_max{{{GPU}}}", "generation max"),
+        ], Steps(GREEN), Layout(8), min=0)))
+    b = b.with_panel(graph(Common(
+        "PCIe traffic",
+        "Bytes per second over the GPU's PCIe link, host to device (rx) and device to host "
+        "(tx), from NVML's PCIe byte counters.",
+        "Bps", [Q(f"rate(gpu_pcie_bytes_total{{{GPU}}}[$__rate_interval])", "{{direction}}")],
+        Steps(GREEN), Layout(8), min=0)))
+    b = b.with_panel(graph(Common(
+        "PCIe replays and AER errors",
+        "PCIe replays (the GPU resent a packet) and the kernel's AER error counts, per "
+        "second. Any steady rate points at a marginal riser, cable or slot.",
+        "cps", [
+            Q(f"rate(gpu_pcie_replays_total{{{GPU}}}[$__rate_interval])", "replays"),
+            Q(f"rate(gpu_pcie_aer_errors_total{{{GPU}}}[$__rate_interval])", "AER {{severity}}"),
+        ], Steps(GREEN, ((0.001, ORANGE), (1, RED))), Layout(8), min=0)))
+    b = b.with_panel(graph(Common(
+        "ECC errors and row remapping",
+        "Volatile ECC error counts since the last driver load, rows remapped, and whether "
+        "a remap is pending (reset needed) or failed (RMA). Any uncorrectable error pages.",
+        "short", [
+            Q(f'gpu_ecc_errors_total{{{GPU}, scope="volatile"}}', "ECC {{type}}"),
+            Q(f"gpu_remapped_rows_total{{{GPU}}}", "remapped rows {{type}}"),
+            Q(f"gpu_row_remap_pending{{{GPU}}}", "remap pending"),
+            Q(f"gpu_row_remap_failed{{{GPU}}}", "remap failed"),
+        ], Steps(GREEN, ((1, RED),)), Layout(8), min=0)))
+    b = b.with_panel(single(Common(
+        "Xid errors in the time range",
+        "Xid errors the driver reported for this GPU in the dashboard's time range, by Xid "
+        "code (0 when there were none). 79: fallen off the bus; 48/94/95: ECC; 119/120: GSP.",
+        "short", [Q(f"sum by (xid) (increase(gpu_xid_errors_total{{{GPU}}}[$__range])) "
+                    f"or sum(gpu_up{{{GPU}}} * 0)", "Xid {{xid}}", instant=True)],
+        Steps(GREEN, ((1, RED),)), Layout(8)), text=True))
+
+    b = b.with_row(row("Processes"))
+    b = b.with_panel(grid(Common(
+        "GPU processes",
+        "Every process with a context on the selected GPUs: its GPU memory and SM share, "
+        "the CPU it burns and how long it waits on the CPU run queue per second. A process "
+        "holding memory with no SM share and no CPU is stalled; high run-queue wait means "
+        "CPU contention.",
+        "short", [
+            Q(f"gpu_process_memory_used_bytes{{{GPU}}}", instant=True, table=True),
+            Q(f"gpu_process_sm_utilization_ratio{{{GPU}}}", instant=True, table=True),
+            Q(f"rate(gpu_process_cpu_seconds_total{{{GPU}}}[$__rate_interval])", instant=True,
+              table=True),
+            Q(f"rate(gpu_process_run_queue_wait_seconds_total{{{GPU}}}[$__rate_interval])",
+              instant=True, table=True),
+        ], Steps(GREEN, ((d.run_queue_wait_high, ORANGE),)), Layout(24, 9)),
+        columns={"gpu": "GPU", "pid": "PID", "comm": "process",
+                 "Value #A": "GPU memory", "Value #B": "SM", "Value #C": "CPU (cores)",
+                 "Value #D": "run-queue wait (s/s)"},
+        units={"Value #A": "bytes", "Value #B": "percentunit", "Value #C": "short",
+               "Value #D": "s"},
+        hide=("Time", "__name__", "job", "instance", "uuid", "gpu_instance",
+              "compute_instance")))
+
+    b = b.with_row(row("Host beside GPU idle time"))
+    b = b.with_panel(graph(Common(
+        "GPU idle time",
+        "Share of time each selected GPU ran no kernel (1 - utilization). Read it against "
+        "the host panels: idle GPUs while the host waits on I/O, CPU or swap point at the "
+        "input pipeline.",
+        "percentunit", [Q(f"1 - gpu_utilization_ratio{{{GPU}}}", "GPU {{gpu}}")],
+        Steps(GREEN, ((0.5, ORANGE), (1 - d.idle_utilization, RED))), Layout(6), 0, 1)))
+    b = b.with_panel(graph(Common(
+        "Host CPU iowait",
+        "Share of CPU time spent waiting on I/O. High iowait while GPUs idle: the data "
+        "pipeline waits on storage.",
+        "percentunit", [Q(f"gpu_host_cpu_iowait_ratio{{{NODE}}}", "iowait")],
+        Steps(GREEN, ((d.iowait_high, ORANGE),)), Layout(6), 0, 1), thresholds_line=True))
+    b = b.with_panel(graph(Common(
+        "Host pressure (PSI)",
+        "Linux pressure stall information (avg10): the share of time some or all tasks "
+        "stalled on CPU, memory or I/O.",
+        "percentunit", [Q(f"gpu_host_pressure_ratio{{{NODE}}}", "{{resource}} {{kind}}")],
+        Steps(GREEN, ((d.io_pressure_high, ORANGE),)), Layout(6), 0, 1)))
+    b = b.with_panel(graph(Common(
+        "Host swap",
+        "Swap in use and pages swapped in and out per second. Any steady swap traffic on a "
+        "training node stalls the data loaders.",
+        "bytes", [
+            Q(f"gpu_host_swap_used_bytes{{{NODE}}}", "swap used"),
+            Q(f"rate(gpu_host_swap_bytes_total{{{NODE}}}[$__rate_interval])",
+              "swap {{direction}} per second"),
+        ], Steps(GREEN, ((d.swap_bytes_per_s, ORANGE),)), Layout(6), min=0)))
+    return b.build()
+
+
+def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
+    s = config.fleet.straggler
+    node_link = db.DashboardLink("GPU node").type(dm.DashboardLinkType.LINK) \
+        .url(f"/d/{config.node_dashboard_uid}/{config.node_dashboard_uid}") \
+        .include_vars(True).keep_time(True)
+    b = _dashboard(config.fleet_dashboard_uid, "GPU fleet",
+                   "Every GPU node at once: GPUs by state, throttled GPUs, downtrained links, "
+                   "stragglers and driver versions.") \
+        .variables(variables(multi_instance=True)).link(node_link)
+
+    b = b.with_row(row("State"))
+    state_colors = {"critical": RED, "warning": ORANGE, "info": BLUE, "idle": "text",
+                    "ok": GREEN}
+    panel = bars(Common(
+        "GPUs by state",
+        "GPUs by their worst active diagnosis: critical, warning, info, or none (ok when "
+        "working, idle when not). From the recording rule instance:gpu_health_state:count.",
+        "short", [Q(f"sum by (state) (instance:gpu_health_state:count{{{FLEET}}})", "{{state}}",
+                    instant=True)],
+        Steps(GREEN), Layout(8, 7), min=0))
+    for state, color in state_colors.items():
+        panel = panel.override_by_name(state, [dm.DynamicConfigValue(
+            id_val="color", value={"mode": "fixed", "fixedColor": color})])
+    b = b.with_panel(panel)
+    b = b.with_panel(single(Common(
+        "GPUs",
+        "GPUs the exporters enumerate on the selected nodes.",
+        "short", [Q(f"sum(instance:gpu_info:count{{{FLEET}}})", "GPUs", instant=True)],
+        Steps(BLUE), Layout(4, 7))))
+    b = b.with_panel(single(Common(
+        "Throttled GPUs",
+        "Busy GPUs held back by a power cap, heat, the power brake or low application "
+        "clocks (diagnosis rows throttled_under_load and clocks_capped).",
+        "short", [Q(f'count(gpu_diagnosis_active{{{FLEET_GPU}, '
+                    f'symptom=~"throttled_under_load|clocks_capped"}} == 1) or vector(0)',
+                    "throttled", instant=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(4, 7))))
+    b = b.with_panel(single(Common(
+        "Downtrained links",
+        "Busy GPUs whose PCIe link trained below its maximum width or generation.",
+        "short", [Q(f'count(gpu_diagnosis_active{{{FLEET_GPU}, symptom="pcie_downtrained"}} '
+                    f"== 1) or vector(0)", "downtrained", instant=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(4, 7))))
+    b = b.with_panel(single(Common(
+        "Stragglers",
+        f"GPUs whose utilization is below {s.below_ratio:.0%} of their siblings' average "
+        f"while the siblings are busy (above {s.siblings_busy:.0%}).",
+        "short", [Q(f"count(gpu:gpu_utilization_ratio:straggler{{{FLEET_GPU}}}) or vector(0)",
+                    "stragglers", instant=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(4, 7))))
+
+    b = b.with_row(row("Which GPUs"))
+    b = b.with_panel(grid(Common(
+        "Throttled GPUs",
+        "Each throttled GPU and the cause the exporter blames (power_cap, thermal, "
+        "power_brake, application_clocks).",
+        "short", [Q(f'gpu_diagnosis_active{{{FLEET_GPU}, '
+                    f'symptom=~"throttled_under_load|clocks_capped"}} == 1',
+                    instant=True, table=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(8, 8)),
+        columns={"instance": "node", "gpu": "GPU", "cause": "cause"},
+        hide=("Time", "Value", "__name__", "job", "uuid", "symptom")))
+    down = f'(gpu_diagnosis_active{{{FLEET_GPU}, symptom="pcie_downtrained"}} == 1)'
+    b = b.with_panel(grid(Common(
+        "Downtrained links",
+        "Each busy GPU whose PCIe link runs below its maximum: width and generation now "
+        "against what the GPU supports.",
+        "none", [
+            Q(f"gpu_pcie_link_width{{{FLEET_GPU}}} and on ({GPU_KEY}) {down}",
+              instant=True, table=True),
+            Q(f"gpu_pcie_link_width_max{{{FLEET_GPU}}} and on ({GPU_KEY}) {down}",
+              instant=True, table=True),
+            Q(f"gpu_pcie_link_generation{{{FLEET_GPU}}} and on ({GPU_KEY}) {down}",
+              instant=True, table=True),
+            Q(f"gpu_pcie_link_generation_max{{{FLEET_GPU}}} and on ({GPU_KEY}) {down}",
+              instant=True, table=True),
+        ], Steps(GREEN), Layout(8, 8)),
+        columns={"instance": "node", "gpu": "GPU", "Value #A": "width",
+                 "Value #B": "width max", "Value #C": "generation",
+                 "Value #D": "generation max"},
+        hide=("Time", "__name__", "job", "uuid")))
+    b = b.with_panel(grid(Common(
+        "Stragglers",
+        "Each straggler GPU: its utilization against the average of its siblings on the "
+        "same node.",
+        "percentunit", [
+            Q(f"gpu:gpu_utilization_ratio:straggler{{{FLEET_GPU}}}", instant=True, table=True),
+            Q(f"gpu:gpu_utilization_ratio:siblings_avg{{{FLEET_GPU}}} and on ({GPU_KEY}) "
+              f"gpu:gpu_utilization_ratio:straggler{{{FLEET_GPU}}}", instant=True, table=True),
+        ], Steps(RED, ((s.siblings_busy * s.below_ratio, ORANGE), (s.siblings_busy, GREEN))),
+        Layout(8, 8)),
+        columns={"instance": "node", "gpu": "GPU", "Value #A": "utilization",
+                 "Value #B": "siblings' average"},
+        hide=("Time", "__name__", "job", "uuid")))
+
+    b = b.with_row(row("Fleet"))
+    b = b.with_panel(grid(Common(
+        "Driver versions",
+        "GPUs per NVIDIA driver version on the selected nodes. More than one version is "
+        "drift (alert GpuDriverVersionDrift names the odd nodes).",
+        "short", [Q(f"count by (driver_version) (gpu_info{{{FLEET}}})", instant=True,
+                    table=True)],
+        Steps(GREEN), Layout(6, 8)),
+        columns={"driver_version": "driver", "Value": "GPUs"}, hide=("Time",)))
+    b = b.with_panel(graph(Common(
+        "Utilization by node",
+        "Average GPU utilization of each node.",
+        "percentunit", [Q(f"instance:gpu_utilization_ratio:avg{{{FLEET}}}", "{{instance}}")],
+        Steps(RED, ((0.1, ORANGE), (0.5, GREEN))), Layout(10, 8), 0, 1)))
+    b = b.with_panel(grid(Common(
+        "Active diagnoses by row",
+        "GPUs per symptom → cause row of the diagnosis table, over the selected nodes.",
+        "short", [Q(f"sum by (symptom, cause) (instance:gpu_diagnosis_active:count{{{FLEET}}})",
+                    instant=True, table=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(8, 8)),
+        columns={"symptom": "symptom", "cause": "cause", "Value": "GPUs"}, hide=("Time",)))
+    return b.build()

@@ -1,0 +1,169 @@
+"""The Grafana dashboards, offline: the committed JSON is the generator's,
+it is valid against grafana-foundation-sdk's dashboard model, every panel has a
+description, a unit and thresholds, every query parses as PromQL (promql-parser)
+and names only metrics of the exporter's catalog or recording rules.
+
+That every query returns data is proven live in tests/test_live_stack.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models import dashboard as dm
+
+from gpu_exporter.alerting.config import load_config
+from gpu_exporter.alerting.generate import RULES
+from gpu_exporter.alerting.promql import metric_names
+from gpu_exporter.catalog import BY_NAME
+from gpu_exporter.dashboards.generate import FLEET, NODE, differences
+from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARDS = {"node": ROOT / NODE, "fleet": ROOT / FLEET}
+VARIABLES = {"job": "gpu-exporter", "instance": "node-a:9835", "gpu": ".+",
+             "datasource": "prometheus"}
+
+
+def _load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARDS[name].read_text())
+    return data
+
+
+def _recording_rules() -> set[str]:
+    groups = yaml.safe_load((ROOT / RULES).read_text())["groups"]
+    return {r["record"] for g in groups for r in g["rules"] if "record" in r}
+
+
+def test_committed_dashboards_are_what_the_generator_produces() -> None:
+    assert differences(load_config()) == [], \
+        "regenerate with: .venv/bin/python -m gpu_exporter.dashboards"
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_dashboard_validates_against_the_sdk_model(name: str) -> None:
+    """Decoded into the SDK's typed model and encoded again, nothing is lost:
+    every key is one the model knows, with a value of its type."""
+    register_default_plugins()
+    raw = _load(name)
+    model = dm.Dashboard.from_json(raw)
+    assert json.loads(json.dumps(model, cls=JSONEncoder)) == raw
+    assert model.uid and model.title and model.description
+
+
+def test_round_trip_would_catch_an_unknown_key() -> None:
+    register_default_plugins()
+    raw = _load("node")
+    raw["panels"][1]["colour"] = "red"
+    model = dm.Dashboard.from_json(raw)
+    assert json.loads(json.dumps(model, cls=JSONEncoder)) != raw
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_variables(name: str) -> None:
+    variables = {v["name"]: v for v in _load(name)["templating"]["list"]}
+    assert list(variables) == ["datasource", "job", "instance", "gpu"]
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for var in ("job", "instance", "gpu"):
+        assert variables[var]["datasource"]["uid"] == "${datasource}"
+        assert variables[var]["description"]
+    assert variables["gpu"]["multi"] and variables["gpu"]["includeAll"]
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_every_panel_has_description_unit_thresholds_and_the_datasource(name: str) -> None:
+    found = list(panels(_load(name)))
+    assert found
+    ids = [p["id"] for p in _load(name)["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in found:
+        title = panel["title"]
+        assert panel.get("description", "").strip(), f"{title}: no description"
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults.get("unit"), f"{title}: no unit"
+        steps = defaults["thresholds"]["steps"]
+        assert steps and steps[0]["value"] is None, f"{title}: no base threshold"
+        values = [s["value"] for s in steps[1:]]
+        assert values == sorted(values), f"{title}: thresholds out of order"
+        assert panel["datasource"]["uid"] == "${datasource}"
+        assert panel["targets"], f"{title}: no query"
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_every_query_parses_and_names_known_metrics(name: str) -> None:
+    known = set(BY_NAME) | _recording_rules()
+    for title, ref, expr in panel_queries(_load(name)):
+        names = metric_names(substitute(expr, VARIABLES))  # raises if it does not parse
+        assert names, f"{title}/{ref}: selects no metric"
+        unknown = names - known
+        assert not unknown, f"{title}/{ref}: {sorted(unknown)} neither in the catalog " \
+                            "nor a recording rule"
+
+
+def test_substitute_fills_every_variable() -> None:
+    assert substitute('rate(x{a=~"$job"}[$__rate_interval]) * ${gpu}', VARIABLES) == \
+        'rate(x{a=~"gpu-exporter"}[1m]) * .+'
+    with pytest.raises(KeyError):
+        substitute("x{a=\"$nope\"}", VARIABLES)
+
+
+def _metrics_of(name: str) -> set[str]:
+    out: set[str] = set()
+    for _, _, expr in panel_queries(_load(name)):
+        out |= metric_names(substitute(expr, VARIABLES))
+    return out
+
+
+def test_node_dashboard_shows_what_the_on_call_needs() -> None:
+    metrics = _metrics_of("node")
+    for needed in (
+            "gpu_diagnosis_active", "gpu_utilization_ratio", "gpu_sm_active_ratio",
+            "gpu_memory_used_bytes", "gpu_power_watts", "gpu_power_limit_watts",
+            "gpu_clock_hertz", "gpu_clock_max_hertz", "gpu_throttle_reason_active",
+            "gpu_temperature_celsius", "gpu_temperature_threshold_celsius",
+            "gpu_pcie_link_width", "gpu_pcie_link_width_max", "gpu_pcie_link_generation",
+            "gpu_pcie_link_generation_max", "gpu_pcie_bytes_total", "gpu_pcie_replays_total",
+            "gpu_pcie_aer_errors_total", "gpu_ecc_errors_total", "gpu_remapped_rows_total",
+            "gpu_row_remap_pending", "gpu_row_remap_failed", "gpu_xid_errors_total",
+            "gpu_process_memory_used_bytes", "gpu_process_sm_utilization_ratio",
+            "gpu_process_cpu_seconds_total", "gpu_process_run_queue_wait_seconds_total",
+            "gpu_host_cpu_iowait_ratio", "gpu_host_pressure_ratio",
+            "gpu_host_swap_used_bytes"):
+        assert needed in metrics, needed
+    dash = _load("node")
+    kinds = {p["title"]: p["type"] for p in panels(dash)}
+    assert kinds["Throttle reasons"] == "state-timeline"
+    assert kinds["GPU processes"] == "table"
+    repeated = [p for p in dash["panels"] if p["type"] == "row" and p.get("repeat")]
+    assert [r["repeat"] for r in repeated] == ["gpu"]
+    temps = [e for t, _, e in panel_queries(dash) if t.startswith("Temperature")]
+    assert any('threshold="slowdown"' in e for e in temps)
+
+
+def test_fleet_dashboard_shows_states_throttled_downtrained_stragglers_drivers() -> None:
+    titles = {p["title"] for p in panels(_load("fleet"))}
+    for needed in ("GPUs by state", "Throttled GPUs", "Downtrained links", "Stragglers",
+                   "Driver versions"):
+        assert needed in titles, needed
+    assert {"instance:gpu_health_state:count", "gpu:gpu_utilization_ratio:straggler",
+            "gpu_info"} <= _metrics_of("fleet")
+
+
+def test_provisioning_files() -> None:
+    provider = yaml.safe_load(
+        (ROOT / "grafana/provisioning/dashboards/gpu-exporter.yaml").read_text())
+    assert provider["apiVersion"] == 1
+    (prov,) = provider["providers"]
+    assert prov["type"] == "file" and prov["options"]["path"]
+    sources = yaml.safe_load(
+        (ROOT / "grafana/provisioning/datasources/prometheus.yaml").read_text())
+    (source,) = sources["datasources"]
+    assert source["type"] == "prometheus" and source["url"].startswith("http")
