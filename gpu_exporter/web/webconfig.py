@@ -342,15 +342,17 @@ def _resolve(base: Path, p: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def _readable(setting: str, p: Path, where: str) -> None:
+def _check_pem(setting: str, p: Path, marker: bytes, what: str, where: str) -> None:
+    """Readable and PEM: OpenSSL's own word for a wrong file is "PEM lib"."""
     try:
-        with p.open("rb"):
-            pass
+        data = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{where}: tls_server_config.{setting} {p}: no such file") from None
     except OSError as exc:
         raise ConfigError(f"{where}: tls_server_config.{setting} {p}: cannot read: "
                           f"{_reason(exc)}") from None
+    if b"-----BEGIN " not in data or marker not in data:
+        raise ConfigError(f"{where}: tls_server_config.{setting} {p}: no PEM {what} in it")
 
 
 def _no_password() -> str:
@@ -365,12 +367,18 @@ _SSL_REASONS = {
     "PEM_LIB": "not a valid PEM certificate or key",
     "CA_MD_TOO_WEAK": "the certificate is signed with a digest OpenSSL considers too weak",
     "EE_KEY_TOO_SMALL": "the key is too small for OpenSSL's security level",
+    "NO_CERTIFICATE_OR_CRL_FOUND": "no certificate found",
 }
 
 
 def _ssl_reason(exc: ssl.SSLError) -> str:
-    reason = str(exc.reason or "")
-    return _SSL_REASONS.get(reason, reason.lower().replace("_", " ") or str(exc))
+    # load_cert_chain reports an unparsable certificate or key with no reason.
+    reason = str(exc.reason or ("PEM_LIB" if "PEM lib" in str(exc) else ""))
+    if reason in _SSL_REASONS:
+        return _SSL_REASONS[reason]
+    text = reason.lower().replace("_", " ") if reason else str(exc)
+    # OpenSSL's messages end with the C source line; the operator needs none.
+    return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", text)
 
 
 def _ssl_context(tls: TLSServerConfig, base: Path,
@@ -401,10 +409,10 @@ def _ssl_context(tls: TLSServerConfig, base: Path,
     if _TLS_VERSIONS[tls.min_version] > _TLS_VERSIONS[tls.max_version]:
         raise ConfigError(f"{where}: tls_server_config: min_version {tls.min_version} is "
                           f"above max_version {tls.max_version}")
-    _readable("cert_file", cert, where)
-    _readable("key_file", key, where)
+    _check_pem("cert_file", cert, b"CERTIFICATE-----", "certificate", where)
+    _check_pem("key_file", key, b"PRIVATE KEY-----", "private key", where)
     if ca is not None:
-        _readable("client_ca_file", ca, where)
+        _check_pem("client_ca_file", ca, b"CERTIFICATE-----", "certificate", where)
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
@@ -430,9 +438,6 @@ def _ssl_context(tls: TLSServerConfig, base: Path,
             source = f"client_ca_file {ca}" if ca is not None else "client_ca"
             raise ConfigError(f"{where}: tls_server_config.{source}: cannot load CA "
                               f"certificates: {_ssl_reason(exc)}") from None
-        if not ctx.cert_store_stats().get("x509_ca") and not ctx.cert_store_stats().get("x509"):
-            raise ConfigError(f"{where}: tls_server_config: no CA certificate found in "
-                              f"{'client_ca_file ' + str(ca) if ca else 'client_ca'}")
     # RequestClientCert asks for a certificate the server then ignores;
     # Python cannot accept one unverified, and since nothing is derived from it
     # not asking is equivalent.
