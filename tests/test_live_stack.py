@@ -1,0 +1,436 @@
+"""The whole stack, live: simulated exporters (several scenarios at once, each
+on its own random port), a real Prometheus scraping them every second with the
+test build of the rules loaded, and a real Alertmanager it sends to.
+
+Proven here: every table row's scenario makes its alert fire and reach
+Alertmanager with the right labels and annotations; the exporter-health and
+fleet alerts fire on their faults; `healthy` and `idle` fire nothing; every
+dashboard query returns data on `mixed`; and Alertmanager's inhibitions and
+per-node grouping work on alerts posted to its API.
+
+Every process runs on 127.0.0.1 with a temporary directory and is stopped by
+the fixtures; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from gpu_exporter.alerting.config import load_config
+from gpu_exporter.alerting.render import alert_annotations
+from gpu_exporter.alerting.rules import alert_rules
+from gpu_exporter.alerting.templates import render
+from gpu_exporter.dashboards.generate import FLEET, NODE
+from gpu_exporter.dashboards.queries import panel_queries, substitute
+from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.simulator import load_scenario
+from tests.tools import tool
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = "gpu-exporter"
+T = TypeVar("T")
+
+# The exporters' config: a short diagnosis window, so rows turn on in seconds.
+EXPORTER_CONFIG = {"diagnosis": {"window": "4s", "clear_after": "4s"},
+                   "poll": {"interval": "2s"}}
+BATCH = 5  # fault scenarios run at once (2 cores: each exporter polls 8 GPUs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_json(url: str, data: object = None, timeout: float = 5) -> Any:
+    body = None if data is None else json.dumps(data).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        text = resp.read().decode()
+    return json.loads(text) if text else None
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float,
+             interval: float = 0.5) -> T:
+    """``probe()`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+            if result:
+                return result
+        except (OSError, ValueError) as exc:
+            last_error = exc
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what}"
+                + (f" (last error: {last_error})" if last_error else ""))
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+
+
+def spawn(name: str, args: list[str], workdir: Path) -> Proc:
+    log = workdir / f"{name}.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    return Proc(name, popen, log)
+
+
+@dataclass
+class Stack:
+    workdir: Path
+    prometheus_url: str
+    alertmanager_url: str
+    targets_file: Path
+    targets: dict[str, str] = field(default_factory=dict)  # scenario name -> host:port
+    exporters: dict[str, Proc] = field(default_factory=dict)
+
+    # --- exporters -------------------------------------------------------
+
+    def start_exporter(self, name: str, scenario: str) -> str:
+        port = free_port()
+        config = self.workdir / "exporter.yml"
+        if not config.exists():
+            config.write_text(yaml.safe_dump(EXPORTER_CONFIG))
+        proc = spawn(f"exporter-{name}", [
+            sys.executable, "-m", "gpu_exporter", "--simulate", scenario,
+            "--config.file", str(config), "--web.listen-address", f"127.0.0.1:{port}",
+            "--log.level", "warn"], self.workdir)
+        self.exporters[name] = proc
+        self.targets[name] = f"127.0.0.1:{port}"
+        self.write_targets()
+        return self.targets[name]
+
+    def stop_exporters(self, names: list[str]) -> None:
+        for name in names:  # out of service discovery first, so no "down" is seen
+            self.targets.pop(name, None)
+        self.write_targets()
+        for name in names:
+            proc = self.exporters.pop(name, None)
+            if proc is not None:
+                proc.stop()
+
+    def add_dead_target(self, name: str) -> str:
+        self.targets[name] = f"127.0.0.1:{free_port()}"  # nothing listens there
+        self.write_targets()
+        return self.targets[name]
+
+    def write_targets(self) -> None:
+        groups = [{"targets": [t], "labels": {"scenario": n}} for n, t in self.targets.items()]
+        tmp = self.targets_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(groups))
+        tmp.replace(self.targets_file)  # atomic: Prometheus never reads half a file
+
+    # --- Prometheus ------------------------------------------------------
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        reply = http_json(url)
+        assert reply["status"] == "success", reply
+        result: list[dict[str, Any]] = reply["data"]["result"]
+        return result
+
+    def firing(self) -> list[dict[str, Any]]:
+        alerts: list[dict[str, Any]] = http_json(f"{self.prometheus_url}/api/v1/alerts")[
+            "data"]["alerts"]
+        return [a for a in alerts if a["state"] == "firing"]
+
+    # --- Alertmanager ----------------------------------------------------
+
+    def am_alerts(self, **labels: str) -> list[dict[str, Any]]:
+        filters = [("filter", f'{k}="{v}"') for k, v in labels.items()]
+        url = f"{self.alertmanager_url}/api/v2/alerts?" + urllib.parse.urlencode(filters)
+        alerts: list[dict[str, Any]] = http_json(url)
+        return alerts
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("live-stack")
+    procs: list[Proc] = []
+    am_port, prom_port = free_port(), free_port()
+    am = spawn("alertmanager", [
+        tool("prometheus-alertmanager"),
+        f"--config.file={ROOT / 'alerts' / 'alertmanager.yml'}",
+        f"--storage.path={workdir / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{am_port}",
+        "--cluster.listen-address=",
+        "--log.level=warn"], workdir)
+    procs.append(am)
+    targets_file = workdir / "targets.json"
+    targets_file.write_text("[]")
+    prom_config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(ROOT / "alerts" / "gpu-exporter.rules.test-build.yml")],
+        "alerting": {"alertmanagers": [
+            {"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        "scrape_configs": [{"job_name": JOB, "file_sd_configs": [
+            {"files": [str(targets_file)], "refresh_interval": "1s"}]}],
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
+    prom = spawn("prometheus", [
+        tool("prometheus"), f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'prom-data'}",
+        f"--web.listen-address=127.0.0.1:{prom_port}",
+        "--rules.alert.resend-delay=1s", "--log.level=warn"], workdir)
+    procs.append(prom)
+    s = Stack(workdir, f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}",
+              targets_file)
+    try:
+        for url in (f"{s.alertmanager_url}/-/ready", f"{s.prometheus_url}/-/ready"):
+            wait_for(url, lambda u=url: urllib.request.urlopen(u, timeout=2).status == 200,
+                     timeout=30)
+        yield s
+    finally:
+        s.stop_exporters(list(s.exporters))
+        for proc in reversed(procs):
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def background(stack: Stack) -> dict[str, str]:
+    """Exporters that run through the whole module: healthy, idle, mixed, a node
+    on another driver, a node without NVML, and a target nobody serves."""
+    scenarios = stack.workdir / "scenarios"
+    scenarios.mkdir()
+    (scenarios / "old-driver.yaml").write_text(yaml.safe_dump({
+        "name": "old-driver", "extends": "healthy",
+        "node": {"id": "sim-node-02", "gpus": 2, "driver_version": "570.86.15"},
+        "processes": [], "expect": []}))
+    (scenarios / "no-nvml.yaml").write_text(yaml.safe_dump({
+        "name": "no-nvml", "node": {"gpus": 2, "nvml": "driver_not_loaded"}}))
+    out = {name: stack.start_exporter(name, name) for name in ("healthy", "idle", "mixed")}
+    out["old-driver"] = stack.start_exporter("old-driver", str(scenarios / "old-driver.yaml"))
+    out["no-nvml"] = stack.start_exporter("no-nvml", str(scenarios / "no-nvml.yaml"))
+    out["dead"] = stack.add_dead_target("dead")
+    return out
+
+
+# --- helpers over expectations ----------------------------------------------
+
+CONFIG = load_config()
+RULES = {r.name: r for r in alert_rules(CONFIG)}
+
+
+def expected_annotations(alertname: str, labels: dict[str, str], value: float) -> dict[str, str]:
+    return {k: render(v, labels, value)
+            for k, v in alert_annotations(CONFIG, RULES[alertname]).items()}
+
+
+def find(alerts: list[dict[str, Any]], alertname: str, **labels: str) -> dict[str, Any] | None:
+    for alert in alerts:
+        al = alert["labels"]
+        if al.get("alertname") == alertname and all(al.get(k) == v for k, v in labels.items()):
+            return alert
+    return None
+
+
+# --- tests -------------------------------------------------------------------
+
+
+def test_alertmanager_inhibits_and_groups_per_node(stack: Stack) -> None:
+    """Alerts posted to Alertmanager's API v2; its own view says which are
+    inhibited, and by which rule's source."""
+
+    def a(alertname: str, severity: str, instance: str, gpu: str | None = None) -> dict[str, Any]:
+        labels = {"alertname": alertname, "severity": severity, "instance": instance,
+                  "job": "inhibition-test"}
+        if gpu is not None:
+            labels["gpu"] = gpu
+        return {"labels": labels, "annotations": {"summary": alertname}}
+
+    posted = [
+        # The exporter is down: the node's GPU alerts are inhibited.
+        a("GpuExporterDown", "critical", "n1"),
+        a("GpuThrottledUnderLoadPowerCap", "warning", "n1", "2"),
+        a("GpuMemoryErrorsEccUncorrectable", "critical", "n1", "3"),
+        # GPU 5 is lost: its other alerts are inhibited, GPU 4's are not.
+        a("GpuLostHardware", "critical", "n2", "5"),
+        a("GpuTemperatureNearSlowdown", "warning", "n2", "5"),
+        a("GpuXidErrorDriverReported", "critical", "n2", "5"),
+        a("GpuThrottledUnderLoadPowerCap", "warning", "n2", "4"),
+        # A critical alert silences warnings on the same GPU, not info or other GPUs.
+        a("GpuMemoryErrorsEccUncorrectable", "critical", "n3", "1"),
+        a("GpuMemoryErrorsRowRemapPending", "warning", "n3", "1"),
+        a("GpuPersistenceOffConfiguration", "info", "n3", "1"),
+        a("GpuStraggler", "warning", "n3", "2"),
+        a("GpuExporterCollectorFailing", "warning", "n3"),
+    ]
+    # Eight GPUs with the same fault on one node: one group, one notification.
+    posted += [a("GpuThrottledUnderLoadThermal", "warning", "n4", str(i)) for i in range(8)]
+    http_json(f"{stack.alertmanager_url}/api/v2/alerts", posted)
+
+    inhibited = {("n1", "GpuThrottledUnderLoadPowerCap", "2"),
+                 ("n1", "GpuMemoryErrorsEccUncorrectable", "3"),
+                 ("n2", "GpuTemperatureNearSlowdown", "5"),
+                 ("n2", "GpuXidErrorDriverReported", "5"),
+                 ("n3", "GpuMemoryErrorsRowRemapPending", "1")}
+
+    def states() -> dict[tuple[str, str, str], dict[str, Any]] | None:
+        got = {(x["labels"]["instance"], x["labels"]["alertname"], x["labels"].get("gpu", "")): x
+               for x in stack.am_alerts(job="inhibition-test")}
+        if len(got) < len(posted):
+            return None
+        suppressed = {k for k, x in got.items() if x["status"]["state"] == "suppressed"}
+        return got if suppressed == inhibited else None
+
+    got = wait_for("Alertmanager to mark exactly the expected alerts inhibited", states, 20)
+    for key, alert in got.items():
+        if key in inhibited:
+            assert alert["status"]["inhibitedBy"], key
+        else:
+            assert alert["status"]["state"] == "active", key
+            assert not alert["status"]["inhibitedBy"], key
+
+    groups = http_json(f"{stack.alertmanager_url}/api/v2/alerts/groups?"
+                       + urllib.parse.urlencode({"filter": 'instance="n4"'}))
+    assert len(groups) == 1
+    assert groups[0]["labels"] == {"instance": "n4"}
+    assert groups[0]["receiver"]["name"] == "ticket"
+    assert len(groups[0]["alerts"]) == 8
+    pager = http_json(f"{stack.alertmanager_url}/api/v2/alerts/groups?"
+                      + urllib.parse.urlencode({"filter": 'instance="n2"'}))
+    receivers = {g["receiver"]["name"] for g in pager}
+    assert receivers == {"pager", "ticket"}
+
+
+def _check_arrived(stack: Stack, alertname: str, labels: dict[str, str], value: float) -> None:
+    """The alert is firing in Prometheus and Alertmanager holds it with the
+    right labels and exactly the annotations its templates render to."""
+    rule = RULES[alertname]
+    am = stack.am_alerts(alertname=alertname, **labels)
+    assert am, f"{alertname} {labels} did not reach Alertmanager"
+    got = am[0]
+    assert got["labels"]["severity"] == rule.severity
+    for k, v in labels.items():
+        assert got["labels"][k] == v
+    assert got["annotations"] == expected_annotations(alertname, got["labels"], value)
+
+
+def test_every_fault_scenario_fires_its_alert(stack: Stack, background: dict[str, str]) -> None:
+    rows = list(ROWS)
+    for start in range(0, len(rows), BATCH):
+        batch = rows[start:start + BATCH]
+        expected: list[tuple[str, dict[str, str]]] = []
+        try:
+            for row in batch:
+                instance = stack.start_exporter(row.anchor, row.anchor)
+                scenario = load_scenario(row.anchor)
+                gpus = [e.gpu for e in scenario.expect or []
+                        if (e.symptom, e.cause) == (row.symptom, row.cause)]
+                assert gpus, f"scenario {row.anchor} expects no {row.key}"
+                for gpu in gpus:
+                    expected.append((row.alert_name, {
+                        "instance": instance, "gpu": str(gpu), "symptom": row.symptom,
+                        "cause": row.cause, "job": JOB}))
+
+            def missing(want: list[tuple[str, dict[str, str]]] = expected) -> list[str] | None:
+                firing = stack.firing()
+                gone = [f"{n} {lbl['instance']} gpu {lbl['gpu']}" for n, lbl in want
+                        if not find(firing, n, **lbl)]
+                return None if gone else ["ok"]
+
+            try:
+                wait_for("every fault scenario of the batch to fire", missing, 90)
+            except pytest.fail.Exception:
+                logs = "\n".join(f"--- {r.anchor}\n{stack.exporters[r.anchor].tail()}"
+                                 for r in batch if r.anchor in stack.exporters)
+                firing = sorted((a["labels"]["alertname"], a["labels"].get("instance", ""))
+                                for a in stack.firing())
+                pytest.fail(f"not all fired; expected {expected}; firing {firing}\n{logs}")
+            for name, labels in expected:
+                wait_for(f"{name} at Alertmanager",
+                         lambda n=name, lb=labels: stack.am_alerts(alertname=n, **lb), 15)
+                _check_arrived(stack, name, labels, 1)
+        finally:
+            stack.stop_exporters([r.anchor for r in batch])
+
+
+def test_exporter_health_and_fleet_alerts_fire(stack: Stack, background: dict[str, str]) -> None:
+    mixed = background["mixed"]
+    want: list[tuple[str, dict[str, str]]] = [
+        ("GpuExporterDown", {"instance": background["dead"]}),
+        ("GpuExporterNvmlDown", {"instance": background["no-nvml"]}),
+        ("GpuDriverVersionDrift", {"instance": background["old-driver"],
+                                   "driver_version": "570.86.15"}),
+        ("GpuStraggler", {"instance": mixed, "gpu": "7"}),
+        ("GpuTemperatureNearSlowdown", {"instance": mixed, "gpu": "6"}),
+    ]
+
+    def all_firing() -> list[dict[str, Any]] | None:
+        firing = stack.firing()
+        found = [find(firing, n, **lbl) for n, lbl in want]
+        return None if None in found else [f for f in found if f is not None]
+
+    found = wait_for("the exporter-health and fleet alerts to fire", all_firing, 90)
+    for (name, labels), alert in zip(want, found, strict=True):
+        value = float(alert["value"])
+        wait_for(f"{name} at Alertmanager",
+                 lambda n=name, lb=labels: stack.am_alerts(alertname=n, **lb), 15)
+        _check_arrived(stack, name, labels, value)
+    # The lost-looking node's GPU alerts stay inhibited while its exporter is down;
+    # nothing else of it can fire because nothing is scraped.
+    assert stack.query(f'up{{instance="{background["dead"]}"}}')[0]["value"][1] == "0"
+
+
+def test_every_dashboard_query_returns_data_on_mixed(stack: Stack,
+                                                      background: dict[str, str]) -> None:
+    values = {"job": JOB, "instance": background["mixed"], "gpu": ".+",
+              "datasource": "prometheus"}
+    queries = []
+    for rel in (NODE, FLEET):
+        dash = json.loads((ROOT / rel).read_text())
+        queries += [(rel.name, title, ref, substitute(expr, values))
+                    for title, ref, expr in panel_queries(dash)]
+
+    deadline = time.monotonic() + 60
+    while True:
+        missing = [f"{d}: {t}/{r}: {q}" for d, t, r, q in queries if not stack.query(q)]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert not missing, "panel queries without data on mixed:\n" + "\n".join(missing)
+
+
+def test_healthy_and_idle_fire_nothing(stack: Stack, background: dict[str, str]) -> None:
+    """Run last: healthy and idle have been scraped through every other test."""
+    for name in ("healthy", "idle"):
+        instance = background[name]
+        scraped = stack.query(f'count_over_time(up{{instance="{instance}"}}[10m])')
+        assert scraped and float(scraped[0]["value"][1]) >= 20, f"{name} was hardly scraped"
+        # Firing, ever: a fleet comparison may blip to pending while the first
+        # scrapes of the fleet come in; its for: keeps that from firing.
+        ever = stack.query(f'ALERTS{{instance="{instance}", alertstate="firing"}}[10m]')
+        assert ever == [], f"{name} fired alerts: " + ", ".join(
+            sorted({s["metric"]["alertname"] for s in ever}))
+        assert stack.am_alerts(instance=instance) == []
