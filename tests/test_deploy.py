@@ -641,7 +641,26 @@ def test_compose_mounts_exist_and_point_at_the_shared_configs() -> None:
     assert mounted["/etc/prometheus/prometheus.yml"] == COMPOSE / "prometheus" / "prometheus.yml"
     assert mounted["/etc/prometheus/rules"] == ROOT / "alerts"
     assert mounted["/etc/alertmanager/alertmanager.yml"] == ROOT / "alerts" / "alertmanager.yml"
-    assert mounted["/etc/gpu-exporter/grafana"] == ROOT / "grafana"
+    assert mounted["/etc/grafana/provisioning"] == ROOT / "grafana" / "provisioning"
+    assert mounted["/var/lib/grafana/dashboards/gpu-exporter"] == ROOT / "grafana" / "dashboards"
+
+
+def test_grafana_provisioning_fits_the_stack() -> None:
+    """The provisioning files from grafana/ are mounted as they are: their data
+    source must be this stack's Prometheus, their dashboards where they are mounted."""
+    provisioning = ROOT / "grafana" / "provisioning"
+    if not provisioning.exists():
+        pytest.skip("grafana/provisioning is not there yet")
+    services = compose()["services"]
+    mounts = {v.split(":")[1] for v in services["grafana"]["volumes"]}
+    for path in provisioning.glob("dashboards/*.y*ml"):
+        for provider in yaml.safe_load(path.read_text())["providers"]:
+            assert provider["options"]["path"] in mounts, path
+    for path in provisioning.glob("datasources/*.y*ml"):
+        for source in yaml.safe_load(path.read_text())["datasources"]:
+            if source["type"] == "prometheus":
+                assert source["url"] == "http://prometheus:9090", path
+    assert "prometheus" in services
 
 
 def test_prometheus_config_passes_promtool_with_the_rules_from_alerts(tmp_path: Path) -> None:
