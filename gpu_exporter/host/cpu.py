@@ -1,0 +1,91 @@
+"""CPU time by mode and context switches (/proc/stat), and the load average
+(/proc/loadavg)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_exporter.host.files import MalformedFile, read_text, to_float, to_int
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The columns of the aggregate "cpu" line, in order. guest and guest_nice come
+# after these and are already counted in user and nice, so they are left out.
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """Seconds all CPUs together spent in each mode since boot."""
+
+    seconds: dict[str, float]  # only the modes this kernel reports
+    context_switches: int | None
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
+@dataclass(frozen=True, slots=True)
+class CpuRatios:
+    """Share of all CPU time in a mode between two readings, 0-1."""
+
+    iowait: float | None
+    steal: float | None
+
+
+def read_cpu_times(procfs: Path, clk_tck: int = CLK_TCK) -> CpuTimes:
+    path = procfs / "stat"
+    seconds: dict[str, float] | None = None
+    ctxt: int | None = None
+    for line in read_text(path).splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "cpu":
+            columns = parts[1:1 + len(CPU_MODES)]
+            if len(columns) < 4:  # user nice system idle exist on every kernel
+                raise MalformedFile(path, f"short cpu line {line!r}")
+            seconds = {mode: to_int(path, v) / clk_tck
+                       for mode, v in zip(CPU_MODES, columns, strict=False)}
+        elif parts[0] == "ctxt" and len(parts) == 2:
+            ctxt = to_int(path, parts[1])
+    if seconds is None:
+        raise MalformedFile(path, "no aggregate cpu line")
+    return CpuTimes(seconds, ctxt)
+
+
+def cpu_ratios(before: CpuTimes, after: CpuTimes) -> CpuRatios | None:
+    """iowait and steal over the interval between two readings; None when no
+    CPU time passed (the same reading twice)."""
+    total = after.total - before.total
+    if total <= 0:
+        return None
+
+    def ratio(mode: str) -> float | None:
+        if mode not in before.seconds or mode not in after.seconds:
+            return None
+        # The kernel's iowait can step back a little when a task migrates
+        # between CPUs; a negative share means none.
+        delta = after.seconds[mode] - before.seconds[mode]
+        return min(1.0, max(0.0, delta / total))
+
+    return CpuRatios(ratio("iowait"), ratio("steal"))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadAverage:
+    """Runnable plus uninterruptible tasks, averaged over 1, 5 and 15 minutes."""
+
+    load1: float
+    load5: float
+    load15: float
+
+
+def read_loadavg(procfs: Path) -> LoadAverage:
+    path = procfs / "loadavg"
+    parts = read_text(path).split()
+    if len(parts) < 3:
+        raise MalformedFile(path, "fewer than three load averages")
+    return LoadAverage(*(to_float(path, p) for p in parts[:3]))

@@ -1,0 +1,27 @@
+"""The host as one poll saw it, left in the snapshot's facts (``facts["host"]``)
+for the diagnosis rules and the JSON endpoints. ``None`` means "not known this
+poll" (the first poll has no interval yet, or the kernel lacks the source),
+never 0."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpu_exporter.host.cpu import LoadAverage
+from gpu_exporter.host.pressure import Pressure
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    iowait_ratio: float | None = None
+    steal_ratio: float | None = None
+    # resource (cpu, memory, io) -> stall figures; only what this kernel has
+    pressure: dict[str, Pressure] = field(default_factory=dict)
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    swap_in_bytes_per_s: float | None = None
+    swap_out_bytes_per_s: float | None = None
+    context_switches_per_s: float | None = None
+    load: LoadAverage | None = None
+    disk_busy_ratio: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,148 @@
+"""A GPU's PCI device as the kernel sees it (``<sysfs>/bus/pci/devices/<bdf>``):
+its NUMA node and local CPUs, the PCIe link of the GPU and of the bridge or
+switch port above it (downtraining often sits upstream), and its AER error
+counters."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_exporter.host.files import MalformedFile, read_text
+from gpu_exporter.host.procs import parse_cpulist
+
+# Transfer rate per lane -> PCIe generation.
+_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+AER_SEVERITIES = (("correctable", "COR"), ("nonfatal", "NONFATAL"), ("fatal", "FATAL"))
+
+
+@dataclass(frozen=True, slots=True)
+class PcieLink:
+    generation: int | None  # None: the kernel says "Unknown" (link down) or has no file
+    generation_max: int | None
+    width: int | None
+    width_max: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PciDevice:
+    bdf: str
+    numa_node: int | None  # None: the kernel does not know (-1) or has no NUMA
+    local_cpulist: str | None
+    local_cpus: frozenset[int] | None
+    link: PcieLink | None  # None: no PCIe link attributes (not a PCIe device)
+    upstream_bdf: str | None  # the bridge or switch port above; None under a root complex
+    upstream: PcieLink | None
+    aer: dict[str, int]  # severity -> errors since boot; absent without AER reporting
+    # Attributes that exist but could not be read or understood.
+    problems: tuple[str, ...] = field(default=())
+
+
+def link_generation(speed: str) -> int | None:
+    """``32.0 GT/s PCIe`` (or ``8 GT/s`` on older kernels) -> 5; None for
+    ``Unknown`` or a rate no generation has."""
+    value = speed.strip().split(" ", 1)[0]
+    try:
+        return _GENERATIONS.get(float(value))
+    except ValueError:
+        return None
+
+
+class _Reader:
+    """Reads one device's attributes, noting problems instead of raising so one
+    bad attribute does not hide the others."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def text(self, path: Path) -> str | None:
+        try:
+            return read_text(path).strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.problems.append(f"{path}: {exc.strerror or exc}")
+            return None
+
+    def integer(self, path: Path) -> int | None:
+        text = self.text(path)
+        if text is None:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            self.problems.append(f"{path}: {text!r} is not an integer")
+            return None
+
+    def link(self, directory: Path) -> PcieLink | None:
+        speed = self.text(directory / "current_link_speed")
+        speed_max = self.text(directory / "max_link_speed")
+        width = self.integer(directory / "current_link_width")
+        width_max = self.integer(directory / "max_link_width")
+        if speed is None and speed_max is None and width is None and width_max is None:
+            return None
+        return PcieLink(None if speed is None else link_generation(speed),
+                        None if speed_max is None else link_generation(speed_max),
+                        width, width_max)
+
+    def aer(self, path: Path, tag: str) -> int | None:
+        text = self.text(path)
+        if text is None:
+            return None
+        try:
+            return aer_total(path, text, tag)
+        except MalformedFile as exc:
+            self.problems.append(str(exc))
+            return None
+
+
+def aer_total(path: Path, text: str, tag: str) -> int:
+    """The ``TOTAL_ERR_<tag>`` line of an aer_dev_* file."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == f"TOTAL_ERR_{tag}":
+            try:
+                return int(parts[1])
+            except ValueError:
+                break
+    raise MalformedFile(path, f"no TOTAL_ERR_{tag} count")
+
+
+def read_pci_device(sysfs: Path, bdf: str) -> PciDevice | None:
+    """The device at ``bdf`` (sysfs spelling, ``0000:18:00.0``); None when it is
+    not on the bus (removed, or fell off)."""
+    entry = sysfs / "bus" / "pci" / "devices" / bdf
+    try:
+        # The entry is a symlink into the device tree, whose path holds the
+        # bridges and switch ports between the root complex and the device.
+        directory = entry.resolve(strict=True)
+    except (FileNotFoundError, RuntimeError):
+        return None
+    r = _Reader()
+    numa = r.integer(directory / "numa_node")
+    cpulist = r.text(directory / "local_cpulist")
+    cpus: frozenset[int] | None = None
+    if cpulist is not None:
+        try:
+            cpus = parse_cpulist(cpulist)
+        except ValueError:
+            r.problems.append(f"{directory / 'local_cpulist'}: {cpulist!r} is not a CPU list")
+            cpulist = None
+    parent = directory.parent
+    upstream_bdf = parent.name if _BDF.match(parent.name) else None
+    aer = {}
+    for severity, tag in AER_SEVERITIES:
+        total = r.aer(directory / f"aer_dev_{severity}", tag)
+        if total is not None:
+            aer[severity] = total
+    return PciDevice(
+        bdf=bdf,
+        numa_node=None if numa is None or numa < 0 else numa,
+        local_cpulist=cpulist, local_cpus=cpus,
+        link=r.link(directory),
+        upstream_bdf=upstream_bdf,
+        upstream=r.link(parent) if upstream_bdf else None,
+        aer=aer,
+        problems=tuple(r.problems))

@@ -1,0 +1,55 @@
+"""Linux pressure stall information (/proc/pressure/{cpu,memory,io}, kernel
+4.20+ with CONFIG_PSI): the share of time tasks were stalled on a resource."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_exporter.host.files import MalformedFile, read_text, to_float, to_int
+
+RESOURCES = ("cpu", "memory", "io")
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    avg10: float  # share of the last 10 s, 0-1
+    total_seconds: float  # stalled time since boot
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    """"some": at least one task stalled; "full": all non-idle tasks stalled at
+    once. Kernels before 5.13 have no "full" line for cpu."""
+
+    some: Stall
+    full: Stall | None
+
+
+def _stall(path: Path, fields: list[str]) -> Stall:
+    values: dict[str, str] = {}
+    for field in fields:
+        key, sep, value = field.partition("=")
+        if not sep:
+            raise MalformedFile(path, f"field {field!r} is not key=value")
+        values[key] = value
+    if "avg10" not in values or "total" not in values:
+        raise MalformedFile(path, "avg10 or total missing")
+    # avg10 is a percentage, total microseconds.
+    return Stall(to_float(path, values["avg10"]) / 100.0,
+                 to_int(path, values["total"]) / 1e6)
+
+
+def read_pressure(procfs: Path, resource: str) -> Pressure:
+    path = procfs / "pressure" / resource
+    lines: dict[str, Stall] = {}
+    for line in read_text(path).splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] not in ("some", "full"):
+            raise MalformedFile(path, f"unexpected line {line!r}")
+        lines[parts[0]] = _stall(path, parts[1:])
+    if "some" not in lines:
+        raise MalformedFile(path, "no 'some' line")
+    return Pressure(lines["some"], lines.get("full"))
