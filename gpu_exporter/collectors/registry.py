@@ -56,6 +56,21 @@ def _xid(rt: Runtime) -> Collector:
     return XidCollector(rt.session, rt.wall_clock, rt.synchronous)
 
 
+def _host(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.host import HostCollector
+
+    return HostCollector(rt.settings.path.procfs, rt.monotonic)
+
+
+def _pcie(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.pcie import PcieCollector
+    from gpu_exporter.collectors.udev import open_source
+
+    sysfs = rt.settings.path.sysfs
+    # A simulated node has no udev behind its /sys.
+    return PcieCollector(rt.session, sysfs, open_source(sysfs) if rt.simulation is None else None)
+
+
 def _diagnosis(rt: Runtime) -> Collector:
     from gpu_exporter.diagnosis.engine import DiagnosisCollector
 
@@ -83,6 +98,10 @@ COLLECTORS: dict[str, CollectorInfo] = {
         CollectorInfo("nvlink", "NVLink per-link state, errors and throughput", True, _nvlink),
         CollectorInfo("xid", "Xid errors and ECC/power events from NVML's event API", True,
                       _xid),
+        CollectorInfo("host", "host CPU iowait/steal, pressure stalls, memory, swap, load, "
+                      "disks, network", True, _host),
+        CollectorInfo("pcie", "PCIe links (GPU and upstream port), AER errors and NUMA from "
+                      "sysfs; udev remove events", True, _pcie),
         CollectorInfo("diagnosis", "the symptom -> cause table evaluated per GPU "
                       "(gpu_diagnosis_active)", True, _diagnosis),
         CollectorInfo("baseline", "drift from the node baseline (--baseline.file)", True,

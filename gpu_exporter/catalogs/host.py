@@ -1,0 +1,49 @@
+"""Metrics of the host around the GPUs (/proc): is the GPU waiting on its host?"""
+
+from __future__ import annotations
+
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalog_types import metric_spec as _m
+
+METRICS: tuple[Metric, ...] = (
+    _m("gpu_host_cpu_iowait_ratio", "gauge",
+       "Share of all CPU time spent idle while waiting for I/O over the last poll interval, "
+       "from /proc/stat. High while GPUs sit idle means storage is starving them.", (),
+       "host"),
+    _m("gpu_host_cpu_steal_ratio", "gauge",
+       "Share of all CPU time the hypervisor gave to other guests over the last poll "
+       "interval, from /proc/stat.", (), "host"),
+    _m("gpu_host_context_switches_total", "counter",
+       "Context switches on all CPUs since boot, from /proc/stat.", (), "host"),
+    _m("gpu_host_pressure_ratio", "gauge",
+       "Share of the last 10 seconds in which some (kind=some) or all (kind=full) non-idle "
+       "tasks were stalled waiting for the resource, from Linux pressure stall information "
+       "(avg10 in /proc/pressure). Absent on kernels without PSI.", ("resource", "kind"),
+       "host"),
+    _m("gpu_host_pressure_stalled_seconds_total", "counter",
+       "Time some (or all) non-idle tasks were stalled waiting for the resource since boot, "
+       "from /proc/pressure. Absent on kernels without PSI.", ("resource", "kind"), "host"),
+    _m("gpu_host_memory_total_bytes", "gauge",
+       "Physical memory the kernel manages (MemTotal in /proc/meminfo).", (), "host"),
+    _m("gpu_host_memory_available_bytes", "gauge",
+       "Memory available to start new work without swapping (MemAvailable in /proc/meminfo).",
+       (), "host"),
+    _m("gpu_host_swap_used_bytes", "gauge",
+       "Swap space in use (SwapTotal minus SwapFree in /proc/meminfo).", (), "host"),
+    _m("gpu_host_swap_bytes_total", "counter",
+       "Bytes read in from swap (direction=in) or written out to it (direction=out) since "
+       "boot, from pswpin and pswpout in /proc/vmstat.", ("direction",), "host"),
+    _m("gpu_host_load_average", "gauge",
+       "Runnable and uninterruptible tasks averaged over the window (1m, 5m or 15m), from "
+       "/proc/loadavg.", ("window",), "host"),
+    _m("gpu_host_disk_busy_ratio", "gauge",
+       "Share of the last poll interval in which the block device had I/O in flight, from "
+       "io_ticks in /proc/diskstats (whole devices; partitions, loop and RAM devices left "
+       "out).", ("device",), "host"),
+    _m("gpu_host_network_receive_errors_total", "counter",
+       "Receive errors on the network interface since boot, from /proc/net/dev (loopback and "
+       "container virtual interfaces left out).", ("interface",), "host"),
+    _m("gpu_host_network_receive_drops_total", "counter",
+       "Received packets the interface or kernel dropped since boot, from /proc/net/dev "
+       "(loopback and container virtual interfaces left out).", ("interface",), "host"),
+)

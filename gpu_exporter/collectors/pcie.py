@@ -1,0 +1,97 @@
+"""PCIe and NUMA from the kernel: for each GPU, matched by PCI bus id in sysfs,
+its NUMA node and local CPUs, the link generation and width of the GPU and of
+the bridge or switch port above it, and AER error counters. On a host with udev
+a watcher thread turns a GPU's ``remove`` event into ``gpu_up 0`` at once."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.udev import EventSource, UdevWatcher
+from gpu_exporter.host.pci import PciDevice, PcieLink, read_pci_device
+from gpu_exporter.nvml.session import NvmlSession, normalize_bus_id
+from gpu_exporter.readings import PcieKernelView
+from gpu_exporter.snapshot import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+
+def _add_link(out: SnapshotBuilder, labels: dict[str, str], port: str, link: PcieLink) -> None:
+    for name, value in (("gpu_pcie_sysfs_link_generation", link.generation),
+                        ("gpu_pcie_sysfs_link_generation_max", link.generation_max),
+                        ("gpu_pcie_sysfs_link_width", link.width),
+                        ("gpu_pcie_sysfs_link_width_max", link.width_max)):
+        if value is not None:
+            out.add(name, value, **labels, port=port)
+
+
+def kernel_view(dev: PciDevice) -> PcieKernelView:
+    """The figures the diagnosis rules and the baseline read."""
+    up = dev.upstream
+    return PcieKernelView(
+        numa_node=dev.numa_node, local_cpulist=dev.local_cpulist,
+        upstream_generation=up.generation if up else None,
+        upstream_generation_max=up.generation_max if up else None,
+        upstream_width=up.width if up else None,
+        upstream_width_max=up.width_max if up else None,
+        aer_correctable=dev.aer.get("correctable"))
+
+
+class PcieCollector(Collector):
+    name = "pcie"
+    description = "PCIe links (GPU and upstream port), AER errors and NUMA placement from sysfs"
+
+    def __init__(self, session: NvmlSession, sysfs: Path,
+                 udev: EventSource | None = None) -> None:
+        self.session = session
+        self.sysfs = sysfs
+        self.watcher: UdevWatcher | None = None
+        if udev is not None:
+            self.watcher = UdevWatcher(session, udev)
+            self.watcher.start()
+        self._errors = 0
+        self._warned: set[str] = set()
+
+    def errors(self) -> int:
+        return self._errors
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+
+    def collect(self, out: SnapshotBuilder) -> None:
+        self._errors = 0
+        devices: dict[int, PciDevice] = {}
+        for gpu in self.session.gpus:
+            if not gpu.identity.pci_bus_id:
+                continue  # identity never read: nothing to match in sysfs
+            dev = read_pci_device(self.sysfs, normalize_bus_id(gpu.identity.pci_bus_id))
+            if dev is None:
+                continue  # not on the bus (removed); gpu_up says the rest
+            devices[gpu.index] = dev
+            self._note_problems(dev)
+            labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
+            out.add("gpu_numa_info", 1, **labels,
+                    numa_node="-1" if dev.numa_node is None else str(dev.numa_node),
+                    local_cpulist=dev.local_cpulist or "")
+            if dev.link is not None:
+                _add_link(out, labels, "gpu", dev.link)
+            if dev.upstream is not None:
+                _add_link(out, labels, "upstream", dev.upstream)
+            for severity, total in dev.aer.items():
+                out.add("gpu_pcie_aer_errors_total", total, **labels, severity=severity)
+        if self.watcher is not None:
+            for action, count in self.watcher.counts().items():
+                out.add("gpu_udev_events_total", count, action=action)
+        out.facts["pcie"] = devices
+        out.facts["pcie_view"] = {i: kernel_view(d) for i, d in devices.items()}
+
+    def _note_problems(self, dev: PciDevice) -> None:
+        self._errors += len(dev.problems)
+        for problem in dev.problems:
+            if problem not in self._warned:
+                self._warned.add(problem)
+                log.warning("sysfs: %s", problem)
