@@ -86,10 +86,11 @@ class HostCollector(Collector):
     description = "host CPU iowait/steal, pressure stalls, memory, swap, load, disks, network"
 
     def __init__(self, procfs: Path, monotonic: Callable[[], float] = time.monotonic,
-                 max_devices: int = MAX_DEVICES) -> None:
+                 max_devices: int = MAX_DEVICES, page_size: int = memory.PAGE_SIZE) -> None:
         self.procfs = procfs
         self._mono = monotonic
         self._max = max_devices
+        self._page_size = page_size
         self._src = _Sources(procfs)
         self._prev: _Previous | None = None
         self._capped: set[str] = set()
@@ -137,7 +138,7 @@ class HostCollector(Collector):
                 out.add("gpu_host_memory_available_bytes", mem.available_bytes)
             out.add("gpu_host_swap_used_bytes", mem.swap_used_bytes)
 
-        swap = src.read("/proc/vmstat", memory.read_swap_activity)
+        swap = src.read("/proc/vmstat", memory.read_swap_activity, self._page_size)
         swap_in = swap_out = None
         if swap is not None:
             out.add("gpu_host_swap_bytes_total", swap.in_bytes, direction="in")

@@ -23,10 +23,11 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # Fields of /proc/PID/stat after "pid (comm) ", counted from 0 (proc(5) minus 3).
 _STATE, _PPID, _UTIME, _STIME, _THREADS, _RSS = 0, 1, 11, 12, 17, 21
 
-# The scope a container runtime puts a container in (systemd cgroup driver):
-# cri-containerd-<id>.scope, docker-<id>.scope, crio-<id>.scope, libpod-<id>.scope.
-# "crio-conmon-<id>.scope" is CRI-O's monitor process, not the container.
-_SCOPE = re.compile(r"^(?:cri-containerd|docker|crio|libpod)-([0-9a-f]{64})\.scope$")
+# The cgroup a container runtime puts a container in: cri-containerd-<id>.scope,
+# docker-<id>.scope, crio-<id>.scope, libpod-<id>.scope (systemd driver), or
+# crio-<id> (CRI-O with the cgroupfs driver). "crio-conmon-<id>" is CRI-O's
+# monitor process, not the container.
+_SCOPE = re.compile(r"^(?:cri-containerd|docker|crio|libpod)-([0-9a-f]{64})(?:\.scope)?$")
 # cgroupfs driver (v1 and v2): the container id is a bare path element.
 _BARE_ID = re.compile(r"^([0-9a-f]{64})$")
 # kubepods-burstable-pod<uid>.slice (systemd driver: "_" in place of "-") or
