@@ -56,6 +56,14 @@ def _xid(rt: Runtime) -> Collector:
     return XidCollector(rt.session, rt.wall_clock, rt.synchronous)
 
 
+def _processes(rt: Runtime) -> Collector:
+    from gpu_exporter.collectors.processes import ProcessesCollector
+
+    s = rt.settings
+    return ProcessesCollector(rt.session, s.path.procfs, s.path.sysfs, s.processes.max_per_gpu,
+                              rt.monotonic)
+
+
 def _host(rt: Runtime) -> Collector:
     from gpu_exporter.collectors.host import HostCollector
 
@@ -98,6 +106,8 @@ COLLECTORS: dict[str, CollectorInfo] = {
         CollectorInfo("nvlink", "NVLink per-link state, errors and throughput", True, _nvlink),
         CollectorInfo("xid", "Xid errors and ECC/power events from NVML's event API", True,
                       _xid),
+        CollectorInfo("processes", "GPU processes (NVML) joined with /proc: memory, SM, CPU, "
+                      "run-queue wait, affinity, container", True, _processes),
         CollectorInfo("host", "host CPU iowait/steal, pressure stalls, memory, swap, load, "
                       "disks, network", True, _host),
         CollectorInfo("pcie", "PCIe links (GPU and upstream port), AER errors and NUMA from "
