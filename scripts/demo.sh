@@ -21,7 +21,7 @@ if [ "$scenario" = "--list" ]; then
 fi
 
 .venv/bin/gpu-exporter --simulate "$scenario" --web.listen-address "127.0.0.1:$port" \
-  2> >(sed 's/^/  [exporter] /' >&2) &
+  --config.file scripts/demo-config.yaml --log.level error &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT INT TERM
 
@@ -35,16 +35,17 @@ PY
 done
 
 url="http://127.0.0.1:$port"
+echo "==> gpu-exporter is running on a simulated node (scenario: $scenario); diagnosing..."
+sleep 10  # the demo config's 5 s diagnosis window, with room for slow polls
 cat <<TXT
 
-gpu-exporter is running on a simulated node (scenario: $scenario).
+  Landing page, each GPU and what is wrong with it:  $url/
+  Prometheus metrics:                                $url/metrics
+  Findings as JSON:                                  $url/diagnosis
 
-  Landing page, each GPU and its state:  $url/
-  Prometheus metrics:                    $url/metrics
+What \`gpu-exporter diagnose\` says about this node:
 
-Where to look:
 TXT
-.venv/bin/python -m gpu_exporter.demo_summary "$url" || true
-echo
+.venv/bin/gpu-exporter diagnose --url "$url" || true
 echo "Ctrl-C to stop."
 wait "$pid"
