@@ -67,6 +67,7 @@ class MemoryLeak(_Strict):
 
 
 class FleetSettings(_Strict):
+    idle_utilization: float = Field(0.1, ge=0, le=1)
     straggler: Straggler = Straggler()
     driver_drift: DriverDrift = DriverDrift()
     gpu_count: GpuCount = GpuCount()

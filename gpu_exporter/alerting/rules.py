@@ -241,7 +241,7 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
         f"{x.m('gpu_diagnosis_active', row_matchers(row))} * {weight}"
         for sev, weight in levels for row in severity_of[sev]]
     worst = ("max by (" + GPU_KEY + ") (\n  " + "\n  or ".join(worst_parts) + "\n)")
-    idle = 0.10
+    idle = config.fleet.idle_utilization
     rules = [
         RecordingRule(
             "instance:gpu_info:count", f"count by ({NODE_KEY}) ({x.m('gpu_info')})",
