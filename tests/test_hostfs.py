@@ -3,6 +3,7 @@ at the scenario's rates, so the ratios over an interval are the scenario's."""
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,15 @@ def test_changed_files_are_rewritten_and_unchanged_ones_left_alone(node: Node) -
     node.advance(1.0)
     assert cgroup.stat().st_mtime_ns == before[0]
     assert stat.read_text() != before[1]
+
+
+def test_files_live_in_memory_and_go_with_the_hostfs(tmp_path: Path) -> None:
+    node = Node(tmp_path, scenario())
+    real = node.fs.procfs.resolve().parent
+    assert (node.fs.procfs / "stat").exists() and (node.fs.sysfs / "bus").exists()
+    if real == tmp_path:
+        pytest.skip("no tmpfs on this machine: the files are under the root itself")
+    assert str(real).startswith("/dev/shm/")
+    del node
+    gc.collect()
+    assert not real.exists()

@@ -5,6 +5,7 @@ counters."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ class _Reader:
     def __init__(self) -> None:
         self.problems: list[str] = []
 
-    def text(self, path: Path) -> str | None:
+    def text(self, path: str) -> str | None:
         try:
             return read_text(path).strip()
         except FileNotFoundError:
@@ -66,7 +67,7 @@ class _Reader:
             self.problems.append(f"{path}: {exc.strerror or exc}")
             return None
 
-    def integer(self, path: Path) -> int | None:
+    def integer(self, path: str) -> int | None:
         text = self.text(path)
         if text is None:
             return None
@@ -76,18 +77,18 @@ class _Reader:
             self.problems.append(f"{path}: {text!r} is not an integer")
             return None
 
-    def link(self, directory: Path) -> PcieLink | None:
-        speed = self.text(directory / "current_link_speed")
-        speed_max = self.text(directory / "max_link_speed")
-        width = self.integer(directory / "current_link_width")
-        width_max = self.integer(directory / "max_link_width")
+    def link(self, directory: str) -> PcieLink | None:
+        speed = self.text(f"{directory}/current_link_speed")
+        speed_max = self.text(f"{directory}/max_link_speed")
+        width = self.integer(f"{directory}/current_link_width")
+        width_max = self.integer(f"{directory}/max_link_width")
         if speed is None and speed_max is None and width is None and width_max is None:
             return None
         return PcieLink(None if speed is None else link_generation(speed),
                         None if speed_max is None else link_generation(speed_max),
                         width, width_max)
 
-    def aer(self, path: Path, tag: str) -> int | None:
+    def aer(self, path: str, tag: str) -> int | None:
         text = self.text(path)
         if text is None:
             return None
@@ -98,7 +99,7 @@ class _Reader:
             return None
 
 
-def aer_total(path: Path, text: str, tag: str) -> int:
+def aer_total(path: Path | str, text: str, tag: str) -> int:
     """The ``TOTAL_ERR_<tag>`` line of an aer_dev_* file."""
     for line in text.splitlines():
         parts = line.split()
@@ -113,28 +114,29 @@ def aer_total(path: Path, text: str, tag: str) -> int:
 def read_pci_device(sysfs: Path, bdf: str) -> PciDevice | None:
     """The device at ``bdf`` (sysfs spelling, ``0000:18:00.0``); None when it is
     not on the bus (removed, or fell off)."""
-    entry = sysfs / "bus" / "pci" / "devices" / bdf
-    try:
-        # The entry is a symlink into the device tree, whose path holds the
-        # bridges and switch ports between the root complex and the device.
-        directory = entry.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError):
+    # Plain string paths: this runs for every GPU on every poll.
+    entry = f"{sysfs}/bus/pci/devices/{bdf}"
+    if not os.path.exists(entry):
         return None
+    # The entry is a symlink into the device tree, whose path holds the
+    # bridges and switch ports between the root complex and the device.
+    directory = os.path.realpath(entry)
     r = _Reader()
-    numa = r.integer(directory / "numa_node")
-    cpulist = r.text(directory / "local_cpulist")
+    numa = r.integer(f"{directory}/numa_node")
+    cpulist = r.text(f"{directory}/local_cpulist")
     cpus: frozenset[int] | None = None
     if cpulist is not None:
         try:
             cpus = parse_cpulist(cpulist)
         except ValueError:
-            r.problems.append(f"{directory / 'local_cpulist'}: {cpulist!r} is not a CPU list")
+            r.problems.append(f"{directory}/local_cpulist: {cpulist!r} is not a CPU list")
             cpulist = None
-    parent = directory.parent
-    upstream_bdf = parent.name if _BDF.match(parent.name) else None
+    parent, _ = os.path.split(directory)
+    parent_name = os.path.basename(parent)
+    upstream_bdf = parent_name if _BDF.match(parent_name) else None
     aer = {}
     for severity, tag in AER_SEVERITIES:
-        total = r.aer(directory / f"aer_dev_{severity}", tag)
+        total = r.aer(f"{directory}/aer_dev_{severity}", tag)
         if total is not None:
             aer[severity] = total
     return PciDevice(

@@ -17,6 +17,8 @@ import contextlib
 import math
 import os
 import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +33,7 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # The simulated host has been up this long when the scenario starts: its
 # since-boot counters start where its first condition would have taken them.
 BOOT_UPTIME_S = 86400.0
+_SHM = "/dev/shm"
 _PSI_RESOURCES = ("cpu", "memory", "io")
 _LINK_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe",
                4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
@@ -118,11 +121,34 @@ class _ProcCounters:
     involuntary: float = 0.0
 
 
+def _memory_backed(root: Path) -> Path | None:
+    """A fresh directory on tmpfs when ``root`` is on a disk. On ext4, every
+    rename over an existing file starts writeback of the new one: some 75
+    files a poll cost tens of milliseconds on a busy disk, microseconds in
+    memory."""
+    try:
+        if not os.access(_SHM, os.W_OK) or os.stat(root).st_dev == os.stat(_SHM).st_dev:
+            return None
+        return Path(tempfile.mkdtemp(prefix="gpu-exporter-hostfs-", dir=_SHM))
+    except OSError:
+        return None
+
+
 class HostFs:
     def __init__(self, world: World, root: Path) -> None:
         self.world = world
         self.procfs = root / "proc"
         self.sysfs = root / "sys"
+        root.mkdir(parents=True, exist_ok=True)
+        fresh = not self.procfs.exists() and not self.sysfs.exists()
+        memory = _memory_backed(root) if fresh else None
+        if memory is not None:
+            # root/proc and root/sys point into memory; the memory goes with
+            # this object (or at exit), whoever removes root.
+            weakref.finalize(self, shutil.rmtree, memory, True)
+            for tree in (self.procfs, self.sysfs):
+                (memory / tree.name).mkdir()
+                tree.symlink_to(memory / tree.name)
         self.procfs.mkdir(parents=True, exist_ok=True)
         self.sysfs.mkdir(parents=True, exist_ok=True)
         self._proc = str(self.procfs)
