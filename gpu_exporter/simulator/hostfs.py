@@ -6,9 +6,8 @@ difference between two polls sees exactly what the scenario asked for: with
 ``iowait_ratio: 0.4``, 40 % of all CPU jiffies between two renders are iowait;
 a process with ``cpu_ratio: 1.5`` gains 1.5 s of utime+stime per second.
 
-Every file is written whole to a temporary name and renamed over the old one,
-so a reader never sees half a file; a file whose text has not changed is not
-written at all.
+Every file is written whole on the poller's thread right before the
+collectors read it; a file whose text has not changed is not written at all.
 """
 
 from __future__ import annotations
@@ -122,10 +121,10 @@ class _ProcCounters:
 
 
 def _memory_backed(root: Path) -> Path | None:
-    """A fresh directory on tmpfs when ``root`` is on a disk. On ext4, every
-    rename over an existing file starts writeback of the new one: some 75
-    files a poll cost tens of milliseconds on a busy disk, microseconds in
-    memory."""
+    """A fresh directory on tmpfs when ``root`` is on a disk. On ext4,
+    replacing a file's contents (truncating it, or renaming over it) starts
+    writeback of the new data: some 75 files a poll cost tens of milliseconds
+    on a busy disk, microseconds in memory."""
     try:
         if not os.access(_SHM, os.W_OK) or os.stat(root).st_dev == os.stat(_SHM).st_dev:
             return None
