@@ -106,65 +106,24 @@ class HostCollector(Collector):
         dt = now - prev.at if prev is not None else 0.0
 
         times = src.read("/proc/stat", cpu.read_cpu_times)
-        ratios = cpu.cpu_ratios(prev.cpu, times) if prev and prev.cpu and times else None
-        if ratios is not None:
-            if ratios.iowait is not None:
-                out.add("gpu_host_cpu_iowait_ratio", ratios.iowait)
-            if ratios.steal is not None:
-                out.add("gpu_host_cpu_steal_ratio", ratios.steal)
-        ctxt_rate = None
-        if times is not None and times.context_switches is not None:
-            out.add("gpu_host_context_switches_total", times.context_switches)
-            before = prev.cpu.context_switches if prev and prev.cpu else None
-            if before is not None and dt > 0:
-                ctxt_rate = max(0, times.context_switches - before) / dt
-
-        stalls = {}
-        for resource in pressure.RESOURCES:
-            p = src.read(f"/proc/pressure/{resource}", pressure.read_pressure, resource)
-            if p is None:
-                continue
-            stalls[resource] = p
-            for kind, stall in (("some", p.some), ("full", p.full)):
-                if stall is not None:
-                    out.add("gpu_host_pressure_ratio", stall.avg10, resource=resource, kind=kind)
-                    out.add("gpu_host_pressure_stalled_seconds_total", stall.total_seconds,
-                            resource=resource, kind=kind)
-
+        ratios, ctxt_rate = self._cpu(out, times, prev.cpu if prev else None, dt)
+        stalls = self._pressure(out)
         mem = src.read("/proc/meminfo", memory.read_meminfo)
         if mem is not None:
             out.add("gpu_host_memory_total_bytes", mem.total_bytes)
             if mem.available_bytes is not None:
                 out.add("gpu_host_memory_available_bytes", mem.available_bytes)
             out.add("gpu_host_swap_used_bytes", mem.swap_used_bytes)
-
         swap = src.read("/proc/vmstat", memory.read_swap_activity, self._page_size)
-        swap_in = swap_out = None
-        if swap is not None:
-            out.add("gpu_host_swap_bytes_total", swap.in_bytes, direction="in")
-            out.add("gpu_host_swap_bytes_total", swap.out_bytes, direction="out")
-            if prev is not None and prev.swap is not None and dt > 0:
-                swap_in = max(0, swap.in_bytes - prev.swap.in_bytes) / dt
-                swap_out = max(0, swap.out_bytes - prev.swap.out_bytes) / dt
-
+        swap_in, swap_out = self._swap(out, swap, prev.swap if prev else None, dt)
         load = src.read("/proc/loadavg", cpu.read_loadavg)
         if load is not None:
             for window, value in (("1m", load.load1), ("5m", load.load5),
                                   ("15m", load.load15)):
                 out.add("gpu_host_load_average", value, window=window)
-
         busy = src.read("/proc/diskstats", disks.read_diskstats)
-        busy_ratios: dict[str, float] = {}
-        if busy is not None and prev is not None and prev.disks is not None:
-            busy_ratios = disks.busy_ratios(prev.disks, busy, dt)
-            for name in self._cap("block devices", busy_ratios):
-                out.add("gpu_host_disk_busy_ratio", busy_ratios[name], device=name)
-
-        net = src.read("/proc/net/dev", network.read_netdev)
-        for name in self._cap("network interfaces", net or {}):
-            counters = (net or {})[name]
-            out.add("gpu_host_network_receive_errors_total", counters.errors, interface=name)
-            out.add("gpu_host_network_receive_drops_total", counters.drops, interface=name)
+        busy_ratios = self._disks(out, busy, prev.disks if prev else None, dt)
+        self._network(out, src.read("/proc/net/dev", network.read_netdev))
 
         if src.read_ok == 0 and src.first_error is not None:
             # Nothing at all could be read: the root is wrong or not mounted.
@@ -183,6 +142,68 @@ class HostCollector(Collector):
             context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios)
         out.facts["host"] = facts
         out.facts["host_signals"] = _signals(facts)
+
+    @staticmethod
+    def _cpu(out: SnapshotBuilder, times: cpu.CpuTimes | None, before: cpu.CpuTimes | None,
+             dt: float) -> tuple[cpu.CpuRatios | None, float | None]:
+        """iowait and steal ratios and the context switch rate since the last poll."""
+        if times is None:
+            return None, None
+        ratios = cpu.cpu_ratios(before, times) if before is not None else None
+        if ratios is not None and ratios.iowait is not None:
+            out.add("gpu_host_cpu_iowait_ratio", ratios.iowait)
+        if ratios is not None and ratios.steal is not None:
+            out.add("gpu_host_cpu_steal_ratio", ratios.steal)
+        rate = None
+        if times.context_switches is not None:
+            out.add("gpu_host_context_switches_total", times.context_switches)
+            if before is not None and before.context_switches is not None and dt > 0:
+                rate = max(0, times.context_switches - before.context_switches) / dt
+        return ratios, rate
+
+    def _pressure(self, out: SnapshotBuilder) -> dict[str, pressure.Pressure]:
+        stalls = {}
+        for resource in pressure.RESOURCES:
+            p = self._src.read(f"/proc/pressure/{resource}", pressure.read_pressure, resource)
+            if p is None:
+                continue
+            stalls[resource] = p
+            for kind, stall in (("some", p.some), ("full", p.full)):
+                if stall is not None:
+                    out.add("gpu_host_pressure_ratio", stall.avg10, resource=resource, kind=kind)
+                    out.add("gpu_host_pressure_stalled_seconds_total", stall.total_seconds,
+                            resource=resource, kind=kind)
+        return stalls
+
+    @staticmethod
+    def _swap(out: SnapshotBuilder, swap: memory.SwapActivity | None,
+              before: memory.SwapActivity | None, dt: float) -> tuple[float | None, float | None]:
+        """Swap-in and swap-out bytes per second since the last poll."""
+        if swap is None:
+            return None, None
+        out.add("gpu_host_swap_bytes_total", swap.in_bytes, direction="in")
+        out.add("gpu_host_swap_bytes_total", swap.out_bytes, direction="out")
+        if before is None or dt <= 0:
+            return None, None
+        return (max(0, swap.in_bytes - before.in_bytes) / dt,
+                max(0, swap.out_bytes - before.out_bytes) / dt)
+
+    def _disks(self, out: SnapshotBuilder, busy: disks.DiskBusy | None,
+               before: disks.DiskBusy | None, dt: float) -> dict[str, float]:
+        if busy is None or before is None:
+            return {}
+        ratios = disks.busy_ratios(before, busy, dt)
+        for name in self._cap("block devices", ratios):
+            out.add("gpu_host_disk_busy_ratio", ratios[name], device=name)
+        return ratios
+
+    def _network(self, out: SnapshotBuilder,
+                 net: dict[str, network.ReceiveCounters] | None) -> None:
+        if net is None:
+            return
+        for name in self._cap("network interfaces", net):
+            out.add("gpu_host_network_receive_errors_total", net[name].errors, interface=name)
+            out.add("gpu_host_network_receive_drops_total", net[name].drops, interface=name)
 
     def _cap(self, what: str, by_name: dict[str, T]) -> list[str]:
         names = sorted(by_name)
