@@ -203,11 +203,11 @@ def _exporter_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
             name="GpuExporterPollsStale", group=GROUP_EXPORTER,
             severity=_severity(config, "GpuExporterPollsStale", "warning"),
             expr=(f"time() - {x.m('gpu_exporter_last_poll_timestamp_seconds')} > "
-                  f"{e.stale_poll_seconds:g}"),
+                  f"{e.stale_poll_seconds:.15g}"),
             for_s=_for(config, "GpuExporterPollsStale", e.stale_for),
             summary="The GPU exporter serves stale readings: its polls stopped",
             description=(f"The GPU exporter at {node_where} last finished a poll "
-                         f"{fixed(0)} seconds ago (more than {e.stale_poll_seconds:g} s for "
+                         f"{fixed(0)} seconds ago (more than {e.stale_poll_seconds:.15g} s for "
                          f"{prose_duration(e.stale_for)}): its GPU metrics are old."),
             likely_cause="An NVML call hangs (a sick GPU or driver), the poll loop is stuck, "
                          "or the node's clock jumped.",
@@ -258,8 +258,8 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
         RecordingRule(
             "gpu:gpu_utilization_ratio:straggler",
             f"{util}\n  < gpu:gpu_utilization_ratio:siblings_avg * "
-            f"{config.fleet.straggler.below_ratio:g}\nand gpu:gpu_utilization_ratio:siblings_avg"
-            f" > {config.fleet.straggler.siblings_busy:g}",
+            f"{config.fleet.straggler.below_ratio:.15g}\nand gpu:gpu_utilization_ratio:siblings_avg"
+            f" > {config.fleet.straggler.siblings_busy:.15g}",
             "Utilization of GPUs far below their busy siblings' (stragglers only)."),
         RecordingRule(
             "gpu:gpu_diagnosis_severity:max", worst,
@@ -275,12 +275,12 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
         RecordingRule(
             "instance:gpu_health_state:count",
             f"count by ({NODE_KEY}) (\n  gpu:gpu_diagnosis_severity:max == 0\n"
-            f"  and on ({GPU_KEY}) {util} < {idle:g}\n)",
+            f"  and on ({GPU_KEY}) {util} < {idle:.15g}\n)",
             "GPUs per node with no active diagnosis that sit idle.", {"state": "idle"}),
         RecordingRule(
             "instance:gpu_health_state:count",
             f"count by ({NODE_KEY}) (\n  gpu:gpu_diagnosis_severity:max == 0\n"
-            f"  and on ({GPU_KEY}) {util} >= {idle:g}\n)",
+            f"  and on ({GPU_KEY}) {util} >= {idle:.15g}\n)",
             "GPUs per node with no active diagnosis that are working.", {"state": "ok"}),
         RecordingRule(
             "instance:gpu_diagnosis_active:count",
@@ -376,11 +376,11 @@ def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
             name="GpuTemperatureNearSlowdown", group=GROUP_FLEET,
             severity=_severity(config, "GpuTemperatureNearSlowdown", "warning"),
             expr=(f"{temp}\n  >= on ({GPU_KEY})\n"
-                  f"  ({slowdown} > 0) - {f.temperature.margin_celsius:g}"),
+                  f"  ({slowdown} > 0) - {f.temperature.margin_celsius:.15g}"),
             for_s=_for(config, "GpuTemperatureNearSlowdown", f.temperature.for_),
             summary="GPU temperature is close to its own slowdown threshold",
             description=(f"{WHERE_GPU} is at {fixed(0)} °C, within "
-                         f"{f.temperature.margin_celsius:g} °C of its own slowdown threshold "
+                         f"{f.temperature.margin_celsius:.15g} °C of its own slowdown threshold "
                          f"(gpu_temperature_threshold_celsius{{threshold=\"slowdown\"}}), for "
                          f"{prose_duration(f.temperature.for_)}; past it the GPU cuts its "
                          "clocks."),
@@ -400,9 +400,9 @@ def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
         AlertRule(
             name="GpuMemoryGrowingSteadily", group=GROUP_FLEET,
             severity=_severity(config, "GpuMemoryGrowingSteadily", "warning"),
-            expr=(f"deriv({mem}[{leak_range}]) * 3600 > {f.memory_leak.min_bytes_per_hour:g}\n"
+            expr=(f"deriv({mem}[{leak_range}]) * 3600 > {f.memory_leak.min_bytes_per_hour:.15g}\n"
                   f"and on ({GPU_KEY})\n"
-                  f"predict_linear({mem}[{leak_range}], {f.memory_leak.horizon:g})\n"
+                  f"predict_linear({mem}[{leak_range}], {f.memory_leak.horizon:.15g})\n"
                   f"  > on ({GPU_KEY}) {x.m('gpu_memory_total_bytes')}"),
             for_s=_for(config, "GpuMemoryGrowingSteadily", f.memory_leak.for_),
             summary="GPU memory has grown steadily for hours: a leak",
