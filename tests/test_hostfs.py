@@ -265,3 +265,12 @@ def test_files_live_in_memory_and_go_with_the_hostfs(tmp_path: Path) -> None:
     del node
     gc.collect()
     assert not real.exists()
+
+
+def test_close_frees_the_memory_at_once(tmp_path: Path) -> None:
+    node = Node(tmp_path, scenario())
+    real = node.fs.procfs.resolve().parent
+    node.fs.close()
+    node.fs.close()  # twice is harmless
+    if real != tmp_path:
+        assert not real.exists()

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -141,10 +142,12 @@ class HostFs:
         root.mkdir(parents=True, exist_ok=True)
         fresh = not self.procfs.exists() and not self.sysfs.exists()
         memory = _memory_backed(root) if fresh else None
+        # Nothing to free for files under root itself: whoever made root removes it.
+        self._free: Callable[[], object] = lambda: None
         if memory is not None:
-            # root/proc and root/sys point into memory; the memory goes with
-            # this object (or at exit), whoever removes root.
-            weakref.finalize(self, shutil.rmtree, memory, True)
+            # root/proc and root/sys point into memory, freed by close(), or
+            # when this object goes, or at exit.
+            self._free = weakref.finalize(self, shutil.rmtree, memory, True)
             for tree in (self.procfs, self.sysfs):
                 (memory / tree.name).mkdir()
                 tree.symlink_to(memory / tree.name)
@@ -157,6 +160,10 @@ class HostFs:
         self._host = _HostCounters()
         self._procs: dict[int, _ProcCounters] = {}
         self._aer: dict[tuple[int, str], float] = {}
+
+    def close(self) -> None:
+        """Free the files kept in memory (the root's own are its owner's)."""
+        self._free()
 
     def render(self, t: float) -> None:
         """Write the files for time ``t`` (seconds since the scenario started)."""
