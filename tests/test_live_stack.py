@@ -40,6 +40,7 @@ from gpu_exporter.simulator import load_scenario
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
+PROMETHEUS_CONFIG = ROOT / "deploy" / "compose" / "prometheus" / "prometheus.yml"
 JOB = "gpu-exporter"
 T = TypeVar("T")
 
@@ -192,14 +193,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     procs.append(am)
     targets_file = workdir / "targets.json"
     targets_file.write_text("[]")
-    prom_config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(ROOT / "alerts" / "gpu-exporter.rules.test-build.yml")],
-        "alerting": {"alertmanagers": [
-            {"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-        "scrape_configs": [{"job_name": JOB, "file_sd_configs": [
-            {"files": [str(targets_file)], "refresh_interval": "1s"}]}],
-    }
+    (workdir / "alertmanagers.json").write_text(
+        json.dumps([{"targets": [f"127.0.0.1:{am_port}"]}]))
+    # The rule pattern of the shared config (rules/*.rules.yml) finds the test
+    # build of the same rules, whose `for:` durations are shortened.
+    (workdir / "rules").mkdir()
+    (workdir / "rules" / "gpu-exporter.rules.yml").symlink_to(
+        ROOT / "alerts" / "gpu-exporter.rules.test-build.yml")
+    # The local stack's own Prometheus config, not a second copy: only the
+    # intervals are made faster for a test that must finish in minutes.
+    prom_config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    prom_config["global"].update(
+        {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"})
+    for sd in [*prom_config["scrape_configs"][0]["file_sd_configs"],
+               *prom_config["alerting"]["alertmanagers"][0]["file_sd_configs"]]:
+        sd["refresh_interval"] = "1s"
+    assert prom_config["scrape_configs"][0]["job_name"] == JOB
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
     prom = spawn("prometheus", [
         tool("prometheus"), f"--config.file={workdir / 'prometheus.yml'}",

@@ -196,6 +196,7 @@ class SimulatedNode:
         self.hostfs.render(self.world.elapsed())
 
     def close(self) -> None:
+        self.hostfs.close()  # its files may live in memory (/dev/shm): free them now
         shutil.rmtree(self._root, ignore_errors=True)
         atexit.unregister(self.close)
 
