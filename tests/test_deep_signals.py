@@ -118,7 +118,7 @@ def test_xid_before_registration_is_lost_as_in_nvml() -> None:
 def test_xid_thread_delivers_events_in_real_time() -> None:
     """The daemon's event thread (not the test's synchronous drain) counts an Xid."""
     scenario = Scenario(name="rt", node={"gpus": 2}, state={"utilization": 0.9},
-                        timeline=[{"at": "0.3s", "gpus": [1], "set": {"xid": [48]}}])
+                        timeline=[{"at": "1s", "gpus": [1], "set": {"xid": [48]}}])
     from gpu_exporter.daemon import Exporter
 
     node = SimulatedNode(scenario)

@@ -141,6 +141,9 @@ class XidCollector(Collector):
                 if not self._service(0):
                     break
         elif self._thread is None:
+            # Register on this poll, before the thread exists, so events from the
+            # first poll on are counted whatever the thread's start-up delay.
+            self._service(0)
             self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
             self._thread.start()
         with self._lock:
