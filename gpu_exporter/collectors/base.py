@@ -6,6 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.snapshot import SnapshotBuilder
 
 
@@ -23,3 +24,15 @@ class Collector(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most collectors hold nothing
         """Release what the collector holds (threads, handles)."""
+
+
+class NvmlCollector(Collector):
+    """A collector reading through the shared NVML session; ``_errors`` holds the
+    reads that failed in the last collect()."""
+
+    def __init__(self, session: NvmlSession) -> None:
+        self.session = session
+        self._errors = 0
+
+    def errors(self) -> int:
+        return self._errors

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError, Return
-from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.nvml.session import Gpu, GpuGone
 from gpu_exporter.snapshot import SnapshotBuilder
 
 
@@ -43,16 +43,9 @@ def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
     return out
 
 
-class MigCollector(Collector):
+class MigCollector(NvmlCollector):
     name = "mig"
     description = "MIG mode and per-instance identity and memory"
-
-    def __init__(self, session: NvmlSession) -> None:
-        self.session = session
-        self._errors = 0
-
-    def errors(self) -> int:
-        return self._errors
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0

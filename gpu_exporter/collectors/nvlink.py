@@ -3,11 +3,11 @@ recovery) and data throughput counters."""
 
 from __future__ import annotations
 
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.nvml.session import Gpu, GpuGone
 from gpu_exporter.snapshot import SnapshotBuilder
 
 # One field-values call per GPU and poll reads every link: state, the three
@@ -36,16 +36,9 @@ def link_count(gpu: Gpu, d: Device) -> int:
     return count
 
 
-class NvlinkCollector(Collector):
+class NvlinkCollector(NvmlCollector):
     name = "nvlink"
     description = "NVLink per-link state, CRC/replay/recovery errors and throughput"
-
-    def __init__(self, session: NvmlSession) -> None:
-        self.session = session
-        self._errors = 0
-
-    def errors(self) -> int:
-        return self._errors
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0

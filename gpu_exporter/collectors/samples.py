@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.session import Gpu, NvmlSession
@@ -30,19 +30,15 @@ class SampleStats:
     max: float
 
 
-class SamplesCollector(Collector):
+class SamplesCollector(NvmlCollector):
     name = "samples"
     description = "min/mean/max of NVML's sub-second utilization, power and SM clock samples"
 
     def __init__(self, session: NvmlSession) -> None:
-        self.session = session
+        super().__init__(session)
         # (gpu index, sampling type) -> newest sample timestamp seen (µs)
         self._last_seen: dict[tuple[int, int], int] = {}
         self._generation = -1
-        self._errors = 0
-
-    def errors(self) -> int:
-        return self._errors
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
