@@ -1,0 +1,1 @@
+"""Benchmarks of the exporter on simulated nodes: see BENCHMARKS.md."""
