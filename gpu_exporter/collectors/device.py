@@ -23,6 +23,16 @@ log = logging.getLogger(__name__)
 
 _FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 
+# Facts that change rarely are re-read every this many polls (10 s at the
+# default 1 s interval) and exported from the last read in between: ECC mode
+# (changes only across a reset), ECC aggregate counters and remapped rows
+# (re-read at once when a volatile ECC counter moves, the event that retires
+# rows), persistence mode and application clocks (changed by an administrator).
+# Each NVML call is an ioctl into the driver on a real node; this saves 8 of
+# ~40 calls per GPU and poll. nvmlDeviceGetPcieThroughput (which blocks 20 ms)
+# is never called: PCIe bytes come from the field-value counters.
+SLOW_READ_EVERY_POLLS = 10
+
 
 class DeviceCollector(Collector):
     name = "device"
@@ -74,6 +84,7 @@ class DeviceCollector(Collector):
         # half-read values, only gpu_up 0.
         scratch = SnapshotBuilder(out.timestamp)
         gpu.errors = 0
+        gpu.polls += 1
         try:
             self.session.run(gpu, lambda: _read_device(gpu, device, scratch, labels, r))
         except (GpuGone, GpuHung) as exc:
@@ -149,7 +160,8 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         if top is not None:
             r.clocks_max_hz[name] = top
             out.add("gpu_clock_max_hertz", top, **labels, clock=name)
-        app = gpu.read(f"clock_app_{name}", d.application_clock_hz, code)
+        app = gpu.slow_read(f"clock_app_{name}", d.application_clock_hz, code,
+                            every=SLOW_READ_EVERY_POLLS)
         if app is not None:
             r.clocks_application_hz[name] = app
             out.add("gpu_clock_application_hertz", app, **labels, clock=name)
@@ -185,7 +197,8 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
     _read_pcie(gpu, d, out, labels, r)
     _read_memory_health(gpu, d, out, labels, r)
 
-    persistence = gpu.read("persistence_mode", d.persistence_mode)
+    persistence = gpu.slow_read("persistence_mode", d.persistence_mode,
+                                every=SLOW_READ_EVERY_POLLS)
     if persistence is not None:
         r.persistence_mode = persistence
         out.add("gpu_persistence_mode_enabled", persistence, **labels)
@@ -235,20 +248,34 @@ def _read_pcie(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str]
 
 def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
                         r: GpuReading) -> None:
-    mode = gpu.read("ecc_mode", d.ecc_mode)
+    every = SLOW_READ_EVERY_POLLS
+    mode = gpu.slow_read("ecc_mode", d.ecc_mode, every=every)
+    # A volatile ECC counter that moved since the last poll may have retired a
+    # row or grown the aggregates: those slow reads are then taken now.
+    moved = False
     if mode is not None:
         r.ecc_enabled = mode[0]
         out.add("gpu_ecc_enabled", mode[0], **labels)
         if mode[0]:
+            volatile = {tname: gpu.read(f"ecc_{tname}_volatile", d.ecc_errors, tcode,
+                                        c.ECC_SCOPES["volatile"])
+                        for tname, tcode in c.ECC_TYPES.items()}
+            before = gpu.slow.get("ecc_volatile_seen")
+            moved = before is not None and before[1] != volatile
+            gpu.slow["ecc_volatile_seen"] = (gpu.polls, volatile)
             for tname, tcode in c.ECC_TYPES.items():
                 for sname, scode in c.ECC_SCOPES.items():
-                    count = gpu.read(f"ecc_{tname}_{sname}", d.ecc_errors, tcode, scode)
+                    if sname == "volatile":
+                        count = volatile[tname]
+                    else:
+                        count = gpu.slow_read(f"ecc_{tname}_{sname}", d.ecc_errors, tcode,
+                                              scode, every=every, now=moved)
                     if count is None:
                         continue
                     if tname == "uncorrected" and sname == "volatile":
                         r.ecc_uncorrected_volatile = count
                     out.add("gpu_ecc_errors_total", count, **labels, type=tname, scope=sname)
-    rows = gpu.read("remapped_rows", d.remapped_rows)
+    rows = gpu.slow_read("remapped_rows", d.remapped_rows, every=every, now=moved)
     if rows is not None:
         corr, unc, pending, failed = rows
         r.remap_pending, r.remap_failed = pending, failed

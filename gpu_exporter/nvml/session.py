@@ -83,6 +83,11 @@ class Gpu:
     next_recovery_try: float = 0.0
     errors: int = 0  # errors in the current poll
     warned: set[str] = field(default_factory=set)
+    # Polls this GPU has been read in (the device collector counts them), the
+    # clock of slow_read().
+    polls: int = 0
+    # Slow-changing facts by key: (the poll they were read at, the value).
+    slow: dict[str, tuple[int, object]] = field(default_factory=dict)
 
     def read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
         """Call ``fn``; None when the GPU cannot answer this (and remember why).
@@ -123,6 +128,27 @@ class Gpu:
         value = self.read(key, fn, *args)
         if value is not None:
             self.static[key] = value
+        return value
+
+
+    def slow_read(self, key: str, fn: Callable[..., T], *args: object, every: int,
+                  now: bool = False) -> T | None:
+        """Like read(), but a value read less than ``every`` polls ago is
+        answered again without asking NVML, unless ``now``.
+
+        For facts that change rarely (ECC aggregates, remapped rows, modes):
+        NVML calls are the cost of a poll on a real node. GPUs start their
+        cadence at different offsets so their slow reads fall on different polls.
+        """
+        held = self.slow.get(key)
+        if held is not None and not now and self.polls - held[0] < every:
+            return held[1]  # type: ignore[return-value]
+        value = self.read(key, fn, *args)
+        if value is None:
+            self.slow.pop(key, None)  # ask again next poll
+        else:
+            first = held is None
+            self.slow[key] = (self.polls - (self.index % every if first else 0), value)
         return value
 
 
@@ -356,6 +382,7 @@ class NvmlSession:
         if fresh.lost:
             return False
         gpu.device, gpu.identity, gpu.static = fresh.device, fresh.identity, {}
+        gpu.slow.clear()
         gpu.unsupported.clear()
         gpu.lost, gpu.lost_since = False, None
         log.info("GPU %d (%s) answers again", gpu.index, gpu.identity.uuid)
