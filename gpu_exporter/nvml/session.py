@@ -185,6 +185,11 @@ class NvmlSession:
         """Initialise NVML if it is not yet; True when it is usable now."""
         with self._lock:
             if self.up:
+                # A whole poll went by since init without NVML failing as a whole:
+                # only now does the next failure start its backoff afresh (a
+                # library that inits but fails every read is not retried every poll).
+                self._backoff = INIT_BACKOFF_START_S
+                self._logged_code = None
                 return True
             now = self._clock()
             if now < self._next_try:
@@ -208,10 +213,8 @@ class NvmlSession:
             self.up = True
             self.generation += 1
             self.last_error = None
-            self._backoff = INIT_BACKOFF_START_S
             if self._logged_code is not None:
                 log.info("NVML is available again")
-            self._logged_code = None
             log.info("NVML initialised: driver %s, CUDA %s, %d GPU(s)", self.driver_version,
                      self.cuda_driver_version, len(self.gpus))
             return True
@@ -271,12 +274,15 @@ class NvmlSession:
                 return
             self.up = False
             self.last_error = exc
-            self._logged_code = exc.code
-            log.error("NVML stopped answering: %s (%s); retrying with backoff",
-                      exc.init_hint(), exc.name)
+            # Said once per reason while it keeps failing (or flapping).
+            if self._logged_code != exc.code:
+                self._logged_code = exc.code
+                log.error("NVML stopped answering: %s (%s); retrying with backoff",
+                          exc.init_hint(), exc.name)
             with contextlib.suppress(NvmlError):
                 self.nvml.shutdown()
             self._next_try = self._clock() + self._backoff
+            self._backoff = min(self._backoff * 2, INIT_BACKOFF_MAX_S)
 
     def close(self) -> None:
         for worker in self._workers.values():

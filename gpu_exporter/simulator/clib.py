@@ -185,6 +185,12 @@ class FakeNvmlLibrary:
             time.sleep(delay / 1e6)
         if name not in _NO_INIT and self._init_count == 0:
             return int(Return.UNINITIALIZED)
+        if self.world.nvml_changes and name not in _NO_INIT and name != "nvmlShutdown":
+            # NVML as a whole failing under an initialised library (driver
+            # upgraded or unloaded underneath the process).
+            failure = _NODE_FAILURES.get(self.world.nvml_condition())
+            if failure is not None:
+                return failure
         if not device:
             return impl(self, *args)
         decoded = self._index(args[0])
@@ -228,13 +234,17 @@ class FakeNvmlLibrary:
 
 
 # --- system ------------------------------------------------------------------
+# What NVML returns while the node's NVML condition is not "ok".
+_NODE_FAILURES = {"driver_not_loaded": int(Return.DRIVER_NOT_LOADED),
+                  "no_permission": int(Return.NO_PERMISSION),
+                  "lib_rm_version_mismatch": int(Return.LIB_RM_VERSION_MISMATCH)}
+
+
 @_nvml("nvmlInitWithFlags", U, device=False)
 def _init(lib: FakeNvmlLibrary, flags: int) -> int:
-    mode = lib.world.scenario.node.nvml
-    if mode == "driver_not_loaded":
-        return int(Return.DRIVER_NOT_LOADED)
-    if mode == "no_permission":
-        return int(Return.NO_PERMISSION)
+    failure = _NODE_FAILURES.get(lib.world.nvml_condition())
+    if failure is not None:
+        return failure
     with lib._lock:
         lib._init_count += 1
     return OK

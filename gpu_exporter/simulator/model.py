@@ -242,6 +242,11 @@ class ProcessCondition(_Strict):
 
 GpuSelector = Literal["all"] | list[int]
 
+# NVML as a whole, from some moment on: "ok", or the error every call (init
+# included) returns. "lib_rm_version_mismatch" is a driver upgraded underneath a
+# running process: the loaded library no longer matches the kernel module.
+NvmlCondition = Literal["ok", "driver_not_loaded", "no_permission", "lib_rm_version_mismatch"]
+
 
 class Step(_Strict):
     at: Duration = Field(0.0, ge=0)
@@ -250,6 +255,8 @@ class Step(_Strict):
     host: HostCondition | None = None
     # When given, replaces the whole process list from this moment on.
     processes: list[ProcessCondition] | None = None
+    # When given, NVML as a whole from this moment on (node-level fault).
+    nvml: NvmlCondition | None = None
 
 
 class Node(_Strict):
@@ -263,7 +270,8 @@ class Node(_Strict):
     cuda_driver_version: int = 13000
     # NVML as a whole: "ok", or the error nvmlInit returns ("library_missing"
     # makes the library itself absent).
-    nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission"] = "ok"
+    nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission",
+                  "lib_rm_version_mismatch"] = "ok"
 
 
 class Expectation(_Strict):
@@ -313,6 +321,12 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _indices(self) -> Scenario:
+        if self.node.nvml == "library_missing":
+            for k, step in enumerate(self.timeline):
+                if step.nvml is not None:
+                    raise ValueError(f"timeline[{k}].nvml: the library is missing for the whole "
+                                     "run (node.nvml library_missing); use driver_not_loaded "
+                                     "for an NVML that comes back")
         n = self.node.gpus
         for i in self.gpus:
             if not 0 <= i < n:

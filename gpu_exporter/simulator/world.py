@@ -229,6 +229,9 @@ class World:
         self._counters = [_Counters(0.0, energy_mj=3.6e9 * (1 + 0.1 * i))
                           for i in range(self.gpu_count)]
         self._steps = sorted(scenario.timeline, key=lambda s: s.at)
+        # When NVML as a whole changes (node-level faults), in time order.
+        self.nvml_changes: list[tuple[float, str]] = [
+            (s.at, s.nvml) for s in self._steps if s.nvml is not None]
         self._cache: tuple[float, list[GpuState]] | None = None
         # Xid events as (time, gpu, xid), delivered once each.
         self.events: list[tuple[float, int, int]] = []
@@ -258,6 +261,17 @@ class World:
         return max(0.0, self.clock() - self._t0)
 
     # --- conditions ------------------------------------------------------
+    def nvml_condition(self, t: float | None = None) -> str:
+        """NVML as a whole at t (now by default): the node's, then its steps'."""
+        mode: str = self.scenario.node.nvml
+        if self.nvml_changes:
+            t = self.elapsed() if t is None else t
+            for at, changed in self.nvml_changes:
+                if at > t:
+                    break
+                mode = changed
+        return mode
+
     def condition(self, index: int, t: float) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         errors: dict[str, str] = {}
