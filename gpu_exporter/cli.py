@@ -103,16 +103,24 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_settings(argv: Sequence[str]) -> Settings:
+    return settings_loader(argv)()
+
+
+def settings_loader(argv: Sequence[str]) -> Callable[[], Settings]:
+    """Loads the settings from these flags, the environment and the config
+    file, now and again on reload (raises ConfigError)."""
     ns = vars(_daemon_parser().parse_args(argv))
     config_file = ns.pop("config_file", None)
-    return load(_nest(ns), config_file)
+    flags = _nest(ns)
+    return lambda: load(flags, config_file)
 
 
 def _run_daemon(argv: Sequence[str]) -> int:
     from gpu_exporter import daemon, logs
     from gpu_exporter.simulator import ScenarioError, SimulatedNode
 
-    settings = parse_settings(argv)
+    load_settings = settings_loader(argv)
+    settings = load_settings()
     logs.setup(settings.log.level, settings.log.format)
     simulation = None
     if settings.simulate:
@@ -123,7 +131,7 @@ def _run_daemon(argv: Sequence[str]) -> int:
         log.info("simulating scenario %s: %s", simulation.scenario.name,
                  simulation.scenario.description.strip())
     try:
-        return daemon.run(settings, simulation)
+        return daemon.run(settings, simulation, load_settings)
     except OSError as exc:
         if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
             raise ConfigError(f"web.listen_address {settings.web.listen_address}: address "

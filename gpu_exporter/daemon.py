@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,8 +15,10 @@ from types import FrameType
 
 from prometheus_client.registry import CollectorRegistry
 
+from gpu_exporter import logs
 from gpu_exporter.collectors import registry as collector_registry
-from gpu_exporter.config import Settings
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
@@ -35,6 +38,10 @@ from gpu_exporter.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger(__name__)
 
+# Settings a reload cannot apply to a running exporter: they take effect at the
+# next start. (The web config file's contents are re-read on SIGHUP as well.)
+RESTART_SETTINGS = ("web", "path", "simulate", "baseline_file")
+
 
 class Exporter:
     def __init__(self, settings: Settings, simulation: SimulatedNode | None = None,
@@ -44,10 +51,10 @@ class Exporter:
         self.simulation = simulation
         if simulation is not None:
             simulation.install()
-            # The host readers run unchanged on the simulated node's /proc and /sys.
-            settings = settings.model_copy(update={"path": settings.path.model_copy(
-                update={"procfs": simulation.procfs, "sysfs": simulation.sysfs})})
+        settings = self._effective(settings)
         self.settings = settings
+        self._wall = wall_clock
+        self._reload_lock = threading.Lock()
         # Under a virtual clock everything runs inline; a real daemon guards each
         # GPU's reads with a timeout so one hung GPU cannot stall the poll.
         self.session = NvmlSession(clock=monotonic,
@@ -61,7 +68,7 @@ class Exporter:
             self.poller.before_poll.append(simulation.refresh)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(lambda: self.poller.latest))
-        started = wall_clock()
+        started = self._started = wall_clock()
         self.app = App(
             self.registry, settings.web.telemetry_path, ready=lambda: self.poller.ready,
             healthy=staleness_check(
@@ -73,6 +80,105 @@ class Exporter:
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
         self.server: ExporterHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
+
+    def _effective(self, settings: Settings) -> Settings:
+        if self.simulation is None:
+            return settings
+        # The host readers run unchanged on the simulated node's /proc and /sys.
+        return settings.model_copy(update={"path": settings.path.model_copy(
+            update={"procfs": self.simulation.procfs, "sysfs": self.simulation.sysfs})})
+
+    # --- configuration reload (SIGHUP) -------------------------------------
+    def reload(self, load: Callable[[], Settings]) -> bool:
+        """Load the configuration again and apply what can change at run time:
+        log level and format, poll interval and timeout, processes per GPU,
+        diagnosis thresholds, collectors on and off. A configuration that does
+        not load is logged in one line and the running one is kept. Reported in
+        gpu_exporter_config_last_reload_success."""
+        with self._reload_lock:
+            try:
+                new = self._effective(load())
+                self._apply(new)
+            except ConfigError as exc:
+                log.error("configuration reload failed, keeping the running configuration: %s",
+                          exc)
+                self.poller.config_reloaded(False)
+                return False
+            except Exception as exc:
+                log.error("configuration reload failed, keeping the running configuration: "
+                          "%s: %s", type(exc).__name__, exc)
+                self.poller.config_reloaded(False)
+                return False
+            self.poller.config_reloaded(True)
+            return True
+
+    def _apply(self, new: Settings) -> None:
+        old = self.settings
+        if new == old:
+            log.info("configuration reloaded: nothing changed")
+            return
+        changed = [name for name in type(new).model_fields
+                   if getattr(new, name) != getattr(old, name)]
+        later = [name for name in changed if name in RESTART_SETTINGS]
+        # Build what the new settings need before changing anything: a collector
+        # that cannot be built fails the reload with the old configuration intact.
+        collectors = self._collectors_for(new)
+        self.settings = self.runtime.settings = new
+
+        def between_polls() -> None:
+            poller = self.poller
+            kept = {c.name for c in collectors}
+            closing = [c for c in poller.collectors if c.name not in kept]
+            poller.set_collectors(collectors)
+            for c in closing:
+                try:
+                    c.close()
+                except Exception:
+                    log.exception("closing collector %s failed", c.name)
+            poller.interval = new.poll.interval
+            if self.session.call_timeout is not None:
+                self.session.call_timeout = new.poll.timeout
+            for c in collectors:
+                # Attributes of the running collectors the settings feed.
+                if c.name == "diagnosis":
+                    c.cfg = new.diagnosis  # type: ignore[attr-defined]
+                elif c.name == "processes":
+                    c.max_per_gpu = new.processes.max_per_gpu  # type: ignore[attr-defined]
+
+        self.poller.between_polls(between_polls)
+        self.app._healthy = staleness_check(  # a longer interval is not staleness
+            lambda: self.poller.latest.timestamp if self.poller.latest else None,
+            new.poll.interval, self._started, self._wall)
+        applied = [name for name in changed if name not in RESTART_SETTINGS]
+        log.info("configuration reloaded: applied %s", ", ".join(applied) or "nothing")
+        if later:
+            log.warning("configuration reload: %s changed and takes effect at the next start",
+                        ", ".join(later))
+        if new.log != old.log:
+            logs.setup(new.log.level, new.log.format)
+
+    def _collectors_for(self, new: Settings) -> list[Collector]:
+        """The collectors the new settings enable, in run order: the running
+        ones kept, the newly enabled ones built."""
+        running = {c.name: c for c in self.poller.collectors}
+        out = []
+        rt = Runtime(new, self.session, self.simulation, self.runtime.monotonic,
+                     self.runtime.wall_clock, self.runtime.synchronous, self.runtime.extras)
+        for info in collector_registry.COLLECTORS.values():
+            if not new.collector_enabled(info.name, info.default):
+                continue
+            if info.needs_baseline and new.baseline_file is None:
+                continue
+            current = running.get(info.name)
+            if current is None and info.needs_baseline:
+                continue  # the baseline file is read at start
+            if current is None:
+                current = info.factory(rt)
+                log.info("collector %s switched on", info.name)
+            out.append(current)
+        for name in running.keys() - {c.name for c in out}:
+            log.info("collector %s switched off", name)
+        return out
 
     def findings(self) -> dict[str, object]:
         snap = self.poller.latest
@@ -126,9 +232,11 @@ class Exporter:
             self.simulation.close()
 
 
-def run(settings: Settings, simulation: SimulatedNode | None = None) -> int:
-    """Run until SIGTERM or SIGINT; SIGHUP re-reads the web config file. The
-    process's exit status."""
+def run(settings: Settings, simulation: SimulatedNode | None = None,
+        load_settings: Callable[[], Settings] | None = None) -> int:
+    """Run until SIGTERM or SIGINT; SIGHUP reloads the configuration (with
+    ``load_settings``: flags, environment and --config.file again) and re-reads
+    the web config file. The process's exit status."""
     # A bad web config is a usage error: report it before anything starts.
     web_config = (WebConfigWatcher(settings.web.config_file)
                   if settings.web.config_file is not None else None)
@@ -144,14 +252,19 @@ def run(settings: Settings, simulation: SimulatedNode | None = None) -> int:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         stop.set()
 
+    def reload() -> None:
+        if load_settings is not None:
+            exporter.reload(load_settings)
+        if web_config is not None:
+            web_config.reload("SIGHUP")
+
     def on_hangup(signum: int, frame: FrameType | None) -> None:
         # Without a handler SIGHUP would end the process (`systemctl reload`).
         # The reload runs off the signal handler: it reads files and may hash.
-        if web_config is None:
-            log.info("received SIGHUP; no --web.config.file to reload")
-            return
-        threading.Thread(target=web_config.reload, args=("SIGHUP",), name="web-config-reload",
-                         daemon=True).start()
+        log.info("received SIGHUP; %s", "reloading the configuration and the web config file"
+                 if web_config is not None else
+                 "no --web.config.file to reload; reloading the configuration")
+        threading.Thread(target=reload, name="config-reload", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -163,4 +276,28 @@ def run(settings: Settings, simulation: SimulatedNode | None = None) -> int:
     stop.wait()
     exporter.stop()
     log.info("stopped")
+    _leave_stuck_calls_behind()
     return 0
+
+
+def _leave_stuck_calls_behind() -> None:
+    """An NVML call stuck in the driver cannot be interrupted, and Python would
+    wait for its thread at exit: end the process now instead (status 0), so a
+    hung GPU never delays a stop."""
+    deadline = time.monotonic() + 1.0
+    stuck = []
+    # The NVML session's per-GPU workers (see NvmlSession.run): idle ones end at
+    # once after close(); one still alive is inside a call.
+    for t in threading.enumerate():
+        if t.name.startswith("nvml-gpu"):
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                stuck.append(t)
+    if not stuck:
+        return
+    log.warning("leaving %d NVML call(s) that have not returned (%s)", len(stuck),
+                ", ".join(sorted(t.name for t in stuck)))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -58,6 +58,13 @@ class Poller:
         self.before_poll: list[Callable[[], None]] = []
         self._build_labels = {"version": __version__, "nvml_binding_version": _binding_version(),
                               "python_version": platform.python_version()}
+        # The configuration in force was loaded at start; SIGHUP reloads report here.
+        self.reload_success = True
+        self.reload_success_timestamp = wall_clock()
+        # Changes (a reloaded configuration) applied between two polls, on the
+        # poll thread, so no collector is swapped or closed while it runs.
+        self._changes: list[Callable[[], None]] = []
+        self._changes_lock = threading.Lock()
 
     @property
     def latest(self) -> Snapshot | None:
@@ -67,7 +74,34 @@ class Poller:
     def ready(self) -> bool:
         return self._latest is not None
 
+    def between_polls(self, change: Callable[[], None]) -> None:
+        """Run ``change`` before the next poll, on the thread that polls."""
+        with self._changes_lock:
+            self._changes.append(change)
+
+    def set_collectors(self, collectors: Sequence[Collector]) -> None:
+        """Poll these from now on (call between polls)."""
+        self.collectors = list(collectors)
+        for c in self.collectors:
+            self._errors_total.setdefault(c.name, 0)
+
+    def config_reloaded(self, ok: bool) -> None:
+        self.reload_success = ok
+        if ok:
+            self.reload_success_timestamp = self._wall()
+
+    def _apply_changes(self) -> None:
+        with self._changes_lock:
+            changes, self._changes = self._changes, []
+        for change in changes:
+            try:
+                change()
+            except Exception:
+                log.exception("applying a configuration change failed")
+
     def poll_once(self) -> Snapshot:
+        if self._changes:
+            self._apply_changes()
         start = self._mono()
         for hook in self.before_poll:
             hook()
@@ -120,6 +154,9 @@ class Poller:
         out.add("gpu_exporter_poll_duration_seconds", duration)
         out.add("gpu_exporter_polls_total", self.polls)
         out.add("gpu_exporter_last_poll_timestamp_seconds", out.timestamp)
+        out.add("gpu_exporter_config_last_reload_success", self.reload_success)
+        out.add("gpu_exporter_config_last_reload_success_timestamp_seconds",
+                self.reload_success_timestamp)
 
     # --- the loop ------------------------------------------------------------
     def start(self) -> None:
@@ -145,6 +182,7 @@ class Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._apply_changes()  # collectors a reload switched off are closed too
         for collector in self.collectors:
             try:
                 collector.close()

@@ -4,17 +4,22 @@ on one GPU, a GPU lost and coming back, NO_PERMISSION on process queries."""
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from gpu_exporter.catalog import metric
+from gpu_exporter.config import Settings, load
 from gpu_exporter.daemon import Exporter
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
+from tests.procs import free_port, start, wait_http
 from tests.simnode import SimRun, settings
 
 
@@ -238,3 +243,134 @@ def test_the_hung_call_scenario_keeps_metrics_answering() -> None:
         assert time.time() - snap.get("gpu_exporter_last_poll_timestamp_seconds") < 1.0
     finally:
         exporter.stop()
+
+
+# --- lifecycle: SIGHUP reloads the configuration; SIGTERM is not held up by a hung call ----
+def _loader(path: Path) -> Callable[[], Settings]:
+    return lambda: load({"web": {"listen_address": "127.0.0.1:0"}}, path)
+
+
+def test_reload_applies_what_can_change_at_run_time(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    path = tmp_path / "gpu-exporter.yaml"
+    path.write_text("poll: {interval: 1s}\n")
+    try:
+        _reload_in_process(path, caplog)
+    finally:  # the reload set up the process's logging: put the test's back
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def _reload_in_process(path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with SimRun("healthy", **_loader(path)().model_dump(exclude_defaults=True)) as run:
+        exporter = run.exporter
+        first = run.poll(3)
+        assert first.get("gpu_exporter_config_last_reload_success") == 1.0
+        started = first.get("gpu_exporter_config_last_reload_success_timestamp_seconds")
+        assert first.get("gpu_exporter_collector_success", collector="gpm") == 1.0
+        assert len(first.series("gpu_process_info")) == 8
+        path.write_text("poll: {interval: 2s, timeout: 1s}\nlog: {level: debug}\n"
+                        "processes: {max_per_gpu: 0}\ndiagnosis: {window: 5s}\n"
+                        "collectors: {gpm: false}\nweb: {max_requests: 4}\n")
+        assert exporter.reload(_loader(path))
+        reloaded_at = run.clock()
+        snap = run.poll(2, interval=2)
+        assert snap.get("gpu_exporter_config_last_reload_success") == 1.0
+        assert snap.get("gpu_exporter_config_last_reload_success_timestamp_seconds") == \
+            reloaded_at > started  # type: ignore[operator]
+        assert exporter.poller.interval == 2.0
+        assert logging.getLogger().level == logging.DEBUG
+        logging.getLogger().addHandler(caplog.handler)
+        assert snap.get("gpu_exporter_collector_success", collector="gpm") is None
+        assert not snap.series("gpu_sm_active_ratio")
+        assert not snap.series("gpu_process_info")
+        assert len(snap.series("gpu_process_series_dropped_total")) == 8
+        diag = next(c for c in exporter.poller.collectors if c.name == "diagnosis")
+        assert diag.cfg.window == 5.0  # type: ignore[attr-defined]
+        assert exporter.settings.web.max_requests == 4  # recorded; applied at the next start
+        restart = _messages(caplog, "takes effect at the next start")
+        assert len(restart) == 1 and "web" in restart[0]
+
+        # A bad file: one line, the running configuration kept, the metric says so.
+        caplog.clear()
+        path.write_text("poll: {interval: never}\n")
+        assert not exporter.reload(_loader(path))
+        snap = run.poll(2, interval=2)
+        assert snap.get("gpu_exporter_config_last_reload_success") == 0.0
+        assert snap.get("gpu_exporter_config_last_reload_success_timestamp_seconds") == \
+            reloaded_at
+        assert exporter.poller.interval == 2.0
+        failed = _messages(caplog, "configuration reload failed")
+        assert len(failed) == 1 and "poll.interval" in failed[0] and "\n" not in failed[0]
+
+        # Switched back on: the collector is built again and reports.
+        path.write_text("collectors: {gpm: true}\n")
+        assert exporter.reload(_loader(path))
+        snap = run.poll(2)
+        assert snap.get("gpu_exporter_config_last_reload_success") == 1.0
+        assert snap.get("gpu_exporter_collector_success", collector="gpm") == 1.0
+        assert len(snap.series("gpu_process_info")) == 8
+        assert exporter.poller.interval == 1.0
+
+
+def test_sighup_reloads_the_config_file_of_a_running_process(tmp_path: Path) -> None:
+    path = tmp_path / "gpu-exporter.yaml"
+    path.write_text("poll: {interval: 0.2s}\n")
+    port = free_port()
+    proc = start(["--simulate", "healthy", "--config.file", str(path),
+                  "--web.listen-address", f"127.0.0.1:{port}"])
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        _wait_metrics(url, lambda t: 'gpu_exporter_collector_success{collector="gpm"} 1.0' in t)
+        path.write_text("poll: {interval: 0.2s}\ncollectors: {gpm: false}\n")
+        proc.send_signal(signal.SIGHUP)
+        text = _wait_metrics(url, lambda t: 'collector="gpm"' not in t)
+        assert "gpu_exporter_config_last_reload_success 1.0" in text
+        path.write_text("poll: [\n")  # broken YAML
+        proc.send_signal(signal.SIGHUP)
+        text = _wait_metrics(url, lambda t: "gpu_exporter_config_last_reload_success 0.0" in t)
+        assert 'collector="gpm"' not in text  # the running configuration is kept
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+    log = proc.stderr.read()  # type: ignore[union-attr]
+    assert code == 0
+    assert "Traceback" not in log
+    failed = [line for line in log.splitlines() if "configuration reload failed" in line]
+    assert len(failed) == 1 and "line 2" in failed[0]
+
+
+def _wait_metrics(url: str, done: Callable[[str], bool], timeout: float = 15) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        text = wait_http(url)
+        if done(text) or time.monotonic() > deadline:
+            assert done(text), text[-2000:]
+            return text
+        time.sleep(0.1)
+
+
+def test_sigterm_stops_within_5s_even_while_an_nvml_call_hangs(tmp_path: Path) -> None:
+    path = tmp_path / "hang.yaml"
+    path.write_text("name: hang\nextends: healthy\ntimeline:\n  - at: 0.5s\n    gpus: [2]\n"
+                    "    set: {hangs: {nvmlDeviceGetPowerUsage: 60}}\n")
+    port = free_port()
+    proc = start(["--simulate", str(path), "--web.listen-address", f"127.0.0.1:{port}",
+                  "--poll.interval", "0.2s", "--poll.timeout", "0.3s"])
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        _wait_metrics(url, lambda t: 'gpu_exporter_nvml_timeouts_total{gpu="2"}' in t)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        try:
+            code = proc.wait(timeout=15)
+        finally:
+            proc.kill()
+        stopped_in = time.monotonic() - t0
+    assert code == 0
+    assert stopped_in < 5
+    assert "leaving 1 NVML call(s) that have not returned" in proc.stderr.read()  # type: ignore[union-attr]

@@ -33,4 +33,10 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_exporter_last_poll_timestamp_seconds", "gauge",
        "Unix time the newest snapshot was taken; compare with time() to see staleness.", (),
        "exporter"),
+    _m("gpu_exporter_config_last_reload_success", "gauge",
+       "1 when the last configuration load (at start or on SIGHUP) succeeded, 0 when the "
+       "file was rejected and the previous configuration kept.", (), "exporter"),
+    _m("gpu_exporter_config_last_reload_success_timestamp_seconds", "gauge",
+       "Unix time of the last successful configuration load (at start or on SIGHUP).", (),
+       "exporter"),
 )
