@@ -129,7 +129,9 @@ class ProcessesCollector(Collector):
     def _read_pid(self, pid: int) -> ProcessInfo | None:
         try:
             return read_process(self.procfs, pid)
-        except (MalformedFile, ValueError, IndexError) as exc:
+        except (MalformedFile, ValueError, IndexError, OSError) as exc:
+            # OSError: a file of the process cannot be read (EACCES under a
+            # hidepid=1 /proc): this process is skipped, the others exported.
             self._errors += 1
             log.debug("reading /proc/%d failed: %s", pid, exc)
             return None

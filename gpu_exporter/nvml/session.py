@@ -194,12 +194,19 @@ class NvmlSession:
             now = self._clock()
             if now < self._next_try:
                 return False
+            inited = False
             try:
                 self.nvml.init()
+                inited = True
                 self.driver_version = self._safe(self.nvml.driver_version) or ""
                 self.cuda_driver_version = self._safe(self.nvml.cuda_driver_version) or ""
                 self.gpus = self._discover()
-            except NvmlError as exc:
+            except (NvmlError, NvmlGone) as failure:
+                # NvmlGone: NVML as a whole failed while the GPUs were discovered.
+                exc = failure.error if isinstance(failure, NvmlGone) else failure
+                if inited:
+                    with contextlib.suppress(NvmlError):
+                        self.nvml.shutdown()
                 self.last_error = exc
                 # Log once per distinct reason, not every retry.
                 if self._logged_code != exc.code:
@@ -264,6 +271,9 @@ class NvmlSession:
                 self.mark_lost(gpu, str(exc))
             except GpuHung:
                 continue
+            except NvmlGone as gone:  # NVML as a whole: down, re-initialised with backoff
+                self.mark_down(gone.error)
+                break
             errors += gpu.errors
         return errors
 

@@ -154,6 +154,13 @@ class FakeNvmlLibrary:
         self.event_sets: dict[int, _EventSet] = {}
         self._next_set = 0x5E7000
         self._keep: list[Any] = []
+        # Fault injection for property tests (both None otherwise). inject_error
+        # sees every call (function name, GPU index or None for system calls)
+        # and returns an NVML error code to answer instead, or None. inject_state
+        # sees the GPU state a device call is about to answer from and returns
+        # the state to use (a bad value is a tampered copy).
+        self.inject_error: Callable[[str, int | None], int | None] | None = None
+        self.inject_state: Callable[[str, GpuState], GpuState] | None = None
         for name, (argtypes, impl, device) in FUNCTIONS.items():
             full = (H, *argtypes) if device else argtypes
             proto = CFUNCTYPE(c_int, *full)
@@ -183,6 +190,11 @@ class FakeNvmlLibrary:
         delay = self.latency_us.get(name)
         if delay:
             time.sleep(delay / 1e6)
+        if self.inject_error is not None:
+            where = self._index(args[0]) if device and args else None
+            code = self.inject_error(name, where[0] if where else None)
+            if code is not None:
+                return code
         if name not in _NO_INIT and self._init_count == 0:
             return int(Return.UNINITIALIZED)
         if self.world.nvml_changes and name not in _NO_INIT and name != "nvmlShutdown":
@@ -198,6 +210,8 @@ class FakeNvmlLibrary:
             return int(Return.INVALID_ARGUMENT)
         index, slot = decoded
         st = self.world.state(index)
+        if self.inject_state is not None:
+            st = self.inject_state(name, st)
         hang = st.hangs.get(name)
         if hang:
             time.sleep(hang)  # a call that blocks on a sick GPU, as the real one can

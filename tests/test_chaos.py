@@ -1,0 +1,248 @@
+"""Chaos: any NVML call may fail with any NVML error, or answer a bad value, at
+any poll. The exporter never crashes, every exposition is valid, and no series
+ever carries a value that belongs to another GPU, another process or an earlier
+poll.
+
+How "belongs to" is checked: the scenario gives every GPU and process at every
+poll its own values, so each exported value can be decoded back to the GPU,
+process and poll it came from:
+
+- ``gpu_power_watts``: P(gpu, poll) = 100 W + 100 W * gpu + poll mW;
+- ``gpu_utilization_ratio``: U(gpu, poll) = 10 % + 20 % * gpu + poll %;
+- ``gpu_process_memory_used_bytes``: M(pid, poll) = (1000 * slot + poll) MiB,
+  ``slot`` the process's own number.
+
+A failed read must leave its series absent (or the whole GPU ``gpu_up 0``),
+never repeat the previous poll's value. Facts the exporter deliberately reads
+once or on a slower cadence (limits, thresholds, ECC aggregates) are not part
+of the check.
+
+A fixed seed and a small budget in CI; ``GPU_EXPORTER_LONG_TESTS=1`` runs a
+longer, randomised budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+from prometheus_client.parser import text_string_to_metric_families as parse
+
+from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator import load_profile
+from gpu_exporter.simulator.clib import FUNCTIONS
+from gpu_exporter.simulator.model import Scenario
+from gpu_exporter.simulator.world import GpuState
+from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.web.render import LabelCache, render
+from tests.simnode import SimRun
+from tests.tools import tool
+
+LONG = os.environ.get("GPU_EXPORTER_LONG_TESTS") == "1"
+CHAOS = settings(max_examples=300 if LONG else 20, derandomize=not LONG, deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+GPUS = 3
+POLLS = 10
+MIB = 1024 * 1024
+_PROFILE = load_profile("h100-sxm5-80gb")
+USABLE_MIB = _PROFILE.memory_total_mib - _PROFILE.memory_reserved_mib
+PROCS_PER_GPU = 2
+
+ERRORS = [r for r in Return if r != Return.SUCCESS]
+FUNCTION_NAMES = sorted(FUNCTIONS)
+
+
+def _power_w(gpu: int, poll: int) -> float:
+    return 100.0 + 100.0 * gpu + poll / 1000.0
+
+
+def _util(gpu: int, poll: int) -> float:
+    return (10 + 20 * gpu + poll) / 100.0
+
+
+def _pid(gpu: int, k: int) -> int:
+    return 30000 + 10 * gpu + k
+
+
+def _process_mib(slot: int, poll: int) -> int:
+    return 1000 * slot + poll
+
+
+def _processes(poll: int) -> list[dict[str, Any]]:
+    out = []
+    for gpu in range(GPUS):
+        for k in range(PROCS_PER_GPU):
+            slot = gpu * PROCS_PER_GPU + k + 1
+            out.append({"pid": _pid(gpu, k), "comm": f"train{gpu}{k}", "gpus": [gpu],
+                        "gpu_memory_ratio": _process_mib(slot, poll) / USABLE_MIB,
+                        "sm_utilization": 0.5, "cpu_ratio": 0.5, "state": "R"})
+    return out
+
+
+def scenario() -> Scenario:
+    timeline: list[dict[str, Any]] = []
+    for poll in range(POLLS + 1):
+        for gpu in range(GPUS):
+            timeline.append({"at": float(poll), "gpus": [gpu], "set": {
+                "power_w": _power_w(gpu, poll), "utilization": _util(gpu, poll)}})
+        timeline.append({"at": float(poll), "processes": _processes(poll)})
+    return Scenario(name="chaos", node={"gpus": GPUS}, noise=False,
+                    state={"memory_used_ratio": 0.9}, timeline=timeline)
+
+
+SCENARIO = scenario()
+
+# Bad values a sick GPU or a buggy driver can answer with SUCCESS: NVML's "not
+# available" sentinel, counters going backwards, impossible readings.
+U32_MAX = 0xFFFFFFFF
+BAD_VALUES: dict[str, Any] = {
+    "power_mw": U32_MAX,
+    "temp_c": U32_MAX,
+    "util_pct": 255,
+    "mem_used": 2**64 - 1,
+    "energy_mj": 0,
+    "pcie_width": 0,
+    "pcie_gen": 99,
+    "pstate": 32,
+    "reasons": 2**64 - 1,
+    "fans_pct": [250],
+    "pcie_replays": U32_MAX,
+    "clocks_mhz": {0: 0, 1: U32_MAX, 2: 0},
+    "remapped": (U32_MAX, U32_MAX, 7, 9),
+    "ecc": {(0, 0): 2**64 - 1, (1, 0): 0, (0, 1): 0, (1, 1): 0},
+    "processes": [],
+}
+
+target = st.tuples(st.sampled_from(FUNCTION_NAMES), st.one_of(st.none(), st.integers(0, GPUS - 1)))
+poll_faults = st.fixed_dictionaries({
+    "errors": st.dictionaries(target, st.sampled_from(ERRORS), max_size=6),
+    "bad": st.lists(st.tuples(st.integers(0, GPUS - 1), st.sampled_from(sorted(BAD_VALUES))),
+                    max_size=3),
+})
+plans = st.lists(poll_faults, min_size=POLLS, max_size=POLLS)
+
+
+class Chaos:
+    """Answers the fake library's injection hooks from the plan of the current poll."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        self.plan = plan
+        self.poll = 0
+
+    def error(self, name: str, gpu: int | None) -> int | None:
+        errors = self.plan[self.poll]["errors"]
+        code = errors.get((name, gpu))
+        if code is None and gpu is not None:
+            code = errors.get((name, None))  # a function failing on every GPU
+        return None if code is None else int(code)
+
+    def state(self, name: str, state: GpuState) -> GpuState:
+        bad = {field: BAD_VALUES[field] for gpu, field in self.plan[self.poll]["bad"]
+               if gpu == state.index}
+        return dataclasses.replace(state, **bad) if bad else state
+
+    def tampered(self, gpu: int, field: str) -> bool:
+        return (gpu, field) in self.plan[self.poll]["bad"]
+
+
+def check_exposition(text: str, openmetrics: bool) -> None:
+    """What `promtool check metrics` insists on, checked with prometheus_client's
+    parsers: it parses, every family is typed once, no series twice."""
+    families = list(om_parse(text) if openmetrics else parse(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), "a family appears twice"
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for family in families:
+        assert family.type != "unknown", family.name
+        for sample in family.samples:
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            assert key not in seen, f"series twice: {key}"
+            seen.add(key)
+            assert sample.value == sample.value, f"NaN exported: {key}"
+
+
+def check_values(snap: Snapshot, poll: int, chaos: Chaos) -> None:
+    up = {lab["gpu"]: v for lab, v in snap.series("gpu_up")}
+    for labels, value in snap.series("gpu_power_watts"):
+        gpu = int(labels["gpu"])
+        assert up.get(labels["gpu"]) == 1.0
+        if chaos.tampered(gpu, "power_mw"):
+            continue
+        assert value == _power_w(gpu, poll), (labels, value, poll)
+    for labels, value in snap.series("gpu_utilization_ratio"):
+        gpu = int(labels["gpu"])
+        assert up.get(labels["gpu"]) == 1.0
+        if chaos.tampered(gpu, "util_pct"):
+            continue
+        assert value == round(_util(gpu, poll) * 100) / 100, (labels, value, poll)
+    for labels, value in snap.series("gpu_process_memory_used_bytes"):
+        gpu, pid = int(labels["gpu"]), int(labels["pid"])
+        k = pid - _pid(gpu, 0)
+        assert 0 <= k < PROCS_PER_GPU, f"pid {pid} is not a process of GPU {gpu}"
+        slot = gpu * PROCS_PER_GPU + k + 1
+        assert round(value / MIB) == _process_mib(slot, poll), (labels, value, poll)
+        assert labels["comm"] == f"train{gpu}{k}"
+    uuids = {lab["gpu"]: lab["uuid"] for lab, _ in snap.series("gpu_info")}
+    for name in ("gpu_up", "gpu_power_watts", "gpu_utilization_ratio",
+                 "gpu_process_memory_used_bytes"):
+        for labels, _ in snap.series(name):
+            # A GPU's series carry that GPU's identity, never another's.
+            assert labels["uuid"] == uuids.get(labels["gpu"], labels["uuid"])
+    assert snap.get("gpu_exporter_polls_total") == poll + 1
+    # NVML errors are the collectors' daily bread: they are counted, never fail one.
+    failed = [lab["collector"] for lab, v in snap.series("gpu_exporter_collector_success")
+              if v != 1.0]
+    assert not failed, failed
+
+
+SAMPLES: list[str] = []
+
+
+@CHAOS
+@given(plan=plans)
+def test_any_nvml_call_failing_at_any_poll(plan: list[dict[str, Any]]) -> None:
+    chaos = Chaos(plan)
+    with SimRun(SCENARIO) as run:
+        lib = run.node.library
+        lib.inject_error = chaos.error
+        lib.inject_state = chaos.state
+        for poll in range(POLLS):
+            chaos.poll = poll
+            snap = run.poll(1.0) if poll else run.poll()
+            check_values(snap, poll, chaos)
+            cache = LabelCache()
+            check_exposition(render(snap, False, cache).decode(), openmetrics=False)
+            check_exposition(render(snap, True, cache).decode(), openmetrics=True)
+            assert run.scrape() == render(snap, False, LabelCache()).decode()
+        SAMPLES.append(run.scrape())
+
+
+def test_chaos_expositions_pass_promtool() -> None:
+    """A sample of the chaos runs' expositions through the real promtool."""
+    promtool = tool("promtool")
+    texts = SAMPLES[:: max(1, len(SAMPLES) // 5)] or []
+    if not texts:  # run alone: make one
+        test_any_nvml_call_failing_at_any_poll()
+        texts = SAMPLES[-1:]
+    for text in texts:
+        result = subprocess.run([promtool, "check", "metrics"], input=text, text=True,
+                                capture_output=True, check=False, timeout=30)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_values_decode_back_without_faults() -> None:
+    """The check itself: on a fault-free run every checked series is present."""
+    chaos = Chaos([{"errors": {}, "bad": []}] * POLLS)
+    with SimRun(SCENARIO) as run:
+        for poll in range(POLLS):
+            snap = run.poll(1.0) if poll else run.poll()
+            check_values(snap, poll, chaos)
+    assert len(snap.series("gpu_power_watts")) == GPUS
+    assert len(snap.series("gpu_utilization_ratio")) == GPUS
+    assert len(snap.series("gpu_process_memory_used_bytes")) == GPUS * PROCS_PER_GPU
