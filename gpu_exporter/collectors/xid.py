@@ -21,7 +21,7 @@ from gpu_exporter.collectors.base import Collector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import EventSet
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.nvml.session import GpuGone, NvmlGone, NvmlSession
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ class XidCollector(Collector):
             if self._set is None:
                 return False
             event = self._set.wait(timeout_ms)
-        except NvmlError as exc:
+        except (NvmlError, NvmlGone) as exc:
+            # NvmlGone: NVML as a whole failed while registering; the device
+            # collector marks it down and the set is made again after re-init.
             if not self._failing:
                 log.warning("waiting for NVML events failed: %s; retrying", exc)
                 self._failing = True
@@ -94,7 +96,10 @@ class XidCollector(Collector):
                 continue
             if self._registered.get(gpu.index) == gpu.identity.uuid:
                 continue
-            supported = gpu.static_read("event_types", gpu.device.supported_event_types)
+            try:
+                supported = gpu.static_read("event_types", gpu.device.supported_event_types)
+            except GpuGone:
+                continue  # lost on the way: registered once it is back
             types = (supported or 0) & WANTED
             if not types:
                 self._registered[gpu.index] = gpu.identity.uuid
@@ -130,7 +135,14 @@ class XidCollector(Collector):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self._service(WAIT_MS) and not self.session.up:
+            try:
+                idle = not self._service(WAIT_MS)
+            except Exception:  # the event thread must outlive any surprise
+                log.exception("the NVML event loop failed; starting it again in 1 s")
+                self._drop_set()
+                self._stop.wait(1.0)
+                continue
+            if idle and not self.session.up:
                 self._stop.wait(1.0)
 
     # --- Collector -----------------------------------------------------------

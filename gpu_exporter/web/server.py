@@ -3,11 +3,14 @@
 The standard library's server with three guards an exporter on a sick node
 needs: a fixed pool of worker threads (a scrape storm cannot spawn threads
 without limit), a cap on connections waiting for a worker (beyond it new ones
-are closed at once), and a socket timeout (a slow client cannot hold a worker).
+are closed at once), and a deadline for each request head (a slow client,
+even one that dribbles a byte at a time, cannot hold a worker longer than the
+request timeout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import html
 import logging
@@ -145,6 +148,21 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.connection.settimeout(self.server.request_timeout)
 
+    def handle_one_request(self) -> None:
+        if self.server.head_pending():
+            # The first request: its deadline runs from the accept.
+            super().handle_one_request()
+            return
+        # A further request on a kept-alive connection (or the idle wait for
+        # it) has request_timeout in all.
+        self.server.head_deadline(self.server.request_timeout)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.server.head_deadline(None)  # the head is in
+        return ok
+
     def do_GET(self) -> None:
         self._serve(send_body=True)
 
@@ -193,6 +211,9 @@ class ExporterHTTPServer(HTTPServer):
         self.ssl_context = ssl_context
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="http")
         self._pending = threading.BoundedSemaphore(max_workers + max_pending)
+        # Worker thread -> (its connection, when the request head must be in).
+        self._heads: dict[int, tuple[Any, float | None]] = {}
+        self._heads_lock = threading.Lock()
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.address_family = family
         super().__init__(address, _Handler)
@@ -202,9 +223,44 @@ class ExporterHTTPServer(HTTPServer):
             # Saturated: shed the connection rather than queue without limit.
             self.shutdown_request(request)
             return
-        self._pool.submit(self._work, request, client_address)
+        # The request timeout runs from the accept: time spent queued for a
+        # worker counts, so a queue of slow clients drains at the pace of the timeout.
+        self._pool.submit(self._work, request, client_address,
+                          time.monotonic() + self.request_timeout)
 
-    def _work(self, request: Any, client_address: Any) -> None:
+    def head_deadline(self, seconds: float | None) -> None:
+        """This worker's connection must deliver its request head within
+        ``seconds`` (None: no deadline now, the head is in)."""
+        ident = threading.get_ident()
+        with self._heads_lock:
+            conn = self._heads.get(ident)
+            if conn is not None:
+                self._heads[ident] = (conn[0], None if seconds is None
+                                      else time.monotonic() + seconds)
+
+    def head_pending(self) -> bool:
+        with self._heads_lock:
+            conn = self._heads.get(threading.get_ident())
+        return conn is not None and conn[1] is not None
+
+    def service_actions(self) -> None:
+        """Between accepts (every poll interval): cut off connections whose
+        request head is overdue. The socket timeout alone restarts with every
+        byte received."""
+        now = time.monotonic()
+        with self._heads_lock:
+            overdue = [conn for conn, deadline in self._heads.values()
+                       if deadline is not None and deadline < now]
+        for conn in overdue:
+            log.debug("closing a connection whose request did not arrive within %.1fs",
+                      self.request_timeout)
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def _work(self, request: Any, client_address: Any, deadline: float) -> None:
+        ident = threading.get_ident()
+        with self._heads_lock:  # covers the TLS handshake and the first head
+            self._heads[ident] = (request, deadline)
         try:
             if self.ssl_context is not None:
                 request.settimeout(self.request_timeout)
@@ -215,6 +271,8 @@ class ExporterHTTPServer(HTTPServer):
         except Exception:
             self.handle_error(request, client_address)
         finally:
+            with self._heads_lock:
+                self._heads.pop(ident, None)
             self.shutdown_request(request)
             self._pending.release()
 
