@@ -187,6 +187,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, resp: Response, send_body: bool) -> None:
         self.send_response(resp.status)
+        if self.server.waiting() and not self.close_connection:
+            # Connections are queued for a worker: hand this one back after the
+            # response, so kept-alive clients cannot keep the workers to themselves.
+            self.send_header("Connection", "close")
         self.send_header("Content-Type", resp.content_type)
         self.send_header("Content-Length", str(len(resp.body)))
         for k, v in resp.headers.items():
@@ -202,6 +206,9 @@ class _Handler(BaseHTTPRequestHandler):
 class ExporterHTTPServer(HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # The kernel's accept backlog (socketserver's default is 5: a burst of
+    # scrapers beyond it has its SYNs dropped and retried a second later).
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], app: App, max_workers: int = 8,
                  max_pending: int = 64, request_timeout: float = 10.0,
@@ -214,6 +221,7 @@ class ExporterHTTPServer(HTTPServer):
         # Worker thread -> (its connection, when the request head must be in).
         self._heads: dict[int, tuple[Any, float | None]] = {}
         self._heads_lock = threading.Lock()
+        self._queued = 0  # accepted connections no worker has taken yet
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.address_family = family
         super().__init__(address, _Handler)
@@ -225,6 +233,8 @@ class ExporterHTTPServer(HTTPServer):
             return
         # The request timeout runs from the accept: time spent queued for a
         # worker counts, so a queue of slow clients drains at the pace of the timeout.
+        with self._heads_lock:
+            self._queued += 1
         self._pool.submit(self._work, request, client_address,
                           time.monotonic() + self.request_timeout)
 
@@ -237,6 +247,10 @@ class ExporterHTTPServer(HTTPServer):
             if conn is not None:
                 self._heads[ident] = (conn[0], None if seconds is None
                                       else time.monotonic() + seconds)
+
+    def waiting(self) -> bool:
+        """Connections are waiting for a worker."""
+        return self._queued > 0
 
     def head_pending(self) -> bool:
         with self._heads_lock:
@@ -260,6 +274,7 @@ class ExporterHTTPServer(HTTPServer):
     def _work(self, request: Any, client_address: Any, deadline: float) -> None:
         ident = threading.get_ident()
         with self._heads_lock:  # covers the TLS handshake and the first head
+            self._queued -= 1
             self._heads[ident] = (request, deadline)
         try:
             if self.ssl_context is not None:
