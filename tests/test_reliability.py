@@ -16,6 +16,7 @@ import pytest
 from gpu_exporter.catalog import metric
 from gpu_exporter.config import Settings, load
 from gpu_exporter.daemon import Exporter
+from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
@@ -374,3 +375,38 @@ def test_sigterm_stops_within_5s_even_while_an_nvml_call_hangs(tmp_path: Path) -
     assert code == 0
     assert stopped_in < 5
     assert "leaving 1 NVML call(s) that have not returned" in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_the_xid_event_thread_survives_nvml_failing_while_it_registers() -> None:
+    """Found by the chaos test: an error that means "NVML is gone" or "GPU lost"
+    while the event thread registered GPUs again (after a re-init) ended the
+    thread, and with it every later Xid."""
+    scenario = Scenario(name="xid-late", node={"gpus": 2}, state={"utilization": 0.9},
+                        timeline=[{"at": "1s", "nvml": "lib_rm_version_mismatch"},
+                                  {"at": "1.2s", "nvml": "ok"},
+                                  {"at": "6s", "gpus": [1], "set": {"xid": [79]}}])
+    node = SimulatedNode(scenario)
+    failures = {"nvmlDeviceGetSupportedEventTypes": 4}
+
+    def flaky(name: str, gpu: int | None) -> int | None:
+        # After NVML came back: the event thread registers the GPUs again.
+        if node.library.calls["nvmlInitWithFlags"] >= 2 and failures.get(name, 0) > 0:
+            failures[name] -= 1
+            return int(Return.LIB_RM_VERSION_MISMATCH if failures[name] % 2
+                       else Return.GPU_IS_LOST)
+        return None
+
+    node.library.inject_error = flaky
+    exporter = Exporter(settings(poll={"interval": "0.2s"}), node)
+    exporter.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            snap = exporter.poller.latest
+            if snap is not None and snap.get("gpu_xid_errors_total", gpu="1", xid="79"):
+                break
+            time.sleep(0.2)
+        assert failures["nvmlDeviceGetSupportedEventTypes"] == 0
+        assert snap is not None and snap.get("gpu_xid_errors_total", gpu="1", xid="79") == 1.0
+    finally:
+        exporter.stop()
