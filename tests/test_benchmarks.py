@@ -1,0 +1,64 @@
+"""The benchmark runner's quick mode on the smallest node: it runs end to end
+and produces a well-formed table and report. Numbers are never asserted here —
+timing belongs in BENCHMARKS.md, not in a test that must pass on any machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.run import BEGIN, COLUMNS, END
+from benchmarks.scenarios import ALL, Config, scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_configs_cover_the_nodes_and_process_counts_and_parse_back() -> None:
+    names = {c.name for c in ALL}
+    assert names == {f"{n}/{p}p" for n in ("1gpu", "8gpu", "8x7mig") for p in (0, 64, 512)}
+    for c in ALL:
+        assert Config.parse(c.name) == c
+
+
+def test_generated_scenarios_spread_processes_over_gpus_and_instances() -> None:
+    sc = scenario(Config(8, 64, mig=True))
+    assert sc.node.gpus == 8 and len(sc.processes) == 64
+    assert {p.gpus[0] for p in sc.processes} == set(range(8))
+    assert all(p.mig is not None for p in sc.processes)
+    assert all(len(g.mig_instances or []) == 7 for g in sc.gpus.values())
+
+
+def test_quick_run_on_one_gpu_writes_a_well_formed_table(tmp_path: Path) -> None:
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text("# Benchmarks\n\nhand-written text stays\n")
+    raw = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--configs", "1gpu/0p",
+         "--polls", "3", "--drift-polls", "30", "--output", str(report), "--json", str(raw)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    header = lines[0].split()
+    assert header[0] == "exporter" and "RSS" in lines[0]
+    rows = [line.split() for line in lines[2:] if line.split()[0] in ("ours", "nvitop")]
+    assert {r[0] for r in rows} == {"ours", "nvitop"}
+    assert all(r[1] == "1gpu/0p" for r in rows)
+
+    results = json.loads(raw.read_text())
+    assert {r["exporter"] for r in results} == {"ours", "nvitop"}
+    for r in results:
+        assert r["error"] == ""
+        assert r["polls"] == 3
+        assert r["series"] > 0 and r["bytes_plain"] > 0
+        assert r["cpu_ms"] > 0 and r["nvml_calls_per_gpu"] > 0
+        assert r["drift"]["polls"] > 0
+
+    text = report.read_text()
+    assert "hand-written text stays" in text
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    table = [line for line in text.splitlines() if line.startswith("| exporter |")]
+    assert table and table[0].count("|") == len(COLUMNS) + 1
+    assert "| ours | 1gpu/0p |" in text and "| nvitop | 1gpu/0p |" in text
