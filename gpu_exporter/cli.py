@@ -24,9 +24,14 @@ class UsageError(Exception):
     pass
 
 
+def _one_line(message: str) -> str:
+    """An argument or value may hold line breaks: the error stays one line."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(_one_line(message))
 
 
 # (flag, settings path, help, metavar)
@@ -227,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return SUBCOMMANDS[args[0]](args[1:])
         return _run_daemon(args)
     except (UsageError, ConfigError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

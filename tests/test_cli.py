@@ -76,6 +76,9 @@ def test_without_gpu_it_serves_its_own_metrics_and_says_why() -> None:
     (["--simulate", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
     (["--log.format", "xml"], "log.format"),
     (["--config.file", "/nonexistent/gpu-exporter.yaml"], "no such file"),
+    # A value with a line break (a pasted flag) is echoed escaped: the error stays one line.
+    (["--poll.interval", "1s\nrm -rf"], "poll.interval"),
+    (["--no-such\nflag"], "--no-such\\nflag"),
 ])
 def test_bad_input_exits_2_with_one_line(args: list[str], expected: str) -> None:
     line = _one_line_error(run_cli(args))
