@@ -89,6 +89,26 @@ class SnapshotBuilder:
             samples = self._samples[name] = []
         samples.append(_new_sample(Sample, (values, v)))
 
+    def add_values(self, name: str, labels: tuple[str, ...], value: float | int | bool,
+                   /) -> None:
+        """Like add(), with the label values already in the catalog's order.
+
+        For the collectors that add hundreds of series a poll with label sets
+        they build once (per link, per process): no keyword mapping, no str()
+        per label. The caller keeps the order: build ``labels`` from the same
+        catalog tuples (GPU, PROC...) the metric is declared with.
+        """
+        names = _LABEL_NAMES.get(name) or _label_names(name)
+        if len(labels) != len(names):
+            raise ValueError(f"{name}: {len(labels)} label values for {names}")
+        v = float(value)
+        if v != v:
+            return
+        samples = self._samples.get(name)
+        if samples is None:
+            samples = self._samples[name] = []
+        samples.append(_new_sample(Sample, (labels, v)))
+
     def merge(self, other: SnapshotBuilder) -> None:
         """Take all samples of ``other`` (read into a scratch builder first)."""
         for name, samples in other._samples.items():
