@@ -109,7 +109,7 @@ class Ours(Target):
 
     def poll(self) -> None:
         self.clock.advance(self.interval)
-        self.exporter.poller.poll_once()
+        self.exporter.poller.poll()
 
     def breakdown(self) -> dict[str, float]:
         out = dict(self._own)

@@ -44,7 +44,9 @@ def _poll(simulate: str | None, polls: int) -> list[Snapshot]:
         for i in range(polls):
             if i:
                 advance(1.0)
-            snaps.append(exporter.poller.poll_once())
+            snap = exporter.poller.poll()  # watched: a hung GPU does not hold it up
+            if snap is not None:
+                snaps.append(snap)
         if not exporter.session.up:
             err = exporter.session.last_error
             raise ConfigError("NVML is not available: " + (err.init_hint() if err else

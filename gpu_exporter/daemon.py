@@ -286,10 +286,10 @@ def _leave_stuck_calls_behind() -> None:
     hung GPU never delays a stop."""
     deadline = time.monotonic() + 1.0
     stuck = []
-    # The NVML session's per-GPU workers (see NvmlSession.run): idle ones end at
-    # once after close(); one still alive is inside a call.
+    # The NVML session's poll threads (see NvmlSession.guarded): an idle one ends
+    # at once after close(); one still alive is inside a call.
     for t in threading.enumerate():
-        if t.name.startswith("nvml-gpu"):
+        if t.name.startswith("nvml-poll"):
             t.join(max(0.0, deadline - time.monotonic()))
             if t.is_alive():
                 stuck.append(t)

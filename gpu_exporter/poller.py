@@ -99,6 +99,14 @@ class Poller:
             except Exception:
                 log.exception("applying a configuration change failed")
 
+    def poll(self) -> Snapshot | None:
+        """One poll as the daemon runs it: on the NVML session's poll thread,
+        watched for a GPU call that hangs (None then: the poll was given up on,
+        the GPU is marked hung and the next poll skips it)."""
+        if self.session is None:
+            return self.poll_once()
+        return self.session.guarded(self.poll_once)
+
     def poll_once(self) -> Snapshot:
         if self._changes:
             self._apply_changes()
@@ -167,7 +175,7 @@ class Poller:
         next_at = self._mono()
         while not self._stop.is_set():
             try:
-                self.poll_once()
+                self.poll()
             except Exception:
                 log.exception("poll failed")
             # Fixed-rate schedule; if a poll overran, skip the missed slots

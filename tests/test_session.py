@@ -4,9 +4,12 @@ is missing; library missing behaves like a node without a driver."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
 
+from gpu_exporter.nvml.session import Gpu, GpuHung, Identity, NvmlSession
 from gpu_exporter.simulator.model import Scenario
 from tests.simnode import SimRun
 
@@ -50,3 +53,74 @@ def test_a_lost_gpu_that_comes_back_reports_again() -> None:
         snap = run.poll(20)
     assert snap.get("gpu_up", gpu="1") == 1.0
     assert snap.get("gpu_utilization_ratio", gpu="1") is not None
+
+
+# --- the poll guard: one hand-off per poll, a hung GPU given up on ---------------------------
+def _guarded_session(timeout: float = 0.2) -> tuple[NvmlSession, Gpu]:
+    session = NvmlSession(call_timeout=timeout)
+    gpu = Gpu(0, None, Identity(0, uuid="GPU-0"))
+    session.gpus = [gpu]
+    return session, gpu
+
+
+def _is_hung(gpu: Gpu) -> bool:
+    return gpu.hung
+
+
+def test_a_poll_that_hangs_is_given_up_on_and_its_thread_touches_nothing_after() -> None:
+    session, gpu = _guarded_session()
+    release = threading.Event()
+    after_the_call: list[str] = []
+
+    def hung_poll() -> str:
+        session.run(gpu, release.wait)  # the driver does not answer
+        after_the_call.append("ran on")  # must never happen: the poll was given up on
+        return "late snapshot"
+
+    t0 = time.monotonic()
+    assert session.guarded(hung_poll) is None
+    assert 0.2 <= time.monotonic() - t0 < 1.0
+    assert gpu.hung and session.timeouts == {0: 1}
+    # The next poll runs on a fresh thread and skips the hung GPU.
+    with pytest.raises(GpuHung):
+        session.guarded(lambda: session.run(gpu, lambda: "read"))
+    session.begin_poll()
+    assert gpu.hung  # its call has not returned yet
+
+    release.set()  # the stuck call returns at last
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(t.name == "nvml-poll-1"
+                                              for t in threading.enumerate()):
+        time.sleep(0.01)
+    assert not any(t.name == "nvml-poll-1" for t in threading.enumerate())  # it ended
+    assert after_the_call == []
+    session.begin_poll()
+    assert _is_hung(gpu) is False
+    assert session.guarded(lambda: session.run(gpu, lambda: "read")) == "read"
+    session.close()
+
+
+def test_guarded_polls_share_one_thread_and_hand_back_errors() -> None:
+    session, gpu = _guarded_session(timeout=5.0)
+    threads_before = threading.active_count()
+    names = {session.guarded(lambda: threading.current_thread().name) for _ in range(50)}
+    assert names == {"nvml-poll-1"}
+    assert threading.active_count() == threads_before + 1
+
+    def failing() -> None:
+        raise ValueError("a collector bug")
+
+    with pytest.raises(ValueError, match="a collector bug"):
+        session.guarded(failing)
+    assert session.guarded(lambda: session.run(gpu, lambda: 7)) == 7  # still usable
+    session.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and threading.active_count() > threads_before:
+        time.sleep(0.01)
+    assert threading.active_count() == threads_before  # the idle thread ends on close
+
+
+def test_without_a_timeout_polls_run_inline() -> None:
+    session = NvmlSession(call_timeout=None)
+    assert session.guarded(lambda: threading.current_thread().name) == \
+        threading.current_thread().name

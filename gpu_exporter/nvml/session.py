@@ -10,10 +10,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 from gpu_exporter.nvml.adapter import Device, Nvml
 from gpu_exporter.nvml.errors import NvmlError, Return
@@ -41,6 +39,12 @@ class GpuGone(Exception):
 
 class GpuHung(Exception):
     """A call on this GPU did not return before the poll's deadline."""
+
+
+class PollAbandoned(BaseException):
+    """Raised in a poll thread that was given up on while one of its calls hung,
+    once that call returns: the thread unwinds without touching anything shared
+    again (a BaseException, so no collector's ``except Exception`` stops it)."""
 
 
 class NvmlGone(Exception):
@@ -152,6 +156,65 @@ class Gpu:
         return value
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One GPU's reads in progress on a poll thread, and when they are overdue."""
+
+    gpu: Gpu
+    deadline: float  # time.monotonic(): a hang is real time, whatever the poll's clock
+    thread: int
+
+
+class _PollThread(Generic[T]):
+    """A thread that runs one poll at a time for guarded(). Two locks as a
+    mailbox: a ThreadPoolExecutor hand-off costs about half again as much CPU."""
+
+    def __init__(self, name: str) -> None:
+        self._go = threading.Lock()
+        self._go.acquire()
+        self.done = threading.Event()
+        self._task: Callable[[], T] | None = None
+        self._result: T | None = None
+        self._error: BaseException | None = None
+        self._closed = threading.Event()
+        thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        thread.start()
+        self.ident = thread.ident
+
+    def submit(self, task: Callable[[], T]) -> None:
+        self._task, self._result, self._error = task, None, None
+        self.done.clear()
+        self._go.release()
+
+    def result(self) -> T | None:
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def abandon(self) -> None:
+        """End the thread after its current task, if any (never waits for it)."""
+        self._closed.set()
+        if self._task is None or self.done.is_set():
+            with contextlib.suppress(RuntimeError):
+                self._go.release()
+
+    def _loop(self) -> None:
+        while True:
+            self._go.acquire()
+            task = self._task
+            if self._closed.is_set() or task is None:
+                return
+            try:
+                self._result = task()
+            except PollAbandoned:
+                return  # the poll went on without this thread
+            except BaseException as exc:  # handed to the caller, raised there
+                self._error = exc
+            self.done.set()
+            if self._closed.is_set():
+                return  # closed while it polled
+
+
 class NvmlSession:
     """Shared by every NVML-backed collector."""
 
@@ -160,15 +223,20 @@ class NvmlSession:
                  call_timeout: float | None = None) -> None:
         self.nvml = nvml or Nvml()
         self._clock = clock
-        # With a timeout, each GPU's reads run on that GPU's own worker thread so
-        # a call that hangs on a sick GPU costs the poll at most the timeout and
-        # never more than one thread per GPU. None: reads run inline (tests on
-        # a virtual clock).
+        # With a timeout, a poll runs on a poll thread that guarded() watches: a
+        # GPU's reads (run()) that outlive the timeout get the GPU marked hung
+        # and the poll thread given up on (it stays behind in the stuck call);
+        # the next poll runs on a fresh thread and skips that GPU until the call
+        # returns. None: reads run inline, unwatched (tests on a virtual clock).
         self.call_timeout = call_timeout
-        self._workers: dict[int, ThreadPoolExecutor] = {}
-        self._pending: dict[int, Future[Any]] = {}
         self.timeouts: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._guard = threading.Lock()  # the step in progress, threads given up on
+        self._step: _Step | None = None
+        self._abandoned: set[int] = set()  # idents of poll threads given up on
+        self._returned: set[int] = set()  # GPUs whose stuck call has returned since
+        self._poll_thread: _PollThread[object] | None = None
+        self._poll_threads = 0
         self.up = False
         self.gpus: list[Gpu] = []
         self.driver_version = ""
@@ -229,32 +297,79 @@ class NvmlSession:
     # --- guarded reads ------------------------------------------------------
     def begin_poll(self) -> None:
         """GPUs whose stuck call has returned since are usable again."""
+        with self._guard:
+            returned, self._returned = self._returned, set()
         for gpu in self.gpus:
-            pending = self._pending.get(gpu.index)
-            if gpu.hung and (pending is None or pending.done()):
+            if gpu.hung and gpu.index in returned:
                 log.warning("GPU %d answers again after a call that hung", gpu.index)
                 gpu.hung = False
 
     def run(self, gpu: Gpu, fn: Callable[[], T]) -> T:
-        """``fn()`` for this GPU within ``call_timeout``; raises GpuHung."""
+        """``fn()``, this GPU's reads, as one step guarded() watches: raises
+        GpuHung for a GPU whose earlier call has not returned, PollAbandoned
+        when this step outlived the timeout and the poll went on without it."""
         if self.call_timeout is None:
             return fn()
         if gpu.hung:
             raise GpuHung()
-        worker = self._workers.get(gpu.index)
-        if worker is None:
-            worker = self._workers[gpu.index] = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"nvml-gpu{gpu.index}")
-        future = worker.submit(fn)
-        self._pending[gpu.index] = future
+        me = threading.get_ident()
+        with self._guard:
+            if me in self._abandoned:
+                raise PollAbandoned()
+            self._step = _Step(gpu, time.monotonic() + self.call_timeout, me)
         try:
-            return future.result(timeout=self.call_timeout)
-        except FutureTimeout:
-            gpu.hung = True
-            self.timeouts[gpu.index] = self.timeouts.get(gpu.index, 0) + 1
-            log.error("GPU %d (%s): an NVML call did not return within %.1fs; skipping the "
-                      "GPU until it does", gpu.index, gpu.identity.uuid, self.call_timeout)
-            raise GpuHung() from None
+            return fn()
+        finally:
+            with self._guard:
+                if self._step is not None and self._step.thread == me:
+                    self._step = None
+                abandoned = me in self._abandoned
+                if abandoned:
+                    self._abandoned.discard(me)
+                    self._returned.add(gpu.index)
+            if abandoned:
+                raise PollAbandoned()  # its result belongs to a poll given up on
+
+    def guarded(self, poll: Callable[[], T]) -> T | None:
+        """``poll()`` on the poll thread, watched: None when a GPU's call hung
+        past the timeout (the GPU is marked hung, the poll given up on).
+
+        One hand-off per poll instead of one per GPU and collector: the calls
+        themselves run inline on the poll thread, and this thread only wakes
+        when the poll ends or a step's deadline passes.
+        """
+        timeout = self.call_timeout
+        if timeout is None:
+            return poll()
+        worker = self._poll_thread
+        if worker is None:
+            self._poll_threads += 1
+            worker = self._poll_thread = _PollThread(f"nvml-poll-{self._poll_threads}")
+        worker.submit(poll)
+        wait = timeout
+        while not worker.done.wait(wait):
+            with self._guard:
+                step = self._step
+                now = time.monotonic()
+                if step is None or step.thread != worker.ident:
+                    wait = timeout  # between steps (host files, the snapshot)
+                    continue
+                if now < step.deadline:
+                    wait = step.deadline - now
+                    continue
+                self._abandoned.add(step.thread)
+                self._step = None
+            self._give_up(worker, step.gpu, timeout)
+            return None
+        return worker.result()  # type: ignore[return-value]
+
+    def _give_up(self, worker: _PollThread[object], gpu: Gpu, timeout: float) -> None:
+        worker.abandon()
+        self._poll_thread = None
+        gpu.hung = True
+        self.timeouts[gpu.index] = self.timeouts.get(gpu.index, 0) + 1
+        log.error("GPU %d (%s): an NVML call did not return within %.1fs; skipping the GPU "
+                  "until it does", gpu.index, gpu.identity.uuid, timeout)
 
     def each_gpu(self, fn: Callable[[Gpu, Device], None]) -> int:
         """Run ``fn`` for every GPU that can answer now, each guarded; the number of
@@ -295,10 +410,10 @@ class NvmlSession:
             self._backoff = min(self._backoff * 2, INIT_BACKOFF_MAX_S)
 
     def close(self) -> None:
-        for worker in self._workers.values():
-            # A worker stuck in a hung call cannot be joined; do not wait for it.
-            worker.shutdown(wait=False, cancel_futures=True)
-        self._workers.clear()
+        # A poll thread stuck in a hung call cannot be joined; an idle one ends.
+        if self._poll_thread is not None:
+            self._poll_thread.abandon()
+            self._poll_thread = None
         with self._lock:
             if self.up:
                 self.up = False
