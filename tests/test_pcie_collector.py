@@ -90,6 +90,39 @@ def test_malformed_attributes_are_counted_logged_once_and_the_rest_exported(
         "nonfatal": 3, "fatal": 1}
 
 
+def test_current_links_are_read_every_poll_and_placement_again_when_the_device_moves(
+        tmp_path: Path) -> None:
+    import shutil
+
+    from gpu_exporter.collectors.pcie import PLACEMENT_REFRESH_POLLS
+
+    tree = tmp_path / "sys"
+    shutil.copytree(SWITCH, tree, symlinks=True)
+    gpu_dir = tree / "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"
+    collector = PcieCollector(session("0000:18:00.0"), tree)
+    collect(collector)
+    # What moves is read every poll: the link downtrains, AER counts.
+    (gpu_dir / "current_link_width").write_text("8\n")
+    snap = collect(collector)
+    assert by_port(snap, "gpu_pcie_sysfs_link_width", "0")["gpu"] == 8
+    # Placement (NUMA node, maxima) is kept between polls...
+    (gpu_dir / "numa_node").write_text("1\n")
+    assert snap.series("gpu_numa_info")[0][0]["numa_node"] == "0"
+    assert collect(collector).series("gpu_numa_info")[0][0]["numa_node"] == "0"
+    # ...read again once the device left the bus and came back (re-enumerated)...
+    link = tree / "bus/pci/devices/0000:18:00.0"
+    target = link.readlink()
+    link.unlink()
+    assert not collect(collector).series("gpu_numa_info")
+    link.symlink_to(target)
+    assert collect(collector).series("gpu_numa_info")[0][0]["numa_node"] == "1"
+    # ...and every PLACEMENT_REFRESH_POLLS polls in any case.
+    (gpu_dir / "numa_node").write_text("0\n")
+    numa = {collect(collector).series("gpu_numa_info")[0][0]["numa_node"]
+            for _ in range(PLACEMENT_REFRESH_POLLS)}
+    assert numa == {"0", "1"}
+
+
 # --- udev -------------------------------------------------------------------------------
 class FakeSource:
     """Hands out queued events. The watcher asks for the next event only after

@@ -28,6 +28,23 @@ class PcieLink:
 
 
 @dataclass(frozen=True, slots=True)
+class PciPlacement:
+    """What stays put while the device is on the bus: where it sits (its sysfs
+    directory and the port above), its NUMA node and CPUs, the links' maxima.
+    Read once and handed back to read_pci_device(), so a poll reads only what
+    moves (current link speed and width, AER counters)."""
+
+    directory: str
+    upstream_bdf: str | None
+    numa_node: int | None
+    local_cpulist: str | None
+    local_cpus: frozenset[int] | None
+    link_max: tuple[str | None, int | None]  # (max_link_speed text, max_link_width)
+    upstream_max: tuple[str | None, int | None]
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PciDevice:
     bdf: str
     numa_node: int | None  # None: the kernel does not know (-1) or has no NUMA
@@ -39,6 +56,7 @@ class PciDevice:
     aer: dict[str, int]  # severity -> errors since boot; absent without AER reporting
     # Attributes that exist but could not be read or understood.
     problems: tuple[str, ...] = field(default=())
+    placement: PciPlacement | None = None
 
 
 def link_generation(speed: str) -> int | None:
@@ -77,11 +95,14 @@ class _Reader:
             self.problems.append(f"{path}: {text!r} is not an integer")
             return None
 
-    def link(self, directory: str) -> PcieLink | None:
+    def maxima(self, directory: str) -> tuple[str | None, int | None]:
+        return (self.text(f"{directory}/max_link_speed"),
+                self.integer(f"{directory}/max_link_width"))
+
+    def link(self, directory: str, maxima: tuple[str | None, int | None]) -> PcieLink | None:
         speed = self.text(f"{directory}/current_link_speed")
-        speed_max = self.text(f"{directory}/max_link_speed")
         width = self.integer(f"{directory}/current_link_width")
-        width_max = self.integer(f"{directory}/max_link_width")
+        speed_max, width_max = maxima
         if speed is None and speed_max is None and width is None and width_max is None:
             return None
         return PcieLink(None if speed is None else link_generation(speed),
@@ -111,10 +132,8 @@ def aer_total(path: Path | str, text: str, tag: str) -> int:
     raise MalformedFile(path, f"no TOTAL_ERR_{tag} count")
 
 
-def read_pci_device(sysfs: Path, bdf: str) -> PciDevice | None:
-    """The device at ``bdf`` (sysfs spelling, ``0000:18:00.0``); None when it is
-    not on the bus (removed, or fell off)."""
-    # Plain string paths: this runs for every GPU on every poll.
+def read_placement(sysfs: Path | str, bdf: str) -> PciPlacement | None:
+    """Where the device at ``bdf`` sits; None when it is not on the bus."""
     entry = f"{sysfs}/bus/pci/devices/{bdf}"
     if not os.path.exists(entry):
         return None
@@ -134,17 +153,39 @@ def read_pci_device(sysfs: Path, bdf: str) -> PciDevice | None:
     parent, _ = os.path.split(directory)
     parent_name = os.path.basename(parent)
     upstream_bdf = parent_name if _BDF.match(parent_name) else None
+    return PciPlacement(
+        directory=directory, upstream_bdf=upstream_bdf,
+        numa_node=None if numa is None or numa < 0 else numa,
+        local_cpulist=cpulist, local_cpus=cpus,
+        link_max=r.maxima(directory),
+        upstream_max=r.maxima(parent) if upstream_bdf else (None, None),
+        problems=tuple(r.problems))
+
+
+def read_pci_device(sysfs: Path | str, bdf: str,
+                    placement: PciPlacement | None = None) -> PciDevice | None:
+    """The device at ``bdf`` (sysfs spelling, ``0000:18:00.0``); None when it is
+    not on the bus (removed, or fell off). ``placement``: what an earlier read
+    found (PciDevice.placement), so only the moving attributes are read."""
+    # Plain string paths: this runs for every GPU on every poll.
+    if placement is None:
+        placement = read_placement(sysfs, bdf)
+        if placement is None:
+            return None
+    elif not os.path.exists(f"{sysfs}/bus/pci/devices/{bdf}"):
+        return None
+    directory = placement.directory
+    r = _Reader()
     aer = {}
     for severity, tag in AER_SEVERITIES:
         total = r.aer(f"{directory}/aer_dev_{severity}", tag)
         if total is not None:
             aer[severity] = total
+    link = r.link(directory, placement.link_max)
+    upstream = (r.link(os.path.dirname(directory), placement.upstream_max)
+                if placement.upstream_bdf else None)
     return PciDevice(
-        bdf=bdf,
-        numa_node=None if numa is None or numa < 0 else numa,
-        local_cpulist=cpulist, local_cpus=cpus,
-        link=r.link(directory),
-        upstream_bdf=upstream_bdf,
-        upstream=r.link(parent) if upstream_bdf else None,
-        aer=aer,
-        problems=tuple(r.problems))
+        bdf=bdf, numa_node=placement.numa_node,
+        local_cpulist=placement.local_cpulist, local_cpus=placement.local_cpus,
+        link=link, upstream_bdf=placement.upstream_bdf, upstream=upstream, aer=aer,
+        problems=placement.problems + tuple(r.problems), placement=placement)
