@@ -48,6 +48,9 @@ class _RowState:
     since: float = 0.0
     last_true: float = 0.0
     evidence: Evidence = field(default_factory=dict)
+    # gpu_diagnosis_active's label values, in catalog order (*GPU, symptom, cause),
+    # built once: the collector adds one series per row and GPU every poll.
+    labels: tuple[str, ...] = ()
 
 
 class DiagnosisCollector(Collector):
@@ -73,15 +76,17 @@ class DiagnosisCollector(Collector):
         findings: list[Finding] = []
         for sig in gather(out.facts):
             trend = Trend(self._increase_fn(sig.index, now), wall)
-            labels = {"gpu": str(sig.index), "uuid": sig.uuid}
             for row in ROWS:
                 verdict = self._judge(row, sig, trend)
-                state = self._rows.setdefault((sig.index, row.key), _RowState())
+                state = self._rows.get((sig.index, row.key))
+                if state is None or state.labels[1] != sig.uuid:
+                    # New, or another GPU at this index (replaced): start afresh.
+                    state = self._rows[(sig.index, row.key)] = _RowState(
+                        labels=(str(sig.index), sig.uuid, row.symptom, row.cause))
                 if self._update(state, verdict, row, now, wall):
                     findings.append(Finding(sig.index, sig.uuid, row, state.evidence,
                                             state.since))
-                out.add("gpu_diagnosis_active", state.active, **labels, symptom=row.symptom,
-                        cause=row.cause)
+                out.add_values("gpu_diagnosis_active", state.labels, state.active)
         out.facts["findings"] = sort_findings(findings)
 
     def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:
