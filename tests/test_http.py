@@ -111,3 +111,30 @@ def test_fast_rendering_matches_prometheus_client(scenario: str, openmetrics: bo
     assert samples(ours.decode()) == samples(reference.decode())
     if not openmetrics:
         assert ours == reference  # byte for byte in the text format
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_families_kept_from_the_last_render_give_the_same_bytes_as_a_fresh_render(
+        openmetrics: bool) -> None:
+    """Unchanged families are served from the last render; changed, new and
+    vanished ones are not (bursty-input: utilization and processes move)."""
+    from gpu_exporter.web.render import FamilyTexts, LabelCache, render
+
+    families, labels = FamilyTexts(), LabelCache()
+    with SimRun("bursty-input") as run:
+        previous = None
+        for _ in range(12):
+            snap = run.poll(1)
+            cached = render(snap, openmetrics, labels, families)
+            assert cached == render(snap, openmetrics, LabelCache())
+            if previous is not None:
+                assert cached != previous  # something moved, and it shows
+            previous = cached
+        # A family that vanishes from a snapshot is not rendered from memory.
+        gone = {name: samples for name, samples in snap.samples.items()
+                if not name.startswith("gpu_process_")}
+        from dataclasses import replace
+        trimmed = replace(snap, samples=gone)
+        text = render(trimmed, openmetrics, labels, families).decode()
+        assert "gpu_process_info" not in text
+        assert text == render(trimmed, openmetrics, LabelCache()).decode()

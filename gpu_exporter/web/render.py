@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from prometheus_client.utils import floatToGoString
 
 from gpu_exporter.catalog import CATALOG
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.snapshot import Sample, Snapshot
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -117,7 +117,33 @@ def _remember(v: float) -> str:
     return text
 
 
-def render(snap: Snapshot, openmetrics: bool, labels: LabelCache) -> bytes:
+class FamilyTexts:
+    """Each family's text from the last render, with the samples it came from.
+
+    Most families (identity, limits, maxima, flags, the diagnosis table) have
+    the same samples poll after poll: on a busy 8-GPU node about 1,700 of 2,500
+    series sit in families that did not change. Comparing a family's samples
+    with the last ones is a C-level tuple comparison, a fraction of formatting
+    them. At most one entry per family and format. (0.0 == -0.0: a family
+    whose only change is a zero's sign keeps its text; both are zero to
+    Prometheus.)
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[tuple[str, bool], tuple[tuple[Sample, ...], str]] = {}
+
+    def get(self, name: str, openmetrics: bool, samples: tuple[Sample, ...]) -> str | None:
+        held = self._texts.get((name, openmetrics))
+        if held is not None and (held[0] is samples or held[0] == samples):
+            return held[1]
+        return None
+
+    def put(self, name: str, openmetrics: bool, samples: tuple[Sample, ...], text: str) -> None:
+        self._texts[(name, openmetrics)] = (samples, text)
+
+
+def render(snap: Snapshot, openmetrics: bool, labels: LabelCache,
+           families: FamilyTexts | None = None) -> bytes:
     parts: list[str] = []
     append = parts.append
     formatted = _FORMATTED.get
@@ -125,14 +151,22 @@ def render(snap: Snapshot, openmetrics: bool, labels: LabelCache) -> bytes:
         samples = snap.samples.get(m.name)
         if not samples:
             continue
+        if families is not None:
+            text = families.get(m.name, openmetrics, samples)
+            if text is not None:
+                append(text)
+                continue
         fam = _FAMILIES[m.name]
-        append(fam.om_header if openmetrics else fam.text_header)
         known = labels.prefixes(m.name).get
         # One comprehension per family, the common value format inlined: this
-        # loop runs once per series per render.
-        parts += [(known(values) or labels.prefix(fam, values))
-                  + (formatted(value) or _remember(value)) + "\n"
-                  for values, value in samples]
+        # loop runs once per series of a family that changed.
+        text = "".join([fam.om_header if openmetrics else fam.text_header,
+                        *[(known(values) or labels.prefix(fam, values))
+                          + (formatted(value) or _remember(value)) + "\n"
+                          for values, value in samples]])
+        if families is not None:
+            families.put(m.name, openmetrics, samples, text)
+        append(text)
     if openmetrics:
         append("# EOF\n")
     return "".join(parts).encode()
@@ -143,6 +177,7 @@ class RenderCache:
     """The newest snapshot's renderings, keyed by (openmetrics, gzip)."""
 
     labels: LabelCache = field(default_factory=LabelCache)
+    families: FamilyTexts = field(default_factory=FamilyTexts)
     _snap: Snapshot | None = None
     _bodies: dict[tuple[bool, bool], bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -157,7 +192,7 @@ class RenderCache:
                 plain = self._bodies.get((openmetrics, False))
                 if plain is None:
                     plain = self._bodies[(openmetrics, False)] = render(
-                        snap, openmetrics, self.labels)
+                        snap, openmetrics, self.labels, self.families)
                 # Level 1: a third of level 6's CPU for a body ~25 % larger, which
                 # no scrape over a LAN notices (measured in BENCHMARKS.md).
                 cached = gzip.compress(plain, compresslevel=1) if compressed else plain
