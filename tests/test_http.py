@@ -138,3 +138,13 @@ def test_families_kept_from_the_last_render_give_the_same_bytes_as_a_fresh_rende
         text = render(trimmed, openmetrics, labels, families).decode()
         assert "gpu_process_info" not in text
         assert text == render(trimmed, openmetrics, LabelCache()).decode()
+
+
+def test_remembered_value_texts_stay_bounded_and_correct() -> None:
+    from gpu_exporter.web import render as r
+
+    texts = [r._remember(float(v) + 0.5) for v in range(3 * r._FORMATTED_LIMIT)]
+    assert texts[:3] == ["0.5", "1.5", "2.5"]
+    assert len(r._FORMATTED) + len(r._FORMATTED_OLD) <= 2 * r._FORMATTED_LIMIT
+    assert r._remember(2.5e9) == "2.5e+09"  # Go's format above a million, as Prometheus writes
+    assert r._remember(-0.0) == "-0.0" and r._remember(0.0) == "0.0"

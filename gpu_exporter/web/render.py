@@ -103,16 +103,22 @@ class LabelCache:
 
 # Value -> its exposition text. Most values repeat poll after poll (0 and 1
 # flags, limits, maxima, totals), and formatting a float costs several times a
-# lookup. Bounded, and zero never enters (0.0 == -0.0 would share an entry).
+# lookup. Two generations of at most _FORMATTED_LIMIT values each: when the
+# young one is full it becomes the old one, so values still in use survive the
+# turnover (counters that move every poll would otherwise empty a single table
+# every few polls) and memory stays bounded. Zero never enters (0.0 == -0.0
+# would share an entry).
 _FORMATTED: dict[float, str] = {}
-_FORMATTED_LIMIT = 20_000
+_FORMATTED_OLD: dict[float, str] = {}
+_FORMATTED_LIMIT = 4096
 
 
 def _remember(v: float) -> str:
-    text = _value(v)
+    global _FORMATTED, _FORMATTED_OLD
+    text = _FORMATTED_OLD.get(v) or _value(v)
     if v:
         if len(_FORMATTED) >= _FORMATTED_LIMIT:
-            _FORMATTED.clear()
+            _FORMATTED_OLD, _FORMATTED = _FORMATTED, {}
         _FORMATTED[v] = text
     return text
 
@@ -146,7 +152,7 @@ def render(snap: Snapshot, openmetrics: bool, labels: LabelCache,
            families: FamilyTexts | None = None) -> bytes:
     parts: list[str] = []
     append = parts.append
-    formatted = _FORMATTED.get
+    formatted = _FORMATTED.get  # a render sees one generation; _remember the other
     for m in CATALOG:
         samples = snap.samples.get(m.name)
         if not samples:
