@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
+from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.model import Scenario
+from gpu_exporter.simulator.world import GpuState
 from gpu_exporter.snapshot import Snapshot
 from tests.simnode import SimRun, settings
 
@@ -149,6 +153,40 @@ def test_nvlink_links_errors_and_traffic_on_h100() -> None:
     tx = {(lab["gpu"], lab["link"]): v for lab, v in snap.series("gpu_nvlink_bytes_total")
           if lab["direction"] == "tx"}
     assert tx[("1", "3")] == 0.0 and tx[("0", "0")] > 1e10
+
+
+def test_nvlink_field_errors_skip_absent_count_others_and_lost_means_gone() -> None:
+    # Each (field, link) has its own return code in the one field-values call.
+    scenario = Scenario(name="nvl", node={"gpus": 2}, state={"utilization": 0.9})
+    errors: dict[int, int] = {}
+
+    def tamper(name: str, st: GpuState) -> GpuState:
+        if name == "nvmlDeviceGetFieldValues" and st.index == 1:
+            return dataclasses.replace(st, field_errors=dict(errors))
+        return st
+
+    with SimRun(scenario) as run:
+        run.poll(2)
+        run.node.library.inject_state = tamper
+        errors.update({c.FI_DEV_NVLINK_ERROR_DL_CRC: int(Return.NOT_SUPPORTED),
+                       c.FI_DEV_NVLINK_THROUGHPUT_DATA_RX: int(Return.UNKNOWN)})
+        before = run.snapshot.get("gpu_exporter_collector_errors_total",  # type: ignore[union-attr]
+                                  collector="nvlink")
+        snap = run.poll(1)
+        after = snap.get("gpu_exporter_collector_errors_total", collector="nvlink")
+        kinds = {(lab["gpu"], lab["type"]) for lab, _ in snap.series("gpu_nvlink_errors_total")}
+        rx = {lab["gpu"] for lab, _ in snap.series("gpu_nvlink_bytes_total")
+              if lab["direction"] == "rx"}
+        assert ("0", "crc") in kinds and ("1", "crc") not in kinds and ("1", "replay") in kinds
+        assert rx == {"0"}
+        assert before is not None and after == before + 18  # the 18 failed rx reads
+        assert snap.get("gpu_nvlink_bytes_total", gpu="1", link="17", direction="tx") is not None
+
+        errors[c.FI_DEV_NVLINK_GET_STATE] = int(Return.GPU_IS_LOST)
+        snap = run.poll(1)
+        assert {lab["gpu"] for lab, _ in snap.series("gpu_nvlink_link_up")} == {"0"}
+        session = run.exporter.poller.session
+        assert session is not None and session.gpus[1].lost  # GpuGone, not a counted error
 
 
 def test_no_nvlink_series_on_pcie_boards() -> None:

@@ -6,16 +6,19 @@ simulator's structs match pynvml's layouts; our constants match the header."""
 from __future__ import annotations
 
 import ast
+import ctypes
 import re
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pynvml  # tests may look at the binding; the exporter only via the adapter
 import pytest
 
 import gpu_exporter.nvml.adapter as adapter_module
 from gpu_exporter.nvml import constants
-from gpu_exporter.nvml.errors import Return
+from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.clib import FUNCTIONS, STRUCTS
 from tests.simnode import SimRun
@@ -141,3 +144,185 @@ def test_memory_v2_version_word_matches_the_struct_size() -> None:
     import ctypes
 
     assert ctypes.sizeof(STRUCTS["nvmlMemory_v2_t"]) | 2 << 24 == constants.MEMORY_V2_VERSION
+
+
+# --- the adapter's own struct decoding agrees with pynvml's ---------------------------
+# The adapter reads field values, sub-second samples and GPM metrics from pynvml's
+# structs with struct.unpack instead of pynvml's per-member accessors. Each test
+# answers through a stand-in C function, then compares the fast path with pynvml's
+# own wrapper (decoded the way the adapter did before) and with the fallback the
+# adapter takes where pynvml lacks the internals the fast path uses.
+
+# value type -> a value that only that union member holds unchanged
+_TYPED_VALUES = {
+    constants.VALUE_TYPE_DOUBLE: ("dVal", 1234.5625),
+    constants.VALUE_TYPE_UNSIGNED_INT: ("uiVal", 4_000_000_001),  # above INT_MAX
+    constants.VALUE_TYPE_UNSIGNED_LONG: ("ulVal", 2**40 + 3),
+    constants.VALUE_TYPE_UNSIGNED_LONG_LONG: ("ullVal", 2**63 + 2**20),
+    constants.VALUE_TYPE_SIGNED_LONG_LONG: ("sllVal", -(2**40) - 7),
+    constants.VALUE_TYPE_SIGNED_INT: ("siVal", -123456),
+    9: ("ullVal", 77),  # a type this code does not know: read as unsigned long long
+}
+# field id -> its own return code, for the fields that fail
+_FIELD_ERRORS = {500: int(Return.NOT_SUPPORTED), 501: int(Return.GPU_IS_LOST),
+                 502: int(Return.UNKNOWN)}
+
+
+def _typed_field(fid: int, scope: int) -> tuple[int, str, float]:
+    vt = sorted(_TYPED_VALUES)[(fid + scope) % len(_TYPED_VALUES)]
+    member, value = _TYPED_VALUES[vt]
+    return vt, member, value + scope if vt != constants.VALUE_TYPE_DOUBLE else value
+
+
+def _answer(value: object) -> object:
+    if isinstance(value, NvmlError):
+        return ("error", value.code, str(value))
+    assert isinstance(value, float)
+    return value
+
+
+@pytest.fixture
+def stand_in() -> Iterator[tuple[SimRun, Any, Callable[[str, Any], None]]]:
+    """A simulated node's first device; ``put(name, cfunc)`` answers the C call
+    ``name`` with ``cfunc`` until the test ends."""
+    run = SimRun("healthy")
+    run.poll()
+    library = run.node.library
+    replaced: dict[str, Any] = {}
+
+    def put(name: str, cfunc: Any) -> None:
+        replaced.setdefault(name, getattr(library, name))
+        setattr(library, name, cfunc)
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+
+    session = run.exporter.poller.session
+    assert session is not None
+    device = session.gpus[0].device
+    try:
+        yield run, device, put
+    finally:
+        for name, cfunc in replaced.items():
+            setattr(library, name, cfunc)
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        run.close()
+
+
+_FIELD_VALUES_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                      ctypes.c_void_p)
+
+
+def _typed_field_values_impl(handle: int, count: int, out: int) -> int:
+    for fv in (pynvml.c_nvmlFieldValue_t * count).from_address(out):
+        fid, scope = int(fv.fieldId), int(fv.scopeId)
+        if fid in _FIELD_ERRORS:
+            fv.nvmlReturn = _FIELD_ERRORS[fid]
+            continue
+        vt, member, value = _typed_field(fid, scope)
+        fv.nvmlReturn, fv.valueType = 0, vt
+        setattr(fv.value, member, value)
+    return 0
+
+
+_typed_field_values = _FIELD_VALUES_PROTO(_typed_field_values_impl)
+
+
+def test_field_values_decode_like_pynvml_for_every_value_type(
+        stand_in: tuple[SimRun, Any, Callable[[str, Any], None]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _run, device, put = stand_in
+    put("nvmlDeviceGetFieldValues", _typed_field_values)
+    assert adapter_module._FIELD_LAYOUT is not None, "the fast path is off for this pynvml"
+    request = tuple((fid, scope) for fid in [*range(100, 107), *_FIELD_ERRORS]
+                    for scope in range(3))
+    reference = {(int(fv.fieldId), int(fv.scopeId)): _answer(adapter_module._field_result(fv))
+                 for fv in pynvml.nvmlDeviceGetFieldValues(device._h, list(request))}
+    fast = {k: _answer(v) for k, v in device.scoped_field_values(request).items()}
+    assert fast == reference
+    # Every type was answered, and each decodes to the value that was put.
+    for (fid, scope), value in fast.items():
+        if fid not in _FIELD_ERRORS:
+            assert value == float(_typed_field(fid, scope)[2])
+    assert fast[501, 0] == ("error", Return.GPU_IS_LOST, reference[501, 0][2])  # type: ignore[index]
+    ids = [100, 103, 104, 500]
+    by_id = {k: _answer(v) for k, v in device.field_values(ids).items()}
+    assert by_id == {fid: reference[fid, 0] for fid in ids}
+
+    monkeypatch.setattr(adapter_module, "_FIELD_LAYOUT", None)  # pynvml without internals
+    assert {k: _answer(v) for k, v in device.scoped_field_values(request).items()} == fast
+    assert {k: _answer(v) for k, v in device.field_values(ids).items()} == by_id
+
+
+def test_field_values_call_failure_is_the_same_nvml_error(
+        stand_in: tuple[SimRun, Any, Callable[[str, Any], None]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _run, device, put = stand_in
+    put("nvmlDeviceGetFieldValues",
+        _FIELD_VALUES_PROTO(lambda h, n, out: int(Return.GPU_IS_LOST)))
+    for layout in (adapter_module._FIELD_LAYOUT, None):
+        monkeypatch.setattr(adapter_module, "_FIELD_LAYOUT", layout)
+        with pytest.raises(NvmlError) as err:
+            device.scoped_field_values(((1, 0),))
+        assert err.value.code == Return.GPU_IS_LOST and err.value.device_gone
+        assert "nvmlDeviceGetFieldValues" in str(err.value)
+
+
+def _samples_function(vt: int, first_count: int, second_count: int) -> Any:
+    """nvmlDeviceGetSamples answering ``vt`` samples; the buffer is sized for
+    ``first_count`` and the second call fills ``second_count`` of them."""
+    member, value = _TYPED_VALUES[vt]
+
+    def fn(handle: int, kind: int, since: int, vtype: int, count: int, out: int) -> int:
+        ctypes.c_uint.from_address(vtype).value = vt
+        n = ctypes.c_uint.from_address(count)
+        if not out:
+            n.value = first_count
+            return 0
+        filled = min(n.value, second_count)
+        for i, slot in enumerate((pynvml.c_nvmlSample_t * filled).from_address(out)):
+            slot.timeStamp = since + 1000 * (i + 1)
+            setattr(slot.sampleValue, member, value if member == "dVal" else value + i)
+        n.value = filled
+        return 0
+
+    return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_ulonglong,
+                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(fn)
+
+
+@pytest.mark.parametrize("vt", sorted(_TYPED_VALUES))
+def test_samples_decode_like_pynvml_for_every_value_type(
+        vt: int, stand_in: tuple[SimRun, Any, Callable[[str, Any], None]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _run, device, put = stand_in
+    assert adapter_module._SAMPLE_LAYOUTS is not None, "the fast path is off for this pynvml"
+    put("nvmlDeviceGetSamples", _samples_function(vt, 6, 4))  # fewer on the second call
+    vtype, raw = pynvml.nvmlDeviceGetSamples(device._h, 1, 5_000)
+    reference = [(int(s.timeStamp), adapter_module._union_value(int(vtype), s.sampleValue))
+                 for s in raw]
+    assert len(reference) == 4
+    assert device.samples(1, 5_000) == reference
+    monkeypatch.setattr(adapter_module, "_SAMPLE_LAYOUTS", None)
+    assert device.samples(1, 5_000) == reference
+
+
+def test_gpm_metrics_decode_like_pynvml(
+        stand_in: tuple[SimRun, Any, Callable[[str, Any], None]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run, device, _put = stand_in
+    assert adapter_module._GPM_LAYOUT is not None, "the fast path is off for this pynvml"
+    first, second = adapter_module.GpmSample(), adapter_module.GpmSample()
+    try:
+        device.gpm_sample(first)
+        run.poll(1.0)
+        device.gpm_sample(second)
+        ids = [constants.GPM_SM_UTIL, constants.GPM_DRAM_BW_UTIL, 999,  # 999: unknown
+               constants.GPM_PCIE_TX_PER_SEC]
+        fast = {k: _answer(v) for k, v in adapter_module.gpm_metrics(first, second, ids).items()}
+        monkeypatch.setattr(adapter_module, "_GPM_LAYOUT", None)
+        slow = {k: _answer(v) for k, v in adapter_module.gpm_metrics(first, second, ids).items()}
+    finally:
+        first.close()
+        second.close()
+    assert fast == slow
+    assert list(fast) == ids
+    assert fast[999][:2] == ("error", Return.NOT_SUPPORTED)  # type: ignore[index]
+    assert all(isinstance(fast[m], float) for m in ids if m != 999)

@@ -101,16 +101,17 @@ class GpmCollector(Collector):
             if not gpu.static_read("gpm", device.gpm_supported):
                 gpu.unsupported.add("gpm")
                 return
-            labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
+            # Label values in catalog order (GPU first), for add_values.
+            base = (str(gpu.index), gpu.identity.uuid)
             values = self._sample(gpu, None, DEVICE_METRICS)
             if values is not None:
-                readings[gpu.index] = self._export(values, out, labels)
+                readings[gpu.index] = self._export(values, out, base)
             for inst in mig.get(gpu.index, []):
                 values = self._sample(gpu, inst.gpu_instance, MIG_METRICS)
+                at = (*base, str(inst.gpu_instance))
                 for mid, (_dev, mig_name) in _RATIOS.items():
                     if values is not None and mid in values and mig_name:
-                        out.add(mig_name, values[mid] / 100.0, **labels,
-                                gpu_instance=str(inst.gpu_instance))
+                        out.add_values(mig_name, at, values[mid] / 100.0)
 
         self._errors += self.session.each_gpu(one)
 
@@ -166,14 +167,14 @@ class GpmCollector(Collector):
 
     @staticmethod
     def _export(values: dict[int, float], out: SnapshotBuilder,
-                labels: dict[str, str]) -> GpmReading:
+                base: tuple[str, str]) -> GpmReading:
         ratios: dict[int, float] = {}
         for mid, (name, _mig) in _RATIOS.items():
             if mid in values:
                 ratios[mid] = min(1.0, max(0.0, values[mid] / 100.0))
-                out.add(name, ratios[mid], **labels)
+                out.add_values(name, base, ratios[mid])
         for mid, (name, direction) in _RATES.items():
             if mid in values:
-                out.add(name, values[mid] * _MIB, **labels, direction=direction)
+                out.add_values(name, (*base, direction), values[mid] * _MIB)
         return GpmReading(ratios.get(c.GPM_SM_UTIL), ratios.get(c.GPM_SM_OCCUPANCY),
                           ratios.get(c.GPM_ANY_TENSOR_UTIL), ratios.get(c.GPM_DRAM_BW_UTIL))

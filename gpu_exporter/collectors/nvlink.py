@@ -3,6 +3,8 @@ recovery) and data throughput counters."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
@@ -36,6 +38,45 @@ def link_count(gpu: Gpu, d: Device) -> int:
     return count
 
 
+@dataclass(frozen=True, slots=True)
+class _LinkPlan:
+    """What one GPU's poll asks and where each answer goes, built once per GPU.
+
+    A poll on an NVLink GPU adds 108 series (18 links x 6 fields): keyword
+    labels mapped to catalog order and str()ed per series cost more than the
+    rest of the poll, so the label tuples (catalog order: GPU, link, type or
+    direction) are made here once and added with add_values.
+    """
+
+    index: int
+    uuid: str
+    links: int
+    request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
+    # (field id, link) -> (metric, label values, scale; None for the link state)
+    targets: dict[tuple[int, int], tuple[str, tuple[str, ...], float | None]]
+
+
+def _plan(gpu: Gpu, links: int) -> _LinkPlan:
+    plan = gpu.static.get("nvlink_plan")
+    if (isinstance(plan, _LinkPlan) and plan.index == gpu.index
+            and plan.uuid == gpu.identity.uuid and plan.links == links):
+        return plan
+    base = (str(gpu.index), gpu.identity.uuid)
+    request = tuple((fid, link) for fid in _PER_LINK for link in range(links))
+    targets: dict[tuple[int, int], tuple[str, tuple[str, ...], float | None]] = {}
+    for fid, link in request:
+        kind, detail = _PER_LINK[fid]
+        if kind == "state":
+            targets[fid, link] = ("gpu_nvlink_link_up", (*base, str(link)), None)
+        elif kind == "errors":
+            targets[fid, link] = ("gpu_nvlink_errors_total", (*base, str(link), detail), 1.0)
+        else:  # NVML counts NVLink throughput in KiB
+            targets[fid, link] = ("gpu_nvlink_bytes_total", (*base, str(link), detail), 1024.0)
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets)
+    gpu.static["nvlink_plan"] = plan
+    return plan
+
+
 class NvlinkCollector(NvmlCollector):
     name = "nvlink"
     description = "NVLink per-link state, CRC/replay/recovery errors and throughput"
@@ -50,23 +91,15 @@ class NvlinkCollector(NvmlCollector):
         links = link_count(gpu, d)
         if not links:
             return
-        labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
-        fields = [(fid, link) for fid in _PER_LINK for link in range(links)]
-        values = gpu.read("nvlink_fields", d.scoped_field_values, fields)
-        for (fid, link), value in (values or {}).items():
+        plan = _plan(gpu, links)
+        values = gpu.read("nvlink_fields", d.scoped_field_values, plan.request)
+        targets, add, active = plan.targets, out.add_values, c.NVLINK_STATE_ACTIVE
+        for key, value in (values or {}).items():
             if isinstance(value, NvmlError):
                 if value.device_gone:
                     raise GpuGone(str(value))
                 if not value.capability_absent:
                     gpu.errors += 1
                 continue
-            kind, detail = _PER_LINK[fid]
-            if kind == "state":
-                out.add("gpu_nvlink_link_up", value == c.NVLINK_STATE_ACTIVE, **labels,
-                        link=str(link))
-            elif kind == "errors":
-                out.add("gpu_nvlink_errors_total", value, **labels, link=str(link),
-                        type=detail)
-            else:
-                out.add("gpu_nvlink_bytes_total", value * 1024, **labels, link=str(link),
-                        direction=detail)
+            name, labels, scale = targets[key]
+            add(name, labels, value == active if scale is None else value * scale)

@@ -51,7 +51,9 @@ class SamplesCollector(NvmlCollector):
             self._generation = self.session.generation
 
         def one(gpu: Gpu, device: Device) -> None:
-            labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
+            # Label values in catalog order (*GPU, "stat"), for add_values.
+            base = (str(gpu.index), gpu.identity.uuid)
+            at_min, at_mean, at_max = (*base, "min"), (*base, "mean"), (*base, "max")
             for kind, (name, scale) in _KINDS.items():
                 key = (gpu.index, kind)
                 first = key not in self._last_seen
@@ -69,8 +71,8 @@ class SamplesCollector(NvmlCollector):
                 st = SampleStats(len(values), min(values), sum(values) / len(values),
                                  max(values))
                 stats.setdefault(gpu.index, {})[name] = st
-                out.add(name, st.min, **labels, stat="min")
-                out.add(name, st.mean, **labels, stat="mean")
-                out.add(name, st.max, **labels, stat="max")
+                out.add_values(name, at_min, st.min)
+                out.add_values(name, at_mean, st.mean)
+                out.add_values(name, at_max, st.max)
 
         self._errors = self.session.each_gpu(one)
