@@ -6,6 +6,8 @@ GPU behind a PCIe switch whose port above it trained down."""
 from __future__ import annotations
 
 import errno
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -265,8 +267,8 @@ def test_only_its_own_files_are_read_never_cmdline_or_environ(
     seen: list[str] = []
     real = procs.read_text
 
-    def recording(path: Path) -> str:
-        seen.append(path.name)
+    def recording(path: str) -> str:
+        seen.append(os.path.basename(path))
         return real(path)
 
     monkeypatch.setattr(procs, "read_text", recording)
@@ -282,6 +284,81 @@ def test_only_its_own_files_are_read_never_cmdline_or_environ(
 def test_malformed_process_files(pid: int, problem: str) -> None:
     with pytest.raises(MalformedFile, match=problem):
         procs.read_process(BAD, pid)
+
+
+def test_a_status_key_on_the_first_line_is_found(tmp_path: Path) -> None:
+    shutil.copytree(NORMAL / "24100", tmp_path / "24100")
+    write(tmp_path / "24100" / "status", "Cpus_allowed_list:\tbanana\n")
+    with pytest.raises(MalformedFile, match="Cpus_allowed_list"):
+        procs.read_process(tmp_path, 24100)
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = procs.read_text
+
+    def recording(path: str) -> str:
+        seen.append(os.path.basename(path))
+        return real(path)
+
+    monkeypatch.setattr(procs, "read_text", recording)
+    return seen
+
+
+def _restart(base: Path, starttime: str, cgroup: str) -> None:
+    """The PID of ``base`` now names another process: another start time and cgroup."""
+    fields = (base / "stat").read_text().split(" ")
+    fields[21] = starttime  # proc(5) field 22
+    write(base / "stat", " ".join(fields))
+    write(base / "cgroup", cgroup)
+
+
+def test_reader_reads_a_processes_cgroup_once_and_again_for_a_reused_pid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(NORMAL / "24100", tmp_path / "24100")
+    reader = procs.ProcessReader(tmp_path)
+    seen = _recorded(monkeypatch)
+    first = reader.read(24100)
+    assert first is not None and (first.container_id, first.pod_uid) == (CONTAINER, POD)
+    assert "cgroup" in seen
+    seen.clear()
+    again = reader.read(24100)
+    assert again == first
+    assert set(seen) == {"stat", "status", "schedstat"}  # the cgroup is remembered
+
+    # The process exits and its PID goes to a process in another container.
+    other = "0123456789abcdef" * 4
+    _restart(tmp_path / "24100", "9000000", f"0::/system.slice/docker-{other}.scope\n")
+    reused = reader.read(24100)
+    assert reused is not None and (reused.container_id, reused.pod_uid) == (other, "")
+
+    # ... and then to one in no container at all.
+    _restart(tmp_path / "24100", "9100000", "0::/user.slice/user-1000.slice\n")
+    bare = reader.read(24100)
+    assert bare is not None and (bare.container_id, bare.pod_uid) == ("", "")
+
+
+def test_reader_forgets_processes_no_longer_listed_or_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for pid in ("24100", "24200"):
+        shutil.copytree(NORMAL / pid, tmp_path / pid)
+    reader = procs.ProcessReader(tmp_path)
+    assert reader.read(24100) is not None and reader.read(24200) is not None
+    reader.retain([24200])
+    seen = _recorded(monkeypatch)
+    assert reader.read(24100) is not None
+    assert "cgroup" in seen  # forgotten: read afresh
+    seen.clear()
+    assert reader.read(24200) is not None
+    assert "cgroup" not in seen
+
+    shutil.rmtree(tmp_path / "24200")  # it exits
+    assert reader.read(24200) is None
+    shutil.copytree(NORMAL / "24100", tmp_path / "24200")  # the PID comes back in use
+    seen.clear()
+    back = reader.read(24200)
+    assert back is not None and back.container_id == CONTAINER
+    assert "cgroup" in seen
 
 
 def test_list_pids() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpu_exporter.collectors.processes import ProcessesCollector
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
 from tests.simnode import SimRun
@@ -94,3 +95,44 @@ def test_process_gone_between_nvml_and_proc_is_skipped_silently() -> None:
     assert not snap.series("gpu_process_info")
     assert snap.get("gpu_exporter_collector_success", collector="processes") == 1.0
     assert snap.get("gpu_exporter_collector_errors_total", collector="processes") == 0.0
+
+
+def _collector(run: SimRun) -> ProcessesCollector:
+    return next(c for c in run.exporter.poller.collectors if isinstance(c, ProcessesCollector))
+
+
+def test_a_reused_pid_in_another_container_gets_its_own_container_id() -> None:
+    first, second = "1" * 64, "2" * 64
+    scenario = Scenario(name="reuse", node={"gpus": 1}, state={"utilization": 0.9},
+                        processes=[{"pid": 810, "comm": "python", "gpus": [0],
+                                    "gpu_memory_ratio": 0.3,
+                                    "cgroup": f"0::/system.slice/docker-{first}.scope"}])
+    with SimRun(scenario) as run:
+        info = procs(run.poll(), "gpu_process_info")
+        assert info[("0", "810")][0]["container_id"] == first
+        # Freeze the simulated /proc and give PID 810 to another process: a
+        # later start time (stat field 22) and another container.
+        run.exporter.poller.before_poll.clear()
+        base = run.node.procfs / "810"
+        fields = (base / "stat").read_text().split(" ")
+        fields[21] = str(int(fields[21]) + 500)
+        (base / "stat").write_text(" ".join(fields))
+        (base / "cgroup").write_text(f"0::/system.slice/docker-{second}.scope\n")
+        info = procs(run.poll(1), "gpu_process_info")
+    assert info[("0", "810")][0]["container_id"] == second
+
+
+def test_what_is_remembered_of_an_exited_process_goes() -> None:
+    scenario = Scenario(name="exit", node={"gpus": 1}, state={"utilization": 0.9},
+                        processes=[{"pid": 820, "comm": "short", "gpus": [0],
+                                    "gpu_memory_ratio": 0.2, "exits_at": "3s"},
+                                   {"pid": 821, "comm": "long", "gpus": [0],
+                                    "gpu_memory_ratio": 0.1}])
+    with SimRun(scenario) as run:
+        run.poll(2)
+        collector = _collector(run)
+        assert {key[1] for key in collector._labels} == {820, 821}
+        assert set(collector._reader._cgroups) == {820, 821}
+        run.poll(2)
+    assert {key[1] for key in collector._labels} == {821}
+    assert set(collector._reader._cgroups) == {821}

@@ -36,14 +36,14 @@ def read_text(path: Path | str) -> str:
     return b"".join(parts).decode("utf-8", errors="replace")
 
 
-def to_int(path: Path, text: str) -> int:
+def to_int(path: Path | str, text: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise MalformedFile(path, f"{text!r} is not an integer") from None
 
 
-def to_float(path: Path, text: str) -> float:
+def to_float(path: Path | str, text: str) -> float:
     try:
         return float(text)
     except ValueError:

@@ -12,16 +12,30 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter.host.files import MalformedFile, read_text, to_int
+from gpu_exporter.host.files import MalformedFile, to_int
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 # Fields of /proc/PID/stat after "pid (comm) ", counted from 0 (proc(5) minus 3).
-_STATE, _PPID, _UTIME, _STIME, _THREADS, _RSS = 0, 1, 11, 12, 17, 21
+_STATE, _PPID, _UTIME, _STIME, _THREADS, _STARTTIME, _RSS = 0, 1, 11, 12, 17, 19, 21
+
+# The lines of /proc/PID/status that are used, each as "\n<key>:" so that a
+# search finds it only at the start of a line (and "voluntary_ctxt_switches"
+# not inside "nonvoluntary_ctxt_switches").
+_STATUS_KEYS = ("\nThreads:", "\nVmRSS:", "\nCpus_allowed_list:",
+                "\nvoluntary_ctxt_switches:", "\nnonvoluntary_ctxt_switches:")
+
+# A process's files are far smaller than this (status, the largest, ~1.5 KiB).
+_CHUNK = 16384
+
+# Distinct Cpus_allowed_list texts remembered; a node has a handful (one per
+# NUMA node, "all"), so reaching this means something churns: start afresh.
+_CPULISTS_MAX = 256
 
 # The cgroup a container runtime puts a container in: cri-containerd-<id>.scope,
 # docker-<id>.scope, crio-<id>.scope, libpod-<id>.scope (systemd driver), or
@@ -95,11 +109,31 @@ def list_pids(procfs: Path) -> list[int]:
     return sorted(int(e.name) for e in os.scandir(procfs) if e.name.isdigit())
 
 
+def read_text(path: str) -> str:
+    """One of a process's files, whole. As host.files.read_text, less the
+    closing empty read where the first read did not fill the buffer: stat,
+    status, schedstat and cgroup are single-record seq_files, which hand over
+    all they hold in one read, so a short read is their end. One syscall fewer
+    per file, three files per GPU process every poll."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, _CHUNK)
+        if len(data) == _CHUNK:  # there may be more: read on to the end
+            parts = [data]
+            while chunk := os.read(fd, _CHUNK):
+                parts.append(chunk)
+            data = b"".join(parts)
+    finally:
+        os.close(fd)
+    # Names (comm) can hold any bytes: what is not UTF-8 is replaced.
+    return data.decode("utf-8", errors="replace")
+
+
 class _Gone(Exception):
     """The process exited while it was being read."""
 
 
-def _read(path: Path) -> str:
+def _read(path: str) -> str:
     try:
         return read_text(path)
     except FileNotFoundError:
@@ -111,87 +145,148 @@ def _read(path: Path) -> str:
         raise
 
 
-def _optional(base: Path, name: str) -> str | None:
+def _optional(base: str, name: str) -> str | None:
     """A file some kernels lack; None then. Raises _Gone when the process is."""
     try:
-        return _read(base / name)
+        return _read(f"{base}/{name}")
     except _Gone:
-        if not base.exists():
+        if not os.path.exists(base):
             raise
         return None
 
 
-def _status(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key] = value.strip()
-    return out
+def _status_values(text: str) -> list[str | None]:
+    """The values of the status lines used (_STATUS_KEYS order), each from
+    the key's last line, stripped; None for a key not there. A search for the
+    few keys rather than a dict of all ~55 lines: the file is read for every
+    GPU process every poll."""
+    values: list[str | None] = []
+    for key in _STATUS_KEYS:
+        i = text.rfind(key)
+        if i < 0:
+            if not text.startswith(key[1:]):
+                values.append(None)
+                continue
+            i = -1  # on the first line, which has no "\n" before it
+        end = text.find("\n", i + 1)
+        values.append(text[i + len(key):end if end >= 0 else None].strip())
+    return values
+
+
+class ProcessReader:
+    """Reads the processes of one procfs poll after poll, remembering what
+    does not change in a process's life, so that each poll reads and parses
+    only what does.
+
+    A process's cgroup (its container and pod) is set when it starts; it is
+    remembered per process instance, keyed by PID and start time (stat field
+    22), so a PID reused by another process is read afresh and never given
+    the old one's container. ``retain`` forgets the processes no longer
+    listed. Cpus_allowed_list texts are few and repeat across processes:
+    each is parsed once.
+    """
+
+    def __init__(self, procfs: Path | str, clk_tck: int = CLK_TCK,
+                 page_size: int = PAGE_SIZE) -> None:
+        # A string, not a Path: joining and converting Paths was ~15 % of the
+        # processes collector's CPU.
+        self._root = os.fspath(procfs)
+        self._clk_tck = clk_tck
+        self._page_size = page_size
+        self._cgroups: dict[int, tuple[str, tuple[str, str]]] = {}
+        self._cpulists: dict[str, frozenset[int]] = {}
+
+    def read(self, pid: int) -> ProcessInfo | None:
+        """The process's facts, or None when it is gone now. Raises
+        MalformedFile for a file it cannot understand, OSError for one it
+        cannot read."""
+        try:
+            return self._read(f"{self._root}/{pid}", pid)
+        except _Gone:
+            self._cgroups.pop(pid, None)
+            return None
+
+    def retain(self, pids: Iterable[int]) -> None:
+        """Forget the processes not in ``pids`` (keeps memory bounded by the
+        processes listed)."""
+        keep = set(pids)
+        for pid in [p for p in self._cgroups if p not in keep]:
+            del self._cgroups[pid]
+
+    def _cpus(self, base: str, text: str) -> frozenset[int]:
+        cpus = self._cpulists.get(text)
+        if cpus is None:
+            try:
+                cpus = parse_cpulist(text)
+            except ValueError:
+                raise MalformedFile(f"{base}/status", f"Cpus_allowed_list {text!r}") from None
+            if len(self._cpulists) >= _CPULISTS_MAX:
+                self._cpulists.clear()
+            self._cpulists[text] = cpus
+        return cpus
+
+    def _read(self, base: str, pid: int) -> ProcessInfo:
+        stat_path = f"{base}/stat"
+        stat = _read(stat_path)
+        status = _read(f"{base}/status")
+        # comm may contain spaces and parentheses: it ends at the last ")".
+        open_, close = stat.find("("), stat.rfind(")")
+        if open_ < 0 or close < open_:
+            raise MalformedFile(stat_path, "no (comm)")
+        comm = stat[open_ + 1:close]
+        # Only the fields up to rss are used: the ~30 after it are not split off.
+        rest = stat[close + 1:].split(None, _RSS + 1)
+        if len(rest) <= _RSS:
+            raise MalformedFile(stat_path,
+                                f"{len(rest) + 2} fields, expected at least {_RSS + 3}")
+        utime, stime = to_int(stat_path, rest[_UTIME]), to_int(stat_path, rest[_STIME])
+
+        wait: float | None = None
+        schedstat = _optional(base, "schedstat")
+        if schedstat is not None:
+            # cpu time on the CPU (ns), time waiting on a run queue (ns), timeslices
+            fields = schedstat.split(None, 2)
+            if len(fields) < 2:
+                raise MalformedFile(f"{base}/schedstat", "fewer than two fields")
+            wait = to_int(f"{base}/schedstat", fields[1]) / 1e9
+
+        started = rest[_STARTTIME]
+        known = self._cgroups.get(pid)
+        if known is not None and known[0] == started:
+            container, pod = known[1]
+        else:
+            cgroup = _optional(base, "cgroup")
+            container, pod = cgroup_ids(cgroup) if cgroup is not None else ("", "")
+            self._cgroups[pid] = (started, (container, pod))
+
+        threads_text, rss_text, allowed_list, voluntary_text, involuntary_text = (
+            _status_values(status))
+        allowed = self._cpus(base, allowed_list) if allowed_list is not None else None
+        status_path = f"{base}/status"
+        # VmRSS ("<n> kB") is absent for kernel threads and zombies: rss from stat then.
+        rss_kib = rss_text.split(None, 1) if rss_text is not None else None
+        if rss_kib:
+            rss = to_int(status_path, rss_kib[0]) * 1024
+        else:
+            rss = to_int(stat_path, rest[_RSS]) * self._page_size
+        threads = None if threads_text is None else to_int(status_path, threads_text)
+        voluntary = None if voluntary_text is None else to_int(status_path, voluntary_text)
+        involuntary = (None if involuntary_text is None
+                       else to_int(status_path, involuntary_text))
+
+        return ProcessInfo(
+            pid=pid, comm=comm, state=rest[_STATE], ppid=to_int(stat_path, rest[_PPID]),
+            threads=threads if threads is not None else to_int(stat_path, rest[_THREADS]),
+            cpu_seconds=(utime + stime) / self._clk_tck, rss_bytes=rss,
+            voluntary_ctxt_switches=voluntary, involuntary_ctxt_switches=involuntary,
+            run_queue_wait_seconds=wait,
+            cpus_allowed=allowed, cpus_allowed_list=allowed_list,
+            container_id=container, pod_uid=pod)
 
 
 def read_process(procfs: Path, pid: int, clk_tck: int = CLK_TCK,
                  page_size: int = PAGE_SIZE) -> ProcessInfo | None:
     """The process's facts, or None when it is gone now. Raises MalformedFile
-    for a file it cannot understand."""
-    try:
-        return _read_process(procfs / str(pid), pid, clk_tck, page_size)
-    except _Gone:
-        return None
-
-
-def _read_process(base: Path, pid: int, clk_tck: int, page_size: int) -> ProcessInfo:
-    stat_path = base / "stat"
-    stat = _read(stat_path)
-    status = _status(_read(base / "status"))
-    # comm may contain spaces and parentheses: it ends at the last ")".
-    open_, close = stat.find("("), stat.rfind(")")
-    if open_ < 0 or close < open_:
-        raise MalformedFile(stat_path, "no (comm)")
-    comm = stat[open_ + 1:close]
-    rest = stat[close + 1:].split()
-    if len(rest) <= _RSS:
-        raise MalformedFile(stat_path, f"{len(rest) + 2} fields, expected at least {_RSS + 3}")
-    utime, stime = to_int(stat_path, rest[_UTIME]), to_int(stat_path, rest[_STIME])
-
-    wait: float | None = None
-    schedstat = _optional(base, "schedstat")
-    if schedstat is not None:
-        # cpu time on the CPU (ns), time waiting on a run queue (ns), timeslices
-        fields = schedstat.split()
-        if len(fields) < 2:
-            raise MalformedFile(base / "schedstat", "fewer than two fields")
-        wait = to_int(base / "schedstat", fields[1]) / 1e9
-
-    cgroup = _optional(base, "cgroup")
-    container, pod = cgroup_ids(cgroup) if cgroup is not None else ("", "")
-
-    allowed_list = status.get("Cpus_allowed_list")
-    allowed: frozenset[int] | None = None
-    if allowed_list is not None:
-        try:
-            allowed = parse_cpulist(allowed_list)
-        except ValueError:
-            raise MalformedFile(base / "status",
-                                f"Cpus_allowed_list {allowed_list!r}") from None
-
-    status_path = base / "status"
-    rss = status.get("VmRSS", "").split()  # absent for kernel threads and zombies
-    threads = status.get("Threads")
-
-    def count(key: str) -> int | None:
-        value = status.get(key)
-        return None if value is None else to_int(status_path, value)
-
-    return ProcessInfo(
-        pid=pid, comm=comm, state=rest[_STATE], ppid=to_int(stat_path, rest[_PPID]),
-        threads=to_int(status_path, threads) if threads is not None
-        else to_int(stat_path, rest[_THREADS]),
-        cpu_seconds=(utime + stime) / clk_tck,
-        rss_bytes=to_int(status_path, rss[0]) * 1024 if rss
-        else to_int(stat_path, rest[_RSS]) * page_size,
-        voluntary_ctxt_switches=count("voluntary_ctxt_switches"),
-        involuntary_ctxt_switches=count("nonvoluntary_ctxt_switches"),
-        run_queue_wait_seconds=wait,
-        cpus_allowed=allowed, cpus_allowed_list=allowed_list,
-        container_id=container, pod_uid=pod)
+    for a file it cannot understand. Reads every file afresh; a collector that
+    reads the same processes each poll keeps a ProcessReader instead."""
+    return ProcessReader(procfs, clk_tck, page_size).read(pid)
