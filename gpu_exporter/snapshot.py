@@ -80,14 +80,7 @@ class SnapshotBuilder:
             values = tuple(map(str, map(labels.__getitem__, names)))
         except KeyError as exc:
             raise ValueError(f"{name}: missing label {exc}") from None
-        v = float(value)
-        if v != v:
-            # A NaN from a bad read is no value: never export it as if it were one.
-            return
-        samples = self._samples.get(name)
-        if samples is None:
-            samples = self._samples[name] = []
-        samples.append(_new_sample(Sample, (values, v)))
+        self._append(name, values, value)
 
     def add_values(self, name: str, labels: tuple[str, ...], value: float | int | bool,
                    /) -> None:
@@ -101,8 +94,12 @@ class SnapshotBuilder:
         names = _LABEL_NAMES.get(name) or _label_names(name)
         if len(labels) != len(names):
             raise ValueError(f"{name}: {len(labels)} label values for {names}")
+        self._append(name, labels, value)
+
+    def _append(self, name: str, labels: tuple[str, ...], value: float | int | bool) -> None:
         v = float(value)
         if v != v:
+            # A NaN from a bad read is no value: never export it as if it were one.
             return
         samples = self._samples.get(name)
         if samples is None:

@@ -491,11 +491,18 @@ def _field_value_layout() -> struct.Struct | None:
     fv = getattr(pynvml, "c_nvmlFieldValue_t", None)
     if fv is None or not callable(getattr(pynvml, "_nvmlGetFunctionPointer", None)):
         return None
+    return _struct_layout(fv, (("fieldId", 4, ""), ("scopeId", 4, ""),
+                               ("valueType", 4, "I"), ("nvmlReturn", 4, "I"),
+                               ("value", 8, "Q")))
+
+
+def _struct_layout(ctype: Any, members: tuple[tuple[str, int, str], ...]) -> struct.Struct | None:
+    """A struct.Struct reading ``members`` (name, size, struct code; "" to skip)
+    of the ctypes type ``ctype`` at ctypes' own offsets; None where a member is
+    missing, of another size or out of order (another pynvml's layout)."""
     fmt, pos = "=", 0  # native byte order, no implicit padding: offsets come from ctypes
-    for name, size, code in (("fieldId", 4, ""), ("scopeId", 4, ""),
-                             ("valueType", 4, "I"), ("nvmlReturn", 4, "I"),
-                             ("value", 8, "Q")):
-        member = getattr(fv, name, None)
+    for name, size, code in members:
+        member = getattr(ctype, name, None)
         if member is None or member.size != size or member.offset < pos:
             return None
         if code:
@@ -503,7 +510,7 @@ def _field_value_layout() -> struct.Struct | None:
                 fmt += f"{member.offset - pos}x"
             fmt += code
             pos = member.offset + size
-    total = ctypes.sizeof(fv)
+    total = ctypes.sizeof(ctype)
     if total > pos:
         fmt += f"{total - pos}x"
     layout = struct.Struct(fmt)
@@ -627,20 +634,9 @@ def _gpm_layout() -> tuple[int, struct.Struct] | None:
     if (req is None or metric is None or getattr(req, "metrics", None) is None
             or not callable(getattr(pynvml, "_nvmlGetFunctionPointer", None))):
         return None
-    fmt, pos = "=", 0
-    for name, size, code in (("metricId", 4, "I"), ("nvmlReturn", 4, "I"), ("value", 8, "d")):
-        member = getattr(metric, name, None)
-        if member is None or member.size != size or member.offset < pos:
-            return None
-        if member.offset > pos:
-            fmt += f"{member.offset - pos}x"
-        fmt += code
-        pos = member.offset + size
-    total = ctypes.sizeof(metric)
-    if total > pos:
-        fmt += f"{total - pos}x"
-    layout = struct.Struct(fmt)
-    return (req.metrics.offset, layout) if layout.size == total else None
+    layout = _struct_layout(metric, (("metricId", 4, "I"), ("nvmlReturn", 4, "I"),
+                                     ("value", 8, "d")))
+    return None if layout is None else (req.metrics.offset, layout)
 
 
 _GPM_LAYOUT = _gpm_layout()
