@@ -262,8 +262,7 @@ def test_without_schedstat_the_run_queue_wait_is_unknown() -> None:
     assert p.container_id == CONTAINER
 
 
-def test_only_its_own_files_are_read_never_cmdline_or_environ(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = procs.read_text
 
@@ -272,6 +271,12 @@ def test_only_its_own_files_are_read_never_cmdline_or_environ(
         return real(path)
 
     monkeypatch.setattr(procs, "read_text", recording)
+    return seen
+
+
+def test_only_its_own_files_are_read_never_cmdline_or_environ(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _recorded(monkeypatch)
     assert procs.read_process(NORMAL, 24100) is not None
     assert set(seen) == {"stat", "status", "schedstat", "cgroup"}
 
@@ -292,17 +297,6 @@ def test_a_status_key_on_the_first_line_is_found(tmp_path: Path) -> None:
     with pytest.raises(MalformedFile, match="Cpus_allowed_list"):
         procs.read_process(tmp_path, 24100)
 
-
-def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    real = procs.read_text
-
-    def recording(path: str) -> str:
-        seen.append(os.path.basename(path))
-        return real(path)
-
-    monkeypatch.setattr(procs, "read_text", recording)
-    return seen
 
 
 def _restart(base: Path, starttime: str, cgroup: str) -> None:

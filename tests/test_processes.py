@@ -37,12 +37,17 @@ def test_healthy_shows_each_gpus_training_process_with_host_side() -> None:
     assert all(r.cpu_ratio is not None and 1.1 < r.cpu_ratio < 1.3 for r in readings)
 
 
+def _one_exits(pid: int, at: str) -> Scenario:
+    """Two processes on one GPU: ``pid`` exits at ``at``, ``pid + 1`` stays."""
+    return Scenario(name="exit", node={"gpus": 1}, state={"utilization": 0.9},
+                    processes=[{"pid": pid, "comm": "short", "gpus": [0],
+                                "gpu_memory_ratio": 0.2, "exits_at": at},
+                               {"pid": pid + 1, "comm": "long", "gpus": [0],
+                                "gpu_memory_ratio": 0.1}])
+
+
 def test_a_process_that_exits_is_gone_from_the_next_poll() -> None:
-    scenario = Scenario(name="exit", node={"gpus": 1}, state={"utilization": 0.9},
-                        processes=[{"pid": 500, "comm": "short", "gpus": [0],
-                                    "gpu_memory_ratio": 0.2, "exits_at": "5s"},
-                                   {"pid": 501, "comm": "long", "gpus": [0],
-                                    "gpu_memory_ratio": 0.1}])
+    scenario = _one_exits(500, "5s")
     with SimRun(scenario) as run:
         assert ("0", "500") in procs(run.poll(4), "gpu_process_memory_used_bytes")
         snap = run.poll(1)
@@ -123,11 +128,7 @@ def test_a_reused_pid_in_another_container_gets_its_own_container_id() -> None:
 
 
 def test_what_is_remembered_of_an_exited_process_goes() -> None:
-    scenario = Scenario(name="exit", node={"gpus": 1}, state={"utilization": 0.9},
-                        processes=[{"pid": 820, "comm": "short", "gpus": [0],
-                                    "gpu_memory_ratio": 0.2, "exits_at": "3s"},
-                                   {"pid": 821, "comm": "long", "gpus": [0],
-                                    "gpu_memory_ratio": 0.1}])
+    scenario = _one_exits(820, "3s")
     with SimRun(scenario) as run:
         run.poll(2)
         collector = _collector(run)
