@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 # Settings a reload cannot apply to a running exporter: they take effect at the
 # next start. (The web config file's contents are re-read on SIGHUP as well.)
 RESTART_SETTINGS = ("web", "path", "simulate", "baseline_file")
+# How often the main thread looks for a signal a handler noted.
+SIGNAL_CHECK_S = 0.2
 
 
 class Exporter:
@@ -246,11 +248,15 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
                     "user (see docs/deploy.md)")
     exporter = Exporter(settings, simulation)
     exporter.bind(web_config)
-    stop = threading.Event()
+    # Signal handlers only note the signal; the main thread acts on it. A
+    # handler runs between two bytecodes of the main thread, which may hold any
+    # lock at that moment: an Event.set() from a handler interrupting the main
+    # thread's own Event.wait() deadlocked on the Event's lock (SIGINT left the
+    # exporter running). Logging and starting threads take locks too.
+    pending: list[int] = []
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s, shutting down", signal.Signals(signum).name)
-        stop.set()
+    def note(signum: int, frame: FrameType | None) -> None:
+        pending.append(signum)
 
     def reload() -> None:
         if load_settings is not None:
@@ -258,22 +264,26 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
         if web_config is not None:
             web_config.reload("SIGHUP")
 
-    def on_hangup(signum: int, frame: FrameType | None) -> None:
-        # Without a handler SIGHUP would end the process (`systemctl reload`).
-        # The reload runs off the signal handler: it reads files and may hash.
-        log.info("received SIGHUP; %s", "reloading the configuration and the web config file"
-                 if web_config is not None else
-                 "no --web.config.file to reload; reloading the configuration")
-        threading.Thread(target=reload, name="config-reload", daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_hangup)
+    signal.signal(signal.SIGTERM, note)
+    signal.signal(signal.SIGINT, note)
+    # Without a handler SIGHUP would end the process (`systemctl reload`).
+    signal.signal(signal.SIGHUP, note)
     exporter.start()
     log.info("listening on %s (%s), metrics at %s", settings.web.listen_address,
              "https" if web_config is not None and web_config.active.tls else "http",
              settings.web.telemetry_path)
-    stop.wait()
+    while True:
+        while not pending:
+            time.sleep(SIGNAL_CHECK_S)  # holds no lock while a handler may run
+        signum = pending.pop(0)
+        if signum != signal.SIGHUP:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            break
+        # The reload runs off the main thread: it reads files and may hash.
+        log.info("received SIGHUP; %s", "reloading the configuration and the web config file"
+                 if web_config is not None else
+                 "no --web.config.file to reload; reloading the configuration")
+        threading.Thread(target=reload, name="config-reload", daemon=True).start()
     exporter.stop()
     log.info("stopped")
     _leave_stuck_calls_behind()

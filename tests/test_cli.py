@@ -44,6 +44,30 @@ def test_simulated_node_serves_and_stops_cleanly_on_sigterm() -> None:
     assert "shutting down" in proc.stderr.read()  # type: ignore[union-attr]
 
 
+def test_ctrl_c_stops_it_even_in_a_burst_of_signals() -> None:
+    """Ctrl-C (SIGINT), pressed while reloads (SIGHUP) arrive: status 0 within
+    5 s. A handler that set an Event deadlocked when it interrupted the main
+    thread waiting on that same Event."""
+    port = free_port()
+    proc = start(["--simulate", "healthy", "--web.listen-address", f"127.0.0.1:{port}"])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready")
+        for _ in range(20):
+            proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=10)
+        assert time.monotonic() - t0 < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0
+    log = proc.stderr.read()  # type: ignore[union-attr]
+    assert "received SIGINT, shutting down" in log
+    assert "Traceback" not in log
+
+
 def _nvml_loadable() -> bool:
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
