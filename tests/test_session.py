@@ -102,10 +102,14 @@ def test_a_poll_that_hangs_is_given_up_on_and_its_thread_touches_nothing_after()
 
 def test_guarded_polls_share_one_thread_and_hand_back_errors() -> None:
     session, gpu = _guarded_session(timeout=5.0)
-    threads_before = threading.active_count()
+    # Compare thread objects, not counts: a thread left by an earlier test may
+    # end at any moment and must not change what this test sees.
+    threads_before = set(threading.enumerate())
     names = {session.guarded(lambda: threading.current_thread().name) for _ in range(50)}
     assert names == {"nvml-poll-1"}
-    assert threading.active_count() == threads_before + 1
+    started = set(threading.enumerate()) - threads_before
+    assert [t.name for t in started] == ["nvml-poll-1"]
+    (poll_thread,) = started
 
     def failing() -> None:
         raise ValueError("a collector bug")
@@ -113,11 +117,10 @@ def test_guarded_polls_share_one_thread_and_hand_back_errors() -> None:
     with pytest.raises(ValueError, match="a collector bug"):
         session.guarded(failing)
     assert session.guarded(lambda: session.run(gpu, lambda: 7)) == 7  # still usable
+    assert set(threading.enumerate()) - threads_before == {poll_thread}
     session.close()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and threading.active_count() > threads_before:
-        time.sleep(0.01)
-    assert threading.active_count() == threads_before  # the idle thread ends on close
+    poll_thread.join(timeout=5)
+    assert not poll_thread.is_alive()  # the idle thread ends on close
 
 
 def test_without_a_timeout_polls_run_inline() -> None:
