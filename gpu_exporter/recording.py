@@ -106,14 +106,22 @@ class Recorder:
         if where is None or not isinstance(result, dict):
             return
         gpu, gi = where
-        names = {c.GPM_SM_UTIL: "sm_active", c.GPM_SM_OCCUPANCY: "sm_occupancy",
-                 c.GPM_ANY_TENSOR_UTIL: "tensor_active", c.GPM_DRAM_BW_UTIL: "dram_active"}
+        # metric -> (scenario rate, scale from GPM's unit): percentages become
+        # ratios; PCIe MiB/s become the byte rate that drives the counters, so a
+        # replay computes the same GPM PCIe rates even though the PCIe byte
+        # counters themselves are read (and recorded) only every few polls.
+        names = {c.GPM_SM_UTIL: ("sm_active", 0.01), c.GPM_SM_OCCUPANCY: ("sm_occupancy", 0.01),
+                 c.GPM_ANY_TENSOR_UTIL: ("tensor_active", 0.01),
+                 c.GPM_DRAM_BW_UTIL: ("dram_active", 0.01),
+                 c.GPM_PCIE_TX_PER_SEC: ("pcie_tx_bytes_per_s", 1024.0 * 1024.0),
+                 c.GPM_PCIE_RX_PER_SEC: ("pcie_rx_bytes_per_s", 1024.0 * 1024.0)}
         g = self.gpus.setdefault(gpu, {"errors": {}, "lost": False})
         for mid, value in result.items():
             if mid not in names or isinstance(value, NvmlError):
                 continue
             if gi is None:
-                g.setdefault("rates", {})[names[mid]] = value / 100.0
+                name, scale = names[mid]
+                g.setdefault("rates", {})[name] = value * scale
             elif mid == c.GPM_SM_UTIL:
                 for inst in g.get("mig", {}).values():
                     if inst.get("gpu_instance") == gi:

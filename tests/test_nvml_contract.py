@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -326,3 +327,33 @@ def test_gpm_metrics_decode_like_pynvml(
     assert list(fast) == ids
     assert fast[999][:2] == ("error", Return.NOT_SUPPORTED)  # type: ignore[index]
     assert all(isinstance(fast[m], float) for m in ids if m != 999)
+
+
+def test_sample_buffers_answer_as_a_real_h100s_do() -> None:
+    """Measured on an H100 80GB HBM3 (driver 580.159.04): power sampled every
+    20 ms, 119 kept; utilization every 200 ms, 71 kept; lastSeen is exclusive
+    (NOT_FOUND when nothing is newer); clock samples NOT_FOUND, module power
+    INVALID_ARGUMENT; an unsigned-int sample leaves garbage in the union's
+    upper half, so only the member the value type names may be read."""
+    with SimRun("healthy") as run:
+        run.poll(30)
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for kind, period_us, kept in ((0, 20_000, 119), (1, 200_000, 71)):
+            vtype, samples = pynvml.nvmlDeviceGetSamples(h, kind, 0)
+            stamps = [s.timeStamp for s in samples]
+            assert vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            assert len(samples) == kept
+            assert {b - a for a, b in itertools.pairwise(stamps)} == {period_us}
+            assert all(s.sampleValue.ullVal >> 32 for s in samples)  # upper half not zeroed
+            with pytest.raises(pynvml.NVMLError) as exc:
+                pynvml.nvmlDeviceGetSamples(h, kind, max(stamps))
+            assert exc.value.value == Return.NOT_FOUND
+        _, util = pynvml.nvmlDeviceGetSamples(h, 1, 0)
+        assert all(80 <= s.sampleValue.uiVal <= 100 for s in util)
+        for kind in (2, 3, 4):
+            assert pynvml.nvmlDeviceGetSamples(h, kind, 0)[1]
+        for kind, code in ((5, Return.NOT_FOUND), (6, Return.NOT_FOUND),
+                           (7, Return.INVALID_ARGUMENT)):
+            with pytest.raises(pynvml.NVMLError) as exc:
+                pynvml.nvmlDeviceGetSamples(h, kind, 0)
+            assert exc.value.value == code, kind

@@ -33,14 +33,17 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_mig_dram_active_ratio", "gauge",
        "GPM memory bandwidth use of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
     _m("gpu_utilization_samples_ratio", "gauge",
-       "Minimum, mean and maximum of NVML's sub-second GPU utilization samples since the last "
-       "poll: a wide min-max spread with a moderate mean means bursty input.",
+       "Minimum, mean and maximum of NVML's sub-second GPU utilization samples (taken every "
+       "200 ms) since the last read, every 5 s: a wide min-max spread with a moderate mean "
+       "means bursty input.",
        (*GPU, "stat"), "samples"),
     _m("gpu_power_samples_watts", "gauge",
-       "Minimum, mean and maximum of NVML's sub-second power samples since the last poll.",
+       "Minimum, mean and maximum of NVML's sub-second power samples (taken every 20 ms) "
+       "since the last poll.",
        (*GPU, "stat"), "samples"),
     _m("gpu_sm_clock_samples_hertz", "gauge",
-       "Minimum, mean and maximum of NVML's sub-second SM clock samples since the last poll.",
+       "Minimum, mean and maximum of NVML's sub-second SM clock samples since the last read, "
+       "every 5 s (absent where the driver keeps none, as on H100).",
        (*GPU, "stat"), "samples"),
     _m("gpu_xid_errors_total", "counter",
        "Xid errors the driver reported for the GPU since the exporter started, by Xid code "

@@ -16,8 +16,9 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_process_memory_used_bytes", "gauge",
        "GPU memory the process holds on this GPU, from NVML.", PROC, "processes"),
     _m("gpu_process_sm_utilization_ratio", "gauge",
-       "Share of the interval since the last poll in which the process ran kernels on this "
-       "GPU, from NVML's per-process samples (0 when it ran none).", PROC, "processes"),
+       "Share of the time since the last read (every 5 s) in which the process ran kernels "
+       "on this GPU, from NVML's per-process samples (0 when it ran none).", PROC,
+       "processes"),
     _m("gpu_process_cpu_seconds_total", "counter",
        "CPU time (user + system) the process has used, from /proc/PID/stat.", PROC,
        "processes"),

@@ -89,6 +89,10 @@ def _merge(entries: list[ProcessEntry]) -> list[_Listed]:
     return list(merged.values())
 
 
+# Seconds between reads of NVML's per-process utilization samples (see
+# ProcessesCollector._attribute_sm).
+PROCESS_SAMPLES_EVERY_S = 5.0
+
 class ProcessesCollector(Collector):
     name = "processes"
     description = "GPU processes with their GPU memory and SM use, joined with /proc"
@@ -101,6 +105,8 @@ class ProcessesCollector(Collector):
         self.max_per_gpu = max_per_gpu
         self._mono = monotonic
         self._last_seen_us: dict[int, int] = {}
+        # gpu index -> (when its process samples were read, pid -> SM ratio)
+        self._sm: dict[int, tuple[float, dict[int, float]]] = {}
         # pid -> (time, cpu seconds, run-queue wait seconds) at the previous poll
         self._prev: dict[int, tuple[float, float, float | None]] = {}
         self._dropped: dict[int, int] = {}
@@ -119,19 +125,40 @@ class ProcessesCollector(Collector):
         entries += gpu.read("processes_compute", device.compute_processes) or []
         entries += gpu.read("processes_graphics", device.graphics_processes) or []
         listed = _merge(entries)
+        if listed:
+            self._attribute_sm(gpu, device, listed)
+        found[gpu.index] = listed
+
+    def _attribute_sm(self, gpu: Gpu, device: Device, listed: list[_Listed]) -> None:
+        """Each listed process's SM utilization, the mean of its samples since the
+        last read. A read costs 2-2.4 ms of CPU on an H100 (driver 580.159.04)
+        whether or not it finds samples, and the driver keeps one sample per
+        process a second with a buffer that outlasts the cadence: it is read
+        every PROCESS_SAMPLES_EVERY_S, at once when a process without a value
+        appears, and never on a GPU with no processes."""
+        now = self.session.now()
+        held = self._sm.get(gpu.index)
+        if (held is not None and now - held[0] < PROCESS_SAMPLES_EVERY_S
+                and all(p.pid in held[1] for p in listed)):
+            for p in listed:
+                p.sm_ratio = held[1][p.pid]
+            return
         samples = gpu.read("process_samples", device.process_samples,
                            self._last_seen_us.get(gpu.index, 0))
-        if samples is not None:
-            if samples:
-                self._last_seen_us[gpu.index] = max(s.timestamp_us for s in samples)
-            per_pid: dict[int, list[float]] = {}
-            for s in samples:
-                per_pid.setdefault(s.pid, []).append(s.sm_ratio)
-            for p in listed:
-                values = per_pid.get(p.pid)
-                # No new sample: the process ran no kernel since the last poll.
-                p.sm_ratio = sum(values) / len(values) if values else 0.0
-        found[gpu.index] = listed
+        if samples is None:
+            self._sm.pop(gpu.index, None)
+            return
+        if samples:
+            self._last_seen_us[gpu.index] = max(s.timestamp_us for s in samples)
+        per_pid: dict[int, list[float]] = {}
+        for s in samples:
+            per_pid.setdefault(s.pid, []).append(s.sm_ratio)
+        ratios = {}
+        for p in listed:
+            values = per_pid.get(p.pid)
+            # No new sample: the process ran no kernel since the last read.
+            p.sm_ratio = ratios[p.pid] = sum(values) / len(values) if values else 0.0
+        self._sm[gpu.index] = (now, ratios)
 
     def collect(self, out: SnapshotBuilder) -> None:
         readings: list[ProcessReading] = []

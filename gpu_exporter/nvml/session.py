@@ -295,6 +295,10 @@ class NvmlSession:
             return True
 
     # --- guarded reads ------------------------------------------------------
+    def now(self) -> float:
+        """The session's monotonic clock (virtual under a simulated clock)."""
+        return self._clock()
+
     def begin_poll(self) -> None:
         """GPUs whose stuck call has returned since are usable again."""
         with self._guard:

@@ -3,49 +3,27 @@ the optional latency model of the simulator (``SimulatedNode(latency_us=...)``,
 ``benchmarks/run.py --latency``).
 
 Without it a simulated call costs what a Python callback costs (a few
-microseconds), far less than the real library, which answers most queries
-through an ioctl into the kernel driver and, on GSP-based drivers (Turing and
-newer with the open or GSP firmware path), an RPC to the GPU's own processor.
+microseconds). The figures below were measured with
+``benchmarks/measure_nvml.py`` and a call-by-call log of the exporter's polls
+on an NVIDIA H100 80GB HBM3, driver 580.159.04 (CUDA 13.0), nvidia-ml-py
+13.615.71, in a virtual machine with the GPU passed through: the median of
+10-200 calls through pynvml, idle and under a bf16 matrix-multiply load (the
+range is given where the two differ). Calls answered from the driver's cached
+state cost 1-10 us; a few cost milliseconds, and burn that time on the CPU
+(process CPU per call was at least the wall time):
 
-Where the figures come from. No GPU was available where this table was written,
-so **most figures are estimates**; each entry says which. Measured or documented
-sources:
+* nvmlDeviceGetTotalEnergyConsumption: 2.8-3.2 ms (3.8-4.2 ms of CPU); the
+  field-value route (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) costs the same.
+* nvmlDeviceGetProcessUtilization: 2.0-2.4 ms, also when it finds nothing.
+* nvmlDeviceGetSamples: 1.9-2.8 ms for the utilization buffers, 0.3-0.5 ms
+  for the power buffer; the table holds the utilization figure.
+* nvmlDeviceGetApplicationsClock 0.85 ms, nvmlDeviceGetMaxClockInfo 1.4-1.8
+  ms, nvmlDeviceGetTemperatureThreshold 0.3-2.5 ms (read once, at discovery).
+* PCIe byte counters in a field-value batch: 0.1-0.3 ms each (the field's own
+  latencyUsec); memory temperature and power fields: ~10 us.
 
-* NVIDIA's NVML reference for ``nvmlDeviceGetPcieThroughput``: the function
-  "is querying a byte counter over a 20ms interval" — it blocks 20 ms per call.
-* wookayin/gpustat issue #76: ``nvmlDeviceGetPowerUsage`` called in a tight
-  loop through pynvml answered about 2,743 times a second on a Tesla K40m,
-  i.e. ~365 us per call including pynvml's Python overhead.
-* influxdata/telegraf issue #8534: ``nvidia-smi -q -x`` on an 8-GPU node takes
-  0.59 s (0.09 s of it system CPU) for some hundred queries per GPU, i.e. on
-  the order of 0.5 ms a query with process start-up included; a 7-field
-  ``--query-gpu`` run takes 71 ms.
-* XuehaiPan/nvitop issue #65: the maintainer declines sub-second refresh
-  because "the latency from the NVML API call is relatively high".
-* NVIDIA's driver persistence docs: without persistence mode, initialising a
-  GPU costs 1-3 s (ECC scrubbing); ``nvmlInit`` is therefore not modelled (it
-  is paid once at start, not per poll).
-
-Estimates are grouped by how the driver answers:
-
-* identity read at discovery (name, UUID, serial, PCI info, VBIOS,
-  architecture, thresholds, maxima): NVML caches these in user space after
-  the first query; 5 us (estimate).
-* one RM control ioctl returning a few integers (utilization, clocks, P-state,
-  link state, temperature, throttle reasons, ECC mode...): 50 us (estimate,
-  the typical cost of a small ioctl round trip into the NVIDIA driver with GSP
-  firmware answering from its cached state).
-* power: 365 us, the one measured per-call figure above (K40m; newer boards
-  read power through the PMU/GSP and are unlikely to be cheaper).
-* reads that copy a buffer (process lists, per-process utilization samples,
-  sub-second samples, field value batches, ECC/row-remap counters from the
-  InfoROM): 100-200 us (estimate).
-* GPM samples: the driver copies a multi-kilobyte sample from the GPU: 500 us
-  (estimate).
-
-Replace these with measured figures when a GPU is at hand:
-``benchmarks/measure_nvml.py`` prints the same table measured on the real
-library.
+NVLink calls could not be measured (no NVLink in that machine) and keep
+estimates; nvmlGpmMetricsGet is computed on the CPU from two samples.
 """
 
 from __future__ import annotations
@@ -59,78 +37,79 @@ class CallCost:
     source: str  # "measured", "documented" or "estimate", with the reference
 
 
-_CACHED = CallCost(5, "estimate: static identity, cached by NVML after discovery")
-_IOCTL = CallCost(50, "estimate: one small RM control ioctl")
-_BUFFER = CallCost(120, "estimate: a read that copies a buffer from the driver")
-_SAMPLES = CallCost(200, "estimate: the driver's sample ring buffer is copied out")
+_H100 = "measured: H100 80GB HBM3, driver 580.159.04"
+
+
+def _m(us: float, note: str = "") -> CallCost:
+    return CallCost(us, f"{_H100}{'; ' + note if note else ''}")
+
+
+_NVLINK = CallCost(50, "estimate: one small RM control ioctl (no NVLink where measured)")
 
 COSTS: dict[str, CallCost] = {
-    # discovery and identity
-    "nvmlDeviceGetCount_v2": _CACHED,
-    "nvmlDeviceGetHandleByIndex_v2": _CACHED,
-    "nvmlDeviceGetName": _CACHED,
-    "nvmlDeviceGetUUID": _CACHED,
-    "nvmlDeviceGetSerial": _CACHED,
-    "nvmlDeviceGetVbiosVersion": _CACHED,
-    "nvmlDeviceGetPciInfo_v3": _CACHED,
-    "nvmlDeviceGetArchitecture": _CACHED,
-    "nvmlDeviceGetCudaComputeCapability": _CACHED,
-    "nvmlSystemGetDriverVersion": _CACHED,
-    "nvmlSystemGetNVMLVersion": _CACHED,
-    "nvmlSystemGetCudaDriverVersion": _CACHED,
-    "nvmlDeviceGetTemperatureThreshold": _CACHED,
-    "nvmlDeviceGetMaxClockInfo": _CACHED,
-    "nvmlDeviceGetMaxPcieLinkGeneration": _CACHED,
-    "nvmlDeviceGetMaxPcieLinkWidth": _CACHED,
-    "nvmlDeviceGetPowerManagementDefaultLimit": _CACHED,
-    "nvmlDeviceGetDefaultApplicationsClock": _CACHED,
-    "nvmlDeviceGetSupportedClocksEventReasons": _CACHED,
-    "nvmlDeviceGetNumFans": _CACHED,
-    "nvmlDeviceGetMaxMigDeviceCount": _CACHED,
-    "nvmlDeviceGetSupportedEventTypes": _CACHED,
-    "nvmlDeviceGetMigDeviceHandleByIndex": _CACHED,
-    "nvmlDeviceGetGpuInstanceId": _CACHED,
-    "nvmlDeviceGetComputeInstanceId": _CACHED,
-    "nvmlGpmQueryDeviceSupport": _CACHED,
-    # one ioctl for a few integers
-    "nvmlDeviceGetUtilizationRates": _IOCTL,
-    "nvmlDeviceGetMemoryInfo": _IOCTL,
-    "nvmlDeviceGetMemoryInfo_v2": _IOCTL,
-    "nvmlDeviceGetTemperature": _IOCTL,
-    "nvmlDeviceGetEnforcedPowerLimit": _IOCTL,
-    "nvmlDeviceGetPowerManagementLimit": _IOCTL,
-    "nvmlDeviceGetTotalEnergyConsumption": _IOCTL,
-    "nvmlDeviceGetClockInfo": _IOCTL,
-    "nvmlDeviceGetApplicationsClock": _IOCTL,
-    "nvmlDeviceGetPerformanceState": _IOCTL,
-    "nvmlDeviceGetCurrentClocksEventReasons": _IOCTL,
-    "nvmlDeviceGetFanSpeed_v2": _IOCTL,
-    "nvmlDeviceGetCurrPcieLinkGeneration": _IOCTL,
-    "nvmlDeviceGetCurrPcieLinkWidth": _IOCTL,
-    "nvmlDeviceGetPcieReplayCounter": _IOCTL,
-    "nvmlDeviceGetEccMode": _IOCTL,
-    "nvmlDeviceGetPersistenceMode": _IOCTL,
-    "nvmlDeviceGetMigMode": _IOCTL,
-    "nvmlDeviceGetNvLinkState": _IOCTL,
-    "nvmlDeviceGetNvLinkErrorCounter": _IOCTL,
-    "nvmlDeviceRegisterEvents": _IOCTL,
-    # measured
-    "nvmlDeviceGetPowerUsage": CallCost(
-        365, "measured: ~2,743 calls/s through pynvml on a Tesla K40m (gpustat #76)"),
-    # buffers
-    "nvmlDeviceGetTotalEccErrors": _BUFFER,
-    "nvmlDeviceGetRemappedRows": _BUFFER,
-    "nvmlDeviceGetFieldValues": _BUFFER,
-    "nvmlDeviceGetComputeRunningProcesses_v3": _BUFFER,
-    "nvmlDeviceGetGraphicsRunningProcesses_v3": _BUFFER,
-    "nvmlDeviceGetProcessUtilization": _SAMPLES,
-    "nvmlDeviceGetSamples": _SAMPLES,
-    "nvmlGpmSampleGet": CallCost(500, "estimate: a GPM sample is copied from the GPU"),
-    "nvmlGpmMigSampleGet": CallCost(500, "estimate: a GPM sample is copied from the GPU"),
+    # discovery and identity (once per GPU, or every few minutes)
+    "nvmlDeviceGetCount_v2": _m(17),
+    "nvmlDeviceGetHandleByIndex_v2": _m(6400, "first call; later calls are cached"),
+    "nvmlDeviceGetName": _m(23),
+    "nvmlDeviceGetUUID": _m(59),
+    "nvmlDeviceGetSerial": _m(72),
+    "nvmlDeviceGetVbiosVersion": _m(18),
+    "nvmlDeviceGetPciInfo_v3": _m(26),
+    "nvmlDeviceGetArchitecture": _m(8),
+    "nvmlDeviceGetCudaComputeCapability": _m(8),
+    "nvmlSystemGetDriverVersion": _m(84),
+    "nvmlSystemGetNVMLVersion": _m(40, "as the driver version"),
+    "nvmlSystemGetCudaDriverVersion": _m(43),
+    "nvmlDeviceGetTemperatureThreshold": _m(600, "0.3-2.5 ms by threshold"),
+    "nvmlDeviceGetMaxClockInfo": _m(1600, "1.4-1.8 ms"),
+    "nvmlDeviceGetMaxPcieLinkGeneration": _m(14),
+    "nvmlDeviceGetMaxPcieLinkWidth": _m(47),
+    "nvmlDeviceGetPowerManagementDefaultLimit": _m(7),
+    "nvmlDeviceGetDefaultApplicationsClock": _m(950, "0.83-1.08 ms"),
+    "nvmlDeviceGetSupportedClocksEventReasons": _m(16),
+    "nvmlDeviceGetNumFans": _m(395),
+    "nvmlDeviceGetMaxMigDeviceCount": CallCost(5, "estimate: static (MIG off where measured)"),
+    "nvmlDeviceGetSupportedEventTypes": _m(15),
+    "nvmlDeviceGetMigDeviceHandleByIndex": CallCost(5, "estimate: static"),
+    "nvmlDeviceGetGpuInstanceId": CallCost(5, "estimate: static"),
+    "nvmlDeviceGetComputeInstanceId": CallCost(5, "estimate: static"),
+    "nvmlGpmQueryDeviceSupport": _m(17),
+    "nvmlDeviceRegisterEvents": _m(1800),
+    # every poll, answered from the driver's state
+    "nvmlDeviceGetUtilizationRates": _m(2, "1.0-1.9 us"),
+    "nvmlDeviceGetMemoryInfo": _m(8, "as _v2"),
+    "nvmlDeviceGetMemoryInfo_v2": _m(8, "6-10 us"),
+    "nvmlDeviceGetTemperature": _m(2.4),
+    "nvmlDeviceGetEnforcedPowerLimit": _m(1.9),
+    "nvmlDeviceGetPowerManagementLimit": _m(1.9, "as the enforced limit"),
+    "nvmlDeviceGetPowerUsage": _m(1.5, "1.1-1.9 us"),
+    "nvmlDeviceGetClockInfo": _m(2.2),
+    "nvmlDeviceGetPerformanceState": _m(2.0),
+    "nvmlDeviceGetCurrentClocksEventReasons": _m(2.1),
+    "nvmlDeviceGetCurrPcieLinkGeneration": _m(2.0),
+    "nvmlDeviceGetCurrPcieLinkWidth": _m(30, "27-35 us"),
+    "nvmlDeviceGetTotalEccErrors": _m(3.2),
+    "nvmlDeviceGetRemappedRows": _m(3.1),
+    "nvmlDeviceGetPersistenceMode": _m(7.0),
+    "nvmlDeviceGetFieldValues": _m(15, "13-27 us for 3 power fields; PCIe byte counters "
+                                       "add 0.1-0.3 ms each, energy 3 ms"),
+    "nvmlDeviceGetComputeRunningProcesses_v3": _m(20, "10 us idle, 29 us with a process"),
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": _m(10),
+    "nvmlGpmSampleGet": _m(65, "52-78 us"),
+    "nvmlGpmMigSampleGet": _m(65, "as nvmlGpmSampleGet"),
     "nvmlGpmMetricsGet": CallCost(20, "estimate: computed on the CPU from two samples"),
-    # documented
-    "nvmlDeviceGetPcieThroughput": CallCost(
-        20_000, "documented: samples a byte counter over 20 ms (NVML reference)"),
+    # costly: read on a slower cadence by the collectors
+    "nvmlDeviceGetTotalEnergyConsumption": _m(3000, "2.8-3.2 ms, 3.8-4.2 ms of CPU"),
+    "nvmlDeviceGetProcessUtilization": _m(2200, "2.0-2.4 ms, also when empty"),
+    "nvmlDeviceGetSamples": _m(2300, "utilization types 1.9-2.8 ms; power 0.3-0.5 ms"),
+    "nvmlDeviceGetApplicationsClock": _m(850),
+    "nvmlDeviceGetPcieReplayCounter": _m(150, "137-161 us"),
+    "nvmlDeviceGetEccMode": _m(130, "120-144 us"),
+    "nvmlDeviceGetMigMode": _m(140, "127-146 us"),
+    "nvmlDeviceGetFanSpeed_v2": CallCost(50, "estimate: no fan on the board measured"),
+    "nvmlDeviceGetNvLinkState": _NVLINK,
+    "nvmlDeviceGetNvLinkErrorCounter": _NVLINK,
+    "nvmlDeviceGetPcieThroughput": _m(20_870, "blocks 20 ms by design (NVML reference)"),
 }
 
 # Per-call latency in microseconds, the shape SimulatedNode(latency_us=...) takes.

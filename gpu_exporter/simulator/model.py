@@ -81,6 +81,9 @@ class DeviceProfile(_Strict):
     unsupported_fields: list[int] = Field(default_factory=list)
     ecc: bool = True
     gpm: bool = False  # GPU Performance Monitoring (Hopper and newer)
+    # Whether nvmlDeviceGetSamples fills the SM/memory clock buffers; an H100
+    # (driver 580.159.04) answers NOT_FOUND for them, always.
+    clock_samples: bool = True
     nvlinks: int = Field(0, ge=0, le=36)
     mig: bool = False
     # nvmlEventType* bits the board supports (Xid 0x8, ECC 0x1/0x2, power source 0x80)

@@ -184,6 +184,9 @@ class GpuState:
     processes: list[GpuProcess] = field(default_factory=list)
     # GPM activity integrals (seconds of activity) and byte counters at t
     gpm: dict[str, float] = field(default_factory=dict)
+    # The PCIe byte counters GPM differences: the integrated ones, also in a
+    # replay, where pcie_tx/rx_bytes hold what the recording last read.
+    gpm_pcie: tuple[int, int] = (0, 0)
     nvlink_up: list[bool] = field(default_factory=list)
     nvlink_errors: list[dict[int, int]] = field(default_factory=list)  # counter id -> count
     nvlink_tx_kib: list[int] = field(default_factory=list)
@@ -210,8 +213,11 @@ NVLINK_COUNTERS = {0: "nvlink_replay_errors_per_s", 1: "nvlink_recovery_errors_p
                    2: "nvlink_crc_errors_per_s"}
 # Per direction and link, a busy NVLink 4 link moves a share of its 25 GB/s.
 _NVLINK_BUSY_BYTES_PER_S = 0.3 * 25e9
-# The driver's sample buffers hold one sample every 1/6 s (utilization, power, clocks).
-SAMPLE_PERIOD_S = 1.0 / 6.0
+# The driver's sample ring buffers, as measured on an H100 80GB HBM3 (driver
+# 580.159.04): power every 20 ms, 119 kept (2.4 s); utilization (GPU, memory,
+# encoder, decoder) every 200 ms, 71 kept (14 s).
+POWER_SAMPLES = (0.02, 119)  # (period in seconds, buffer length)
+UTILIZATION_SAMPLES = (0.2, 71)
 
 
 class World:
@@ -556,6 +562,7 @@ class World:
             processes=procs,
             hangs=dict(c["hangs"]),
             gpm=dict(cnt.gpm),
+            gpm_pcie=(int(cnt.tx), int(cnt.rx)),
             nvlink_up=[link not in down for link in range(links)],
             nvlink_errors=[{cid: int(cnt.nvlink.get((link, f"err{cid}"), 0.0))
                             for cid in NVLINK_COUNTERS} for link in range(links)],
@@ -582,12 +589,17 @@ class World:
             util = min(1.0, max(0.0, util + self._wobble(index, t, 0.015)))
         return util
 
-    def samples(self, index: int, since: float, until: float) -> list[tuple[float, float]]:
-        """(time, utilization) of every driver sample in (since, until]."""
-        k = int(since // SAMPLE_PERIOD_S) + 1
+    def samples(self, index: int, since: float, until: float,
+                buffer: tuple[float, int] = UTILIZATION_SAMPLES) -> list[tuple[float, float]]:
+        """(time, utilization) of every driver sample in (since, until] still in a
+        ring buffer of ``buffer`` = (period, length)."""
+        period, length = buffer
+        # Only the newest ``length`` samples are kept: start no earlier than those.
+        first = max(int(since // period) + 1, int((until + 1e-9) // period) - length + 1, 1)
         out = []
-        while k * SAMPLE_PERIOD_S <= until + 1e-9:
-            t = k * SAMPLE_PERIOD_S
+        k = first
+        while k * period <= until + 1e-9:
+            t = k * period
             out.append((t, self.instant_utilization(index, t)))
             k += 1
-        return out[-120:]  # the driver keeps a bounded ring buffer
+        return out
