@@ -1,0 +1,75 @@
+"""What a real NVIDIA H100 80GB HBM3 (driver 580.159.04) answered, replayed.
+
+The recording was taken with ``gpu-exporter record`` while a bf16 matrix
+multiply held the GPU at its 700 W limit (clocks event reason 0x4, SW power
+cap; SM clock ~1.35 GHz of 1.98 GHz). Replaying it runs the real exporter on
+that board's answers: every value must come out in the metric's base unit,
+and the diagnosis must name the power cap once the window has passed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_exporter.simulator import load_scenario
+from tests.simnode import SimRun
+
+RECORDING = Path(__file__).parent / "fixtures" / "recordings" / "h100-80gb-hbm3-power-capped.yaml"
+
+
+def recorded_at(t: float) -> dict[str, Any]:
+    """GPU 0's answers in effect at scenario time t (later polls carry changes only)."""
+    polls = yaml.safe_load(RECORDING.read_text())["replay"]["polls"]
+    state: dict[str, Any] = {}
+    for i, poll in enumerate(polls):
+        if i and poll["t"] > t + 1e-9:
+            break
+        state.update(poll["gpus"][0])
+    return state
+
+
+def test_a_real_h100s_answers_become_metrics_in_base_units() -> None:
+    with SimRun(load_scenario(str(RECORDING))) as run:
+        snap = run.poll(3)
+    rec, first = recorded_at(3.0), recorded_at(0.0)
+    uuid = rec["uuid"]
+    (info, _), = snap.series("gpu_info")
+    assert info["name"] == "NVIDIA H100 80GB HBM3" and info["uuid"] == uuid
+    assert info["architecture"] == "hopper" and info["compute_capability"] == "9.0"
+    assert info["driver_version"] == "580.159.04" and info["cuda_driver_version"] == "13.0"
+    assert snap.get("gpu_power_watts", gpu="0") == pytest.approx(rec["power_mw"] / 1000)
+    assert snap.get("gpu_power_limit_watts", gpu="0") == 700.0
+    assert snap.get("gpu_clock_hertz", gpu="0", clock="sm") == rec["clocks_mhz"][1] * 1e6
+    assert snap.get("gpu_clock_max_hertz", gpu="0", clock="sm") == 1.98e9
+    assert snap.get("gpu_memory_total_bytes", gpu="0") == 85520809984
+    assert snap.get("gpu_memory_used_bytes", gpu="0") == rec["mem_used"]
+    assert snap.get("gpu_utilization_ratio", gpu="0") == rec["util_pct"] / 100
+    assert snap.get("gpu_temperature_celsius", gpu="0", sensor="memory") == rec["mem_temp_c"]
+    # The energy counter is a slow read (3 ms of CPU a call on this board):
+    # three polls in, it still holds the first poll's value, in joules.
+    assert snap.get("gpu_energy_joules_total", gpu="0") == pytest.approx(
+        first["energy_mj"] / 1000)
+    assert snap.get("gpu_throttle_reason_active", gpu="0", reason="sw_power_cap") == 1.0
+    assert snap.get("gpu_throttle_reason_active", gpu="0", reason="hw_slowdown") == 0.0
+    assert snap.get("gpu_tensor_active_ratio", gpu="0") == pytest.approx(0.93, abs=0.02)
+    assert snap.get("gpu_ecc_enabled", gpu="0") == 1.0
+    assert snap.get("gpu_persistence_mode_enabled", gpu="0") == 1.0
+    assert snap.get("gpu_mig_mode_enabled", gpu="0") == 0.0
+    # This board reports no NVLink (passed through alone): no link series, no error.
+    assert snap.series("gpu_nvlink_link_up") == []
+    assert snap.get("gpu_exporter_collector_success", collector="nvlink") == 1.0
+
+
+def test_a_real_h100_at_its_power_limit_is_diagnosed_as_power_capped() -> None:
+    with SimRun(load_scenario(str(RECORDING))) as run:
+        early = run.poll(10)
+        assert early.get("gpu_diagnosis_active", gpu="0", symptom="throttled_under_load",
+                         cause="power_cap") == 0.0  # not yet held for the 30 s window
+        snap = run.poll(35)
+    active = {(labels["symptom"], labels["cause"])
+              for labels, value in snap.series("gpu_diagnosis_active") if value == 1.0}
+    assert active == {("throttled_under_load", "power_cap")}
