@@ -49,6 +49,7 @@ def calls(h: Any) -> dict[str, Callable[[], object]]:
             lambda: n.nvmlDeviceGetComputeRunningProcesses(h),
         "nvmlDeviceGetProcessUtilization": lambda: n.nvmlDeviceGetProcessUtilization(h, 0),
         "nvmlDeviceGetSamples": lambda: n.nvmlDeviceGetSamples(h, 1, 0),
+        "nvmlDeviceGetSamples (power)": lambda: n.nvmlDeviceGetSamples(h, 0, 0),
         "nvmlDeviceGetMigMode": lambda: n.nvmlDeviceGetMigMode(h),
         "nvmlDeviceGetPcieThroughput": lambda: n.nvmlDeviceGetPcieThroughput(h, 0),
     }
@@ -61,10 +62,10 @@ def measure(fn: Callable[[], object], n: int) -> tuple[float, float, float] | No
         t0 = time.perf_counter()
         try:
             fn()
-        except pynvml.NVMLError:
-            # NOT_FOUND (no samples yet) still costs the call; anything
-            # unsupported on the first try is skipped.
-            if not wall:
+        except pynvml.NVMLError as exc:
+            # NOT_FOUND (no samples, no process) is an answer and costs the
+            # call; anything else on the first try means unsupported.
+            if not wall and exc.value != pynvml.NVML_ERROR_NOT_FOUND:
                 return None
         wall.append(time.perf_counter() - t0)
     cpu = (time.process_time() - c0) / n

@@ -62,3 +62,32 @@ def test_quick_run_on_one_gpu_writes_a_well_formed_table(tmp_path: Path) -> None
     table = [line for line in text.splitlines() if line.startswith("| exporter |")]
     assert table and table[0].count("|") == len(COLUMNS) + 1
     assert "| ours | 1gpu/0p |" in text and "| nvitop | 1gpu/0p |" in text
+
+
+def test_poll_on_gpu_reports_collectors_and_nvml_calls() -> None:
+    """The GPU-node probe runs end to end (here on a simulated node): one row
+    per collector and per pynvml call the polls made, calls counted per poll."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.poll_on_gpu", "--simulate", "healthy",
+         "--polls", "10", "--interval", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("10 polls of 8 GPU(s)")
+    for collector in ("device", "processes", "samples", "gpm", "host", "diagnosis"):
+        assert f"| {collector} |" in out
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip()
+            for line in out.splitlines() if line.startswith("| nvml")}
+    assert rows["nvmlDeviceGetPowerUsage"] == "8.0"  # every poll, every GPU
+    # Read with the slow reads: 8 GPUs every 10 polls.
+    assert rows["nvmlDeviceGetTotalEnergyConsumption"] == "0.8"
+
+
+def test_poll_on_gpu_says_so_when_no_gpu_answers() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.poll_on_gpu", "--polls", "1", "--interval", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/nonexistent"})
+    assert result.returncode == 2
+    assert "poll_on_gpu: no GPU answered through NVML on this node" in result.stderr
+    assert "Traceback" not in result.stderr
