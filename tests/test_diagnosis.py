@@ -99,8 +99,8 @@ def test_an_alternating_condition_does_not_flap() -> None:
     steps = [{"at": f"{t}s", "gpus": [0], "set": {"throttle_reasons": ["sw_power_cap"]
                                                   if (t // 4) % 2 else []}}
              for t in range(0, 120, 4)]
-    scenario = Scenario(name="flap", node={"gpus": 1}, state={"utilization": 0.95},
-                        timeline=steps)
+    scenario = Scenario(name="flap", node={"gpus": 1},
+                        state={"utilization": 0.95, "power_limit_w": 450}, timeline=steps)
     seen = []
     with SimRun(scenario) as run:
         for _ in range(120):
@@ -120,6 +120,9 @@ def _one_gpu(**state: object) -> Scenario:
     _one_gpu(),
     # sw_power_cap on an idle GPU costs nothing: an idle GPU is never "power capped".
     _one_gpu(utilization=0.0, memory_used_ratio=0.0, throttle_reasons=["sw_power_cap"]),
+    # A busy GPU at its default power limit with sw_power_cap on is power-bound
+    # by design (a real H100 under dense tensor work always is), not capped.
+    _one_gpu(throttle_reasons=["sw_power_cap"]),
     # An idle link at Gen1 is power saving, not downtraining.
     _one_gpu(utilization=0.0, memory_used_ratio=0.0, pcie_link_generation=1),
     # A 5 s dip to idle while holding memory is a checkpoint, not a stall.
@@ -130,7 +133,8 @@ def _one_gpu(**state: object) -> Scenario:
     _one_gpu(temperature_c=80),
     # Memory at 94 % is full-ish but not at risk.
     _one_gpu(memory_used_ratio=0.94),
-], ids=["busy-holding-memory", "power-cap-idle", "idle-link-gen1", "brief-dip", "warm",
+], ids=["busy-holding-memory", "power-cap-idle", "power-bound-at-default-limit",
+        "idle-link-gen1", "brief-dip", "warm",
         "memory-94"])
 def test_near_misses_find_nothing(scenario: Scenario) -> None:
     assert findings(run_long_enough(scenario, 60)) == set()

@@ -189,7 +189,23 @@ def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         ev["power_default_limit_watts"] = s.gpu.power_default_limit_watts
     if s.gpu.power_watts is not None:
         ev["power_watts"] = round(s.gpu.power_watts, 1)
-    return Verdict(bool(busy and "sw_power_cap" in reasons and below), ev)
+    # A busy GPU at its board's default limit drawing its rated power is
+    # working as designed: a real H100 under dense tensor work sits at its
+    # 700 W default with sw_power_cap on nearly all the time. Only a limit
+    # below the default (set by an administrator, or out of band by the rack's
+    # power policy: the enforced limit includes both) is a cause to act on.
+    # Where the default is unknown, the cap alone decides, as before.
+    lowered = _limit_lowered(s)
+    ev["power_limit_lowered"] = {True: "yes", False: "no", None: "unknown"}[lowered]
+    return Verdict(bool(busy and "sw_power_cap" in reasons and below and lowered is not False),
+                   ev)
+
+
+def _limit_lowered(s: GpuSignals) -> bool | None:
+    limit, default = s.gpu.power_limit_watts, s.gpu.power_default_limit_watts
+    if limit is None or not default:
+        return None
+    return limit < default - 1.0  # NVML reports milliwatts: a watt of slack
 
 
 @rule("throttled_under_load/thermal")

@@ -90,7 +90,10 @@ ROWS: tuple[Row, ...] = (
         "Escalate to the job owner."),
     Row("throttled_under_load", "power_cap", "warning",
         "Busy GPU held below its clocks by its power limit",
-        "The GPU is busy, sw_power_cap is active and clocks are below their maximum.",
+        "The GPU is busy, sw_power_cap is active, clocks are below their maximum and the "
+        "enforced power limit is below the board's default (lowered by an administrator or "
+        "by the rack's power policy). At the default limit a busy GPU drawing its rated "
+        "power is working as designed and is not reported.",
         "Compare the power limit with the default (nvidia-smi -q -d POWER); restore it with "
         "nvidia-smi -pl if it was lowered by mistake, or check the rack's power policy.",
         ("nvidia-smi -q -d POWER", "nvidia-smi -q -d PERFORMANCE"),
