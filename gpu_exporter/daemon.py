@@ -19,6 +19,7 @@ from gpu_exporter import logs
 from gpu_exporter.collectors import registry as collector_registry
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
@@ -50,6 +51,8 @@ class Exporter:
                  monotonic: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
                  synchronous: bool = False) -> None:
+        # Before this object starts the poll, HTTP and event threads.
+        limit_malloc_arenas()
         self.simulation = simulation
         if simulation is not None:
             simulation.install()
