@@ -357,3 +357,15 @@ def test_sample_buffers_answer_as_a_real_h100s_do() -> None:
             with pytest.raises(pynvml.NVMLError) as exc:
                 pynvml.nvmlDeviceGetSamples(h, kind, 0)
             assert exc.value.value == code, kind
+
+
+def test_the_latency_model_names_real_functions() -> None:
+    """Every row of the latency table is a C function of nvml.h; a row for one
+    sampling type of nvmlDeviceGetSamples names it after a colon."""
+    from gpu_exporter.simulator.latency import COSTS
+
+    for key, cost in COSTS.items():
+        name, _, kind = key.partition(":")
+        assert name in declarations(), key
+        assert not kind or (name == "nvmlDeviceGetSamples" and 0 <= int(kind) <= 6), key
+        assert cost.us > 0 and cost.source.startswith(("measured", "estimate")), key

@@ -194,6 +194,9 @@ class FakeNvmlLibrary:
     def _dispatch(self, name: str, impl: Impl, device: bool, args: tuple[Any, ...]) -> int:
         self.calls[name] += 1
         delay = self.latency_us.get(name)
+        if name == "nvmlDeviceGetSamples" and len(args) > 1:
+            # The power buffer costs a fraction of the others (latency.py).
+            delay = self.latency_us.get(f"{name}:{args[1]}", delay)
         if delay:
             time.sleep(delay / 1e6)
         if self.inject_error is not None:

@@ -16,7 +16,9 @@ state cost 1-10 us; a few cost milliseconds, and burn that time on the CPU
   field-value route (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) costs the same.
 * nvmlDeviceGetProcessUtilization: 2.0-2.4 ms, also when it finds nothing.
 * nvmlDeviceGetSamples: 1.9-2.8 ms for the utilization buffers, 0.3-0.5 ms
-  for the power buffer; the table holds the utilization figure.
+  for the power buffer (``nvmlDeviceGetSamples:0``, the sampling type after
+  the colon). This and nvmlDeviceGetProcessUtilization are two C calls per read
+  through pynvml (size, then data); the table holds half a read per call.
 * nvmlDeviceGetApplicationsClock 0.85 ms, nvmlDeviceGetMaxClockInfo 1.4-1.8
   ms, nvmlDeviceGetTemperatureThreshold 0.3-2.5 ms (read once, at discovery).
 * PCIe byte counters in a field-value batch: 0.1-0.3 ms each (the field's own
@@ -100,8 +102,11 @@ COSTS: dict[str, CallCost] = {
     "nvmlGpmMetricsGet": CallCost(20, "estimate: computed on the CPU from two samples"),
     # costly: read on a slower cadence by the collectors
     "nvmlDeviceGetTotalEnergyConsumption": _m(3000, "2.8-3.2 ms, 3.8-4.2 ms of CPU"),
-    "nvmlDeviceGetProcessUtilization": _m(2200, "2.0-2.4 ms, also when empty"),
-    "nvmlDeviceGetSamples": _m(2300, "utilization types 1.9-2.8 ms; power 0.3-0.5 ms"),
+    # A read of these is two C calls (the size, then the data): the table
+    # holds half of what one read through pynvml measured.
+    "nvmlDeviceGetProcessUtilization": _m(1100, "half of 2.0-2.4 ms a read"),
+    "nvmlDeviceGetSamples": _m(1150, "half of 1.9-2.8 ms a read (utilization buffers)"),
+    "nvmlDeviceGetSamples:0": _m(190, "half of 0.27-0.52 ms a read (power buffer)"),
     "nvmlDeviceGetApplicationsClock": _m(850),
     "nvmlDeviceGetPcieReplayCounter": _m(150, "137-161 us"),
     "nvmlDeviceGetEccMode": _m(130, "120-144 us"),
