@@ -93,6 +93,7 @@ def _merge(entries: list[ProcessEntry]) -> list[_Listed]:
 # ProcessesCollector._attribute_sm).
 PROCESS_SAMPLES_EVERY_S = 5.0
 
+
 class ProcessesCollector(Collector):
     name = "processes"
     description = "GPU processes with their GPU memory and SM use, joined with /proc"
