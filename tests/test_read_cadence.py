@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpu_exporter.collectors.device import SLOW_READ_EVERY_POLLS
-from gpu_exporter.collectors.processes import PROCESS_SAMPLES_EVERY_S
+from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SLOW_READ_EVERY_POLLS
 from tests.simnode import SimRun
 
 POLLS = 30

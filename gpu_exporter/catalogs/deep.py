@@ -3,6 +3,7 @@ NVLink and MIG instances."""
 
 from __future__ import annotations
 
+from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.catalog_types import GPU, Metric
 from gpu_exporter.catalog_types import metric_spec as _m
 
@@ -34,8 +35,8 @@ METRICS: tuple[Metric, ...] = (
        "GPM memory bandwidth use of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
     _m("gpu_utilization_samples_ratio", "gauge",
        "Minimum, mean and maximum of NVML's sub-second GPU utilization samples (taken every "
-       "200 ms) since the last read, every 5 s: a wide min-max spread with a moderate mean "
-       "means bursty input.",
+       f"200 ms) since the last read, every {SAMPLES_EVERY_S:g} s: a wide min-max spread with "
+       "a moderate mean means bursty input.",
        (*GPU, "stat"), "samples"),
     _m("gpu_power_samples_watts", "gauge",
        "Minimum, mean and maximum of NVML's sub-second power samples (taken every 20 ms) "
@@ -43,7 +44,7 @@ METRICS: tuple[Metric, ...] = (
        (*GPU, "stat"), "samples"),
     _m("gpu_sm_clock_samples_hertz", "gauge",
        "Minimum, mean and maximum of NVML's sub-second SM clock samples since the last read, "
-       "every 5 s (absent where the driver keeps none, as on H100).",
+       f"every {SAMPLES_EVERY_S:g} s (absent where the driver keeps none, as on H100).",
        (*GPU, "stat"), "samples"),
     _m("gpu_xid_errors_total", "counter",
        "Xid errors the driver reported for the GPU since the exporter started, by Xid code "

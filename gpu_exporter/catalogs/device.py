@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.catalog_types import GPU, Metric
 from gpu_exporter.catalog_types import metric_spec as _m
 
@@ -42,8 +43,8 @@ METRICS: tuple[Metric, ...] = (
        "Power limit the board ships with; a lower enforced limit means someone capped it.",
        GPU, "device"),
     _m("gpu_energy_joules_total", "counter",
-       "Energy consumed by the GPU since the driver was loaded, from NVML; read every 10 "
-       "polls (a read costs milliseconds of CPU).", GPU, "device"),
+       "Energy consumed by the GPU since the driver was loaded, from NVML; read every "
+       f"{SLOW_READ_EVERY_POLLS} polls (a read costs milliseconds of CPU).", GPU, "device"),
     _m("gpu_clock_hertz", "gauge", "Current clock frequency, from NVML.", (*GPU, "clock"),
        "device"),
     _m("gpu_clock_max_hertz", "gauge", "Highest clock frequency this GPU supports, from NVML.",
@@ -72,11 +73,11 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_pcie_link_width_max", "gauge",
        "Most PCIe lanes this GPU can use in this system.", GPU, "device"),
     _m("gpu_pcie_replays_total", "counter",
-       "PCIe replays (retransmitted packets) since the driver was loaded, read every 10 "
-       "polls; a rising rate means a marginal link.", GPU, "device"),
+       "PCIe replays (retransmitted packets) since the driver was loaded, read every "
+       f"{SLOW_READ_EVERY_POLLS} polls; a rising rate means a marginal link.", GPU, "device"),
     _m("gpu_pcie_bytes_total", "counter",
-       "Bytes moved over the GPU's PCIe link, from NVML's PCIe byte counters, read every 10 "
-       "polls.",
+       "Bytes moved over the GPU's PCIe link, from NVML's PCIe byte counters, read every "
+       f"{SLOW_READ_EVERY_POLLS} polls.",
        (*GPU, "direction"), "device"),
     _m("gpu_ecc_enabled", "gauge", "1 when ECC is enabled on the GPU's memory.", GPU, "device"),
     _m("gpu_ecc_errors_total", "counter",

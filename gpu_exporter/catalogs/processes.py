@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S
 from gpu_exporter.catalog_types import GPU, Metric
 from gpu_exporter.catalog_types import metric_spec as _m
 
@@ -16,7 +17,8 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_process_memory_used_bytes", "gauge",
        "GPU memory the process holds on this GPU, from NVML.", PROC, "processes"),
     _m("gpu_process_sm_utilization_ratio", "gauge",
-       "Share of the time since the last read (every 5 s) in which the process ran kernels "
+       f"Share of the time since the last read (every {PROCESS_SAMPLES_EVERY_S:g} s) in which "
+       "the process ran kernels "
        "on this GPU, from NVML's per-process samples (0 when it ran none).", PROC,
        "processes"),
     _m("gpu_process_cpu_seconds_total", "counter",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
@@ -28,7 +29,8 @@ _FIELDS = (c.FI_DEV_MEMORY_TEMP,)
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 
 # Facts that change rarely, and counters that are costly to read, are re-read
-# every this many polls (10 s at the default 1 s interval) and exported from
+# every SLOW_READ_EVERY_POLLS polls (10 s at the default 1 s interval; see
+# gpu_exporter/cadence.py) and exported from
 # the last read in between: ECC mode (changes only across a reset), ECC
 # aggregate counters and remapped rows (re-read at once when a volatile ECC
 # counter moves, the event that retires rows), persistence mode and application
@@ -40,7 +42,6 @@ _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 # counters every 10 s instead of every second takes most of a poll's CPU away
 # and a rate() over them is unchanged. nvmlDeviceGetPcieThroughput (which
 # blocks 20 ms) is never called: PCIe bytes come from the field-value counters.
-SLOW_READ_EVERY_POLLS = 10
 
 
 class DeviceCollector(Collector):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.collectors.device import SLOW_READ_EVERY_POLLS
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.nvml.session import Gpu, GpuGone

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host.files import MalformedFile
 from gpu_exporter.host.procs import ProcessInfo, ProcessReader, parse_cpulist
@@ -87,11 +88,6 @@ def _merge(entries: list[ProcessEntry]) -> list[_Listed]:
                 cur.used_bytes = (cur.used_bytes or 0) + e.used_bytes
             cur.graphics = cur.graphics and e.graphics
     return list(merged.values())
-
-
-# Seconds between reads of NVML's per-process utilization samples (see
-# ProcessesCollector._attribute_sm).
-PROCESS_SAMPLES_EVERY_S = 5.0
 
 
 class ProcessesCollector(Collector):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
@@ -26,9 +27,9 @@ from gpu_exporter.snapshot import SnapshotBuilder
 # sampling type -> (metric, scale from NVML's unit to the base unit, seconds
 # between reads: 0 reads every poll)
 _KINDS: dict[int, tuple[str, float, float]] = {
-    c.SAMPLING_GPU_UTILIZATION: ("gpu_utilization_samples_ratio", 0.01, 5.0),
+    c.SAMPLING_GPU_UTILIZATION: ("gpu_utilization_samples_ratio", 0.01, SAMPLES_EVERY_S),
     c.SAMPLING_TOTAL_POWER: ("gpu_power_samples_watts", 0.001, 0.0),
-    c.SAMPLING_PROCESSOR_CLOCK: ("gpu_sm_clock_samples_hertz", 1e6, 5.0),
+    c.SAMPLING_PROCESSOR_CLOCK: ("gpu_sm_clock_samples_hertz", 1e6, SAMPLES_EVERY_S),
 }
 
 

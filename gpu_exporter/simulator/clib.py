@@ -151,6 +151,7 @@ class FakeNvmlLibrary:
     def __init__(self, world: World, latency_us: dict[str, float] | None = None) -> None:
         self.world = world
         self.latency_us = latency_us or {}
+        self._latency_by_arg = {key.partition(":")[0] for key in self.latency_us if ":" in key}
         self.calls: Counter[str] = Counter()
         # Symbols pynvml asked for that this library does not have.
         self.missing: set[str] = set()
@@ -194,8 +195,9 @@ class FakeNvmlLibrary:
     def _dispatch(self, name: str, impl: Impl, device: bool, args: tuple[Any, ...]) -> int:
         self.calls[name] += 1
         delay = self.latency_us.get(name)
-        if name == "nvmlDeviceGetSamples" and len(args) > 1:
-            # The power buffer costs a fraction of the others (latency.py).
+        if name in self._latency_by_arg and len(args) > 1:
+            # A row "name:N" prices the call whose first argument after the
+            # handle is N (the power sample buffer costs a fraction of the others).
             delay = self.latency_us.get(f"{name}:{args[1]}", delay)
         if delay:
             time.sleep(delay / 1e6)
