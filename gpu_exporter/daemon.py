@@ -219,13 +219,16 @@ class Exporter:
         assert self.server is not None
         return int(self.server.server_address[1])
 
-    def start(self) -> None:
-        """Bind, take the first poll, then serve and keep polling."""
+    def start(self, background_poll: bool = True) -> None:
+        """Bind, then serve and keep polling on the poll thread. Without
+        ``background_poll`` only HTTP is served and the caller drives every poll
+        (tests on a virtual clock, whose snapshots must not race a poller)."""
         if self.server is None:
             self.bind()
         assert self.server is not None
         self._http_thread = serve_in_thread(self.server)
-        self.poller.start()
+        if background_poll:
+            self.poller.start()
 
     def stop(self) -> None:
         if self.server is not None:

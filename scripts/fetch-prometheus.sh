@@ -28,6 +28,23 @@ if ! download; then
   download || { echo "error: cannot download Debian's prometheus packages (apt-get download failed)" >&2; exit 1; }
 fi
 for deb in .tools/debs/*.deb; do dpkg -x "$deb" .tools/root; done
-for tool in prometheus promtool prometheus-alertmanager amtool; do
+for tool in prometheus promtool amtool; do
   ln -sf "../root/usr/bin/$tool" ".tools/bin/$tool"
 done
+# Debian's Alertmanager reads its default notification template from the fixed
+# path /usr/share/prometheus/alertmanager/default.tmpl and refuses its config
+# without it. Unpacked, the template lies under .tools/root instead: run it in a
+# private mount namespace where .tools/root/usr/share is /usr/share, so nothing
+# outside the checkout is written and no other process sees the change.
+rm -f .tools/bin/prometheus-alertmanager
+cat > .tools/bin/prometheus-alertmanager <<'WRAP'
+#!/bin/sh
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -e /usr/share/prometheus/alertmanager/default.tmpl ]; then
+  exec "$here/root/usr/bin/prometheus-alertmanager" "$@"
+fi
+exec unshare --mount --map-root-user --propagation private sh -c \
+  'mount --bind "$0/root/usr/share" /usr/share && exec "$0/root/usr/bin/prometheus-alertmanager" "$@"' \
+  "$here" "$@"
+WRAP
+chmod +x .tools/bin/prometheus-alertmanager

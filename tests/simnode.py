@@ -55,6 +55,12 @@ class SimRun:
         self.snapshot = snap
         return snap
 
+    def serve(self) -> int:
+        """Serve HTTP on a free port with no background poller: only the test's
+        own polls (``poll()``) ever change what is served. The port."""
+        self.exporter.start(background_poll=False)
+        return self.exporter.port
+
     def scrape(self) -> str:
         return generate_latest(self.exporter.registry).decode()
 

@@ -7,12 +7,12 @@ Update after an intended change with: UPDATE_GOLDEN=1 ./scripts/test.sh -k golde
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import urllib.request
 from pathlib import Path
 
+from tests.golden_files import check_golden
 from tests.simnode import SimRun
 from tests.tools import tool
 
@@ -38,20 +38,20 @@ def normalize(text: str) -> str:
 
 
 def scrape_healthy() -> str:
+    """/metrics after 30 s of the scenario. The test drives every poll: the
+    exporter serves HTTP without its background poller, so the scrape sees the
+    30th poll and no other."""
     with SimRun("healthy") as run:
         run.poll(30)
-        run.exporter.start()
+        run.serve()
         with urllib.request.urlopen(f"http://127.0.0.1:{run.exporter.port}/metrics") as resp:
             assert resp.status == 200
             return str(resp.read().decode())
 
 
 def test_healthy_metrics_match_golden() -> None:
-    text = normalize(scrape_healthy())
-    if os.environ.get("UPDATE_GOLDEN") == "1" or not GOLDEN.exists():
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "exposition changed; UPDATE_GOLDEN=1 to accept"
+    check_golden(GOLDEN, lambda: normalize(scrape_healthy()),
+                 "UPDATE_GOLDEN=1 ./scripts/test.sh -k golden")
 
 
 def test_healthy_metrics_pass_promtool(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from gpu_exporter.readings import HostSignals
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.web.render import LabelCache, render
+from tests.golden_files import check_golden
 from tests.simnode import SimRun
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proc"
@@ -178,10 +179,8 @@ def test_host_exposition_matches_golden(tmp_path: Path) -> None:
     host = Host(tmp_path)
     host.collect()
     text = render(host.one_second_later(), False, LabelCache()).decode()
-    if os.environ.get("UPDATE_GOLDEN") == "1" or not GOLDEN.exists():
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "exposition changed; UPDATE_GOLDEN=1 to accept"
+    check_golden(GOLDEN, lambda: text,
+                 "UPDATE_GOLDEN=1 ./scripts/test.sh tests/test_host_collector.py -k golden")
 
 
 # --- end to end ------------------------------------------------------------------------
