@@ -23,6 +23,12 @@ from gpu_exporter.snapshot import Snapshot
 from tests.procs import free_port, start, wait_http
 from tests.simnode import SimRun, settings
 
+# What "answers while a GPU hangs" means in wall time. On a loaded 2-core CI
+# machine a scrape or a 0.2 s poll can lag by a second or more, so the bound is
+# wide; the hangs below last 6 s and more, so a scrape or poll loop that waited
+# for the stuck call would still be told apart from one that did not.
+WHILE_HUNG_S = 3.0
+
 
 def _poll_threads() -> int:
     """Threads polling NVML; HTTP request threads come and go and are not counted."""
@@ -51,13 +57,13 @@ def test_a_hung_call_on_one_gpu_does_not_stop_the_others_or_metrics() -> None:
         threads_after = _poll_threads()
         snap = exporter.poller.latest
         assert snap is not None
-        assert max(latencies) < 1.0
+        assert max(latencies) < WHILE_HUNG_S
         assert snap.get("gpu_up", gpu="1") == 0.0
         assert snap.get("gpu_up", gpu="0") == 1.0 and snap.get("gpu_up", gpu="2") == 1.0
         assert snap.get("gpu_power_watts", gpu="1") is None
         assert snap.get("gpu_exporter_nvml_timeouts_total", gpu="1") == 1.0
         # Polls go on (fresh timestamps) and no threads pile up behind the stuck call.
-        assert time.time() - snap.get("gpu_exporter_last_poll_timestamp_seconds") < 1.0
+        assert time.time() - snap.get("gpu_exporter_last_poll_timestamp_seconds") < WHILE_HUNG_S
         assert threads_after <= threads_before + 1
         # Once the stuck call returns, the GPU reports again.
         deadline = time.monotonic() + 10
@@ -224,7 +230,7 @@ def test_the_hung_call_scenario_keeps_metrics_answering() -> None:
     early = scenario.model_copy(update={"timeline": [
         scenario.timeline[0].model_copy(update={"at": 0.5, "set": scenario.timeline[0].set
                                                 .model_copy(update={"hangs": {
-                                                    "nvmlDeviceGetPowerUsage": 4}})}),
+                                                    "nvmlDeviceGetPowerUsage": 8}})}),
         scenario.timeline[1].model_copy(update={"at": 3.0})]})
     exporter = Exporter(settings(poll={"interval": "0.2s", "timeout": "0.3s"}),
                         SimulatedNode(early))
@@ -237,7 +243,7 @@ def test_the_hung_call_scenario_keeps_metrics_answering() -> None:
             t0 = time.monotonic()
             with urllib.request.urlopen(url, timeout=5) as resp:
                 text = resp.read().decode()
-            assert time.monotonic() - t0 < 1.0  # answers within 1 s while GPU 2 hangs
+            assert time.monotonic() - t0 < WHILE_HUNG_S  # answers while GPU 2 hangs for 8 s
             threads.append(_poll_threads())
             time.sleep(0.1)
         snap = exporter.poller.latest
@@ -246,7 +252,7 @@ def test_the_hung_call_scenario_keeps_metrics_answering() -> None:
         assert all(snap.get("gpu_up", gpu=str(i)) == 1.0 for i in range(8) if i != 2)
         assert 'gpu_exporter_nvml_timeouts_total{gpu="2"} 1.0' in text
         assert max(threads) - min(threads) <= 1  # no thread piles up behind the stuck call
-        assert time.time() - snap.get("gpu_exporter_last_poll_timestamp_seconds") < 1.0
+        assert time.time() - snap.get("gpu_exporter_last_poll_timestamp_seconds") < WHILE_HUNG_S
     finally:
         exporter.stop()
 

@@ -1,0 +1,54 @@
+"""What the exporter process says in its log: the warning when it runs as root,
+and JSON lines with --log.format json (one event per line, every line JSON)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+from tests.procs import ROOT, free_port, wait_http
+
+# Runs the command line with os.geteuid answering the first argument: the root
+# warning can be checked both ways whoever runs the tests.
+_AS_UID = ("import os, sys; uid = int(sys.argv.pop(1)); os.geteuid = lambda: uid; "
+           "from gpu_exporter.cli import main; sys.exit(main())")
+
+
+def _run_until_ready(uid: int, *flags: str) -> tuple[int, list[str]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _AS_UID, str(uid), "--simulate", "healthy",
+         "--web.listen-address", f"127.0.0.1:{port}", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready", timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err.splitlines()
+
+
+def test_running_as_root_is_warned_about_once_and_not_otherwise() -> None:
+    code, lines = _run_until_ready(0)
+    assert code == 0
+    warnings = [line for line in lines if "running as root" in line]
+    assert len(warnings) == 1 and "level=warning" in warnings[0], lines
+    code, lines = _run_until_ready(1000)
+    assert code == 0
+    assert not [line for line in lines if "running as root" in line], lines
+
+
+def test_json_log_format_writes_one_json_event_per_line() -> None:
+    code, lines = _run_until_ready(1000, "--log.format", "json")
+    assert code == 0 and lines
+    events = [json.loads(line) for line in lines]  # every line parses, none is logfmt
+    for event in events:
+        assert {"ts", "level", "logger", "msg"} <= event.keys(), event
+    messages = [e["msg"] for e in events]
+    assert any(m.startswith("listening on 127.0.0.1:") for m in messages), messages
+    assert any("shutting down" in m for m in messages), messages
