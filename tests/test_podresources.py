@@ -335,3 +335,27 @@ def test_device_id_forms(raw: str, kind: DeviceKind, device_id: str, gpu: int | 
                                  "GPU-" + "0" * 500, "0\x00", "fpga0"])
 def test_unknown_device_id_forms_are_not_guessed(raw: str) -> None:
     assert parse_device_id(raw) is None
+
+
+def test_a_listener_that_never_speaks_grpc_times_out(
+        sockdir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Something holds the socket and accepts connections (the kernel does,
+    # from the backlog) but never answers: the deadline still bounds the call.
+    path = sockdir / "mute.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(16)
+    try:
+        watcher = PodResourcesWatcher(str(path), timeout=0.3)
+        with caplog.at_level(logging.INFO, logger=LOGGER):
+            started = time.monotonic()
+            watcher.refresh()
+            state = watcher.refresh()
+            elapsed = time.monotonic() - started
+        watcher.close()
+    finally:
+        listener.close()
+    assert state.status in (Status.TIMED_OUT, Status.ERROR)
+    assert state.failures == 2
+    assert elapsed < 2.0  # two calls of 0.3 s each, with a wide margin
+    assert len(failure_lines(caplog)) == 1

@@ -161,3 +161,11 @@ def test_simulated_slurm_processes_map_to_their_job(tmp_path: Path, version: int
         assert job is not None
         assert (job.job_id, job.uid, job.step) == ("31337", 1200, "2")
         assert job.cgroup == slurm_placement(spec).cgroup
+
+
+@given(st.binary(max_size=600))
+@settings(max_examples=300, deadline=None)
+def test_any_environment_bytes_are_parsed_without_raising(data: bytes) -> None:
+    job_id = slurm.job_from_environ(data)
+    if job_id is not None:
+        assert job_id.isdigit() and len(job_id) <= 10

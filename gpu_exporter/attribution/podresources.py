@@ -197,8 +197,10 @@ class PodResourcesClient:
 
     def _connect(self) -> api_pb2_grpc.PodResourcesListerStub:
         if self._stub is None:
+            # "unix://" takes an absolute path; a relative one would be read
+            # as an authority.
             self._channel = grpc.insecure_channel(
-                f"unix://{self.socket_path}",
+                f"unix://{os.path.abspath(self.socket_path)}",
                 options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                          # A proxy in the environment is for HTTP, never the socket.
                          ("grpc.enable_http_proxy", 0)])

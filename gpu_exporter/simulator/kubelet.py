@@ -83,7 +83,7 @@ class PodResourcesServer:
         self._server = grpc.server(futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="kubelet-sim"))
         api_pb2_grpc.add_PodResourcesListerServicer_to_server(_Lister(self), self._server)
-        if self._server.add_insecure_port(f"unix://{socket_path}") == 0:
+        if self._server.add_insecure_port(f"unix://{os.path.abspath(socket_path)}") == 0:
             raise OSError(f"cannot listen on {socket_path}")
 
     def wait_delay(self) -> None:
