@@ -238,3 +238,11 @@ def test_unreadable_or_vanished_processes_are_left_out(tmp_path: Path) -> None:
     write(tmp_path / "1" / "cgroup", f"0::/kubepods/burstable/pod1/{CID}\n")
     (tmp_path / "2" / "cgroup").mkdir(parents=True)
     assert read_cgroups(tmp_path, [1, 2, 3]) == {1: f"0::/kubepods/burstable/pod1/{CID}\n"}
+
+
+@pytest.mark.parametrize("text", ["nr_periods \u00b2\n", "oom_kill \u0663\n"])
+def test_counters_in_other_scripts_digits_are_refused(text: str) -> None:
+    assert parse_cpu_stat(text) is None
+    assert parse_oom_kills(text) is None
+    assert parse_pressure("some avg10=\uff11 total=\u00b2\n") is None
+    assert parse_cpu_max("\u00b2 100000") is None

@@ -359,3 +359,10 @@ def test_a_listener_that_never_speaks_grpc_times_out(
     assert state.failures == 2
     assert elapsed < 2.0  # two calls of 0.3 s each, with a wide margin
     assert len(failure_lines(caplog)) == 1
+
+
+@pytest.mark.parametrize("raw", [GPU[0] + "\n", "3\n", "\uff13", "\u0663:1", "3::\u0661",
+                                 MIG[0] + "\n"])
+def test_device_ids_with_other_scripts_digits_or_a_trailing_newline_are_refused(
+        raw: str) -> None:
+    assert parse_device_id(raw) is None

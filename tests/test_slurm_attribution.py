@@ -169,3 +169,16 @@ def test_any_environment_bytes_are_parsed_without_raising(data: bytes) -> None:
     job_id = slurm.job_from_environ(data)
     if job_id is not None:
         assert job_id.isdigit() and len(job_id) <= 10
+
+
+@pytest.mark.parametrize("text", ["0::/system.slice/slurmstepd.scope/job_\u0663\u0664/step_0\n",
+                                  "4:memory:/slurm/uid_\u00b2/job_5/step_0\n"])
+def test_digits_of_other_scripts_are_not_job_or_user_ids(text: str) -> None:
+    assert job_from_cgroup(text) is None
+
+
+def test_a_uid_in_other_digits_is_not_taken(tmp_path: Path) -> None:
+    write(tmp_path / "7" / "cgroup", V2)
+    write(tmp_path / "7" / "status", "Uid:\t\u00b2\t1\t1\t1\n")
+    job = read_job(tmp_path, 7)
+    assert job is not None and job.job_id == "4243" and job.uid is None

@@ -62,6 +62,8 @@ class CgroupSignals:
 
 
 def _number(text: str) -> float | None:
+    if not text.isascii():
+        return None
     try:
         value = float(text)
     except ValueError:
@@ -70,8 +72,9 @@ def _number(text: str) -> float | None:
 
 
 def _count(text: str) -> int | None:
-    # Kernel counters are unsigned decimals; int() would also take "+1", "1_0".
-    return int(text) if text.isdigit() and len(text) <= 20 else None
+    # Kernel counters are unsigned ASCII decimals; int() would also take "+1",
+    # "1_0", and isdigit() alone digits int() refuses ("²").
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
 
 
 def _stall(fields: list[str]) -> Stall | None:

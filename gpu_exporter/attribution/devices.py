@@ -15,20 +15,23 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+# All patterns are ASCII-only (\d would take any script's digits) and end at
+# \Z ($ would let a trailing newline through into a label).
+
 # The resources of the NVIDIA device plugin: whole GPUs ("nvidia.com/gpu",
 # "nvidia.com/gpu.shared" when sharing renames it) and MIG devices under the
 # "mixed" strategy ("nvidia.com/mig-1g.10gb"). Under the "single" MIG strategy
 # MIG devices are advertised as "nvidia.com/gpu", with MIG- IDs.
-_GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.[a-z0-9-]+)?|mig-[a-z0-9.+-]+)$")
+_GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.[a-z0-9-]+)?|mig-[a-z0-9.+-]+)\Z")
 
 # RFC 4122 text form. The plugin takes the UUIDs from NVML, so they are kept
 # exactly as written: they are compared with NVML's own.
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_GPU_UUID = re.compile(rf"^GPU-{_UUID}$")
+_GPU_UUID = re.compile(rf"^GPU-{_UUID}\Z", re.ASCII)
 # MIG UUIDs since driver R470; older drivers wrote MIG-GPU-<uuid>/<gi>/<ci>.
-_MIG_UUID = re.compile(rf"^MIG-(?:{_UUID}|GPU-{_UUID}/\d{{1,3}}/\d{{1,3}})$")
-_INDEX = re.compile(r"^(\d{1,4})(?::(\d{1,4}))?$")
-_REPLICA = re.compile(r"::\d{1,6}$")
+_MIG_UUID = re.compile(rf"^MIG-(?:{_UUID}|GPU-{_UUID}/\d{{1,3}}/\d{{1,3}})\Z", re.ASCII)
+_INDEX = re.compile(r"^(\d{1,4})(?::(\d{1,4}))?\Z", re.ASCII)
+_REPLICA = re.compile(r"::\d{1,6}\Z", re.ASCII)
 # Far longer than any form above: anything past it is not a device ID.
 _MAX_ID = 128
 

@@ -24,12 +24,15 @@ from typing import Literal
 
 from gpu_exporter.attribution.procfiles import read_bounded, read_text_bounded
 
+# ASCII digits only: \d and str.isdigit() also take other scripts' digits.
 # Slurm job ids are 32-bit; steps are numbers or batch/extern/interactive
 # (hetjob components add "+<n>").
 _JOB = r"job_(\d{1,10})"
 _STEP = r"(?:/step_([A-Za-z0-9_+]{1,32}))?"
-_V1 = re.compile(rf"(^.*?/slurm(?:_[^/]{{1,64}})?/uid_(\d{{1,10}})/{_JOB}){_STEP}(?:/|$)")
-_V2 = re.compile(rf"(^.*?/(?:[^/]{{1,64}}_)?slurmstepd\.scope/{_JOB}){_STEP}(?:/|$)")
+_V1 = re.compile(rf"(^.*?/slurm(?:_[^/]{{1,64}})?/uid_(\d{{1,10}})/{_JOB}){_STEP}(?:/|$)",
+                 re.ASCII)
+_V2 = re.compile(rf"(^.*?/(?:[^/]{{1,64}}_)?slurmstepd\.scope/{_JOB}){_STEP}(?:/|$)",
+                 re.ASCII)
 _ENV_KEY = b"SLURM_JOB_ID="
 # The environment is at most a few MiB (ARG_MAX); a job's variables are near
 # its start, and what lies past this is not looked at.
@@ -79,7 +82,7 @@ def _real_uid(status: str) -> int | None:
     for line in status.splitlines():
         if line.startswith("Uid:"):
             fields = line.split()
-            if len(fields) > 1 and fields[1].isdigit():
+            if len(fields) > 1 and fields[1].isascii() and fields[1].isdigit():
                 return int(fields[1])
     return None
 
