@@ -138,11 +138,16 @@ def index_by_device(allocations: tuple[Allocation, ...]) -> Mapping[str, tuple[O
     return MappingProxyType({d: tuple(o) for d, o in owners.items()})
 
 
+# Error details come from gRPC and the peer: enough to say what went wrong,
+# never a log line or status page of unbounded size.
+MAX_DETAIL = 300
+
+
 class _Failure(Exception):
     def __init__(self, status: Status, detail: str) -> None:
         super().__init__(detail)
         self.status = status
-        self.detail = detail
+        self.detail = detail[:MAX_DETAIL]
 
 
 def _check_socket(path: str) -> None:
@@ -251,7 +256,8 @@ class PodResourcesWatcher:
         self.period = period
         self._client = PodResourcesClient(socket_path, timeout)
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _state; never held while asking
+        self._refreshing = threading.Lock()
         self._state = Allocations(Status.STARTING)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -266,7 +272,9 @@ class PodResourcesWatcher:
         """Ask the kubelet once (bounded by the client's timeout), update the
         snapshot and return it."""
         try:
-            allocations, allocatable = self._client.fetch()
+            # The client is one connection: one refresh at a time uses it.
+            with self._refreshing:
+                allocations, allocatable = self._client.fetch()
         except _Failure as failure:
             return self._fail(failure)
         except Exception as exc:  # a refresh must never kill the thread
