@@ -246,3 +246,19 @@ def test_counters_in_other_scripts_digits_are_refused(text: str) -> None:
     assert parse_oom_kills(text) is None
     assert parse_pressure("some avg10=\uff11 total=\u00b2\n") is None
     assert parse_cpu_max("\u00b2 100000") is None
+
+
+@pytest.mark.parametrize(("path", "workload_path"), [
+    # cgroupfs driver: the bare container id
+    (f"/kubepods/burstable/pod6f1d3c2a-9b7e-4c1d-8e2f-0a1b2c3d4e5f/{CID}",
+     f"/kubepods/burstable/pod6f1d3c2a-9b7e-4c1d-8e2f-0a1b2c3d4e5f/{CID}"),
+    # CRI-O and Docker scopes, with a process below the scope
+    (f"/kubepods.slice/kubepods-pod6f1d3c2a_9b7e_4c1d_8e2f_0a1b2c3d4e5f.slice/crio-{CID}.scope/x",
+     f"/kubepods.slice/kubepods-pod6f1d3c2a_9b7e_4c1d_8e2f_0a1b2c3d4e5f.slice/crio-{CID}.scope"),
+    (f"/system.slice/docker-{CID}.scope", f"/system.slice/docker-{CID}.scope"),
+])
+def test_container_cgroups_of_each_runtime_are_cut_at_the_container(
+        path: str, workload_path: str) -> None:
+    w = workload_of(f"0::{path}\n")
+    assert w is not None and w.kind == "container" and w.id == CID
+    assert w.cgroup == workload_path
