@@ -366,3 +366,13 @@ def test_a_listener_that_never_speaks_grpc_times_out(
 def test_device_ids_with_other_scripts_digits_or_a_trailing_newline_are_refused(
         raw: str) -> None:
     assert parse_device_id(raw) is None
+
+
+def test_closing_during_a_hung_refresh_returns_promptly(kubelet: PodResourcesServer) -> None:
+    kubelet.delay = 10.0
+    watcher = PodResourcesWatcher(kubelet.socket_path, period=0.05, timeout=0.3)
+    watcher.start()
+    time.sleep(0.1)  # a refresh is now waiting on the kubelet
+    started = time.monotonic()
+    watcher.close()
+    assert time.monotonic() - started < 1.5  # at most the deadline plus the margin

@@ -3,12 +3,16 @@ make, and its cgroup layouts are the ones the readers parse."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from gpu_exporter.host.procs import cgroup_ids
 from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement
 from gpu_exporter.simulator.tenants import Container, Pod, SlurmJob, Tenants
+from tests.tools import ROOT
 
 UID = "6f1d3c2a-9b7e-4c1d-8e2f-0a1b2c3d4e5f"
 
@@ -51,3 +55,11 @@ def test_slurm_layouts() -> None:
     v1 = slurm_placement(SlurmJob(job_id=7, uid=42, cgroup_version=1))
     assert "memory:/slurm/uid_42/job_7/step_0/task_0" in v1.proc_cgroup
     assert v1.cgroup is None
+
+
+def test_the_design_notes_example_is_a_valid_tenants_section() -> None:
+    text = (ROOT / "docs" / "attribution.md").read_text()
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "tenants:" in b]
+    tenants = Tenants.model_validate(yaml.safe_load(block)["tenants"])
+    assert [p.name for p in tenants.pods] == ["train-a", "infer-b"]
+    assert tenants.slurm_jobs[0].gpus == [6, 7]
