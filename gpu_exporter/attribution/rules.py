@@ -1,0 +1,25 @@
+"""The recording rule that names the pod of each GPU process where the
+exporter cannot read the kubelet's socket: ``gpu_process_info`` carries the
+pod's UID from the process's cgroup, and kube-state-metrics' ``kube_pod_info``
+carries the same UID (label ``uid``) with the namespace and name.
+
+The one definition of the rule: docs/attribution.md quotes it and a test
+runs it through promtool on sample series. The rules generator takes it from
+here when attribution is wired in.
+"""
+
+from __future__ import annotations
+
+POD_OF_PROCESS_RECORD = "gpu:gpu_process_info:kube_pod"
+
+# kube_pod_info is one series per pod per kube-state-metrics replica (and
+# carries pod IP, node and more): "max by" makes it one per pod UID before
+# the join, so two replicas or a changed pod IP never make the join fail.
+# group_left copies namespace and pod onto the process's series, replacing
+# the target labels of the same name that some scrape setups attach.
+POD_OF_PROCESS_EXPR = """\
+gpu_process_info{pod_uid!=""}
+  * on (pod_uid) group_left (namespace, pod)
+    max by (pod_uid, namespace, pod) (
+      label_replace(kube_pod_info, "pod_uid", "$1", "uid", "(.+)")
+    )"""

@@ -1,0 +1,67 @@
+"""Metrics of who holds each GPU (Kubernetes pods from the kubelet, Slurm jobs
+from cgroups) and of each such workload's own cgroup signals.
+
+Info series carry the owner once per allocation, so other series join to
+them instead of every GPU series carrying pod or job labels. Workloads are
+keyed by the ids ``gpu_process_info`` already carries (``pod_uid``,
+``container_id``) or by ``slurm_job_id``; exactly one of the two keys is set
+on a series, the other is "". No label is named ``job`` or ``instance``:
+Prometheus sets those at scrape.
+
+Joined into ``gpu_exporter.catalog`` when the collector that exports them is.
+"""
+
+from __future__ import annotations
+
+from gpu_exporter.catalog_types import GPU, Metric
+from gpu_exporter.catalog_types import metric_spec as _m
+
+# A MIG device's allocation is on its parent GPU, placed like a process's.
+ALLOCATION = (*GPU, "gpu_instance", "compute_instance", "namespace", "pod", "container",
+              "resource")
+JOB = (*GPU, "scheduler", "slurm_job_id", "slurm_uid", "slurm_step")
+# One workload: a container of a pod, or a Slurm job.
+WORKLOAD = ("pod_uid", "container_id", "slurm_job_id")
+SOURCE = "attribution"
+
+METRICS: tuple[Metric, ...] = (
+    _m("gpu_allocation_info", "gauge",
+       "A GPU or MIG device the kubelet allocated to a container (value 1), from the "
+       "PodResources API; gpu_instance and compute_instance are empty for a whole GPU. A "
+       "GPU shared by time-slicing has one series per container holding it.",
+       ALLOCATION, SOURCE),
+    _m("gpu_job_info", "gauge",
+       "A Slurm job running on the GPU (value 1), from its processes' cgroups (or "
+       "SLURM_JOB_ID where the environment is readable); slurm_uid is the job's numeric "
+       "user id, empty when not known.", JOB, SOURCE),
+    _m("gpu_workload_pressure_ratio", "gauge",
+       "Share of the last 10 s in which some (kind=some) or all (kind=full) of the "
+       "workload's tasks were stalled on the resource, from its cgroup's "
+       "{cpu,io,memory}.pressure. Absent on cgroup v1 and kernels without PSI.",
+       (*WORKLOAD, "resource", "kind"), SOURCE),
+    _m("gpu_workload_pressure_stalled_seconds_total", "counter",
+       "Time the workload's tasks were stalled on the resource, from its cgroup's "
+       "{cpu,io,memory}.pressure totals.", (*WORKLOAD, "resource", "kind"), SOURCE),
+    _m("gpu_workload_cpu_periods_total", "counter",
+       "CPU-limit enforcement periods in which the workload ran, from cpu.stat nr_periods "
+       "(stays 0 without a CPU limit).", WORKLOAD, SOURCE),
+    _m("gpu_workload_cpu_throttled_periods_total", "counter",
+       "Periods in which the workload used up its CPU limit and was throttled, from "
+       "cpu.stat nr_throttled.", WORKLOAD, SOURCE),
+    _m("gpu_workload_cpu_throttled_seconds_total", "counter",
+       "Time the workload's tasks were held off the CPU by its limit, from cpu.stat "
+       "throttled_usec.", WORKLOAD, SOURCE),
+    _m("gpu_workload_cpu_limit_cores", "gauge",
+       "The workload's CPU limit in CPUs (quota / period from cpu.max); absent when "
+       "unlimited.", WORKLOAD, SOURCE),
+    _m("gpu_workload_oom_kills_total", "counter",
+       "Tasks of the workload killed by the OOM killer, from memory.events oom_kill.",
+       WORKLOAD, SOURCE),
+    _m("gpu_exporter_pod_resources_state", "gauge",
+       "1 for the current state of the kubelet PodResources client, 0 for the others: ok, "
+       "socket_absent (attribution off), unreadable, timed_out, error, starting.",
+       ("state",), SOURCE),
+    _m("gpu_exporter_pod_resources_failures_total", "counter",
+       "Failed attempts to read the kubelet's PodResources API (an absent socket is not "
+       "a failure: attribution is off).", (), SOURCE),
+)

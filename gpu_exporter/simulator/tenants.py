@@ -1,0 +1,101 @@
+"""Who runs on the simulated node: Kubernetes pods (with the devices the
+kubelet gave their containers) and Slurm jobs, each with its own cgroup
+signals. Validated like the rest of a scenario; a scenario's ``tenants:``
+section has this shape.
+
+Ratios are 0-1 as elsewhere in scenarios; the simulator turns them into the
+kernel's percentages and microsecond totals when it writes the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Kubernetes object names: RFC 1123 labels / subdomains.
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_UID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CgroupCondition(_Strict):
+    """A workload cgroup's signals: the share of time its tasks stalled
+    (some: at least one task; full: all at once), the share of CPU-limit
+    periods in which it was throttled, and OOM kills so far."""
+
+    cpu_some: float = Field(0.0, ge=0, le=1)
+    cpu_full: float = Field(0.0, ge=0, le=1)
+    io_some: float = Field(0.0, ge=0, le=1)
+    io_full: float = Field(0.0, ge=0, le=1)
+    memory_some: float = Field(0.0, ge=0, le=1)
+    memory_full: float = Field(0.0, ge=0, le=1)
+    cpu_throttled_ratio: float = Field(0.0, ge=0, le=1)
+    oom_kills: int = Field(0, ge=0)
+
+
+class DeviceGrant(_Strict):
+    """Devices of one resource given to a container, with the IDs the device
+    plugin handed out: "GPU-<uuid>", "MIG-<uuid>", "0", "0:1", "GPU-<uuid>::2"."""
+
+    resource: str = "nvidia.com/gpu"
+    ids: list[str] = Field(min_length=1)
+
+
+class Container(_Strict):
+    name: str = Field(pattern=_DNS_LABEL)
+    devices: list[DeviceGrant] = Field(default_factory=list)
+    cpu_limit: float | None = Field(None, gt=0)  # CPUs; None: no limit
+    pids: list[int] = Field(default_factory=list)  # its processes on the node
+    cgroup: CgroupCondition = CgroupCondition()
+
+    def container_id(self, pod: Pod) -> str:
+        """A stable 64-hex-digit id, as container runtimes make."""
+        key = f"{pod.namespace}/{pod.name}/{self.name}".encode()
+        return hashlib.sha256(key).hexdigest()
+
+
+class Pod(_Strict):
+    namespace: str = Field(pattern=_DNS_LABEL)
+    name: str = Field(pattern=_DNS_SUBDOMAIN)
+    uid: str = Field(pattern=_UID)
+    qos: Literal["guaranteed", "burstable", "besteffort"] = "burstable"
+    containers: list[Container] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_containers(self) -> Pod:
+        names = [c.name for c in self.containers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pod {self.namespace}/{self.name}: container names repeat")
+        return self
+
+
+class SlurmJob(_Strict):
+    job_id: int = Field(ge=1, lt=2**32)
+    uid: int = Field(1000, ge=0, lt=2**32)
+    step: str = Field("0", pattern=r"^(?:\d{1,9}|batch|extern|interactive)$")
+    cgroup_version: Literal[1, 2] = 2
+    gpus: list[int] = Field(default_factory=list)
+    cpu_limit: float | None = Field(None, gt=0)
+    pids: list[int] = Field(default_factory=list)
+    cgroup: CgroupCondition = CgroupCondition()
+
+
+class Tenants(_Strict):
+    pods: list[Pod] = Field(default_factory=list)
+    slurm_jobs: list[SlurmJob] = Field(default_factory=list)
+    # Devices the kubelet could give besides those given (GetAllocatableResources).
+    free_devices: list[DeviceGrant] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_owner_per_pid(self) -> Tenants:
+        pids = [p for pod in self.pods for c in pod.containers for p in c.pids]
+        pids += [p for job in self.slurm_jobs for p in job.pids]
+        if len(set(pids)) != len(pids):
+            raise ValueError("a process is listed in more than one container or job")
+        return self
