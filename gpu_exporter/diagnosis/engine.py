@@ -54,7 +54,8 @@ class Finding:
 
 def explanation(item: Explained, cause_evidence: Evidence) -> str:
     """``host cpu iowait 35 %: explained by host swap 200.0 MB/s``."""
-    shown = {k: item.evidence[k] for k in item.by.shows if k in item.evidence}
+    shown = ({k: item.evidence[k] for k in item.by.shows if k in item.evidence}
+             if item.by.shows else dict(item.evidence))
     cited = {k: cause_evidence[k] for k in item.by.cites if k in cause_evidence}
     text = evidence_line(shown) or item.row.summary
     if cited:

@@ -119,8 +119,9 @@ def _cpu_starved(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evid
         ev["host_cpu_pressure_some_ratio"] = round(pressure, 3)
     if waits:
         ev["process_run_queue_wait_seconds_per_second"] = round(max(waits), 3)
-    pressure_hit = pressure is not None and pressure >= cfg.cpu_pressure_high
-    # Where the kernel keeps schedstat, the GPU's own process must be waiting too.
+    # Each measure that the kernel offers must agree: CPU pressure where it has
+    # PSI, and where it keeps schedstat the GPU's own process must be waiting.
+    pressure_hit = pressure >= cfg.cpu_pressure_high if pressure is not None else True
     wait_hit = max(waits) >= cfg.run_queue_wait_high if waits else True
     return pressure_hit and wait_hit, ev
 

@@ -69,8 +69,9 @@ _UNDERFED_GPU = (f"{_HELD} and the GPU works below its busy threshold (utilizati
                  "{busy_utilization})")
 _IO = "the host waits on I/O (iowait at least {iowait_high} or I/O pressure at least " \
     "{io_pressure_high})"
-_CPU = "CPU pressure is at least {cpu_pressure_high} and, where the kernel keeps schedstat, " \
-    "the GPU's process waits on the run queue at least {run_queue_wait_high}"
+_CPU = "CPU pressure is at least {cpu_pressure_high} (where the kernel has PSI) and the " \
+    "GPU's process waits on the run queue at least {run_queue_wait_high} (where it keeps " \
+    "schedstat)"
 _SWAP = "the host swaps pages in or out at {swap_bytes_per_s} or more, or memory pressure " \
     "(full) is above {memory_pressure_full}"
 _IO_FIX = ("Shard or pack small files into larger records, stage the dataset to local NVMe, "
