@@ -1,8 +1,8 @@
 """The node and fleet dashboards.
 
-Thresholds that mirror the exporter's diagnosis come from its defaults
-(``DiagnosisConfig``) and the rules' settings (``alerts/config.yaml``), so a red
-cell and an alert agree.
+Thresholds that mirror the exporter's diagnosis come from the same settings as
+the alerts (``alerts/config.yaml``, its ``diagnosis:`` thresholds included), so
+a red cell and an alert agree.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from gpu_exporter.dashboards.panels import (
     timeline,
     variables,
 )
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
 FLEET = 'job=~"$job", instance=~"$instance"'
 FLEET_GPU = 'job=~"$job", instance=~"$instance", gpu=~"$gpu"'
@@ -46,7 +45,7 @@ def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
 
 
 def node_dashboard(config: AlertConfig) -> dm.Dashboard:
-    d = DiagnosisConfig()
+    d = config.diagnosis
     fleet_link = db.DashboardLink("GPU fleet").type(dm.DashboardLinkType.LINK) \
         .url(f"/d/{config.fleet_dashboard_uid}/{config.fleet_dashboard_uid}") \
         .include_vars(True).keep_time(True)
