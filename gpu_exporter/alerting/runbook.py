@@ -151,8 +151,8 @@ def _how_the_diagnosis_decides(config: AlertConfig) -> list[str]:
         "matrix, and fails on any finding that was not expected or on recall below 95 %.",
         "",
         f"On this version: {cases} cases, {expected} expected root causes, {found} found "
-        f"(recall {found / expected:.0%}), {false} false findings (a wrong root, or anything "
-        "on a near miss).",
+        f"(recall {found / expected * 100:.0f} %), {false} false findings (a wrong root, or "
+        "anything on a near miss).",
         "",
     ]
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.table import ROWS, Row
@@ -115,7 +116,8 @@ def _edges() -> tuple[Explains, ...]:
                         "queues its row for remapping; the same reset retires it",
                         ("row_remap_pending",), ("ecc_uncorrected_volatile_errors",)))
     out.append(Explains(t.ECC_UNCORRECTABLE, t.XID, "the driver reports ECC errors as Xid "
-                        "48/63/64/92/94/95", ("xid",), ("ecc_uncorrected_volatile_errors",),
+                        + "/".join(str(x) for x in sorted(_ECC_XIDS)), ("xid",),
+                        ("ecc_uncorrected_volatile_errors",),
                         independent=_non_ecc_xid))
     # A lost GPU answers nothing: whatever else was on for it is stale.
     for other in ROWS:
@@ -151,14 +153,12 @@ def resolve(on: Iterable[Candidate],
     restate their root more loosely (under-fed beside idle, same cause) are
     suppressed without being listed."""
     cands = {c.row: c for c in on}
-    by_consequence: dict[Row, list[Explains]] = {}
-    for e in edges:
-        by_consequence.setdefault(e.consequence, []).append(e)
+    if not cands:  # the usual poll: nothing is on
+        return {}
+    by_consequence = _index(edges)
 
     def explainer(row: Row) -> Explains | None:
-        # A cause that is itself a root is preferred: its edge says why.
-        edges = sorted(by_consequence.get(row, ()), key=lambda e: e.restates)
-        for e in edges:
+        for e in by_consequence.get(row, ()):
             cause = cands.get(e.cause)
             if cause is None or not (e.while_on or cause.held_recently):
                 continue
@@ -190,6 +190,16 @@ def resolve(on: Iterable[Candidate],
         roots[root] = [i for i in items
                        if not any((other, i.row) in restating for other in listed)]
     return roots
+
+
+@cache
+def _index(edges: tuple[Explains, ...]) -> dict[Row, tuple[Explains, ...]]:
+    """Consequence -> the edges that can explain it, an edge that says why
+    (not a mere restatement) first."""
+    out: dict[Row, list[Explains]] = {}
+    for e in edges:
+        out.setdefault(e.consequence, []).append(e)
+    return {row: tuple(sorted(es, key=lambda e: e.restates)) for row, es in out.items()}
 
 
 def _check_acyclic() -> None:
