@@ -142,9 +142,10 @@ def _consequence_cases(by: dict[str, AlertRule]) -> list[Case]:
                    f"0x{before} 1x{after}")]),
     ):
         series = [diag(root, True), diag(consequence, False), *raw]
-        checks = [Check(end - 60, by[root.alert_name].name, (fire(root),))]
-        checks += [Check(at, by[consequence.alert_name].name)
-                   for at in (onset + 60, onset + 1800, end - 60)]
+        checks = [Check(end - 60, root.alert_name, (fire(root),))]
+        checks += [Check(at, consequence.alert_name) for at in (onset + 60, onset + 1800)]
+        # Nothing else pages on the consequence's raw signals either.
+        checks += [Check(end - 60, name) for name in sorted(by) if name != root.alert_name]
         out.append(Case(f"{consequence.alert_name} stays silent: {root.cause} explains it",
                         iv, series, checks))
     return out
