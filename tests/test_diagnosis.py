@@ -18,19 +18,6 @@ from tests.simnode import SimRun
 
 DECLARED = [n for n in builtin_scenarios() if load_scenario(n).expect is not None]
 
-# Rows whose evidence is the host side of the GPU (processes, /proc, /sys).
-HOST_SIDE = {"memory-held-sm-idle-data-pipeline-io", "memory-held-sm-idle-cpu-contention",
-             "memory-held-sm-idle-host-swapping", "memory-held-sm-idle-process-stalled",
-             "numa-misplaced-cpu-affinity", "mixed"}
-
-
-def _needs_host(name: str) -> None:
-    from gpu_exporter.collectors.registry import COLLECTORS
-
-    if name in HOST_SIDE and not {"host", "processes"} <= set(COLLECTORS):
-        pytest.skip("the host and processes collectors are not part of this build yet")
-
-
 def findings(snap: Snapshot) -> set[tuple[int, str, str]]:
     return {(f.gpu, f.row.symptom, f.row.cause) for f in snap.facts["findings"]}
 
@@ -50,7 +37,6 @@ def test_every_row_has_a_builtin_scenario_named_after_it() -> None:
 
 @pytest.mark.parametrize("name", DECLARED)
 def test_scenario_findings_equal_its_declaration(name: str) -> None:
-    _needs_host(name)
     scenario = load_scenario(name)
     assert scenario.expect is not None
     expected = {(e.gpu, e.symptom, e.cause) for e in scenario.expect}
@@ -66,7 +52,6 @@ def test_healthy_and_idle_nodes_find_nothing(name: str) -> None:
 
 
 def test_mixed_exports_every_row_for_every_gpu_with_exactly_the_declared_ones_on() -> None:
-    _needs_host("mixed")
     scenario = load_scenario("mixed")
     snap = run_long_enough(scenario)
     series = snap.series("gpu_diagnosis_active")
@@ -147,6 +132,90 @@ def test_iowait_on_a_node_whose_gpus_are_busy_finds_nothing() -> None:
     assert findings(run_long_enough(scenario, 60)) == set()
 
 
+def test_a_host_without_psi_is_still_diagnosed() -> None:
+    """No /proc/pressure (an older or stripped kernel): iowait, the swap rate
+    and the process's run-queue wait still name the cause."""
+    no_psi = {"psi_available": False}
+    cases = [
+        ({"iowait_ratio": 0.4, **no_psi}, {}, "data_pipeline_io"),
+        ({"swap_in_bytes_per_s": 50 * 2**20, **no_psi}, {}, "host_swapping"),
+        ({"cpu_busy_ratio": 0.99, **no_psi}, {"run_queue_wait_ratio": 0.6, "cpu_ratio": 0.4},
+         "cpu_contention"),
+    ]
+    for host, proc, cause in cases:
+        scenario = Scenario(
+            name="no-psi", node={"gpus": 1}, state={"utilization": 0.03,
+                                                    "memory_used_ratio": 0.75},
+            host=host, processes=[{"pid": 4100, "comm": "python", "gpus": [0],
+                                   "gpu_memory_ratio": 0.7, "cpu_ratio": 0.2, "state": "S",
+                                   **proc}])
+        snap = run_long_enough(scenario, 60)
+        assert findings(snap) == {(0, "memory_held_sm_idle", cause)}, cause
+        assert not snap.series("gpu_host_pressure_ratio")
+
+
+def test_a_host_cause_wins_over_a_stalled_process() -> None:
+    """The process blocks in D state on reads: storage, not a stuck job; the
+    stall is listed beneath the storage finding."""
+    scenario = Scenario(
+        name="io-stall", node={"gpus": 1}, state={"utilization": 0.02, "memory_used_ratio": 0.75},
+        host={"iowait_ratio": 0.45, "pressure_io": {"some": 0.5, "full": 0.3}},
+        processes=[{"pid": 4100, "comm": "python", "gpus": [0], "gpu_memory_ratio": 0.7,
+                    "cpu_ratio": 0.001, "state": "D"}])
+    snap = run_long_enough(scenario, 60)
+    assert findings(snap) == {(0, "memory_held_sm_idle", "data_pipeline_io")}
+    (finding,) = snap.facts["findings"]
+    assert [e.row.cause for e in finding.explains] == ["process_stalled"]
+    assert snap.get("gpu_diagnosis_active", gpu="0", symptom="memory_held_sm_idle",
+                    cause="process_stalled") == 0.0
+
+
+def test_swap_stopped_but_iowait_persists_reports_both() -> None:
+    swap = {"swap_in_bytes_per_s": 80 * 2**20, "iowait_ratio": 0.35}
+    scenario = Scenario(
+        name="swap-then-io", node={"gpus": 1},
+        state={"utilization": 0.03, "memory_used_ratio": 0.75}, host=swap,
+        timeline=[{"at": "60s", "host": {"swap_in_bytes_per_s": 0}}])
+    with SimRun(scenario) as run:
+        assert findings(run.poll(59)) == {(0, "memory_held_sm_idle", "host_swapping")}
+        # Swap stopped 15 s ago: it no longer explains the iowait, which is
+        # reported on its own while the swapping row clears.
+        assert findings(run.poll(15)) == {(0, "memory_held_sm_idle", "host_swapping"),
+                                          (0, "memory_held_sm_idle", "data_pipeline_io")}
+        assert findings(run.poll(30)) == {(0, "memory_held_sm_idle", "data_pipeline_io")}
+
+
+def _diagnose_json(scenario: str) -> list[dict[str, object]]:
+    result = subprocess.run([sys.executable, "-m", "gpu_exporter", "diagnose", "--simulate",
+                             scenario, "--json"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    findings: list[dict[str, object]] = json.loads(result.stdout)["findings"]
+    return findings
+
+
+def test_the_swap_case_reports_swapping_only_with_iowait_explained() -> None:
+    (f,) = _diagnose_json("memory-held-sm-idle-host-swapping")
+    assert (f["symptom"], f["cause"]) == ("memory_held_sm_idle", "host_swapping")
+    evidence = f["evidence"]
+    assert isinstance(evidence, dict)
+    line = evidence["explains_memory_held_sm_idle_data_pipeline_io"]
+    assert "iowait 35 %" in line and "explained by host swap" in line
+    assert [(e["symptom"], e["cause"]) for e in f["explained"]] == [  # type: ignore[attr-defined]
+        ("memory_held_sm_idle", "data_pipeline_io")]
+
+
+def test_the_power_brake_case_reports_the_power_brake_only() -> None:
+    (f,) = _diagnose_json("throttled-under-load-power-brake")
+    assert (f["gpu"], f["symptom"], f["cause"]) == ("1", "throttled_under_load", "power_brake")
+
+
+def test_a_node_at_15_percent_waiting_on_the_run_queue_is_cpu_contention() -> None:
+    got = _diagnose_json("memory-held-sm-underfed-cpu-contention")
+    assert {(f["gpu"], f["symptom"], f["cause"]) for f in got} == {
+        (str(i), "memory_held_sm_underfed", "cpu_contention") for i in range(8)}
+    assert {f["severity"] for f in got} == {"info"}
+
+
 def test_no_gpm_means_no_utilization_inflated_judgement() -> None:
     scenario = Scenario(name="a100-inflated", node={"gpus": 1, "profile": "a100-pcie-40gb"},
                         state={"utilization": 0.97, "sm_active": 0.1})
@@ -156,7 +225,6 @@ def test_no_gpm_means_no_utilization_inflated_judgement() -> None:
 # --- the diagnose command ---------------------------------------------------------------
 @pytest.mark.parametrize("row", ROWS, ids=[r.anchor for r in ROWS])
 def test_diagnose_json_reports_the_row_named_by_the_scenario(row) -> None:  # type: ignore[no-untyped-def]
-    _needs_host(row.anchor)
     result = subprocess.run([sys.executable, "-m", "gpu_exporter", "diagnose", "--simulate",
                              row.anchor, "--json"], capture_output=True, text=True, timeout=60,
                             check=False)

@@ -274,3 +274,17 @@ def test_close_frees_the_memory_at_once(tmp_path: Path) -> None:
     node.fs.close()  # twice is harmless
     if real != tmp_path:
         assert not real.exists()
+
+
+def test_the_port_above_a_gpu_trains_with_the_gpus_own_link(tmp_path: Path) -> None:
+    """Both ends of one PCIe link run at the same width and speed: a GPU
+    trained at x8 shows x8 on the switch port above it, and an idle GPU's
+    downshift to Gen1 shows there too."""
+    narrow = Node(tmp_path / "narrow", scenario(gpus={0: {"pcie_link_width": 8}}))
+    dev = read_pci_device(narrow.fs.sysfs, "0000:18:00.0")
+    assert dev is not None and dev.upstream is not None
+    assert (dev.upstream.width, dev.upstream.width_max) == (8, 16)
+    idle = Node(tmp_path / "idle", scenario(state={"utilization": 0.0}))
+    dev = read_pci_device(idle.fs.sysfs, "0000:18:00.0")
+    assert dev is not None and dev.upstream is not None
+    assert (dev.upstream.generation, dev.upstream.generation_max) == (1, 5)

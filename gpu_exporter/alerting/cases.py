@@ -17,7 +17,8 @@ from gpu_exporter.alerting.config import AlertConfig
 from gpu_exporter.alerting.render import GENERATED, alert_annotations, dump
 from gpu_exporter.alerting.rules import AlertRule, alert_rules
 from gpu_exporter.alerting.templates import duration, render
-from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.table import ROWS, Row
 
 JOB = "gpu-exporter"
 GIB = 1024**3
@@ -103,6 +104,51 @@ def _row_case(rule: AlertRule) -> Case:
                     Check(onset + rule.for_s + 60, rule.name, (fire,)),
                     Check(end - 60, rule.name, (fire,)),
                 ])
+
+
+# --- consequences never page on their own -----------------------------------
+
+
+def _consequence_cases(by: dict[str, AlertRule]) -> list[Case]:
+    """The exporter files a consequence under its root cause (precedence.py):
+    the host swaps, so iowait and I/O pressure are high, but only the swapping
+    row is 1. Nothing may page for the iowait; likewise hw_slowdown under the
+    power brake."""
+    iv = 5.0
+    onset, end = 300.0, 300.0 + 3600.0
+    before, after = steps(iv, onset) - 1, steps(iv, end - onset)
+    node_a, g0 = node("node-a"), gpu("node-a", 0)
+
+    def diag(row: Row, on: bool) -> Series:
+        return Series("gpu_diagnosis_active", {**g0, "symptom": row.symptom,
+                                               "cause": row.cause},
+                      f"0x{before} {1 if on else 0}x{after}")
+
+    def fire(row: Row) -> Fire:
+        return Fire({**g0, "symptom": row.symptom, "cause": row.cause}, 1)
+
+    out = []
+    for root, consequence, raw in (
+        (t.IDLE_HOST_SWAPPING, t.IDLE_DATA_PIPELINE_IO, [
+            Series("gpu_host_cpu_iowait_ratio", node_a, f"0.01x{before} 0.35x{after}"),
+            Series("gpu_host_pressure_ratio", {**node_a, "resource": "io", "kind": "some"},
+                   f"0x{before} 0.41x{after}"),
+            Series("gpu_host_swap_bytes_total", {**node_a, "direction": "in"},
+                   f"0+0x{before} 0+{200 * 2**20 * iv:.0f}x{after}")]),
+        (t.POWER_BRAKE, t.HW_SLOWDOWN, [
+            Series("gpu_throttle_reason_active", {**g0, "reason": "hw_slowdown"},
+                   f"0x{before} 1x{after}"),
+            Series("gpu_throttle_reason_active", {**g0, "reason": "hw_power_brake"},
+                   f"0x{before} 1x{after}")]),
+    ):
+        series = [diag(root, True), diag(consequence, False), *raw]
+        checks = [Check(end - 60, root.alert_name, (fire(root),))]
+        checks += [Check(at, consequence.alert_name) for at in (onset + 60, onset + 1800)]
+        # Nothing else pages on the consequence's raw signals either.
+        checks += [Check(end - 60, name) for name in sorted(by) if name != root.alert_name]
+        out.append(Case(f"{consequence.alert_name} stays silent: {root.cause} explains it",
+                        iv, series, checks))
+    return out
 
 
 # --- the exporter's health ---------------------------------------------------
@@ -328,6 +374,7 @@ def test_files(config: AlertConfig) -> list[TestFile]:
     by = {r.name: r for r in rules}
     return [
         TestFile("diagnosis.test.yml", 5.0, [_row_case(r) for r in rules if r.row is not None]),
+        TestFile("consequences.test.yml", 5.0, _consequence_cases(by)),
         TestFile("exporter.test.yml", 5.0, _exporter_cases(by)),
         TestFile("fleet.test.yml", 5.0, [_straggler_case(by["GpuStraggler"], config)]),
         TestFile("fleet-slow.test.yml", 15.0, [

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_exporter.config_types import Duration
 from gpu_exporter.diagnosis.table import Severity
+from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CONFIG_PATH = ROOT / "alerts" / "config.yaml"
@@ -86,7 +87,12 @@ class AlertConfig(_Strict):
     dashboard_url_base: str = "https://grafana.example.com"
     node_dashboard_uid: str = "gpu-node"
     fleet_dashboard_uid: str = "gpu-fleet"
+    # The thresholds the exporters run with (their config's ``diagnosis:``):
+    # alert prose and dashboard colours quote them.
+    diagnosis: DiagnosisConfig = DiagnosisConfig()
     diagnosis_for: DiagnosisFor = DiagnosisFor()
+    # Keyed by alert name, or for a table row's alert by the row's key
+    # (``symptom/cause``), so a renamed row fails here rather than silently.
     for_overrides: dict[str, Duration] = Field(default_factory=dict)
     severity_overrides: dict[str, Severity] = Field(default_factory=dict)
     exporter: ExporterSettings = ExporterSettings()

@@ -88,6 +88,14 @@ def _severity(config: AlertConfig, name: str, default: Severity) -> Severity:
     return config.severity_overrides.get(name, default)
 
 
+def _row_for(config: AlertConfig, row: Row) -> float:
+    return float(config.for_overrides.get(row.key, config.diagnosis_for.of(row.severity)))
+
+
+def _row_severity(config: AlertConfig, row: Row) -> Severity:
+    return config.severity_overrides.get(row.key, row.severity)
+
+
 # --- one alert per table row -------------------------------------------------
 
 
@@ -97,12 +105,14 @@ def row_matchers(row: Row) -> str:
 
 def _row_alert(config: AlertConfig, x: Exprs, row: Row) -> AlertRule:
     name = row.alert_name
-    severity = _severity(config, name, row.severity)
-    for_s = _for(config, name, config.diagnosis_for.of(row.severity))
+    severity = _row_severity(config, row)
+    for_s = _row_for(config, row)
     held = ("reported at once by the exporter" if row.immediate
-            else "held for the exporter's diagnosis window")
+            else f"held for the exporter's diagnosis window "
+                 f"({config.diagnosis.prose()['window']})")
+    evidence = row.evidence_text(config.diagnosis)
     description = (
-        f"{WHERE_GPU}: {row.evidence} The exporter's diagnosis "
+        f"{WHERE_GPU}: {evidence} The exporter's diagnosis "
         f"gpu_diagnosis_active{{symptom=\"{row.symptom}\", cause=\"{row.cause}\"}} is "
         f"{fixed(0)}: {held}, then for {prose_duration(for_s)} here.")
     cause = row.cause.replace("_", " ")
@@ -110,7 +120,7 @@ def _row_alert(config: AlertConfig, x: Exprs, row: Row) -> AlertRule:
         name=name, group=GROUP_DIAGNOSIS, severity=severity,
         expr=f"{x.m('gpu_diagnosis_active', row_matchers(row))} == 1",
         for_s=for_s, summary=row.summary, description=description,
-        likely_cause=f"{cause}: {row.evidence}",
+        likely_cause=f"{cause}: {evidence}",
         fix=row.fix, anchor=row.anchor, scope="gpu",
         meaning=(f"{row.summary}. The exporter reports symptom {row.symptom} on this GPU and "
                  f"blames cause {row.cause}: the evidence it sees is below."),
@@ -235,7 +245,7 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
     per_gpu_diag = x.m("gpu_diagnosis_active")
     severity_of: dict[Severity, list[Row]] = {"critical": [], "warning": [], "info": []}
     for row in ROWS:
-        severity_of[_severity(config, row.alert_name, row.severity)].append(row)
+        severity_of[_row_severity(config, row)].append(row)
     levels: list[tuple[Severity, int]] = [("critical", 3), ("warning", 2), ("info", 1)]
     worst_parts = [
         f"{x.m('gpu_diagnosis_active', row_matchers(row))} * {weight}"
@@ -435,8 +445,11 @@ def alert_rules(config: AlertConfig) -> list[AlertRule]:
     names = [r.name for r in rules]
     if len(set(names)) != len(names):  # pragma: no cover - a programming error
         raise RuntimeError("duplicate alert name")
-    unknown = (set(config.for_overrides) | set(config.severity_overrides)) - set(names)
+    # A row's alert is named by its row key; its derived name is not a key.
+    known = {r.name for r in rules if r.row is None} | {row.key for row in ROWS}
+    unknown = (set(config.for_overrides) | set(config.severity_overrides)) - known
     if unknown:
-        raise AlertConfigError("alerts/config.yaml names unknown alerts: "
-                               + ", ".join(sorted(unknown)))
+        raise AlertConfigError(
+            "alerts/config.yaml names unknown alerts: " + ", ".join(sorted(unknown))
+            + " (a table row's alert is named by its row key, symptom/cause)")
     return rules

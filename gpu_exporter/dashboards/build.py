@@ -1,8 +1,8 @@
 """The node and fleet dashboards.
 
-Thresholds that mirror the exporter's diagnosis come from its defaults
-(``DiagnosisConfig``) and the rules' settings (``alerts/config.yaml``), so a red
-cell and an alert agree.
+Thresholds that mirror the exporter's diagnosis come from the same settings as
+the alerts (``alerts/config.yaml``, its ``diagnosis:`` thresholds included), so
+a red cell and an alert agree.
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ from gpu_exporter.dashboards.panels import (
     timeline,
     variables,
 )
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.diagnosis.table import ROWS
 
 FLEET = 'job=~"$job", instance=~"$instance"'
+THROTTLE_SYMPTOMS = ("throttled_under_load", "clocks_capped")
+THROTTLE_CAUSES = ", ".join(r.cause for r in ROWS if r.symptom in THROTTLE_SYMPTOMS)
+THROTTLE_MATCH = "|".join(THROTTLE_SYMPTOMS)
 FLEET_GPU = 'job=~"$job", instance=~"$instance", gpu=~"$gpu"'
 GPU_KEY = "instance, job, gpu, uuid"
 TAGS = ["gpu", "gpu-exporter", "nvidia"]
@@ -46,7 +49,7 @@ def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
 
 
 def node_dashboard(config: AlertConfig) -> dm.Dashboard:
-    d = DiagnosisConfig()
+    d = config.diagnosis
     fleet_link = db.DashboardLink("GPU fleet").type(dm.DashboardLinkType.LINK) \
         .url(f"/d/{config.fleet_dashboard_uid}/{config.fleet_dashboard_uid}") \
         .include_vars(True).keep_time(True)
@@ -269,10 +272,10 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
         Steps(BLUE), Layout(4, 7))))
     b = b.with_panel(single(Common(
         "Throttled GPUs",
-        "Busy GPUs held back by a power cap, heat, the power brake or low application "
-        "clocks (diagnosis rows throttled_under_load and clocks_capped).",
+        "Busy GPUs held back by their clocks (diagnosis rows throttled_under_load and "
+        f"clocks_capped: {THROTTLE_CAUSES}).",
         "short", [Q(f'count(gpu_diagnosis_active{{{FLEET_GPU}, '
-                    f'symptom=~"throttled_under_load|clocks_capped"}} == 1) or vector(0)',
+                    f'symptom=~"{THROTTLE_MATCH}"}} == 1) or vector(0)',
                     "throttled", instant=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(4, 7))))
     b = b.with_panel(single(Common(
@@ -292,10 +295,10 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
     b = b.with_row(row("Which GPUs"))
     b = b.with_panel(grid(Common(
         "Throttled GPUs",
-        "Each throttled GPU and the cause the exporter blames (power_cap, thermal, "
-        "power_brake, application_clocks).",
+        "Each throttled GPU and the cause the exporter blames "
+        f"({THROTTLE_CAUSES}).",
         "short", [Q(f'gpu_diagnosis_active{{{FLEET_GPU}, '
-                    f'symptom=~"throttled_under_load|clocks_capped"}} == 1',
+                    f'symptom=~"{THROTTLE_MATCH}"}} == 1',
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(8, 8)),
         columns={"instance": "node", "gpu": "GPU", "cause": "cause"},

@@ -1,8 +1,11 @@
 """Evaluate every row of the table for every GPU, every poll, and turn the
 answers into steady findings: a condition must hold for the diagnosis window
 before its row turns on, and stay clear for ``clear_after`` before it turns
-off, so nothing flaps. ``gpu_diagnosis_active`` is exported for every row and
-GPU (0 or 1), so dashboards and alerts never see gaps."""
+off, so nothing flaps. Of the rows that are on, causal precedence
+(``precedence.py``) keeps the root causes and files the consequences they
+explain under them. ``gpu_diagnosis_active`` is exported for every row and GPU
+(1 for a root cause that is on, else 0), so dashboards and alerts never see
+gaps and never page for a consequence."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
+from gpu_exporter.diagnosis.report import evidence_line
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals, gather
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
@@ -23,18 +28,39 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Finding:
+    """A root cause on one GPU, with the consequences it explains."""
+
     gpu: int
     uuid: str
     row: Row
     evidence: Evidence
     since: float  # unix time the row turned on
+    explains: tuple[Explained, ...] = ()
 
     def as_dict(self, runbook_base: str = "docs/runbook.md") -> dict[str, object]:
+        """The chain for /diagnosis and ``diagnose --json``: symptom <- cause <-
+        evidence; ``explained`` lists the rows whose signals this cause
+        produces (each with its own evidence and why), and the evidence holds
+        one ``explains_<cause>`` line per such row for readers of evidence only."""
         return {"gpu": str(self.gpu), "uuid": self.uuid, "symptom": self.row.symptom,
                 "cause": self.row.cause, "severity": self.row.severity,
                 "summary": self.row.summary, "evidence": dict(self.evidence),
+                "explained": [{"symptom": e.row.symptom, "cause": e.row.cause,
+                               "evidence": dict(e.evidence), "why": e.by.why}
+                              for e in self.explains],
                 "fix": self.row.fix, "runbook": f"{runbook_base}#{self.row.anchor}",
                 "since": self.since}
+
+
+def explanation(item: Explained, cause_evidence: Evidence) -> str:
+    """``host cpu iowait 35 %: explained by host swap 200.0 MB/s``."""
+    shown = ({k: item.evidence[k] for k in item.by.shows if k in item.evidence}
+             if item.by.shows else dict(item.evidence))
+    cited = {k: cause_evidence[k] for k in item.by.cites if k in cause_evidence}
+    text = evidence_line(shown) or item.row.summary
+    if cited:
+        text += f": explained by {evidence_line(cited)}"
+    return text
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -75,23 +101,45 @@ class DiagnosisCollector(Collector):
         now, wall = self._mono(), self._wall()
         findings: list[Finding] = []
         for sig in gather(out.facts):
-            trend = Trend(self._increase_fn(sig.index, now), wall)
-            for row in ROWS:
-                verdict = self._judge(row, sig, trend)
-                state = self._rows.get((sig.index, row.key))
-                if state is None or state.labels[1] != sig.uuid:
-                    # New, or another GPU at this index (replaced): start afresh.
-                    state = self._rows[(sig.index, row.key)] = _RowState(
-                        labels=(str(sig.index), sig.uuid, row.symptom, row.cause))
-                if self._update(state, verdict, row, now, wall):
-                    findings.append(Finding(sig.index, sig.uuid, row, state.evidence,
-                                            state.since))
-                out.add_values("gpu_diagnosis_active", state.labels, state.active)
+            findings += self._evaluate(sig, now, wall, out)
         out.facts["findings"] = sort_findings(findings)
+
+    def _evaluate(self, sig: GpuSignals, now: float, wall: float,
+                  out: SnapshotBuilder) -> list[Finding]:
+        """One GPU: judge every row, keep the steady state, then keep the root
+        causes among the rows that are on."""
+        trend = Trend(self._increase_fn(sig.index, now), wall)
+        states: list[_RowState] = []
+        on: list[Candidate] = []
+        for row in ROWS:
+            verdict = self._judge(row, sig, trend)
+            state = self._rows.get((sig.index, row.key))
+            if state is None or state.labels[1] != sig.uuid:
+                # New, or another GPU at this index (replaced): start afresh.
+                state = self._rows[(sig.index, row.key)] = _RowState(
+                    labels=(str(sig.index), sig.uuid, row.symptom, row.cause))
+            states.append(state)
+            if self._update(state, verdict, row, now, wall):
+                on.append(Candidate(row, state.evidence,
+                                    now - state.last_true <= self.cfg.explained_within))
+        roots = resolve(on)
+        findings = []
+        for row, state in zip(ROWS, states, strict=True):
+            explained = roots.get(row)
+            out.add_values("gpu_diagnosis_active", state.labels, explained is not None)
+            if explained is None:
+                continue
+            evidence = dict(state.evidence)
+            for item in explained:
+                key = f"explains_{item.row.symptom}_{item.row.cause}"
+                evidence[key] = explanation(item, state.evidence)
+            findings.append(Finding(sig.index, sig.uuid, row, evidence, state.since,
+                                    tuple(explained)))
+        return findings
 
     def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:
         try:
-            verdict = RULES[row.key](sig, self.cfg, trend)
+            verdict = RULES[row](sig, self.cfg, trend)
         except Exception as exc:  # one broken rule must not silence the others
             self._errors += 1
             if row.key not in self._failing:

@@ -1,4 +1,10 @@
-"""One condition per row of the table (``table.ROWS``), keyed by ``Row.key``.
+"""One condition per row of the table (``table.ROWS``), registered on the row
+object itself (``@rule(table.THERMAL)``); an import-time check makes sure every
+row has exactly one.
+
+Rules judge one row each, independently; which of several holding rows is the
+root cause and which are its consequences is decided afterwards from
+``precedence.py``.
 
 A rule answers True (the row's condition holds now), False, or None (it cannot
 judge: the signal it needs is missing). Rules never judge what they cannot
@@ -12,11 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.signals import GpuSignals
+from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
 Evidence = dict[str, float | str]
-THERMAL_REASONS = frozenset({"hw_slowdown", "hw_thermal", "sw_thermal"})
+# NVML's reason bits (nvmlClocksEventReasons): hw_thermal and sw_thermal name
+# heat; hw_power_brake names the external brake; hw_slowdown is the umbrella
+# the driver sets for heat, the brake and its fast-trigger power protection
+# alike, so on its own it names none of them.
+THERMAL_REASONS = frozenset({"hw_thermal", "sw_thermal"})
+SPECIFIC_SLOWDOWN_REASONS = THERMAL_REASONS | {"hw_power_brake"}
 
 
 @dataclass
@@ -36,12 +49,18 @@ class Trend:
 
 
 Rule = Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]
-RULES: dict[str, Rule] = {}
+RULES: dict[Row, Rule] = {}
 
 
-def rule(key: str) -> Callable[[Rule], Rule]:
+def rule(row: Row) -> Callable[[Rule], Rule]:
+    """Register ``fn`` as the condition of ``row`` (one per row)."""
+    if row not in ROWS:
+        raise ImportError(f"rule for {row.key}, which is not in the diagnosis table")
+
     def register(fn: Rule) -> Rule:
-        RULES[key] = fn
+        if row in RULES:
+            raise ImportError(f"two rules for {row.key}: {RULES[row].__name__}, {fn.__name__}")
+        RULES[row] = fn
         return fn
 
     return register
@@ -52,13 +71,26 @@ def _busy(s: GpuSignals, cfg: DiagnosisConfig) -> bool | None:
     return None if u is None else u >= cfg.busy_utilization
 
 
-def _held_idle(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
-    """GPU memory held, GPU doing almost nothing."""
+def _held_below(s: GpuSignals, cfg: DiagnosisConfig,
+                below: float) -> tuple[bool | None, Evidence]:
+    """GPU memory held, GPU utilization under ``below``."""
     used, util = s.memory_used_ratio, s.gpu.utilization
     if used is None or util is None:
         return None, {}
     ev: Evidence = {"gpu_memory_used_ratio": round(used, 3), "gpu_utilization_ratio": util}
-    return used > cfg.memory_held_ratio and util < cfg.idle_utilization, ev
+    return used > cfg.memory_held_ratio and util < below, ev
+
+
+def _held_idle(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    """GPU memory held, GPU doing almost nothing."""
+    return _held_below(s, cfg, cfg.idle_utilization)
+
+
+def _held_underfed(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    """GPU memory held, GPU below busy. Idle counts too, so a GPU whose
+    utilization jitters around the idle threshold stays judged; when the idle
+    row for the same cause is on, it explains this one (precedence.py)."""
+    return _held_below(s, cfg, cfg.busy_utilization)
 
 
 def _io_bound(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
@@ -87,8 +119,9 @@ def _cpu_starved(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evid
         ev["host_cpu_pressure_some_ratio"] = round(pressure, 3)
     if waits:
         ev["process_run_queue_wait_seconds_per_second"] = round(max(waits), 3)
-    pressure_hit = pressure is not None and pressure >= cfg.cpu_pressure_high
-    # Where the kernel keeps schedstat, the GPU's own process must be waiting too.
+    # Each measure that the kernel offers must agree: CPU pressure where it has
+    # PSI, and where it keeps schedstat the GPU's own process must be waiting.
+    pressure_hit = pressure >= cfg.cpu_pressure_high if pressure is not None else True
     wait_hit = max(waits) >= cfg.run_queue_wait_high if waits else True
     return pressure_hit and wait_hit, ev
 
@@ -119,23 +152,40 @@ def _with(base: tuple[bool | None, Evidence],
     return Verdict(hit, {**ev, **cause_ev})
 
 
-@rule("memory_held_sm_idle/data_pipeline_io")
+@rule(t.IDLE_DATA_PIPELINE_IO)
 def _data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _io_bound(s, cfg))
 
 
-@rule("memory_held_sm_idle/cpu_contention")
+@rule(t.IDLE_CPU_CONTENTION)
 def _cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _cpu_starved(s, cfg))
 
 
-@rule("memory_held_sm_idle/host_swapping")
+@rule(t.IDLE_HOST_SWAPPING)
 def _host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _swapping(s, cfg))
 
 
-@rule("memory_held_sm_idle/process_stalled")
+@rule(t.UNDERFED_DATA_PIPELINE_IO)
+def _underfed_data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    return _with(_held_underfed(s, cfg), _io_bound(s, cfg))
+
+
+@rule(t.UNDERFED_CPU_CONTENTION)
+def _underfed_cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    return _with(_held_underfed(s, cfg), _cpu_starved(s, cfg))
+
+
+@rule(t.UNDERFED_HOST_SWAPPING)
+def _underfed_host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    return _with(_held_underfed(s, cfg), _swapping(s, cfg))
+
+
+@rule(t.IDLE_PROCESS_STALLED)
 def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    # Judged on its own; a host-side cause holding at the same time explains
+    # the stall instead (precedence.py), and the stall is listed beneath it.
     held, ev = _held_idle(s, cfg)
     if held is None or not s.processes_known:
         return Verdict(None)
@@ -144,10 +194,6 @@ def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdi
     procs = [p for p in s.processes if p.cpu_ratio is not None]
     if not procs:
         return Verdict(None, ev)
-    # A host-side cause explains an idle GPU better than "the process is stuck".
-    for other in (_io_bound(s, cfg), _cpu_starved(s, cfg), _swapping(s, cfg)):
-        if other[0]:
-            return Verdict(False, ev)
     stalled = all(p.cpu_ratio is not None and p.cpu_ratio < cfg.stalled_cpu_ratio
                   and p.state in ("S", "D") for p in procs)
     top = max(procs, key=lambda p: p.memory_used_bytes or 0)
@@ -157,7 +203,7 @@ def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdi
     return Verdict(stalled, ev)
 
 
-@rule("utilization_bursty/input_starvation")
+@rule(t.BURSTY_INPUT)
 def _bursty(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     if s.util_samples is None:
         return Verdict(None)
@@ -175,7 +221,7 @@ def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evi
                                                    "sm_clock_max_hertz": top}
 
 
-@rule("throttled_under_load/power_cap")
+@rule(t.POWER_CAP)
 def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     if busy is None or reasons is None:
@@ -208,25 +254,51 @@ def _limit_lowered(s: GpuSignals) -> bool | None:
     return limit < default - 1.0  # NVML reports milliwatts: a watt of slack
 
 
-@rule("throttled_under_load/thermal")
+def _near_slowdown(s: GpuSignals, cfg: DiagnosisConfig) -> bool:
+    temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
+    return temp is not None and slowdown is not None and \
+        temp >= slowdown - cfg.thermal_margin_celsius
+
+
+def _temperature_evidence(s: GpuSignals, ev: Evidence) -> Evidence:
+    if s.gpu.temperature_celsius is not None:
+        ev["temperature_celsius"] = s.gpu.temperature_celsius
+    if s.gpu.slowdown_celsius is not None:
+        ev["slowdown_threshold_celsius"] = s.gpu.slowdown_celsius
+    return ev
+
+
+@rule(t.THERMAL)
 def _thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
     if busy is None or (reasons is None and (temp is None or slowdown is None)):
         return Verdict(None)
     active = sorted((reasons or frozenset()) & THERMAL_REASONS)
-    near = temp is not None and slowdown is not None and \
-        temp >= slowdown - cfg.thermal_margin_celsius
-    ev: Evidence = {"gpu_utilization_ratio": s.gpu.utilization or 0.0,
-                    "thermal_reasons_active": ", ".join(active) or "none"}
-    if temp is not None:
-        ev["temperature_celsius"] = temp
-    if slowdown is not None:
-        ev["slowdown_threshold_celsius"] = slowdown
-    return Verdict(bool(busy and (active or near)), ev)
+    ev = _temperature_evidence(s, {"gpu_utilization_ratio": s.gpu.utilization or 0.0,
+                                   "thermal_reasons_active": ", ".join(active) or "none"})
+    return Verdict(bool(busy and (active or _near_slowdown(s, cfg))), ev)
 
 
-@rule("throttled_under_load/power_brake")
+@rule(t.HW_SLOWDOWN)
+def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if busy is None or reasons is None:
+        return Verdict(None)
+    _below, ev = _sm_below_max(s, cfg)
+    ev = _temperature_evidence(s, {**ev, "gpu_utilization_ratio": s.gpu.utilization or 0.0,
+                                   "hw_slowdown_active": "yes" if "hw_slowdown" in reasons
+                                   else "no"})
+    if s.gpu.power_watts is not None:
+        ev["power_watts"] = round(s.gpu.power_watts, 1)
+    if s.gpu.power_limit_watts is not None:
+        ev["power_limit_watts"] = s.gpu.power_limit_watts
+    # Judged on the bit alone; when a specific bit or the temperature names
+    # the reason, that row (thermal, power_brake) explains this one.
+    return Verdict(bool(busy and "hw_slowdown" in reasons), ev)
+
+
+@rule(t.POWER_BRAKE)
 def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     if busy is None or reasons is None:
@@ -236,7 +308,7 @@ def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool(busy and "hw_power_brake" in reasons), ev)
 
 
-@rule("clocks_capped/application_clocks")
+@rule(t.APPLICATION_CLOCKS)
 def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy = _busy(s, cfg)
     app = s.gpu.clocks_application_hz.get("sm")
@@ -253,7 +325,7 @@ def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(busy and app < cfg.clock_below_max_ratio * default, ev)
 
 
-@rule("pcie_downtrained/link_degraded")
+@rule(t.PCIE_DOWNTRAINED)
 def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy = _busy(s, cfg)
     g = s.gpu
@@ -282,7 +354,7 @@ def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(busy and degraded, ev)
 
 
-@rule("pcie_errors/link_integrity")
+@rule(t.PCIE_ERRORS)
 def _pcie_errors(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     replays = trend.increase("pcie_replays", s.gpu.pcie_replays)
     aer = trend.increase("aer_correctable", s.pcie.aer_correctable if s.pcie else None)
@@ -296,7 +368,7 @@ def _pcie_errors(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(max(replays or 0.0, aer or 0.0) >= cfg.pcie_errors_per_window, ev)
 
 
-@rule("memory_errors/ecc_uncorrectable")
+@rule(t.ECC_UNCORRECTABLE)
 def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     unc, failed = s.gpu.ecc_uncorrected_volatile, s.gpu.remap_failed
     if unc is None and failed is None:
@@ -309,7 +381,7 @@ def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool((unc or 0) > 0 or failed), ev)
 
 
-@rule("memory_errors/row_remap_pending")
+@rule(t.ROW_REMAP_PENDING)
 def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     if s.gpu.remap_pending is None:
         return Verdict(None)
@@ -317,7 +389,7 @@ def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict
                                          else "no"})
 
 
-@rule("xid_error/driver_reported")
+@rule(t.XID)
 def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     recent = [(at, x) for at, x in s.xids
               if x in cfg.critical_xids and trend.now - at <= cfg.xid_hold]
@@ -327,12 +399,12 @@ def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
                           "xid_events_recent": len(recent)})
 
 
-@rule("gpu_lost/hardware")
+@rule(t.GPU_LOST)
 def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(not s.gpu.up, {"gpu_up": 1 if s.gpu.up else 0})
 
 
-@rule("memory_near_full/oom_risk")
+@rule(t.MEMORY_NEAR_FULL)
 def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     used = s.memory_used_ratio
     if used is None:
@@ -340,7 +412,7 @@ def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(used > cfg.memory_near_full_ratio, {"gpu_memory_used_ratio": round(used, 4)})
 
 
-@rule("utilization_inflated/small_kernels")
+@rule(t.UTILIZATION_INFLATED)
 def _inflated(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     util, active = s.gpu.utilization, s.sm_active
     if util is None or active is None:
@@ -349,7 +421,7 @@ def _inflated(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
                    {"gpu_utilization_ratio": util, "sm_active_ratio": round(active, 3)})
 
 
-@rule("persistence_off/configuration")
+@rule(t.PERSISTENCE_OFF)
 def _persistence(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     mode = s.gpu.persistence_mode
     if mode is None or not cfg.expect_persistence:
@@ -357,7 +429,7 @@ def _persistence(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(not mode, {"persistence_mode": "on" if mode else "off"})
 
 
-@rule("numa_misplaced/cpu_affinity")
+@rule(t.NUMA_MISPLACED)
 def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     known = [p for p in s.processes if p.affinity_local is not None]
     if not known:
@@ -370,3 +442,12 @@ def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         ev.update({"process_pid": str(bad[0].pid), "process_comm": bad[0].comm,
                    "process_cpus_allowed": bad[0].cpus_allowed or "?"})
     return Verdict(bool(bad), ev)
+
+
+def _check_every_row_has_a_rule() -> None:
+    missing = [r.key for r in ROWS if r not in RULES]
+    if missing:
+        raise ImportError("diagnosis rows without a rule: " + ", ".join(missing))
+
+
+_check_every_row_has_a_rule()

@@ -2,14 +2,22 @@
 source of truth the exporter (``gpu_diagnosis_active``), ``gpu-exporter
 diagnose``, the runbook, the alert rules and the dashboards all read.
 
-Conditions live in ``rules.py`` (one function per row, keyed by ``key``) and
-their thresholds in ``thresholds.py``; this module holds what people read.
+Each row is a named object: its condition is registered on it in ``rules.py``
+(``@rule(IDLE_DATA_PIPELINE_IO)``: a misspelled row is a NameError at import),
+which causes explain which others is ``precedence.py``, and the thresholds its
+prose quotes come from ``thresholds.py`` (``{iowait_high}`` in ``evidence`` is
+filled from the running configuration), so the words never drift from the
+numbers the rules use.
 """
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
+
+from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
@@ -21,7 +29,9 @@ class Row:
     cause: str
     severity: Severity
     summary: str  # one line, plain words, for alert summaries and the landing page
-    evidence: str  # what the exporter sees when the row fires
+    # What the exporter sees when the row fires; ``{name}`` quotes the
+    # DiagnosisConfig threshold ``name`` as people read it (see evidence_text).
+    evidence: str
     fix: str  # what the runbook tells the on-call engineer to do
     confirm: tuple[str, ...]  # commands that confirm it on the node
     escalate: str  # when to hand it on
@@ -38,6 +48,14 @@ class Row:
         """Runbook anchor and built-in scenario name: underscores as hyphens."""
         return f"{self.symptom}-{self.cause}".replace("_", "-")
 
+    def evidence_text(self, cfg: DiagnosisConfig) -> str:
+        """``evidence`` with the thresholds of ``cfg`` written in."""
+        return self.evidence.format_map(cfg.prose())
+
+    def thresholds(self) -> tuple[str, ...]:
+        """The DiagnosisConfig fields the evidence prose quotes."""
+        return tuple(name for _, name, _, _ in string.Formatter().parse(self.evidence) if name)
+
     @property
     def alert_name(self) -> str:
         words = f"{self.symptom}_{self.cause}".split("_")
@@ -46,157 +64,228 @@ class Row:
         return "Gpu" + "".join(w.capitalize() for w in words)
 
 
-_IDLE_GPU = "GPU memory is held (over half used) but the GPU does almost no work"
+_HELD = "GPU memory is held (more than {memory_held_ratio} used)"
+_IDLE_GPU = f"{_HELD} but the GPU does almost no work (utilization below {{idle_utilization}})"
+_UNDERFED_GPU = (f"{_HELD} and the GPU works below its busy threshold (utilization under "
+                 "{busy_utilization})")
+_IO = "the host waits on I/O (iowait at least {iowait_high} or I/O pressure at least " \
+    "{io_pressure_high})"
+_CPU = "CPU pressure is at least {cpu_pressure_high} (where the kernel has PSI) and the " \
+    "GPU's process waits on the run queue at least {run_queue_wait_high} (where it keeps " \
+    "schedstat)"
+_SWAP = "the host swaps pages in or out at {swap_bytes_per_s} or more, or memory pressure " \
+    "(full) is above {memory_pressure_full}"
+_IO_FIX = ("Shard or pack small files into larger records, stage the dataset to local NVMe, "
+           "prefetch (DataLoader prefetch_factor), and check the shared filesystem.")
+_IO_CONFIRM = ("mpstat -P ALL 1 3", "iostat -xz 1 3", "cat /proc/pressure/io")
+_IO_ESCALATE = ("Escalate to the storage team when iowait stays high on several nodes reading "
+                "the same filesystem.")
+_CPU_FIX = ("Pin the training process and its dataloader workers with taskset/numactl, use "
+            "fewer dataloader workers than cores, and nice or move background jobs.")
+_CPU_CONFIRM = ("cat /proc/pressure/cpu", "pidstat -w -p PID 1 5", "top -H -p PID")
+_CPU_ESCALATE = "Escalate to the job owner when the node runs more workers than cores."
+_SWAP_FIX = ("Reduce host memory use (dataloader workers, prefetch, caches), cap prefetching, "
+             "or add RAM; never train on a swapping host.")
+_SWAP_CONFIRM = ("free -h", "vmstat 1 5", "cat /proc/pressure/memory")
+_SWAP_ESCALATE = "Escalate to the job owner; if the node's RAM is below its spec, to hardware."
+
+IDLE_DATA_PIPELINE_IO = Row(
+    "memory_held_sm_idle", "data_pipeline_io", "warning",
+    "GPU holds memory but sits idle waiting on storage",
+    f"{_IDLE_GPU}, while {_IO}.", _IO_FIX, _IO_CONFIRM, _IO_ESCALATE)
+IDLE_CPU_CONTENTION = Row(
+    "memory_held_sm_idle", "cpu_contention", "warning",
+    "GPU holds memory but sits idle while its process waits for a CPU",
+    f"{_IDLE_GPU}, while {_CPU}.", _CPU_FIX, _CPU_CONFIRM, _CPU_ESCALATE)
+IDLE_HOST_SWAPPING = Row(
+    "memory_held_sm_idle", "host_swapping", "warning",
+    "GPU holds memory but sits idle while the host swaps",
+    f"{_IDLE_GPU}, while {_SWAP}.", _SWAP_FIX, _SWAP_CONFIRM, _SWAP_ESCALATE)
+IDLE_PROCESS_STALLED = Row(
+    "memory_held_sm_idle", "process_stalled", "warning",
+    "GPU holds memory but its process is stalled",
+    f"{_IDLE_GPU}, and the process holding it is sleeping or blocked using less than "
+    "{stalled_cpu_ratio} of a CPU: stuck before its first step, deadlocked, or waiting on a "
+    "distributed barrier. A host-side cause (storage, CPU, swapping) present at the same time "
+    "explains the stall instead.",
+    "Attach py-spy dump --pid PID to see where it waits; check the job's rendezvous and "
+    "the other ranks; restart the job if it is deadlocked.",
+    ("py-spy dump --pid PID", "ps -o pid,stat,etime,comm -p PID", "nvidia-smi pmon -c 1"),
+    "Escalate to the job owner with the py-spy stack.")
+# Starved GPUs rarely read exactly 0 %: between idle and busy, the same host
+# causes slow the job down without stopping it. Reported for dashboards and
+# `diagnose` (info); the idle rows above, for the same cause, open tickets.
+UNDERFED_DATA_PIPELINE_IO = Row(
+    "memory_held_sm_underfed", "data_pipeline_io", "info",
+    "GPU holds memory but works well below capacity: its input waits on storage",
+    f"{_UNDERFED_GPU}, while {_IO}. The job runs, slowed by its reads.",
+    _IO_FIX, _IO_CONFIRM, _IO_ESCALATE)
+UNDERFED_CPU_CONTENTION = Row(
+    "memory_held_sm_underfed", "cpu_contention", "info",
+    "GPU holds memory but works well below capacity: its process waits for a CPU",
+    f"{_UNDERFED_GPU}, while {_CPU}. The job runs, slowed by the CPU it waits for.",
+    _CPU_FIX, _CPU_CONFIRM, _CPU_ESCALATE)
+UNDERFED_HOST_SWAPPING = Row(
+    "memory_held_sm_underfed", "host_swapping", "info",
+    "GPU holds memory but works well below capacity while the host swaps",
+    f"{_UNDERFED_GPU}, while {_SWAP}. The job runs, slowed by page faults.",
+    _SWAP_FIX, _SWAP_CONFIRM, _SWAP_ESCALATE)
+BURSTY_INPUT = Row(
+    "utilization_bursty", "input_starvation", "warning",
+    "GPU utilization swings between idle and full: the input pipeline starves it",
+    "Sub-second utilization samples swing from {burst_low} or less to {burst_high} or more "
+    "within the window while the 1-second average looks moderate.",
+    "More dataloader workers, pin_memory=True, persistent_workers=True, a larger "
+    "prefetch_factor; move augmentation to the GPU.",
+    ("nvidia-smi dmon -s u -d 1", "py-spy top --pid PID"),
+    "Escalate to the job owner.")
+POWER_CAP = Row(
+    "throttled_under_load", "power_cap", "warning",
+    "Busy GPU held below its clocks by its power limit",
+    "The GPU is busy (utilization at least {busy_utilization}), sw_power_cap is active, the "
+    "SM clock is below {clock_below_max_ratio} of its maximum and the enforced power limit is "
+    "below the board's default (lowered by an administrator or by the rack's power policy). "
+    "At the default limit a busy GPU drawing its rated power is working as designed and is "
+    "not reported.",
+    "Compare the power limit with the default (nvidia-smi -q -d POWER); restore it with "
+    "nvidia-smi -pl if it was lowered by mistake, or check the rack's power policy.",
+    ("nvidia-smi -q -d POWER", "nvidia-smi -q -d PERFORMANCE"),
+    "Escalate to the datacenter team when the cap comes from rack power policy.")
+THERMAL = Row(
+    "throttled_under_load", "thermal", "warning",
+    "Busy GPU slowed down by heat",
+    "The GPU is busy (utilization at least {busy_utilization}) and a thermal clock reason "
+    "(hw_thermal or sw_thermal) is active, or its temperature is within "
+    "{thermal_margin_celsius} of its own slowdown threshold. NVML's umbrella hw_slowdown bit "
+    "alone does not name heat.",
+    "Check airflow, fans, filters and rack placement; compare with the neighbouring GPUs "
+    "in the chassis; cap power while investigating.",
+    ("nvidia-smi -q -d TEMPERATURE", "nvidia-smi -q -d PERFORMANCE", "ipmitool sdr type Fan"),
+    "Escalate to the datacenter team for cooling or chassis faults.")
+POWER_BRAKE = Row(
+    "throttled_under_load", "power_brake", "warning",
+    "GPU clocks cut by the hardware power brake",
+    "The GPU is busy (utilization at least {busy_utilization}) and hw_power_brake is active: "
+    "an external signal (power supply, chassis) forces the GPU down.",
+    "Check the power supplies and the chassis' power brake signal; move load off the node.",
+    ("nvidia-smi -q -d PERFORMANCE", "ipmitool sel list"),
+    "Escalate to the datacenter/hardware team.")
+HW_SLOWDOWN = Row(
+    "throttled_under_load", "hw_slowdown", "warning",
+    "Busy GPU slowed by the hardware, for a reason NVML does not name",
+    "The GPU is busy (utilization at least {busy_utilization}) and NVML's hw_slowdown is "
+    "active without hw_thermal, sw_thermal or hw_power_brake and with the temperature more "
+    "than {thermal_margin_celsius} below its slowdown threshold. The driver sets hw_slowdown "
+    "(clocks cut by half or more) for high temperature, an external power brake or its "
+    "fast-trigger protection against excessive power draw, and here names none of them.",
+    "Read the power draw against the limit (a spike past it trips the fast trigger), the "
+    "temperatures and the power supplies' state; move load off the node if it persists.",
+    ("nvidia-smi -q -d PERFORMANCE", "nvidia-smi -q -d POWER,TEMPERATURE",
+     "ipmitool sel list"),
+    "Escalate to the datacenter/hardware team when it persists without a named reason.")
+APPLICATION_CLOCKS = Row(
+    "clocks_capped", "application_clocks", "warning",
+    "Busy GPU runs at application clocks set below their default",
+    "The GPU is busy (utilization at least {busy_utilization}) and its application clock is "
+    "set below {clock_below_max_ratio} of the default the board ships with (GPU Boost runs "
+    "above the default; a lower setting holds it back).",
+    "Reset the application clocks (nvidia-smi -rac) and audit the provisioning that set them.",
+    ("nvidia-smi -q -d CLOCK",),
+    "Escalate to whoever owns node provisioning.")
+PCIE_DOWNTRAINED = Row(
+    "pcie_downtrained", "link_degraded", "warning",
+    "Busy GPU's PCIe link trained below its maximum width or generation",
+    "While the GPU is busy (utilization at least {busy_utilization}), its PCIe link, or the "
+    "link of the switch port above it, runs at a lower width or generation than it can "
+    "(idle links downshift on purpose and are never judged).",
+    "Reseat the card or riser, check the BIOS bifurcation and slot settings, and compare "
+    "the upstream switch port's link.",
+    ("nvidia-smi -q -d PCIE", "lspci -vv -s BUS_ID | grep -E 'LnkCap|LnkSta'"),
+    "Escalate to hardware when reseating does not restore the link.")
+PCIE_ERRORS = Row(
+    "pcie_errors", "link_integrity", "warning",
+    "PCIe replays or AER errors are rising on the GPU's link",
+    "The GPU's PCIe replay counter or the kernel's AER correctable error counter rose by "
+    "{pcie_errors_per_window} or more within the diagnosis window ({window}).",
+    "Check the riser, cable and slot; drain the node if the rate keeps climbing.",
+    ("nvidia-smi -q -d PCIE", "cat /sys/bus/pci/devices/BUS_ID/aer_dev_correctable",
+     "dmesg -T | grep -i aer"),
+    "Escalate to hardware when errors keep rising after a reseat.")
+ECC_UNCORRECTABLE = Row(
+    "memory_errors", "ecc_uncorrectable", "critical",
+    "GPU memory had an uncorrectable ECC error or ran out of spare rows",
+    "The volatile uncorrectable ECC counter is above zero, or a row remap failed.",
+    "Drain the node, reset the GPU (nvidia-smi -r); if the row remap failed, RMA the GPU.",
+    ("nvidia-smi -q -d ECC", "nvidia-smi -q -d ROW_REMAPPER"),
+    "Escalate to hardware for an RMA when the remap failed or errors return after reset.",
+    immediate=True)
+ROW_REMAP_PENDING = Row(
+    "memory_errors", "row_remap_pending", "warning",
+    "GPU has a memory row remap pending",
+    "A row remap is pending: the GPU needs a reset to retire the bad row.",
+    "Drain the node and reset the GPU at the next maintenance window.",
+    ("nvidia-smi -q -d ROW_REMAPPER",),
+    "Escalate to hardware when remaps keep appearing.",
+    immediate=True)
+XID = Row(
+    "xid_error", "driver_reported", "critical",
+    "The driver reported a critical Xid error for the GPU",
+    "NVML delivered a critical Xid event (one of {critical_xids}) within the last {xid_hold}.",
+    "Act per Xid: 79 means the GPU fell off the bus (check power and PCIe), 48/94/95 are "
+    "ECC errors (drain and reset), 74 is an NVLink error, 119/120 are GSP errors (reset).",
+    ("dmesg -T | grep -i xid", "nvidia-smi -q"),
+    "Escalate to hardware when the same GPU repeats an Xid.",
+    immediate=True)
+GPU_LOST = Row(
+    "gpu_lost", "hardware", "critical",
+    "GPU is lost: NVML cannot reach it",
+    "NVML answers GPU_IS_LOST for the GPU, or the kernel removed its PCI device.",
+    "Drain the node, check the GPU's power cabling and PCIe seating; a reboot may bring it "
+    "back, a repeat needs hardware.",
+    ("nvidia-smi", "dmesg -T | grep -iE 'xid|fallen off'", "lspci | grep -i nvidia"),
+    "Escalate to hardware.",
+    immediate=True)
+MEMORY_NEAR_FULL = Row(
+    "memory_near_full", "oom_risk", "warning",
+    "GPU memory is nearly full",
+    "Memory used is above {memory_near_full_ratio} of the GPU's total.",
+    "Smaller batches, stable tensor shapes, allocator settings (e.g. "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); check for leaks.",
+    ("nvidia-smi --query-gpu=memory.used,memory.total --format=csv",),
+    "Escalate to the job owner.")
+UTILIZATION_INFLATED = Row(
+    "utilization_inflated", "small_kernels", "info",
+    "GPU looks busy but its SMs mostly idle",
+    "NVML utilization is above {inflated_utilization} while GPM's SM activity is below "
+    "{inflated_sm_active}: many tiny kernels or synchronisation keep one kernel running while "
+    "most SMs wait.",
+    "Profile (Nsight Systems), fuse operations, use bigger batches and fewer sync points.",
+    ("nsys profile -o trace python train.py", "nvidia-smi dmon -s u"),
+    "Escalate to the job owner with a profile.")
+PERSISTENCE_OFF = Row(
+    "persistence_off", "configuration", "info",
+    "Persistence mode is off on a compute node",
+    "Persistence mode is disabled, so the driver reloads state for every new client.",
+    "Enable nvidia-persistenced (preferred) or nvidia-smi -pm 1.",
+    ("nvidia-smi -q | grep -i persistence", "systemctl status nvidia-persistenced"),
+    "Escalate to whoever owns node provisioning.",
+    immediate=True)
+NUMA_MISPLACED = Row(
+    "numa_misplaced", "cpu_affinity", "warning",
+    "A GPU process runs on CPUs outside the GPU's NUMA node",
+    "A process using the GPU may run on CPUs outside the GPU's local CPU list, so its "
+    "host-to-device traffic crosses sockets.",
+    "Pin the process and its memory to the GPU's NUMA node (numactl --cpunodebind=N "
+    "--membind=N, or the job scheduler's topology settings).",
+    ("nvidia-smi topo -m", "taskset -cp PID", "numactl --show"),
+    "Escalate to the job owner or the scheduler's configuration.")
 
 ROWS: tuple[Row, ...] = (
-    Row("memory_held_sm_idle", "data_pipeline_io", "warning",
-        "GPU holds memory but sits idle waiting on storage",
-        f"{_IDLE_GPU}, while the host waits on I/O (iowait or I/O pressure high).",
-        "Shard or pack small files into larger records, stage the dataset to local NVMe, "
-        "prefetch (DataLoader prefetch_factor), and check the shared filesystem.",
-        ("mpstat -P ALL 1 3", "iostat -xz 1 3", "cat /proc/pressure/io"),
-        "Escalate to the storage team when iowait stays high on several nodes reading the "
-        "same filesystem."),
-    Row("memory_held_sm_idle", "cpu_contention", "warning",
-        "GPU holds memory but sits idle while its process waits for a CPU",
-        f"{_IDLE_GPU}, while its process waits on the CPU run queue and CPU pressure is high.",
-        "Pin the training process and its dataloader workers with taskset/numactl, use fewer "
-        "dataloader workers than cores, and nice or move background jobs.",
-        ("cat /proc/pressure/cpu", "pidstat -w -p PID 1 5", "top -H -p PID"),
-        "Escalate to the job owner when the node runs more workers than cores."),
-    Row("memory_held_sm_idle", "host_swapping", "warning",
-        "GPU holds memory but sits idle while the host swaps",
-        f"{_IDLE_GPU}, while the host swaps pages in or out or memory pressure (full) is "
-        "above zero.",
-        "Reduce host memory use (dataloader workers, prefetch, caches), cap prefetching, or "
-        "add RAM; never train on a swapping host.",
-        ("free -h", "vmstat 1 5", "cat /proc/pressure/memory"),
-        "Escalate to the job owner; if the node's RAM is below its spec, to hardware."),
-    Row("memory_held_sm_idle", "process_stalled", "warning",
-        "GPU holds memory but its process is stalled",
-        f"{_IDLE_GPU}, and the process holding it is sleeping or blocked with almost no CPU "
-        "time: stuck before its first step, deadlocked, or waiting on a distributed barrier.",
-        "Attach py-spy dump --pid PID to see where it waits; check the job's rendezvous and "
-        "the other ranks; restart the job if it is deadlocked.",
-        ("py-spy dump --pid PID", "ps -o pid,stat,etime,comm -p PID", "nvidia-smi pmon -c 1"),
-        "Escalate to the job owner with the py-spy stack."),
-    Row("utilization_bursty", "input_starvation", "warning",
-        "GPU utilization swings between idle and full: the input pipeline starves it",
-        "Sub-second utilization samples swing between near 0 and near 100 % within the window "
-        "while the 1-second average looks moderate.",
-        "More dataloader workers, pin_memory=True, persistent_workers=True, a larger "
-        "prefetch_factor; move augmentation to the GPU.",
-        ("nvidia-smi dmon -s u -d 1", "py-spy top --pid PID"),
-        "Escalate to the job owner."),
-    Row("throttled_under_load", "power_cap", "warning",
-        "Busy GPU held below its clocks by its power limit",
-        "The GPU is busy, sw_power_cap is active, clocks are below their maximum and the "
-        "enforced power limit is below the board's default (lowered by an administrator or "
-        "by the rack's power policy). At the default limit a busy GPU drawing its rated "
-        "power is working as designed and is not reported.",
-        "Compare the power limit with the default (nvidia-smi -q -d POWER); restore it with "
-        "nvidia-smi -pl if it was lowered by mistake, or check the rack's power policy.",
-        ("nvidia-smi -q -d POWER", "nvidia-smi -q -d PERFORMANCE"),
-        "Escalate to the datacenter team when the cap comes from rack power policy."),
-    Row("throttled_under_load", "thermal", "warning",
-        "Busy GPU slowed down by heat",
-        "The GPU is busy and hw_slowdown, hw_thermal or sw_thermal is active, or its "
-        "temperature is within a few degrees of its own slowdown threshold.",
-        "Check airflow, fans, filters and rack placement; compare with the neighbouring GPUs "
-        "in the chassis; cap power while investigating.",
-        ("nvidia-smi -q -d TEMPERATURE", "nvidia-smi -q -d PERFORMANCE", "ipmitool sdr type Fan"),
-        "Escalate to the datacenter team for cooling or chassis faults."),
-    Row("throttled_under_load", "power_brake", "warning",
-        "GPU clocks cut by the hardware power brake",
-        "hw_power_brake is active: an external signal (power supply, chassis) forces the GPU "
-        "down.",
-        "Check the power supplies and the chassis' power brake signal; move load off the node.",
-        ("nvidia-smi -q -d PERFORMANCE", "ipmitool sel list"),
-        "Escalate to the datacenter/hardware team."),
-    Row("clocks_capped", "application_clocks", "warning",
-        "Busy GPU runs at application clocks set below their default",
-        "The GPU is busy and its application clock is set below the default the board ships "
-        "with (GPU Boost runs above the default; a lower setting holds it back).",
-        "Reset the application clocks (nvidia-smi -rac) and audit the provisioning that set "
-        "them.",
-        ("nvidia-smi -q -d CLOCK",),
-        "Escalate to whoever owns node provisioning."),
-    Row("pcie_downtrained", "link_degraded", "warning",
-        "Busy GPU's PCIe link trained below its maximum width or generation",
-        "While the GPU is busy, its PCIe link runs at a lower width or generation than it "
-        "can (idle links downshift on purpose and are never judged).",
-        "Reseat the card or riser, check the BIOS bifurcation and slot settings, and compare "
-        "the upstream switch port's link.",
-        ("nvidia-smi -q -d PCIE", "lspci -vv -s BUS_ID | grep -E 'LnkCap|LnkSta'"),
-        "Escalate to hardware when reseating does not restore the link."),
-    Row("pcie_errors", "link_integrity", "warning",
-        "PCIe replays or AER errors are rising on the GPU's link",
-        "The GPU's PCIe replay counter or the kernel's AER correctable error counter keeps "
-        "rising.",
-        "Check the riser, cable and slot; drain the node if the rate keeps climbing.",
-        ("nvidia-smi -q -d PCIE", "cat /sys/bus/pci/devices/BUS_ID/aer_dev_correctable",
-         "dmesg -T | grep -i aer"),
-        "Escalate to hardware when errors keep rising after a reseat."),
-    Row("memory_errors", "ecc_uncorrectable", "critical",
-        "GPU memory had an uncorrectable ECC error or ran out of spare rows",
-        "The volatile uncorrectable ECC counter is above zero, or a row remap failed.",
-        "Drain the node, reset the GPU (nvidia-smi -r); if the row remap failed, RMA the GPU.",
-        ("nvidia-smi -q -d ECC", "nvidia-smi -q -d ROW_REMAPPER"),
-        "Escalate to hardware for an RMA when the remap failed or errors return after reset.",
-        immediate=True),
-    Row("memory_errors", "row_remap_pending", "warning",
-        "GPU has a memory row remap pending",
-        "A row remap is pending: the GPU needs a reset to retire the bad row.",
-        "Drain the node and reset the GPU at the next maintenance window.",
-        ("nvidia-smi -q -d ROW_REMAPPER",),
-        "Escalate to hardware when remaps keep appearing.",
-        immediate=True),
-    Row("xid_error", "driver_reported", "critical",
-        "The driver reported a critical Xid error for the GPU",
-        "NVML delivered a critical Xid event (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, "
-        "120 ...).",
-        "Act per Xid: 79 means the GPU fell off the bus (check power and PCIe), 48/94/95 are "
-        "ECC errors (drain and reset), 74 is an NVLink error, 119/120 are GSP errors (reset).",
-        ("dmesg -T | grep -i xid", "nvidia-smi -q"),
-        "Escalate to hardware when the same GPU repeats an Xid.",
-        immediate=True),
-    Row("gpu_lost", "hardware", "critical",
-        "GPU is lost: NVML cannot reach it",
-        "NVML answers GPU_IS_LOST for the GPU, or the kernel removed its PCI device.",
-        "Drain the node, check the GPU's power cabling and PCIe seating; a reboot may bring it "
-        "back, a repeat needs hardware.",
-        ("nvidia-smi", "dmesg -T | grep -iE 'xid|fallen off'", "lspci | grep -i nvidia"),
-        "Escalate to hardware.",
-        immediate=True),
-    Row("memory_near_full", "oom_risk", "warning",
-        "GPU memory is nearly full",
-        "Memory used is above 95 % of the GPU's total.",
-        "Smaller batches, stable tensor shapes, allocator settings (e.g. "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); check for leaks.",
-        ("nvidia-smi --query-gpu=memory.used,memory.total --format=csv",),
-        "Escalate to the job owner."),
-    Row("utilization_inflated", "small_kernels", "info",
-        "GPU looks busy but its SMs mostly idle",
-        "NVML utilization is above 80 % while GPM's SM activity is below 30 %: many tiny "
-        "kernels or synchronisation keep one kernel running while most SMs wait.",
-        "Profile (Nsight Systems), fuse operations, use bigger batches and fewer sync points.",
-        ("nsys profile -o trace python train.py", "nvidia-smi dmon -s u"),
-        "Escalate to the job owner with a profile."),
-    Row("persistence_off", "configuration", "info",
-        "Persistence mode is off on a compute node",
-        "Persistence mode is disabled, so the driver reloads state for every new client.",
-        "Enable nvidia-persistenced (preferred) or nvidia-smi -pm 1.",
-        ("nvidia-smi -q | grep -i persistence", "systemctl status nvidia-persistenced"),
-        "Escalate to whoever owns node provisioning.",
-        immediate=True),
-    Row("numa_misplaced", "cpu_affinity", "warning",
-        "A GPU process runs on CPUs outside the GPU's NUMA node",
-        "A process using the GPU may run on CPUs outside the GPU's local CPU list, so its "
-        "host-to-device traffic crosses sockets.",
-        "Pin the process and its memory to the GPU's NUMA node (numactl --cpunodebind=N "
-        "--membind=N, or the job scheduler's topology settings).",
-        ("nvidia-smi topo -m", "taskset -cp PID", "numactl --show"),
-        "Escalate to the job owner or the scheduler's configuration."),
+    IDLE_DATA_PIPELINE_IO, IDLE_CPU_CONTENTION, IDLE_HOST_SWAPPING, IDLE_PROCESS_STALLED,
+    UNDERFED_DATA_PIPELINE_IO, UNDERFED_CPU_CONTENTION, UNDERFED_HOST_SWAPPING,
+    BURSTY_INPUT, POWER_CAP, THERMAL, POWER_BRAKE, HW_SLOWDOWN, APPLICATION_CLOCKS,
+    PCIE_DOWNTRAINED, PCIE_ERRORS, ECC_UNCORRECTABLE, ROW_REMAP_PENDING, XID, GPU_LOST,
+    MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
 )
 
 BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}
@@ -204,3 +293,26 @@ BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}
 
 def row(symptom: str, cause: str) -> Row:
     return BY_KEY[f"{symptom}/{cause}"]
+
+
+# Every row's built-in scenario, named after its anchor (package data).
+SCENARIOS = Path(__file__).resolve().parent.parent / "simulator" / "scenarios"
+
+
+def _check_rows() -> None:
+    """Keys and anchors are unique, every threshold the prose quotes exists (a
+    misspelled ``{name}`` fails here, at import, not in an alert), and every
+    row has its runbook entry and its one scenario. (Its one rule is checked
+    where rules register, in rules.py.)"""
+    if len(BY_KEY) != len(ROWS) or len({r.anchor for r in ROWS}) != len(ROWS):
+        raise ImportError("diagnosis table: two rows share a key or anchor")
+    for r in ROWS:
+        r.evidence_text(DiagnosisConfig())
+        if not (r.fix and r.confirm and r.escalate):
+            raise ImportError(f"diagnosis table: row {r.key} lacks its runbook entry")
+        if not (SCENARIOS / f"{r.anchor}.yaml").is_file():
+            raise ImportError(f"diagnosis table: row {r.key} has no scenario "
+                              f"{r.anchor}.yaml in {SCENARIOS}")
+
+
+_check_rows()

@@ -4,6 +4,7 @@ experienced SRE would start from. Set under ``diagnosis:`` in the config file
 
 from __future__ import annotations
 
+from annotated_types import Le
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpu_exporter.config_types import Duration
@@ -42,3 +43,42 @@ class DiagnosisConfig(BaseModel):
     critical_xids: tuple[int, ...] = CRITICAL_XIDS
     xid_hold: Duration = Field(900.0, ge=0)  # an Xid keeps its row on this long
     expect_persistence: bool = True
+    # A cause explains another row's signals (swapping -> iowait) only while its
+    # own condition held within this long: short dips keep the explanation,
+    # a cause that has stopped no longer explains what persists.
+    explained_within: Duration = Field(10.0, ge=0)
+
+    def prose(self) -> dict[str, str]:
+        """Every setting as the table's prose quotes it: ratios as percent,
+        durations in s/min, the Xid list spelled out."""
+        out: dict[str, str] = {}
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name in _DURATIONS:
+                out[name] = _duration(float(value))
+            elif name == "critical_xids":
+                out[name] = ", ".join(str(x) for x in value)
+            elif name == "swap_bytes_per_s":
+                out[name] = f"{value / 2**20:g} MiB/s"
+            elif name.endswith("_celsius"):
+                out[name] = f"{value:g} °C"
+            elif name == "run_queue_wait_high":
+                out[name] = f"{value:g} s per second"
+            elif name == "stalled_cpu_ratio":
+                out[name] = f"{value * 100:g} %"
+            elif isinstance(value, bool):
+                out[name] = "yes" if value else "no"
+            elif any(isinstance(m, Le) and m.le == 1 for m in info.metadata):
+                out[name] = f"{value * 100:g} %"
+            else:
+                out[name] = f"{value:g}"
+        return out
+
+
+_DURATIONS = frozenset({"window", "clear_after", "xid_hold", "explained_within"})
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"

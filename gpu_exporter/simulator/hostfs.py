@@ -420,12 +420,14 @@ class HostFs:
             self._files.symlink(link, directory)
 
     def _render_port(self, directory: str, st: GpuState, above_gpu: bool) -> None:
-        """A root or switch port. The one right above the GPU reports the
-        scenario's upstream link; the others run at the GPU's maximum."""
+        """A root or switch port. The one right above the GPU is the other end
+        of the GPU's own link, so it trains with it (idle downshift and a
+        narrowed link included); the scenario's upstream_link_* can only lower
+        it further. The ports further up run at the GPU's maximum."""
         gen, width = st.pcie_max_gen, st.pcie_max_width
         if above_gpu:
-            gen = int(st.condition.get("upstream_link_generation", gen))
-            width = int(st.condition.get("upstream_link_width", width))
+            gen = min(st.pcie_gen, int(st.condition.get("upstream_link_generation", gen)))
+            width = min(st.pcie_width, int(st.condition.get("upstream_link_width", width)))
         files = {"vendor": "0x1000", "class": "0x060400",
                  "current_link_speed": _LINK_SPEED[gen], "current_link_width": str(width),
                  "max_link_speed": _LINK_SPEED[st.pcie_max_gen],

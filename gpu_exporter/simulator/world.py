@@ -419,7 +419,9 @@ class World:
         limit_w = float(c.get("power_limit_w", p.power_default_limit_w))
         if "power_w" in c:
             power_w = float(c["power_w"])
-        elif "sw_power_cap" in reasons:
+        elif "sw_power_cap" in reasons and busy:
+            # The cap engages because a busy GPU wants more than its limit; an
+            # idle GPU with the bit set still draws idle power.
             power_w = limit_w * 0.995
         else:
             power_w = p.power_idle_w + (0.9 * limit_w - p.power_idle_w) * util
