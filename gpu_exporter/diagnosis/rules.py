@@ -152,37 +152,48 @@ def _with(base: tuple[bool | None, Evidence],
     return Verdict(hit, {**ev, **cause_ev})
 
 
-@rule(t.IDLE_DATA_PIPELINE_IO)
 def _data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _io_bound(s, cfg))
 
 
-@rule(t.IDLE_CPU_CONTENTION)
+rule(t.IDLE_DATA_PIPELINE_IO)(_data_pipeline)
+
+
 def _cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _cpu_starved(s, cfg))
 
 
-@rule(t.IDLE_HOST_SWAPPING)
+rule(t.IDLE_CPU_CONTENTION)(_cpu_contention)
+
+
 def _host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _swapping(s, cfg))
 
 
-@rule(t.UNDERFED_DATA_PIPELINE_IO)
+rule(t.IDLE_HOST_SWAPPING)(_host_swapping)
+
+
 def _underfed_data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_underfed(s, cfg), _io_bound(s, cfg))
 
 
-@rule(t.UNDERFED_CPU_CONTENTION)
+rule(t.UNDERFED_DATA_PIPELINE_IO)(_underfed_data_pipeline)
+
+
 def _underfed_cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_underfed(s, cfg), _cpu_starved(s, cfg))
 
 
-@rule(t.UNDERFED_HOST_SWAPPING)
+rule(t.UNDERFED_CPU_CONTENTION)(_underfed_cpu_contention)
+
+
 def _underfed_host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_underfed(s, cfg), _swapping(s, cfg))
 
 
-@rule(t.IDLE_PROCESS_STALLED)
+rule(t.UNDERFED_HOST_SWAPPING)(_underfed_host_swapping)
+
+
 def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     # Judged on its own; a host-side cause holding at the same time explains
     # the stall instead (precedence.py), and the stall is listed beneath it.
@@ -203,7 +214,9 @@ def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdi
     return Verdict(stalled, ev)
 
 
-@rule(t.BURSTY_INPUT)
+rule(t.IDLE_PROCESS_STALLED)(_process_stalled)
+
+
 def _bursty(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     if s.util_samples is None:
         return Verdict(None)
@@ -211,6 +224,9 @@ def _bursty(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     ev: Evidence = {"utilization_samples_min_ratio": low, "utilization_samples_mean_ratio":
                     round(mean, 3), "utilization_samples_max_ratio": high}
     return Verdict(low <= cfg.burst_low and high >= cfg.burst_high, ev)
+
+
+rule(t.BURSTY_INPUT)(_bursty)
 
 
 def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
@@ -221,7 +237,6 @@ def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evi
                                                    "sm_clock_max_hertz": top}
 
 
-@rule(t.POWER_CAP)
 def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     if busy is None or reasons is None:
@@ -247,6 +262,9 @@ def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
                    ev)
 
 
+rule(t.POWER_CAP)(_power_cap)
+
+
 def _limit_lowered(s: GpuSignals) -> bool | None:
     limit, default = s.gpu.power_limit_watts, s.gpu.power_default_limit_watts
     if limit is None or not default:
@@ -268,7 +286,6 @@ def _temperature_evidence(s: GpuSignals, ev: Evidence) -> Evidence:
     return ev
 
 
-@rule(t.THERMAL)
 def _thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
@@ -280,7 +297,9 @@ def _thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool(busy and (active or _near_slowdown(s, cfg))), ev)
 
 
-@rule(t.HW_SLOWDOWN)
+rule(t.THERMAL)(_thermal)
+
+
 def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     if busy is None or reasons is None:
@@ -298,7 +317,9 @@ def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool(busy and "hw_slowdown" in reasons), ev)
 
 
-@rule(t.POWER_BRAKE)
+rule(t.HW_SLOWDOWN)(_hw_slowdown)
+
+
 def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     if busy is None or reasons is None:
@@ -308,7 +329,9 @@ def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool(busy and "hw_power_brake" in reasons), ev)
 
 
-@rule(t.APPLICATION_CLOCKS)
+rule(t.POWER_BRAKE)(_power_brake)
+
+
 def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy = _busy(s, cfg)
     app = s.gpu.clocks_application_hz.get("sm")
@@ -325,7 +348,9 @@ def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(busy and app < cfg.clock_below_max_ratio * default, ev)
 
 
-@rule(t.PCIE_DOWNTRAINED)
+rule(t.APPLICATION_CLOCKS)(_app_clocks)
+
+
 def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     busy = _busy(s, cfg)
     g = s.gpu
@@ -354,7 +379,9 @@ def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(busy and degraded, ev)
 
 
-@rule(t.PCIE_ERRORS)
+rule(t.PCIE_DOWNTRAINED)(_downtrained)
+
+
 def _pcie_errors(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     replays = trend.increase("pcie_replays", s.gpu.pcie_replays)
     aer = trend.increase("aer_correctable", s.pcie.aer_correctable if s.pcie else None)
@@ -368,7 +395,9 @@ def _pcie_errors(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(max(replays or 0.0, aer or 0.0) >= cfg.pcie_errors_per_window, ev)
 
 
-@rule(t.ECC_UNCORRECTABLE)
+rule(t.PCIE_ERRORS)(_pcie_errors)
+
+
 def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     unc, failed = s.gpu.ecc_uncorrected_volatile, s.gpu.remap_failed
     if unc is None and failed is None:
@@ -381,7 +410,9 @@ def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool((unc or 0) > 0 or failed), ev)
 
 
-@rule(t.ROW_REMAP_PENDING)
+rule(t.ECC_UNCORRECTABLE)(_ecc)
+
+
 def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     if s.gpu.remap_pending is None:
         return Verdict(None)
@@ -389,7 +420,9 @@ def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict
                                          else "no"})
 
 
-@rule(t.XID)
+rule(t.ROW_REMAP_PENDING)(_remap_pending)
+
+
 def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     recent = [(at, x) for at, x in s.xids
               if x in cfg.critical_xids and trend.now - at <= cfg.xid_hold]
@@ -399,12 +432,16 @@ def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
                           "xid_events_recent": len(recent)})
 
 
-@rule(t.GPU_LOST)
+rule(t.XID)(_xid)
+
+
 def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(not s.gpu.up, {"gpu_up": 1 if s.gpu.up else 0})
 
 
-@rule(t.MEMORY_NEAR_FULL)
+rule(t.GPU_LOST)(_lost)
+
+
 def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     used = s.memory_used_ratio
     if used is None:
@@ -412,7 +449,9 @@ def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(used > cfg.memory_near_full_ratio, {"gpu_memory_used_ratio": round(used, 4)})
 
 
-@rule(t.UTILIZATION_INFLATED)
+rule(t.MEMORY_NEAR_FULL)(_near_full)
+
+
 def _inflated(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     util, active = s.gpu.utilization, s.sm_active
     if util is None or active is None:
@@ -421,7 +460,9 @@ def _inflated(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
                    {"gpu_utilization_ratio": util, "sm_active_ratio": round(active, 3)})
 
 
-@rule(t.PERSISTENCE_OFF)
+rule(t.UTILIZATION_INFLATED)(_inflated)
+
+
 def _persistence(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     mode = s.gpu.persistence_mode
     if mode is None or not cfg.expect_persistence:
@@ -429,7 +470,9 @@ def _persistence(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(not mode, {"persistence_mode": "on" if mode else "off"})
 
 
-@rule(t.NUMA_MISPLACED)
+rule(t.PERSISTENCE_OFF)(_persistence)
+
+
 def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     known = [p for p in s.processes if p.affinity_local is not None]
     if not known:
@@ -442,6 +485,9 @@ def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         ev.update({"process_pid": str(bad[0].pid), "process_comm": bad[0].comm,
                    "process_cpus_allowed": bad[0].cpus_allowed or "?"})
     return Verdict(bool(bad), ev)
+
+
+rule(t.NUMA_MISPLACED)(_numa)
 
 
 def _check_every_row_has_a_rule() -> None:
