@@ -66,9 +66,10 @@ def rule(row: Row) -> Callable[[Rule], Rule]:
     return register
 
 
-def _busy(s: GpuSignals, cfg: DiagnosisConfig) -> bool | None:
+def _busy(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool, float] | None:
+    """Whether the GPU is busy, and its utilization; None when NVML did not say."""
     u = s.gpu.utilization
-    return None if u is None else u >= cfg.busy_utilization
+    return None if u is None else (u >= cfg.busy_utilization, u)
 
 
 def _held_below(s: GpuSignals, cfg: DiagnosisConfig,
@@ -101,7 +102,7 @@ def _io_bound(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidenc
     hit = False
     if h.iowait_ratio is not None:
         ev["host_cpu_iowait_ratio"] = round(h.iowait_ratio, 3)
-        hit |= h.iowait_ratio >= cfg.iowait_high
+        hit = h.iowait_ratio >= cfg.iowait_high
     if h.io_pressure_some is not None:
         ev["host_io_pressure_some_ratio"] = round(h.io_pressure_some, 3)
         hit |= h.io_pressure_some >= cfg.io_pressure_high
@@ -134,7 +135,7 @@ def _swapping(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidenc
     hit = False
     if h.swap_bytes_per_s is not None:
         ev["host_swap_bytes_per_second"] = round(h.swap_bytes_per_s)
-        hit |= h.swap_bytes_per_s >= cfg.swap_bytes_per_s
+        hit = h.swap_bytes_per_s >= cfg.swap_bytes_per_s
     if h.memory_pressure_full is not None:
         ev["host_memory_pressure_full_ratio"] = round(h.memory_pressure_full, 3)
         hit |= h.memory_pressure_full > cfg.memory_pressure_full
@@ -238,11 +239,12 @@ def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evi
 
 
 def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if busy is None or reasons is None:
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if load is None or reasons is None:
         return Verdict(None)
+    busy, util = load
     below, ev = _sm_below_max(s, cfg)
-    ev = {**ev, "gpu_utilization_ratio": s.gpu.utilization or 0.0,
+    ev = {**ev, "gpu_utilization_ratio": util,
           "sw_power_cap_active": "yes" if "sw_power_cap" in reasons else "no"}
     if s.gpu.power_limit_watts is not None:
         ev["power_limit_watts"] = s.gpu.power_limit_watts
@@ -287,12 +289,13 @@ def _temperature_evidence(s: GpuSignals, ev: Evidence) -> Evidence:
 
 
 def _thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
-    if busy is None or (reasons is None and (temp is None or slowdown is None)):
+    if load is None or (reasons is None and (temp is None or slowdown is None)):
         return Verdict(None)
+    busy, util = load
     active = sorted((reasons or frozenset()) & THERMAL_REASONS)
-    ev = _temperature_evidence(s, {"gpu_utilization_ratio": s.gpu.utilization or 0.0,
+    ev = _temperature_evidence(s, {"gpu_utilization_ratio": util,
                                    "thermal_reasons_active": ", ".join(active) or "none"})
     return Verdict(bool(busy and (active or _near_slowdown(s, cfg))), ev)
 
@@ -301,11 +304,12 @@ rule(t.THERMAL)(_thermal)
 
 
 def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if busy is None or reasons is None:
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if load is None or reasons is None:
         return Verdict(None)
+    busy, util = load
     _below, ev = _sm_below_max(s, cfg)
-    ev = _temperature_evidence(s, {**ev, "gpu_utilization_ratio": s.gpu.utilization or 0.0,
+    ev = _temperature_evidence(s, {**ev, "gpu_utilization_ratio": util,
                                    "hw_slowdown_active": "yes" if "hw_slowdown" in reasons
                                    else "no"})
     if s.gpu.power_watts is not None:
@@ -321,9 +325,10 @@ rule(t.HW_SLOWDOWN)(_hw_slowdown)
 
 
 def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if busy is None or reasons is None:
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if load is None or reasons is None:
         return Verdict(None)
+    busy, _util = load
     _below, ev = _sm_below_max(s, cfg)
     ev["hw_power_brake_active"] = "yes" if "hw_power_brake" in reasons else "no"
     return Verdict(bool(busy and "hw_power_brake" in reasons), ev)
@@ -333,14 +338,15 @@ rule(t.POWER_BRAKE)(_power_brake)
 
 
 def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy = _busy(s, cfg)
+    load = _busy(s, cfg)
     app = s.gpu.clocks_application_hz.get("sm")
     default = s.gpu.clocks_application_default_hz.get("sm")
-    if busy is None or app is None or not default:
+    if load is None or app is None or not default:
         return Verdict(None)
+    busy, util = load
     ev: Evidence = {"application_sm_clock_hertz": app,
                     "default_application_sm_clock_hertz": default,
-                    "gpu_utilization_ratio": s.gpu.utilization or 0.0}
+                    "gpu_utilization_ratio": util}
     top = s.gpu.clocks_max_hz.get("sm")
     if top:
         ev["sm_clock_max_hertz"] = top
@@ -352,26 +358,24 @@ rule(t.APPLICATION_CLOCKS)(_app_clocks)
 
 
 def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy = _busy(s, cfg)
+    load = _busy(s, cfg)
     g = s.gpu
-    if busy is None or None in (g.pcie_width, g.pcie_width_max, g.pcie_generation,
-                                g.pcie_generation_max):
+    width, width_max = g.pcie_width, g.pcie_width_max
+    gen, gen_max = g.pcie_generation, g.pcie_generation_max
+    if load is None or width is None or width_max is None or gen is None or gen_max is None:
         return Verdict(None)
-    assert g.pcie_width is not None and g.pcie_width_max is not None
-    assert g.pcie_generation is not None and g.pcie_generation_max is not None
-    ev: Evidence = {"pcie_link_width": g.pcie_width, "pcie_link_width_max": g.pcie_width_max,
-                    "pcie_link_generation": g.pcie_generation,
-                    "pcie_link_generation_max": g.pcie_generation_max,
-                    "gpu_utilization_ratio": g.utilization or 0.0}
-    degraded = g.pcie_width < g.pcie_width_max or g.pcie_generation < g.pcie_generation_max
+    busy, util = load
+    ev: Evidence = {"pcie_link_width": width, "pcie_link_width_max": width_max,
+                    "pcie_link_generation": gen, "pcie_link_generation_max": gen_max,
+                    "gpu_utilization_ratio": util}
+    degraded = width < width_max or gen < gen_max
     up = s.pcie
-    if up is not None and None not in (up.upstream_width, up.upstream_width_max):
-        assert up.upstream_width is not None and up.upstream_width_max is not None
+    if up is not None and up.upstream_width is not None and up.upstream_width_max is not None:
         ev["upstream_link_width"] = up.upstream_width
         ev["upstream_link_width_max"] = up.upstream_width_max
         degraded |= up.upstream_width < up.upstream_width_max
-    if up is not None and None not in (up.upstream_generation, up.upstream_generation_max):
-        assert up.upstream_generation is not None and up.upstream_generation_max is not None
+    if (up is not None and up.upstream_generation is not None
+            and up.upstream_generation_max is not None):
         ev["upstream_link_generation"] = up.upstream_generation
         ev["upstream_link_generation_max"] = up.upstream_generation_max
         degraded |= up.upstream_generation < up.upstream_generation_max
