@@ -1,6 +1,9 @@
 """One condition per row of the table (``table.ROWS``), registered on the row
-object itself (``@rule(table.THERMAL)``); an import-time check makes sure every
-row has exactly one.
+object itself right below it (``rule(t.THERMAL)(_thermal)``); an import-time
+check makes sure every row has exactly one. Registered by a call rather than
+as a decorator because mutmut leaves decorated functions unmutated, and every
+condition here is held to its tests by ``./scripts/mutation.sh``
+(docs/mutation.md).
 
 Rules judge one row each, independently; which of several holding rows is the
 root cause and which are its consequences is decided afterwards from
