@@ -3,7 +3,7 @@
 # (a comparison flipped, a constant changed, a line dropped), run the tests that
 # reach it, and count the edits no test noticed. Not part of ./scripts/test.sh:
 # it takes minutes. The modules and the tests it runs are [tool.mutmut] in
-# pyproject.toml; the kill rates go in docs/reliability.md.
+# pyproject.toml; the kill rates and the survivors go in docs/mutation.md.
 #   ./scripts/mutation.sh            run, then print kill rates and survivors
 #   ./scripts/mutation.sh --report   only print them again (from mutants/)
 set -euo pipefail

@@ -4,6 +4,7 @@ dashboard colours all follow from it and from one configuration."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -92,3 +93,12 @@ def test_dashboards_colour_by_the_same_thresholds_as_the_alerts() -> None:
     default = to_json(node_dashboard(AlertConfig()))
     tuned = to_json(node_dashboard(AlertConfig(diagnosis=DiagnosisConfig(iowait_high=0.37))))
     assert '"value": 0.37' in tuned and '"value": 0.37' not in default
+
+
+def test_rules_register_by_call_so_mutation_testing_reaches_them() -> None:
+    """mutmut leaves decorated functions unmutated: a condition registered with
+    ``@rule(...)`` would silently drop out of ./scripts/mutation.sh."""
+    source = (ROOT / "gpu_exporter" / "diagnosis" / "rules.py").read_text()
+    decorated = [node.name for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.FunctionDef) and node.decorator_list]
+    assert decorated == [], f"register these with rule(row)(fn) below them: {decorated}"

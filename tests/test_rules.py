@@ -11,69 +11,21 @@ import pytest
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.precedence import PRECEDENCE, Candidate, resolve
-from gpu_exporter.diagnosis.rules import RULES, Trend
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
-from gpu_exporter.readings import GpuReading, HostSignals, PcieKernelView, ProcessReading
-
-CFG = DiagnosisConfig()
-NOW = 1_790_000_000.0
-GIB = 1024.0**3
-MIB = 1024.0**2
-
-
-def busy_gpu(**changes: Any) -> GpuReading:
-    """A healthy H100 at work: busy, cool, full clocks, a full-width Gen5 link."""
-    base = GpuReading(
-        index=0, uuid="GPU-0", up=True, utilization=0.95, memory_used_bytes=60 * GIB,
-        memory_total_bytes=80 * GIB, temperature_celsius=65.0, slowdown_celsius=89.0,
-        power_watts=600.0, power_limit_watts=700.0, power_default_limit_watts=700.0,
-        clocks_hz={"sm": 1.98e9}, clocks_max_hz={"sm": 1.98e9},
-        clocks_application_hz={"sm": 1.755e9}, clocks_application_default_hz={"sm": 1.755e9},
-        throttle_reasons=frozenset(), pcie_generation=5, pcie_generation_max=5, pcie_width=16,
-        pcie_width_max=16, pcie_replays=0.0, ecc_uncorrected_volatile=0.0, remap_pending=False,
-        remap_failed=False, persistence_mode=True)
-    return replace(base, **changes)
-
-
-def proc(**changes: Any) -> ProcessReading:
-    base = ProcessReading(gpu=0, pid=100, comm="python", memory_used_bytes=50 * GIB,
-                          sm_utilization=0.9, state="R", cpu_ratio=1.2,
-                          run_queue_wait_ratio=0.02, affinity_local=True, cpus_allowed="0-31")
-    return replace(base, **changes)
-
-
-def quiet_host(**changes: Any) -> HostSignals:
-    return replace(HostSignals(iowait_ratio=0.01, io_pressure_some=0.0, cpu_pressure_some=0.02,
-                               memory_pressure_full=0.0, swap_bytes_per_s=0.0), **changes)
-
-
-def signals(gpu: GpuReading | None = None, host: HostSignals | None = None,
-            procs: list[ProcessReading] | None = None, **extra: Any) -> GpuSignals:
-    sig = GpuSignals(0, "GPU-0", gpu or busy_gpu(), quiet_host() if host is None else host,
-                     extra.pop("pcie", PcieKernelView(local_cpulist="0-31")))
-    sig.processes = [proc()] if procs is None else procs
-    sig.processes_known = True
-    for key, value in extra.items():
-        setattr(sig, key, value)
-    return sig
-
-
-def held(util: float, **gpu: Any) -> GpuReading:
-    """A GPU holding 75 % of its memory at ``util``."""
-    return busy_gpu(**{"utilization": util, "memory_used_bytes": 60 * GIB, **gpu})
-
-
-def judge(row: Row, sig: GpuSignals, cfg: DiagnosisConfig = CFG,
-          increases: dict[str, float] | None = None, now: float = NOW) -> bool | None:
-    inc = increases or {}
-
-    def increase(name: str, value: float | None) -> float | None:
-        return None if value is None else inc.get(name, 0.0)
-
-    return RULES[row](sig, cfg, Trend(increase, now)).holds
-
+from gpu_exporter.readings import HostSignals, PcieKernelView
+from tests.rule_signals import (
+    GIB,
+    MIB,
+    NOW,
+    busy_gpu,
+    held,
+    judge,
+    proc,
+    quiet_host,
+    signals,
+)
 
 IDLE, UNDERFED, BUSY = 0.03, 0.15, 0.95
 STALLED = proc(state="S", cpu_ratio=0.001, sm_utilization=0.0)

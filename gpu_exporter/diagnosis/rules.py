@@ -1,6 +1,9 @@
 """One condition per row of the table (``table.ROWS``), registered on the row
-object itself (``@rule(table.THERMAL)``); an import-time check makes sure every
-row has exactly one.
+object itself right below it (``rule(t.THERMAL)(_thermal)``); an import-time
+check makes sure every row has exactly one. Registered by a call rather than
+as a decorator because mutmut leaves decorated functions unmutated, and every
+condition here is held to its tests by ``./scripts/mutation.sh``
+(docs/mutation.md).
 
 Rules judge one row each, independently; which of several holding rows is the
 root cause and which are its consequences is decided afterwards from
@@ -66,9 +69,10 @@ def rule(row: Row) -> Callable[[Rule], Rule]:
     return register
 
 
-def _busy(s: GpuSignals, cfg: DiagnosisConfig) -> bool | None:
+def _busy(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool, float] | None:
+    """Whether the GPU is busy, and its utilization; None when NVML did not say."""
     u = s.gpu.utilization
-    return None if u is None else u >= cfg.busy_utilization
+    return None if u is None else (u >= cfg.busy_utilization, u)
 
 
 def _held_below(s: GpuSignals, cfg: DiagnosisConfig,
@@ -101,7 +105,7 @@ def _io_bound(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidenc
     hit = False
     if h.iowait_ratio is not None:
         ev["host_cpu_iowait_ratio"] = round(h.iowait_ratio, 3)
-        hit |= h.iowait_ratio >= cfg.iowait_high
+        hit = h.iowait_ratio >= cfg.iowait_high
     if h.io_pressure_some is not None:
         ev["host_io_pressure_some_ratio"] = round(h.io_pressure_some, 3)
         hit |= h.io_pressure_some >= cfg.io_pressure_high
@@ -134,7 +138,7 @@ def _swapping(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidenc
     hit = False
     if h.swap_bytes_per_s is not None:
         ev["host_swap_bytes_per_second"] = round(h.swap_bytes_per_s)
-        hit |= h.swap_bytes_per_s >= cfg.swap_bytes_per_s
+        hit = h.swap_bytes_per_s >= cfg.swap_bytes_per_s
     if h.memory_pressure_full is not None:
         ev["host_memory_pressure_full_ratio"] = round(h.memory_pressure_full, 3)
         hit |= h.memory_pressure_full > cfg.memory_pressure_full
@@ -152,37 +156,48 @@ def _with(base: tuple[bool | None, Evidence],
     return Verdict(hit, {**ev, **cause_ev})
 
 
-@rule(t.IDLE_DATA_PIPELINE_IO)
 def _data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _io_bound(s, cfg))
 
 
-@rule(t.IDLE_CPU_CONTENTION)
+rule(t.IDLE_DATA_PIPELINE_IO)(_data_pipeline)
+
+
 def _cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _cpu_starved(s, cfg))
 
 
-@rule(t.IDLE_HOST_SWAPPING)
+rule(t.IDLE_CPU_CONTENTION)(_cpu_contention)
+
+
 def _host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_idle(s, cfg), _swapping(s, cfg))
 
 
-@rule(t.UNDERFED_DATA_PIPELINE_IO)
+rule(t.IDLE_HOST_SWAPPING)(_host_swapping)
+
+
 def _underfed_data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_underfed(s, cfg), _io_bound(s, cfg))
 
 
-@rule(t.UNDERFED_CPU_CONTENTION)
+rule(t.UNDERFED_DATA_PIPELINE_IO)(_underfed_data_pipeline)
+
+
 def _underfed_cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_underfed(s, cfg), _cpu_starved(s, cfg))
 
 
-@rule(t.UNDERFED_HOST_SWAPPING)
+rule(t.UNDERFED_CPU_CONTENTION)(_underfed_cpu_contention)
+
+
 def _underfed_host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return _with(_held_underfed(s, cfg), _swapping(s, cfg))
 
 
-@rule(t.IDLE_PROCESS_STALLED)
+rule(t.UNDERFED_HOST_SWAPPING)(_underfed_host_swapping)
+
+
 def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     # Judged on its own; a host-side cause holding at the same time explains
     # the stall instead (precedence.py), and the stall is listed beneath it.
@@ -203,7 +218,9 @@ def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdi
     return Verdict(stalled, ev)
 
 
-@rule(t.BURSTY_INPUT)
+rule(t.IDLE_PROCESS_STALLED)(_process_stalled)
+
+
 def _bursty(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     if s.util_samples is None:
         return Verdict(None)
@@ -211,6 +228,9 @@ def _bursty(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     ev: Evidence = {"utilization_samples_min_ratio": low, "utilization_samples_mean_ratio":
                     round(mean, 3), "utilization_samples_max_ratio": high}
     return Verdict(low <= cfg.burst_low and high >= cfg.burst_high, ev)
+
+
+rule(t.BURSTY_INPUT)(_bursty)
 
 
 def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
@@ -221,13 +241,13 @@ def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evi
                                                    "sm_clock_max_hertz": top}
 
 
-@rule(t.POWER_CAP)
 def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if busy is None or reasons is None:
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if load is None or reasons is None:
         return Verdict(None)
+    busy, util = load
     below, ev = _sm_below_max(s, cfg)
-    ev = {**ev, "gpu_utilization_ratio": s.gpu.utilization or 0.0,
+    ev = {**ev, "gpu_utilization_ratio": util,
           "sw_power_cap_active": "yes" if "sw_power_cap" in reasons else "no"}
     if s.gpu.power_limit_watts is not None:
         ev["power_limit_watts"] = s.gpu.power_limit_watts
@@ -245,6 +265,9 @@ def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     ev["power_limit_lowered"] = {True: "yes", False: "no", None: "unknown"}[lowered]
     return Verdict(bool(busy and "sw_power_cap" in reasons and below and lowered is not False),
                    ev)
+
+
+rule(t.POWER_CAP)(_power_cap)
 
 
 def _limit_lowered(s: GpuSignals) -> bool | None:
@@ -268,25 +291,28 @@ def _temperature_evidence(s: GpuSignals, ev: Evidence) -> Evidence:
     return ev
 
 
-@rule(t.THERMAL)
 def _thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
     temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
-    if busy is None or (reasons is None and (temp is None or slowdown is None)):
+    if load is None or (reasons is None and (temp is None or slowdown is None)):
         return Verdict(None)
+    busy, util = load
     active = sorted((reasons or frozenset()) & THERMAL_REASONS)
-    ev = _temperature_evidence(s, {"gpu_utilization_ratio": s.gpu.utilization or 0.0,
+    ev = _temperature_evidence(s, {"gpu_utilization_ratio": util,
                                    "thermal_reasons_active": ", ".join(active) or "none"})
     return Verdict(bool(busy and (active or _near_slowdown(s, cfg))), ev)
 
 
-@rule(t.HW_SLOWDOWN)
+rule(t.THERMAL)(_thermal)
+
+
 def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if busy is None or reasons is None:
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if load is None or reasons is None:
         return Verdict(None)
+    busy, util = load
     _below, ev = _sm_below_max(s, cfg)
-    ev = _temperature_evidence(s, {**ev, "gpu_utilization_ratio": s.gpu.utilization or 0.0,
+    ev = _temperature_evidence(s, {**ev, "gpu_utilization_ratio": util,
                                    "hw_slowdown_active": "yes" if "hw_slowdown" in reasons
                                    else "no"})
     if s.gpu.power_watts is not None:
@@ -298,26 +324,32 @@ def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool(busy and "hw_slowdown" in reasons), ev)
 
 
-@rule(t.POWER_BRAKE)
+rule(t.HW_SLOWDOWN)(_hw_slowdown)
+
+
 def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if busy is None or reasons is None:
+    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    if load is None or reasons is None:
         return Verdict(None)
+    busy, _util = load
     _below, ev = _sm_below_max(s, cfg)
     ev["hw_power_brake_active"] = "yes" if "hw_power_brake" in reasons else "no"
     return Verdict(bool(busy and "hw_power_brake" in reasons), ev)
 
 
-@rule(t.APPLICATION_CLOCKS)
+rule(t.POWER_BRAKE)(_power_brake)
+
+
 def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy = _busy(s, cfg)
+    load = _busy(s, cfg)
     app = s.gpu.clocks_application_hz.get("sm")
     default = s.gpu.clocks_application_default_hz.get("sm")
-    if busy is None or app is None or not default:
+    if load is None or app is None or not default:
         return Verdict(None)
+    busy, util = load
     ev: Evidence = {"application_sm_clock_hertz": app,
                     "default_application_sm_clock_hertz": default,
-                    "gpu_utilization_ratio": s.gpu.utilization or 0.0}
+                    "gpu_utilization_ratio": util}
     top = s.gpu.clocks_max_hz.get("sm")
     if top:
         ev["sm_clock_max_hertz"] = top
@@ -325,28 +357,28 @@ def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(busy and app < cfg.clock_below_max_ratio * default, ev)
 
 
-@rule(t.PCIE_DOWNTRAINED)
+rule(t.APPLICATION_CLOCKS)(_app_clocks)
+
+
 def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    busy = _busy(s, cfg)
+    load = _busy(s, cfg)
     g = s.gpu
-    if busy is None or None in (g.pcie_width, g.pcie_width_max, g.pcie_generation,
-                                g.pcie_generation_max):
+    width, width_max = g.pcie_width, g.pcie_width_max
+    gen, gen_max = g.pcie_generation, g.pcie_generation_max
+    if load is None or width is None or width_max is None or gen is None or gen_max is None:
         return Verdict(None)
-    assert g.pcie_width is not None and g.pcie_width_max is not None
-    assert g.pcie_generation is not None and g.pcie_generation_max is not None
-    ev: Evidence = {"pcie_link_width": g.pcie_width, "pcie_link_width_max": g.pcie_width_max,
-                    "pcie_link_generation": g.pcie_generation,
-                    "pcie_link_generation_max": g.pcie_generation_max,
-                    "gpu_utilization_ratio": g.utilization or 0.0}
-    degraded = g.pcie_width < g.pcie_width_max or g.pcie_generation < g.pcie_generation_max
+    busy, util = load
+    ev: Evidence = {"pcie_link_width": width, "pcie_link_width_max": width_max,
+                    "pcie_link_generation": gen, "pcie_link_generation_max": gen_max,
+                    "gpu_utilization_ratio": util}
+    degraded = width < width_max or gen < gen_max
     up = s.pcie
-    if up is not None and None not in (up.upstream_width, up.upstream_width_max):
-        assert up.upstream_width is not None and up.upstream_width_max is not None
+    if up is not None and up.upstream_width is not None and up.upstream_width_max is not None:
         ev["upstream_link_width"] = up.upstream_width
         ev["upstream_link_width_max"] = up.upstream_width_max
         degraded |= up.upstream_width < up.upstream_width_max
-    if up is not None and None not in (up.upstream_generation, up.upstream_generation_max):
-        assert up.upstream_generation is not None and up.upstream_generation_max is not None
+    if (up is not None and up.upstream_generation is not None
+            and up.upstream_generation_max is not None):
         ev["upstream_link_generation"] = up.upstream_generation
         ev["upstream_link_generation_max"] = up.upstream_generation_max
         degraded |= up.upstream_generation < up.upstream_generation_max
@@ -354,7 +386,9 @@ def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(busy and degraded, ev)
 
 
-@rule(t.PCIE_ERRORS)
+rule(t.PCIE_DOWNTRAINED)(_downtrained)
+
+
 def _pcie_errors(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     replays = trend.increase("pcie_replays", s.gpu.pcie_replays)
     aer = trend.increase("aer_correctable", s.pcie.aer_correctable if s.pcie else None)
@@ -368,7 +402,9 @@ def _pcie_errors(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(max(replays or 0.0, aer or 0.0) >= cfg.pcie_errors_per_window, ev)
 
 
-@rule(t.ECC_UNCORRECTABLE)
+rule(t.PCIE_ERRORS)(_pcie_errors)
+
+
 def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     unc, failed = s.gpu.ecc_uncorrected_volatile, s.gpu.remap_failed
     if unc is None and failed is None:
@@ -381,7 +417,9 @@ def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(bool((unc or 0) > 0 or failed), ev)
 
 
-@rule(t.ROW_REMAP_PENDING)
+rule(t.ECC_UNCORRECTABLE)(_ecc)
+
+
 def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     if s.gpu.remap_pending is None:
         return Verdict(None)
@@ -389,7 +427,9 @@ def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict
                                          else "no"})
 
 
-@rule(t.XID)
+rule(t.ROW_REMAP_PENDING)(_remap_pending)
+
+
 def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     recent = [(at, x) for at, x in s.xids
               if x in cfg.critical_xids and trend.now - at <= cfg.xid_hold]
@@ -399,12 +439,16 @@ def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
                           "xid_events_recent": len(recent)})
 
 
-@rule(t.GPU_LOST)
+rule(t.XID)(_xid)
+
+
 def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(not s.gpu.up, {"gpu_up": 1 if s.gpu.up else 0})
 
 
-@rule(t.MEMORY_NEAR_FULL)
+rule(t.GPU_LOST)(_lost)
+
+
 def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     used = s.memory_used_ratio
     if used is None:
@@ -412,7 +456,9 @@ def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(used > cfg.memory_near_full_ratio, {"gpu_memory_used_ratio": round(used, 4)})
 
 
-@rule(t.UTILIZATION_INFLATED)
+rule(t.MEMORY_NEAR_FULL)(_near_full)
+
+
 def _inflated(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     util, active = s.gpu.utilization, s.sm_active
     if util is None or active is None:
@@ -421,7 +467,9 @@ def _inflated(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
                    {"gpu_utilization_ratio": util, "sm_active_ratio": round(active, 3)})
 
 
-@rule(t.PERSISTENCE_OFF)
+rule(t.UTILIZATION_INFLATED)(_inflated)
+
+
 def _persistence(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     mode = s.gpu.persistence_mode
     if mode is None or not cfg.expect_persistence:
@@ -429,7 +477,9 @@ def _persistence(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(not mode, {"persistence_mode": "on" if mode else "off"})
 
 
-@rule(t.NUMA_MISPLACED)
+rule(t.PERSISTENCE_OFF)(_persistence)
+
+
 def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     known = [p for p in s.processes if p.affinity_local is not None]
     if not known:
@@ -442,6 +492,9 @@ def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         ev.update({"process_pid": str(bad[0].pid), "process_comm": bad[0].comm,
                    "process_cpus_allowed": bad[0].cpus_allowed or "?"})
     return Verdict(bool(bad), ev)
+
+
+rule(t.NUMA_MISPLACED)(_numa)
 
 
 def _check_every_row_has_a_rule() -> None:
