@@ -3,8 +3,8 @@ source of truth the exporter (``gpu_diagnosis_active``), ``gpu-exporter
 diagnose``, the runbook, the alert rules and the dashboards all read.
 
 Each row is a named object: its condition is registered on it in ``rules.py``
-(``@rule(IDLE_DATA_PIPELINE_IO)``: a misspelled row is a NameError at import),
-which causes explain which others is ``precedence.py``, and the thresholds its
+(``rule(t.IDLE_DATA_PIPELINE_IO)(_data_pipeline)``: a misspelled row is an AttributeError at
+import; which causes explain which others is ``precedence.py``, and the thresholds its
 prose quotes come from ``thresholds.py`` (``{iowait_high}`` in ``evidence`` is
 filled from the running configuration), so the words never drift from the
 numbers the rules use.
