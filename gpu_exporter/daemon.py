@@ -16,9 +16,11 @@ from types import FrameType
 from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import logs
+from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.collectors import registry as collector_registry
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
@@ -189,9 +191,12 @@ class Exporter:
         snap = self.poller.latest
         if snap is None:
             return {"timestamp": None, "findings": []}
+        missing = snap.derived(INPUTS_MISSING) or ()
         return {"timestamp": snap.timestamp,
-                "findings": [f.as_dict() for f in snap.facts.get("findings", [])],
-                "baseline_drifts": list(snap.facts.get("drifts", []))}
+                "findings": [f.as_dict() for f in snap.derived(FINDINGS) or ()],
+                "baseline_drifts": [d.as_dict() for d in snap.derived(DRIFTS) or ()],
+                # Readers the rules went without: their rows were not judged.
+                "inputs_missing": list(missing)}
 
     def _diagnosis(self, req: Request) -> Response:
         if self.poller.latest is None:

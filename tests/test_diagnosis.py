@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.model import Scenario
@@ -32,7 +33,7 @@ def _needs_host(name: str) -> None:
 
 
 def findings(snap: Snapshot) -> set[tuple[int, str, str]]:
-    return {(f.gpu, f.row.symptom, f.row.cause) for f in snap.facts["findings"]}
+    return {(f.gpu, f.row.symptom, f.row.cause) for f in snap.derived(FINDINGS) or ()}
 
 
 def run_long_enough(scenario: str | Scenario, seconds: float = 45) -> Snapshot:

@@ -58,7 +58,7 @@ class DeviceCollector(Collector):
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         readings: dict[int, GpuReading] = {}
-        out.facts["gpus"] = readings
+        out.readings.gpus = readings
         if not self.session.ensure():
             return
         self.session.begin_poll()

@@ -15,6 +15,7 @@ from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device, GpmSample, gpm_metrics
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.readings import GpmReading
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -55,14 +56,6 @@ class _Pair:
                 s.close()
 
 
-@dataclass(frozen=True, slots=True)
-class GpmReading:
-    sm_active: float | None
-    sm_occupancy: float | None
-    tensor_active: float | None
-    dram_active: float | None
-
-
 class GpmCollector(Collector):
     name = "gpm"
     description = "GPM SM, tensor and memory activity (Hopper and newer), per GPU and MIG instance"
@@ -85,14 +78,15 @@ class GpmCollector(Collector):
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         readings: dict[int, GpmReading] = {}
-        out.facts["gpm"] = readings
+        out.readings.gpm = readings
         if not self.session.up:
             return
         if self.session.generation != self._generation:
             # Sample buffers belong to one NVML session.
             self._pairs.clear()
             self._generation = self.session.generation
-        mig = out.facts.get("mig", {})
+        # The MIG reader runs first; without it only whole GPUs are sampled.
+        mig = out.readings.mig or {}
         for gpu in self.session.gpus:
             if gpu.lost or gpu.device is None:
                 self._drop(gpu.index)  # its samples belong to a handle that is gone

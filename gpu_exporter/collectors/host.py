@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host import cpu, disks, memory, network, pressure
-from gpu_exporter.host.facts import HostFacts
+from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
 from gpu_exporter.snapshot import SnapshotBuilder
 
@@ -131,7 +131,7 @@ class HostCollector(Collector):
                                f"{src.first_error}")
 
         self._prev = _Previous(now, times, busy, swap)
-        facts = HostFacts(
+        reading = HostReading(
             iowait_ratio=ratios.iowait if ratios else None,
             steal_ratio=ratios.steal if ratios else None,
             pressure=stalls,
@@ -140,8 +140,8 @@ class HostCollector(Collector):
             swap_used_bytes=mem.swap_used_bytes if mem else None,
             swap_in_bytes_per_s=swap_in, swap_out_bytes_per_s=swap_out,
             context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios)
-        out.facts["host"] = facts
-        out.facts["host_signals"] = _signals(facts)
+        out.readings.host = reading
+        out.readings.host_signals = _signals(reading)
 
     @staticmethod
     def _cpu(out: SnapshotBuilder, times: cpu.CpuTimes | None, before: cpu.CpuTimes | None,
@@ -214,7 +214,7 @@ class HostCollector(Collector):
         return names[:self._max]
 
 
-def _signals(f: HostFacts) -> HostSignals:
+def _signals(f: HostReading) -> HostSignals:
     """The figures the diagnosis rules read."""
     cpu_p, mem_p, io_p = (f.pressure.get(r) for r in pressure.RESOURCES)
     swap = None

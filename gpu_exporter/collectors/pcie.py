@@ -103,8 +103,8 @@ class PcieCollector(Collector):
         if self.watcher is not None:
             for action, count in self.watcher.counts().items():
                 out.add("gpu_udev_events_total", count, action=action)
-        out.facts["pcie"] = devices
-        out.facts["pcie_view"] = {i: kernel_view(d) for i, d in devices.items()}
+        out.readings.pcie = devices
+        out.readings.pcie_view = {i: kernel_view(d) for i, d in devices.items()}
 
     def _note_problems(self, dev: PciDevice) -> None:
         self._errors += len(dev.problems)

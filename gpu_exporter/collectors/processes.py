@@ -159,7 +159,7 @@ class ProcessesCollector(Collector):
 
     def collect(self, out: SnapshotBuilder) -> None:
         readings: list[ProcessReading] = []
-        out.facts["processes"] = readings
+        out.readings.processes = readings
         if not self.session.up:
             self._errors = 0
             return

@@ -15,13 +15,13 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import EventSet
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import GpuGone, NvmlGone, NvmlSession
+from gpu_exporter.readings import XidEvent
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,6 @@ log = logging.getLogger(__name__)
 WANTED = (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC | c.EVENT_SINGLE_BIT_ECC
           | c.EVENT_POWER_SOURCE_CHANGE)
 WAIT_MS = 500
-
-
-@dataclass(frozen=True, slots=True)
-class XidEvent:
-    gpu: int
-    uuid: str
-    xid: int
-    at: float  # unix time it was received
 
 
 class XidCollector(Collector):
@@ -163,7 +155,7 @@ class XidCollector(Collector):
                 out.add("gpu_xid_errors_total", count, gpu=str(index), uuid=uuid, xid=str(xid))
             for (index, uuid, name), count in sorted(self._events.items()):
                 out.add("gpu_events_total", count, gpu=str(index), uuid=uuid, type=name)
-            out.facts["xid"] = list(self.recent)
+            out.readings.xid = list(self.recent)
 
     def close(self) -> None:
         self._stop.set()

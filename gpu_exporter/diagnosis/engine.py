@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
-from gpu_exporter.diagnosis.signals import GpuSignals, gather
+from gpu_exporter.diagnosis.signals import GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,12 @@ class Finding:
                 "summary": self.row.summary, "evidence": dict(self.evidence),
                 "fix": self.row.fix, "runbook": f"{runbook_base}#{self.row.anchor}",
                 "since": self.since}
+
+
+# What the diagnosis publishes in each snapshot: the rows on now, and the
+# readers it went without (their rows were not judged).
+FINDINGS: Slot[tuple[Finding, ...]] = Slot("findings")
+INPUTS_MISSING: Slot[tuple[str, ...]] = Slot("diagnosis_inputs_missing")
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -74,7 +80,11 @@ class DiagnosisCollector(Collector):
         self._errors = 0
         now, wall = self._mono(), self._wall()
         findings: list[Finding] = []
-        for sig in gather(out.facts):
+        missing = missing_inputs(out.readings)
+        for name in missing:
+            out.add("gpu_diagnosis_input_missing", 1, collector=name)
+        out.publish(INPUTS_MISSING, missing)
+        for sig in gather(out.readings):
             trend = Trend(self._increase_fn(sig.index, now), wall)
             for row in ROWS:
                 verdict = self._judge(row, sig, trend)
@@ -87,7 +97,7 @@ class DiagnosisCollector(Collector):
                     findings.append(Finding(sig.index, sig.uuid, row, state.evidence,
                                             state.since))
                 out.add_values("gpu_diagnosis_active", state.labels, state.active)
-        out.facts["findings"] = sort_findings(findings)
+        out.publish(FINDINGS, tuple(sort_findings(findings)))
 
     def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:
         try:
