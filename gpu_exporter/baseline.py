@@ -15,12 +15,13 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from gpu_exporter import __version__
 from gpu_exporter.collectors.base import Collector
-from gpu_exporter.config import ConfigError
+from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.readings import GpuReading, PcieKernelView, PollReadings
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, Snapshot, SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -154,11 +155,22 @@ class BaselineCollector(Collector):
     """Compares every poll with the baseline file and exports the drifts."""
 
     name = "baseline"
-    description = "drift from the node baseline file (--baseline.file), per GPU and field"
+    description = "drift from the node baseline (--baseline.file)"
+    settings = ("baseline_file",)
+    starts_on_reload = False  # the baseline file is read at start
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.baseline = load(path)
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        assert rt.settings.baseline_file is not None  # wanted() says so
+        return cls(rt.settings.baseline_file)
+
+    @classmethod
+    def wanted(cls, settings: Settings) -> bool:
+        return settings.baseline_file is not None and super().wanted(settings)
 
     def collect(self, out: SnapshotBuilder) -> None:
         if out.readings.gpus is None:

@@ -26,7 +26,7 @@ HOST_SIDE = {"memory-held-sm-idle-data-pipeline-io", "memory-held-sm-idle-cpu-co
 
 
 def _needs_host(name: str) -> None:
-    from gpu_exporter.collectors.registry import COLLECTORS
+    from gpu_exporter.pipeline import COLLECTORS
 
     if name in HOST_SIDE and not {"host", "processes"} <= set(COLLECTORS):
         pytest.skip("the host and processes collectors are not part of this build yet")

@@ -27,7 +27,7 @@ def test_device_off_is_visible_not_silent() -> None:
     run = SimRun("thermal-throttle", collectors={"device": False})
     snap = run.poll(60)
     assert snap.readings.gpus is None
-    assert snap.get("gpu_diagnosis_input_missing", collector="device") == 1.0
+    assert snap.get("gpu_diagnosis_input_missing", input="device") == 1.0
     assert snap.series("gpu_diagnosis_active") == []
     assert snap.derived(FINDINGS) == ()
     assert run.exporter.findings()["inputs_missing"] == ["device"]
@@ -37,7 +37,7 @@ def test_device_off_is_visible_not_silent() -> None:
 def test_each_reader_off_is_named(reader: str) -> None:
     run = SimRun("healthy", collectors={reader: False})
     snap = run.poll(2)
-    assert [labels["collector"] for labels, _ in
+    assert [labels["input"] for labels, _ in
             snap.series("gpu_diagnosis_input_missing")] == [reader]
     assert snap.derived(INPUTS_MISSING) == (reader,)
     # The GPUs are still judged on what was read.

@@ -9,13 +9,15 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device, GpmSample, gpm_metrics
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
 from gpu_exporter.readings import GpmReading
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -56,19 +58,19 @@ class _Pair:
                 s.close()
 
 
-class GpmCollector(Collector):
+class GpmCollector(NvmlCollector):
     name = "gpm"
-    description = "GPM SM, tensor and memory activity (Hopper and newer), per GPU and MIG instance"
+    description = "GPM SM, tensor and memory activity (Hopper and newer)"
 
     def __init__(self, session: NvmlSession, monotonic: Callable[[], float]) -> None:
-        self.session = session
+        super().__init__(session)
         self._mono = monotonic
         self._pairs: dict[tuple[int, int | None], _Pair] = {}
         self._generation = -1
-        self._errors = 0
 
-    def errors(self) -> int:
-        return self._errors
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.session, rt.monotonic)
 
     def close(self) -> None:
         for pair in self._pairs.values():

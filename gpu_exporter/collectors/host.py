@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host import cpu, disks, memory, network, pressure
 from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ class _Sources:
 
 class HostCollector(Collector):
     name = "host"
-    description = "host CPU iowait/steal, pressure stalls, memory, swap, load, disks, network"
+    description = ("host CPU iowait/steal, pressure stalls, memory, swap, load, disks, "
+                   "network")
+    settings = ("path.procfs",)
 
     def __init__(self, procfs: Path, monotonic: Callable[[], float] = time.monotonic,
                  max_devices: int = MAX_DEVICES, page_size: int = memory.PAGE_SIZE) -> None:
@@ -94,6 +97,10 @@ class HostCollector(Collector):
         self._src = _Sources(procfs)
         self._prev: _Previous | None = None
         self._capped: set[str] = set()
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.settings.path.procfs, rt.monotonic)
 
     def errors(self) -> int:
         return self._src.errors

@@ -79,7 +79,7 @@ def _plan(gpu: Gpu, links: int) -> _LinkPlan:
 
 class NvlinkCollector(NvmlCollector):
     name = "nvlink"
-    description = "NVLink per-link state, CRC/replay/recovery errors and throughput"
+    description = "NVLink per-link state, errors and throughput"
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0

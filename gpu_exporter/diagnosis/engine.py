@@ -10,12 +10,15 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,7 @@ class _RowState:
 class DiagnosisCollector(Collector):
     name = "diagnosis"
     description = "the symptom -> cause table evaluated per GPU (gpu_diagnosis_active)"
+    settings = ("diagnosis",)
 
     def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
                  wall_clock: Callable[[], float]) -> None:
@@ -73,6 +77,13 @@ class DiagnosisCollector(Collector):
         self._errors = 0
         self._failing: set[str] = set()
 
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock)
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.cfg = settings.diagnosis
+
     def errors(self) -> int:
         return self._errors
 
@@ -82,7 +93,7 @@ class DiagnosisCollector(Collector):
         findings: list[Finding] = []
         missing = missing_inputs(out.readings)
         for name in missing:
-            out.add("gpu_diagnosis_input_missing", 1, collector=name)
+            out.add("gpu_diagnosis_input_missing", 1, input=name)
         out.publish(INPUTS_MISSING, missing)
         for sig in gather(out.readings):
             trend = Trend(self._increase_fn(sig.index, now), wall)
