@@ -13,8 +13,9 @@ from typing import Self
 
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
-from gpu_exporter.nvml.adapter import Device, GpmSample, gpm_metrics
+from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.gpm import GpmSample, gpm_metrics
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
 from gpu_exporter.readings import GpmReading
 from gpu_exporter.runtime import Runtime

@@ -21,7 +21,8 @@ from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.config import Settings
 from gpu_exporter.host.files import MalformedFile
 from gpu_exporter.host.procs import ProcessInfo, ProcessReader, parse_cpulist
-from gpu_exporter.nvml.adapter import Device, ProcessEntry
+from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.processes import ProcessEntry
 from gpu_exporter.nvml.session import Gpu, NvmlSession, normalize_bus_id
 from gpu_exporter.readings import ProcessReading
 from gpu_exporter.runtime import Runtime

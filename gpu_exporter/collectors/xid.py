@@ -19,8 +19,8 @@ from typing import Self
 
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
-from gpu_exporter.nvml.adapter import EventSet
 from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.events import EventSet
 from gpu_exporter.nvml.session import GpuGone, NvmlGone, NvmlSession
 from gpu_exporter.readings import XidEvent
 from gpu_exporter.runtime import Runtime
