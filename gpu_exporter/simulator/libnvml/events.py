@@ -31,16 +31,16 @@ EVENT_XID = 0x8
 
 @nvml_function("nvmlEventSetCreate", P, device=False)
 def _event_set_create(lib: FakeNvmlLibrary, out: int) -> int:
-    with lib._lock:
-        lib._next_set += 1
-        handle = lib._next_set
+    with lib.lock:
+        lib.next_event_set += 1
+        handle = lib.next_event_set
         lib.event_sets[handle] = EventSetData()
     return put(out, c_void_p, handle)
 
 
 @nvml_function("nvmlEventSetFree", P, device=False)
 def _event_set_free(lib: FakeNvmlLibrary, handle: int) -> int:
-    with lib._lock:
+    with lib.lock:
         if lib.event_sets.pop(handle or 0, None) is None:
             return int(Return.INVALID_ARGUMENT)
     return OK

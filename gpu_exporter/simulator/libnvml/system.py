@@ -24,17 +24,17 @@ def _init(lib: FakeNvmlLibrary, flags: int) -> int:
     failure = NODE_FAILURES.get(lib.world.nvml_condition())
     if failure is not None:
         return failure
-    with lib._lock:
-        lib._init_count += 1
+    with lib.lock:
+        lib.init_count += 1
     return OK
 
 
 @nvml_function("nvmlShutdown", device=False)
 def _shutdown(lib: FakeNvmlLibrary) -> int:
-    with lib._lock:
-        if lib._init_count == 0:
+    with lib.lock:
+        if lib.init_count == 0:
             return int(Return.UNINITIALIZED)
-        lib._init_count -= 1
+        lib.init_count -= 1
     return OK
 
 

@@ -142,11 +142,12 @@ class FakeNvmlLibrary:
         self.calls: Counter[str] = Counter()
         # Symbols pynvml asked for that this library does not have.
         self.missing: set[str] = set()
-        self._init_count = 0
-        self._lock = threading.Lock()
+        self.init_count = 0
+        # Taken by the calls that change the library itself (init, event sets).
+        self.lock = threading.Lock()
         self.gpm_samples: dict[int, tuple[Any, GpmSampleData]] = {}
         self.event_sets: dict[int, EventSetData] = {}
-        self._next_set = 0x5E7000
+        self.next_event_set = 0x5E7000
         self._keep: list[Any] = []
         # Fault injection for property tests (both None otherwise). inject_error
         # sees every call (function name, GPU index or None for system calls)
@@ -193,7 +194,7 @@ class FakeNvmlLibrary:
             code = self.inject_error(name, where[0] if where else None)
             if code is not None:
                 return code
-        if name not in NO_INIT and self._init_count == 0:
+        if name not in NO_INIT and self.init_count == 0:
             return int(Return.UNINITIALIZED)
         if self.world.nvml_changes and name not in NO_INIT and name != "nvmlShutdown":
             # NVML as a whole failing under an initialised library (driver
