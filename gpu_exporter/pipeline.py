@@ -20,7 +20,6 @@ from gpu_exporter.collectors.pcie import PcieCollector
 from gpu_exporter.collectors.processes import ProcessesCollector
 from gpu_exporter.collectors.samples import SamplesCollector
 from gpu_exporter.collectors.xid import XidCollector
-from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.engine import DiagnosisCollector
 from gpu_exporter.runtime import Runtime
 
@@ -33,11 +32,6 @@ DERIVATIONS: tuple[type[Collector], ...] = (DiagnosisCollector, BaselineCollecto
 COLLECTORS: dict[str, type[Collector]] = {c.name: c for c in (*READERS, *DERIVATIONS)}
 if len(COLLECTORS) != len(READERS) + len(DERIVATIONS):  # pragma: no cover - a programming error
     raise RuntimeError("two collectors share a name")
-
-
-def unknown(settings: Settings) -> list[str]:
-    """Collector names in the settings that no collector has."""
-    return sorted(set(settings.collectors) - set(COLLECTORS))
 
 
 def build(rt: Runtime) -> list[Collector]:
