@@ -147,7 +147,7 @@ class Exporter:
     def _collectors_for(self, new: Settings) -> list[Collector]:
         """The collectors the new settings enable, in run order: the running
         ones kept, the newly enabled ones built."""
-        running = {c.name: c for c in self.poller.collectors}
+        running = {c.name: c for c in self.poller.planned()}
         out = []
         rt = Runtime(new, self.session, self.runtime.monotonic, self.runtime.wall_clock,
                      self.runtime.synchronous, self.runtime.watch_udev)

@@ -84,12 +84,30 @@ class Poller:
     def ready(self) -> bool:
         return self._latest is not None
 
+    def planned(self) -> list[Collector]:
+        """The collectors the next poll runs: those of a reconfiguration still
+        waiting for it, else the running ones."""
+        with self._pending_lock:
+            pending = self._pending
+        return list(pending.collectors if pending is not None else self.collectors)
+
     def reconfigure(self, collectors: Sequence[Collector], settings: Settings) -> None:
         """From the next poll on: poll ``collectors`` (those no longer listed are
         closed), hand each the new settings, and poll at the new interval. A
-        later call before that poll replaces an earlier one."""
+        later call before that poll replaces an earlier one; collectors built
+        for the earlier one and not kept are closed now (they never ran)."""
         with self._pending_lock:
-            self._pending = _Reconfiguration(tuple(collectors), settings)
+            replaced, self._pending = self._pending, _Reconfiguration(tuple(collectors),
+                                                                      settings)
+        if replaced is None:
+            return
+        kept = {id(c) for c in collectors} | {id(c) for c in self.collectors}
+        for c in replaced.collectors:
+            if id(c) not in kept:
+                try:
+                    c.close()
+                except Exception:
+                    log.exception("closing collector %s failed", c.name)
 
     def config_reloaded(self, ok: bool) -> None:
         self.reload_success = ok
