@@ -116,6 +116,12 @@ class SampleStats:
 
 
 @dataclass(frozen=True, slots=True)
+class NvlinkReading:
+    links: int  # NVLink links the GPU has
+    up: int  # of them, active this poll
+
+
+@dataclass(frozen=True, slots=True)
 class XidEvent:
     gpu: int
     uuid: str
@@ -140,6 +146,8 @@ class PollReadings:
     gpm: dict[int, GpmReading] | None = None
     # samples: per GPU index, metric name -> summary of NVML's sub-second samples
     samples: dict[int, dict[str, SampleStats]] | None = None
+    # nvlink: per GPU index with NVLink, its links and how many are up
+    nvlink: dict[int, NvlinkReading] | None = None
     # xid: the most recent Xid events, oldest first
     xid: list[XidEvent] | None = None
     # processes: every exported GPU process, joined with /proc

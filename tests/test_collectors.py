@@ -16,8 +16,11 @@ from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.collectors.samples import SamplesCollector
 from gpu_exporter.collectors.xid import XidCollector
 from gpu_exporter.config import Settings
+from gpu_exporter.diagnosis.signals import INPUTS
 from gpu_exporter.pipeline import COLLECTORS, DERIVATIONS, READERS
 from tests.onegpu import OneGpu
+
+READERS_BY_NAME = {c.name: c for c in READERS}
 
 GPU0 = {"gpu": "0"}
 MIG_7 = {"gpu_instance": 7, "compute_instance": 0, "memory_total_mib": 9856,
@@ -179,12 +182,16 @@ def test_nvlink(condition: dict[str, Any], name: str, labels: dict[str, str],
         else:
             assert got == value
         assert len(snap.series("gpu_nvlink_link_up")) == 18
+        reading = (snap.readings.nvlink or {})[0]
+        assert reading.links == 18
+        assert reading.up == sum(v for _, v in snap.series("gpu_nvlink_link_up"))
 
 
 def test_nvlink_absent_without_links() -> None:
     with OneGpu(profile="rtx-4090") as node:
         snap = node.poll(node.build(NvlinkCollector))
         assert [n for n in snap.samples if n.startswith("gpu_nvlink")] == []
+        assert snap.readings.nvlink == {}
 
 
 # Xid codes reported at 5 s -> (counted per code, in the readings)
@@ -218,6 +225,10 @@ def test_every_collector_declares_itself() -> None:
         assert kind.name and kind.description, kind
         for setting in kind.settings:  # dotted YAML keys that exist
             assert setting.split(".")[0] in fields, (kind.name, setting)
+
+
+def test_the_diagnosis_inputs_are_collectors() -> None:
+    assert set(INPUTS) <= set(READERS_BY_NAME)
 
 
 def test_the_catalog_names_real_collectors() -> None:
