@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_exporter.readings import GpuReading
-from gpu_exporter.snapshot import SnapshotBuilder, Slot
+from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
 
 def test_add_values_matches_add_with_keywords() -> None:
