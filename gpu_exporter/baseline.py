@@ -15,13 +15,14 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from gpu_exporter import __version__
 from gpu_exporter.collectors.base import Collector
-from gpu_exporter.config import ConfigError
-from gpu_exporter.readings import GpuReading, PcieKernelView
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.readings import GpuReading, PcieKernelView, PollReadings
+from gpu_exporter.runtime import Runtime
+from gpu_exporter.snapshot import Slot, Snapshot, SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,11 @@ FIELDS = ("present", "uuid", "pci_bus_id", "pcie_generation_max", "pcie_width_ma
           "power_limit_watts", "power_default_limit_watts", "application_sm_clock_hertz",
           "application_memory_clock_hertz", "persistence_mode", "ecc_enabled")
 
-Facts = dict[str, Any]
+# One GPU as the baseline records it: field name -> value (None: not known).
+Fields = dict[str, Any]
 
 
-def gpu_facts(r: GpuReading, view: PcieKernelView | None) -> Facts:
+def gpu_fields(r: GpuReading, view: PcieKernelView | None) -> Fields:
     """What the baseline records of one GPU in one poll (None: not known)."""
     loaded = r.utilization is not None and r.utilization >= LOADED
     return {
@@ -62,20 +64,20 @@ def gpu_facts(r: GpuReading, view: PcieKernelView | None) -> Facts:
     }
 
 
-def snapshot_facts(snap: Snapshot) -> dict[int, Facts]:
-    gpus: dict[int, GpuReading] = snap.facts.get("gpus", {})
-    views: dict[int, PcieKernelView] = snap.facts.get("pcie_view", {})
-    return {i: gpu_facts(r, views.get(i)) for i, r in gpus.items() if r.up}
+def readings_fields(readings: PollReadings) -> dict[int, Fields]:
+    """The baseline's fields of every GPU that is up in one poll's readings."""
+    views = readings.pcie_view or {}
+    return {i: gpu_fields(r, views.get(i)) for i, r in (readings.gpus or {}).items() if r.up}
 
 
 def capture(snapshots: Iterable[Snapshot]) -> dict[str, Any]:
     """Merge several polls: the newest value of each field, and for the trained
     link the best seen under load."""
-    gpus: dict[int, Facts] = {}
+    gpus: dict[int, Fields] = {}
     for snap in snapshots:
-        for index, facts in snapshot_facts(snap).items():
+        for index, fields in readings_fields(snap.readings).items():
             merged = gpus.setdefault(index, {})
-            for key, value in facts.items():
+            for key, value in fields.items():
                 if value is None:
                     continue
                 if key in UNDER_LOAD and merged.get(key) is not None:
@@ -99,7 +101,11 @@ class Drift:
                 "expected": self.expected, "found": self.found}
 
 
-def compare(baseline: Mapping[str, Any], current: Mapping[int, Facts]) -> list[Drift]:
+# The drifts found this poll, published in the snapshot for /diagnosis.
+DRIFTS: Slot[tuple[Drift, ...]] = Slot("baseline_drifts")
+
+
+def compare(baseline: Mapping[str, Any], current: Mapping[int, Fields]) -> list[Drift]:
     """Drifts of the node from its baseline; a field not known now is no drift."""
     drifts = []
     for entry in baseline["gpus"]:
@@ -149,21 +155,32 @@ class BaselineCollector(Collector):
     """Compares every poll with the baseline file and exports the drifts."""
 
     name = "baseline"
-    description = "drift from the node baseline file (--baseline.file), per GPU and field"
+    description = "drift from the node baseline (--baseline.file)"
+    settings = ("baseline_file",)
+    starts_on_reload = False  # the baseline file is read at start
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.baseline = load(path)
 
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        assert rt.settings.baseline_file is not None  # wanted() says so
+        return cls(rt.settings.baseline_file)
+
+    @classmethod
+    def wanted(cls, settings: Settings) -> bool:
+        return settings.baseline_file is not None and super().wanted(settings)
+
     def collect(self, out: SnapshotBuilder) -> None:
-        gpus: dict[int, GpuReading] = out.facts.get("gpus", {})
-        views: dict[int, PcieKernelView] = out.facts.get("pcie_view", {})
-        current = {i: gpu_facts(r, views.get(i)) for i, r in gpus.items() if r.up}
-        lost = {i for i, r in gpus.items() if not r.up}
+        if out.readings.gpus is None:
+            return  # the device reader is off: nothing to compare, and no GPU is missing
+        current = readings_fields(out.readings)
+        lost = {i for i, r in (out.readings.gpus or {}).items() if not r.up}
         drifts = [d for d in compare(self.baseline, current)
                   # A lost GPU is the gpu_lost finding's business, not a drift.
                   if not (d.field == "present" and d.gpu in lost)]
-        out.facts["drifts"] = [d.as_dict() for d in drifts]
+        out.publish(DRIFTS, tuple(drifts))
         on = {(d.gpu, d.field) for d in drifts}
         for entry in self.baseline["gpus"]:
             index = int(entry["index"])

@@ -33,4 +33,14 @@ def metric(name: str) -> Metric:
         raise KeyError(f"metric {name!r} is not in the catalog") from None
 
 
-__all__ = ["BY_NAME", "CATALOG", "GPU", "Kind", "Metric", "metric"]
+def metrics_markdown() -> str:
+    """The catalog as a Markdown table (the README's metric list, `catalog`)."""
+    lines = ["| metric | type | labels | collector | meaning |",
+             "|---|---|---|---|---|"]
+    for m in CATALOG:
+        labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
+        lines.append(f"| `{m.name}` | {m.kind} | {labels} | {m.collector} | {m.help} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["BY_NAME", "CATALOG", "GPU", "Kind", "Metric", "metric", "metrics_markdown"]

@@ -74,7 +74,7 @@ _EPILOG = ("Subcommands: diagnose, baseline, record, scenarios, catalog (each ha
 
 
 def _daemon_parser() -> _Parser:
-    from gpu_exporter.collectors.registry import COLLECTORS
+    from gpu_exporter.pipeline import COLLECTORS
 
     p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
                 "why the GPU is slow.", allow_abbrev=False,
@@ -117,7 +117,9 @@ def settings_loader(argv: Sequence[str]) -> Callable[[], Settings]:
     ns = vars(_daemon_parser().parse_args(argv))
     config_file = ns.pop("config_file", None)
     flags = _nest(ns)
-    return lambda: load(flags, config_file)
+    from gpu_exporter.pipeline import COLLECTORS
+
+    return lambda: load(flags, config_file, known_collectors=COLLECTORS)
 
 
 def _run_daemon(argv: Sequence[str]) -> int:
@@ -162,7 +164,7 @@ def _scenarios(argv: Sequence[str]) -> int:
 
 
 def _catalog(argv: Sequence[str]) -> int:
-    from gpu_exporter.docs import metrics_markdown
+    from gpu_exporter.catalog import metrics_markdown
 
     _Parser(prog=f"{PROG} catalog",
             description="Print the metric catalog as Markdown.").parse_args(argv)

@@ -11,6 +11,7 @@ the setting, where it came from and what is wrong.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gpu_exporter.config_types import Duration, parse_duration
+from gpu_exporter.config_types import Duration, parse_duration, parse_listen_address
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
 
@@ -29,8 +30,6 @@ class ConfigError(Exception):
 
 ENV_PREFIX = "GPU_EXPORTER_"
 DEFAULT_LISTEN_ADDRESS = ":9835"
-
-
 
 
 class _Section(BaseModel):
@@ -47,8 +46,6 @@ class WebConfig(_Section):
     @field_validator("listen_address")
     @classmethod
     def _address(cls, v: str) -> str:
-        from gpu_exporter.web.server import parse_listen_address
-
         parse_listen_address(v)
         return v
 
@@ -95,17 +92,6 @@ class Settings(BaseSettings):
     collectors: dict[str, bool] = Field(default_factory=dict)
     simulate: str | None = None
 
-    @field_validator("collectors")
-    @classmethod
-    def _known_collectors(cls, v: dict[str, bool]) -> dict[str, bool]:
-        from gpu_exporter.collectors.registry import COLLECTORS
-
-        unknown = sorted(set(v) - set(COLLECTORS))
-        if unknown:
-            raise ValueError(f"unknown collector {unknown[0]!r}; known: "
-                             + ", ".join(sorted(COLLECTORS)))
-        return v
-
     @classmethod
     def settings_customise_sources(
         cls,
@@ -115,8 +101,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        file_values = _FILE_VALUES.get()
-        return (init_settings, env_settings, _DictSource(settings_cls, file_values))
+        # Flags (the constructor's arguments), then the environment; load()
+        # adds the config file below them through _with_file().
+        return (init_settings, env_settings)
 
     def collector_enabled(self, name: str, default: bool) -> bool:
         return self.collectors.get(name, default)
@@ -136,17 +123,25 @@ class _DictSource(PydanticBaseSettingsSource):
         return dict(self._values)
 
 
-class _FileValues:
-    """Hands the parsed file to settings_customise_sources (a classmethod)."""
+def _with_file(values: dict[str, Any]) -> type[Settings]:
+    """Settings whose sources are flags, the environment, then these file values.
 
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
+    pydantic-settings asks a class method for the sources, so the file's values
+    travel in a subclass made for this one load rather than in shared state."""
 
-    def get(self) -> dict[str, Any]:
-        return self.values
+    class _FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, _DictSource(settings_cls, values))
 
-
-_FILE_VALUES = _FileValues()
+    return _FromFile
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -193,12 +188,16 @@ def _origin(loc: tuple[Any, ...], flags: dict[str, Any], file_values: dict[str, 
     return "configuration"
 
 
-def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
-    """Build the settings or raise ConfigError with one operator-facing line."""
+def load(flags: dict[str, Any], config_file: Path | None = None,
+         known_collectors: Collection[str] | None = None) -> Settings:
+    """Build the settings or raise ConfigError with one operator-facing line.
+
+    ``known_collectors``: the collector names there are; another name under
+    ``collectors`` is an error (the caller that assembles the collectors knows
+    them, the configuration does not)."""
     file_values = read_config_file(config_file) if config_file else {}
-    _FILE_VALUES.values = file_values
     try:
-        return Settings(**flags)
+        built = _with_file(file_values)(**flags)
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
@@ -213,7 +212,16 @@ def load(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
         shown = "" if first["type"] == "extra_forbidden" or isinstance(given, dict) \
             else f" (got {given!r})"
         raise ConfigError(f"{name} from {origin}: {msg}{shown}{more}") from None
-    finally:
-        _FILE_VALUES.values = {}
+    # A plain Settings again (values already validated), so two loads of the
+    # same configuration compare equal.
+    settings = Settings.model_construct(built.model_fields_set,
+                                        **{k: getattr(built, k) for k in Settings.model_fields})
+    if known_collectors is not None:
+        unknown = sorted(set(settings.collectors) - set(known_collectors))
+        if unknown:
+            origin = _origin(("collectors", unknown[0]), flags, file_values, config_file)
+            raise ConfigError(f"collectors.{unknown[0]} from {origin}: unknown collector "
+                              f"{unknown[0]!r}; known: " + ", ".join(sorted(known_collectors)))
+    return settings
 
 __all__ = ["ConfigError", "Duration", "Settings", "load", "parse_duration"]

@@ -36,3 +36,18 @@ def parse_duration(value: Any) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``."""
+    host, sep, port_s = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"expected host:port, got {value!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ValueError(f"port must be a number, got {port_s!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0-65535, got {port}")
+    return host, port

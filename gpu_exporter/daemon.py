@@ -15,10 +15,11 @@ from types import FrameType
 
 from prometheus_client.registry import CollectorRegistry
 
-from gpu_exporter import logs
-from gpu_exporter.collectors import registry as collector_registry
+from gpu_exporter import logs, pipeline
+from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
@@ -64,9 +65,9 @@ class Exporter:
         # GPU's reads with a timeout so one hung GPU cannot stall the poll.
         self.session = NvmlSession(clock=monotonic,
                                    call_timeout=None if synchronous else settings.poll.timeout)
-        self.runtime = Runtime(settings, self.session, simulation, monotonic, wall_clock,
-                               synchronous)
-        self.collectors = collector_registry.build(self.runtime)
+        self.runtime = Runtime(settings, self.session, monotonic, wall_clock, synchronous,
+                               watch_udev=simulation is None)
+        self.collectors = pipeline.build(self.runtime)
         self.poller = Poller(self.collectors, settings.poll.interval, self.session,
                              wall_clock=wall_clock, monotonic=monotonic)
         if simulation is not None:
@@ -129,31 +130,12 @@ class Exporter:
         # that cannot be built fails the reload with the old configuration intact.
         collectors = self._collectors_for(new)
         self.settings = self.runtime.settings = new
-
-        def between_polls() -> None:
-            poller = self.poller
-            kept = {c.name for c in collectors}
-            closing = [c for c in poller.collectors if c.name not in kept]
-            poller.set_collectors(collectors)
-            for c in closing:
-                try:
-                    c.close()
-                except Exception:
-                    log.exception("closing collector %s failed", c.name)
-            poller.interval = new.poll.interval
-            if self.session.call_timeout is not None:
-                self.session.call_timeout = new.poll.timeout
-            for c in collectors:
-                # Attributes of the running collectors the settings feed.
-                if c.name == "diagnosis":
-                    c.cfg = new.diagnosis  # type: ignore[attr-defined]
-                elif c.name == "processes":
-                    c.max_per_gpu = new.processes.max_per_gpu  # type: ignore[attr-defined]
-
-        self.poller.between_polls(between_polls)
-        self.app._healthy = staleness_check(  # a longer interval is not staleness
+        # Applied by the poll thread between two polls: the collectors swapped,
+        # each handed the new settings, the interval and call timeout changed.
+        self.poller.reconfigure(collectors, new)
+        self.app.set_health_check(staleness_check(  # a longer interval is not staleness
             lambda: self.poller.latest.timestamp if self.poller.latest else None,
-            new.poll.interval, self._started, self._wall)
+            new.poll.interval, self._started, self._wall))
         applied = [name for name in changed if name not in RESTART_SETTINGS]
         log.info("configuration reloaded: applied %s", ", ".join(applied) or "nothing")
         if later:
@@ -165,21 +147,19 @@ class Exporter:
     def _collectors_for(self, new: Settings) -> list[Collector]:
         """The collectors the new settings enable, in run order: the running
         ones kept, the newly enabled ones built."""
-        running = {c.name: c for c in self.poller.collectors}
+        running = {c.name: c for c in self.poller.planned()}
         out = []
-        rt = Runtime(new, self.session, self.simulation, self.runtime.monotonic,
-                     self.runtime.wall_clock, self.runtime.synchronous, self.runtime.extras)
-        for info in collector_registry.COLLECTORS.values():
-            if not new.collector_enabled(info.name, info.default):
+        rt = Runtime(new, self.session, self.runtime.monotonic, self.runtime.wall_clock,
+                     self.runtime.synchronous, self.runtime.watch_udev)
+        for kind in pipeline.COLLECTORS.values():
+            if not kind.wanted(new):
                 continue
-            if info.needs_baseline and new.baseline_file is None:
+            current = running.get(kind.name)
+            if current is None and not kind.starts_on_reload:
                 continue
-            current = running.get(info.name)
-            if current is None and info.needs_baseline:
-                continue  # the baseline file is read at start
             if current is None:
-                current = info.factory(rt)
-                log.info("collector %s switched on", info.name)
+                current = kind.build(rt)
+                log.info("collector %s switched on", kind.name)
             out.append(current)
         for name in running.keys() - {c.name for c in out}:
             log.info("collector %s switched off", name)
@@ -189,9 +169,12 @@ class Exporter:
         snap = self.poller.latest
         if snap is None:
             return {"timestamp": None, "findings": []}
+        missing = snap.derived(INPUTS_MISSING) or ()
         return {"timestamp": snap.timestamp,
-                "findings": [f.as_dict() for f in snap.facts.get("findings", [])],
-                "baseline_drifts": list(snap.facts.get("drifts", []))}
+                "findings": [f.as_dict() for f in snap.derived(FINDINGS) or ()],
+                "baseline_drifts": [d.as_dict() for d in snap.derived(DRIFTS) or ()],
+                # Readers the rules went without: their rows were not judged.
+                "inputs_missing": list(missing)}
 
     def _diagnosis(self, req: Request) -> Response:
         if self.poller.latest is None:

@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import re
 
-from gpu_exporter.catalog import CATALOG
-
-
-def metrics_markdown() -> str:
-    lines = ["| metric | type | labels | collector | meaning |",
-             "|---|---|---|---|---|"]
-    for m in CATALOG:
-        labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
-        lines.append(f"| `{m.name}` | {m.kind} | {labels} | {m.collector} | {m.help} |")
-    return "\n".join(lines) + "\n"
+from gpu_exporter.catalog import metrics_markdown
+from gpu_exporter.cli import _FLAGS
+from gpu_exporter.pipeline import COLLECTORS
 
 
 def flags_markdown() -> str:
-    from gpu_exporter.cli import _FLAGS
-    from gpu_exporter.collectors.registry import COLLECTORS
-
     lines = ["| flag | YAML key | environment variable | meaning |", "|---|---|---|---|",
              "| `--config.file` | - | - | YAML configuration file. |"]
     for flag, dest, text, _metavar in _FLAGS:

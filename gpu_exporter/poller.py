@@ -13,15 +13,25 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from gpu_exporter import __version__
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.config import Settings
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Snapshot], None]
+
+
+@dataclass(frozen=True)
+class _Reconfiguration:
+    """A reloaded configuration waiting for the end of the running poll."""
+
+    collectors: tuple[Collector, ...]
+    settings: Settings
 
 
 def _binding_version() -> str:
@@ -61,10 +71,10 @@ class Poller:
         # The configuration in force was loaded at start; SIGHUP reloads report here.
         self.reload_success = True
         self.reload_success_timestamp = wall_clock()
-        # Changes (a reloaded configuration) applied between two polls, on the
-        # poll thread, so no collector is swapped or closed while it runs.
-        self._changes: list[Callable[[], None]] = []
-        self._changes_lock = threading.Lock()
+        # A reloaded configuration, applied between two polls on the poll
+        # thread, so no collector is swapped, reconfigured or closed while it runs.
+        self._pending: _Reconfiguration | None = None
+        self._pending_lock = threading.Lock()
 
     @property
     def latest(self) -> Snapshot | None:
@@ -74,30 +84,58 @@ class Poller:
     def ready(self) -> bool:
         return self._latest is not None
 
-    def between_polls(self, change: Callable[[], None]) -> None:
-        """Run ``change`` before the next poll, on the thread that polls."""
-        with self._changes_lock:
-            self._changes.append(change)
+    def planned(self) -> list[Collector]:
+        """The collectors the next poll runs: those of a reconfiguration still
+        waiting for it, else the running ones."""
+        with self._pending_lock:
+            pending = self._pending
+        return list(pending.collectors if pending is not None else self.collectors)
 
-    def set_collectors(self, collectors: Sequence[Collector]) -> None:
-        """Poll these from now on (call between polls)."""
-        self.collectors = list(collectors)
-        for c in self.collectors:
-            self._errors_total.setdefault(c.name, 0)
+    def reconfigure(self, collectors: Sequence[Collector], settings: Settings) -> None:
+        """From the next poll on: poll ``collectors`` (those no longer listed are
+        closed), hand each the new settings, and poll at the new interval. A
+        later call before that poll replaces an earlier one; collectors built
+        for the earlier one and not kept are closed now (they never ran)."""
+        with self._pending_lock:
+            replaced, self._pending = self._pending, _Reconfiguration(tuple(collectors),
+                                                                      settings)
+        if replaced is None:
+            return
+        kept = {id(c) for c in collectors} | {id(c) for c in self.collectors}
+        for c in replaced.collectors:
+            if id(c) not in kept:
+                try:
+                    c.close()
+                except Exception:
+                    log.exception("closing collector %s failed", c.name)
 
     def config_reloaded(self, ok: bool) -> None:
         self.reload_success = ok
         if ok:
             self.reload_success_timestamp = self._wall()
 
-    def _apply_changes(self) -> None:
-        with self._changes_lock:
-            changes, self._changes = self._changes, []
-        for change in changes:
+    def _apply_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        kept = {id(c) for c in pending.collectors}
+        closing = [c for c in self.collectors if id(c) not in kept]
+        self.collectors = list(pending.collectors)
+        for c in closing:
             try:
-                change()
+                c.close()
             except Exception:
-                log.exception("applying a configuration change failed")
+                log.exception("closing collector %s failed", c.name)
+        for c in self.collectors:
+            self._errors_total.setdefault(c.name, 0)
+            try:
+                c.reconfigure(pending.settings)
+            except Exception:
+                log.exception("reconfiguring collector %s failed", c.name)
+        self.interval = pending.settings.poll.interval
+        if self.session is not None and self.session.call_timeout is not None:
+            self.session.call_timeout = pending.settings.poll.timeout
 
     def poll(self) -> Snapshot | None:
         """One poll as the daemon runs it: on the NVML session's poll thread,
@@ -108,8 +146,8 @@ class Poller:
         return self.session.guarded(self.poll_once)
 
     def poll_once(self) -> Snapshot:
-        if self._changes:
-            self._apply_changes()
+        if self._pending is not None:
+            self._apply_pending()
         start = self._mono()
         for hook in self.before_poll:
             hook()
@@ -190,7 +228,7 @@ class Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        self._apply_changes()  # collectors a reload switched off are closed too
+        self._apply_pending()  # collectors a reload switched off are closed too
         for collector in self.collectors:
             try:
                 collector.close()

@@ -1,12 +1,18 @@
-"""Plain per-poll readings in base units, shared by the collectors that produce
-them and the parts that reason over them (diagnosis, baseline, /diagnosis).
+"""Plain per-poll readings in base units, shared by the readers that produce
+them and the derivations that reason over them (diagnosis, baseline, the
+landing page, /diagnosis).
 
-``None`` always means "not known this poll" (unsupported, failed, absent), never 0.
+Each reader fills one field of :class:`PollReadings`; a derivation reads the
+fields it needs. ``None`` always means "not known this poll" (unsupported,
+failed, absent, or the reader is switched off), never 0.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from gpu_exporter.host.pci import PciDevice
+from gpu_exporter.host.reading import HostReading
 
 
 @dataclass(slots=True)
@@ -82,3 +88,73 @@ class PcieKernelView:
     upstream_width: int | None = None
     upstream_width_max: int | None = None
     aer_correctable: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigReading:
+    gpu_instance: int
+    compute_instance: int
+    uuid: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpmReading:
+    sm_active: float | None
+    sm_occupancy: float | None
+    tensor_active: float | None
+    dram_active: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SampleStats:
+    count: int
+    min: float
+    mean: float
+    max: float
+
+
+@dataclass(frozen=True, slots=True)
+class NvlinkReading:
+    links: int  # NVLink links the GPU has
+    up: int  # of them, active this poll
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    gpu: int
+    uuid: str
+    xid: int
+    at: float  # unix time it was received
+
+
+@dataclass(slots=True)
+class PollReadings:
+    """What the readers read in one poll: one field per reader, named after it.
+
+    A field stays ``None`` when its reader is switched off or did not get as far
+    as reading this poll: a derivation tells "nothing there" (an empty mapping)
+    from "nobody looked" (None), and says which inputs it went without.
+    """
+
+    # device: per GPU index, every GPU NVML lists (lost ones with up=False)
+    gpus: dict[int, GpuReading] | None = None
+    # mig: per GPU index, its MIG instances (GPUs without MIG are absent)
+    mig: dict[int, list[MigReading]] | None = None
+    # gpm: per GPU index, the GPM ratios over the last interval
+    gpm: dict[int, GpmReading] | None = None
+    # samples: per GPU index, metric name -> summary of NVML's sub-second samples
+    samples: dict[int, dict[str, SampleStats]] | None = None
+    # nvlink: per GPU index with NVLink, its links and how many are up
+    nvlink: dict[int, NvlinkReading] | None = None
+    # xid: the most recent Xid events, oldest first
+    xid: list[XidEvent] | None = None
+    # processes: every exported GPU process, joined with /proc
+    processes: list[ProcessReading] | None = None
+    # host: the host's figures, and the ones the diagnosis rules read
+    host: HostReading | None = None
+    host_signals: HostSignals | None = None
+    # pcie: per GPU index, the GPU's PCI device in sysfs, and the kernel's view of it
+    pcie: dict[int, PciDevice] | None = None
+    pcie_view: dict[int, PcieKernelView] | None = None

@@ -353,9 +353,9 @@ _HANDLERS: dict[str, Handler] = {
 
 def record(duration: float, interval: float, out: Path, simulate: str | None) -> int:
     """Poll for ``duration`` and write the recording; the number of polls."""
-    from gpu_exporter.collectors.registry import COLLECTORS
     from gpu_exporter.config import load
     from gpu_exporter.daemon import Exporter
+    from gpu_exporter.pipeline import COLLECTORS
     from gpu_exporter.simulator import SimulatedNode
 
     # Only NVML is recorded; the host readers and the diagnosis would add nothing.

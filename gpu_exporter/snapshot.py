@@ -1,9 +1,12 @@
-"""One poll's worth of samples, immutable once built.
+"""One poll's worth of samples and readings, immutable once built.
 
-Collectors add samples to a :class:`SnapshotBuilder`; the poller freezes it into
-a :class:`Snapshot` and publishes it by swapping one reference. ``/metrics``
-renders whatever snapshot is newest, so a GPU or process that is gone is simply
-absent from the next one: nothing has to be removed by hand.
+Collectors add samples to a :class:`SnapshotBuilder`; readers also fill their
+field of its typed :class:`~gpu_exporter.readings.PollReadings`, and the
+derivations that run after them (diagnosis, baseline) read those and publish
+what they derive into a typed :class:`Slot`. The poller freezes the builder
+into a :class:`Snapshot` and publishes it by swapping one reference.
+``/metrics`` renders whatever snapshot is newest, so a GPU or process that is
+gone is simply absent from the next one: nothing has to be removed by hand.
 """
 
 from __future__ import annotations
@@ -11,9 +14,27 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from gpu_exporter.catalog import metric
+from gpu_exporter.readings import PollReadings
+
+T = TypeVar("T")
+
+
+class Slot(Generic[T]):
+    """A typed place in the snapshot for what one derivation publishes (the
+    diagnosis's findings, the baseline's drifts). The module that writes it owns
+    the slot object; a reader imports that object and gets the writer's type,
+    while the snapshot itself stays below every derivation."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name!r})"
 
 
 class Sample(NamedTuple):
@@ -39,13 +60,20 @@ def _label_names(name: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Samples by metric name, plus facts other parts of the exporter read."""
+    """Samples by metric name, the readers' typed readings, and what the
+    derivations published."""
 
     timestamp: float  # unix time the poll started
     samples: Mapping[str, tuple[Sample, ...]]
-    # Structured per-poll facts (GPU states, processes...) for the diagnosis
-    # rules and the JSON endpoints; never rendered as metrics directly.
-    facts: Mapping[str, Any] = field(default_factory=dict)
+    # What the readers read (GPU states, processes...) for the derivations and
+    # the JSON endpoints; never rendered as metrics directly.
+    readings: PollReadings = field(default_factory=PollReadings)
+    published: Mapping[Slot[Any], object] = field(default_factory=dict)
+
+    def derived(self, slot: Slot[T]) -> T | None:
+        """What the derivation owning ``slot`` published this poll; None when it
+        did not run (switched off, or failed before publishing)."""
+        return cast("T | None", self.published.get(slot))
 
     def get(self, name: str, **labels: str) -> float | None:
         """The value of one series, or None. Convenience for tests and rules."""
@@ -65,7 +93,16 @@ class SnapshotBuilder:
     def __init__(self, timestamp: float) -> None:
         self.timestamp = timestamp
         self._samples: dict[str, list[Sample]] = {}
-        self.facts: dict[str, Any] = {}
+        self.readings = PollReadings()
+        self._published: dict[Slot[Any], object] = {}
+
+    def publish(self, slot: Slot[T], value: T) -> None:
+        """Publish a derivation's result for this poll."""
+        self._published[slot] = value
+
+    def derived(self, slot: Slot[T]) -> T | None:
+        """What a derivation that ran earlier in this poll published, or None."""
+        return cast("T | None", self._published.get(slot))
 
     def add(self, name: str, value: float | int | bool, /, **labels: str) -> None:
         # The hot path of every poll (~2500 calls on an 8-GPU node): one dict
@@ -118,5 +155,5 @@ class SnapshotBuilder:
 
     def build(self) -> Snapshot:
         frozen = {k: tuple(v) for k, v in self._samples.items()}
-        return Snapshot(self.timestamp, MappingProxyType(frozen),
-                        MappingProxyType(dict(self.facts)))
+        return Snapshot(self.timestamp, MappingProxyType(frozen), self.readings,
+                        MappingProxyType(dict(self._published)))

@@ -26,5 +26,7 @@ echo "==> ruff"
 .venv/bin/ruff check .
 echo "==> mypy"
 .venv/bin/mypy
+echo "==> import contracts (layers, no cycles; see ARCHITECTURE.md)"
+.venv/bin/lint-imports --no-cache --no-logo
 echo "==> pytest"
 .venv/bin/python -m pytest "$@"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.baseline import FIELDS
+from gpu_exporter.baseline import DRIFTS, FIELDS
 from tests.procs import run_cli
 from tests.simnode import SimRun
 
@@ -58,7 +58,7 @@ def test_daemon_exports_drift_per_gpu_and_field(healthy_baseline: Path) -> None:
     assert len(series) == 8 * len(FIELDS)
     on = [(lab["gpu"], lab["field"]) for lab, v in series if v == 1.0]
     assert on == [("2", "power_limit_watts")]
-    assert snap.facts["drifts"][0]["found"] == 450.0
+    assert (snap.derived(DRIFTS) or ())[0].found == 450.0
 
 
 def test_diagnose_lists_the_drifts(healthy_baseline: Path) -> None:

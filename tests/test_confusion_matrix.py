@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_exporter.alerting.runbook import DIAGNOSIS_MATRIX
+from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.simulator.model import Scenario
 from tests.simnode import SimRun
 
@@ -287,7 +288,7 @@ def all_cases() -> list[Case]:
 def reported(case: Case) -> set[str]:
     with SimRun(case.scenario) as run:
         snap = run.poll(RUN_S, interval=POLL_S)
-    return {f"{f.row.symptom}/{f.row.cause}" for f in snap.facts["findings"]}
+    return {f"{f.row.symptom}/{f.row.cause}" for f in snap.derived(FINDINGS) or ()}
 
 
 def test_confusion_matrix() -> None:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.model import Scenario
@@ -19,7 +20,7 @@ from tests.simnode import SimRun
 DECLARED = [n for n in builtin_scenarios() if load_scenario(n).expect is not None]
 
 def findings(snap: Snapshot) -> set[tuple[int, str, str]]:
-    return {(f.gpu, f.row.symptom, f.row.cause) for f in snap.facts["findings"]}
+    return {(f.gpu, f.row.symptom, f.row.cause) for f in snap.derived(FINDINGS) or ()}
 
 
 def run_long_enough(scenario: str | Scenario, seconds: float = 45) -> Snapshot:
@@ -164,7 +165,7 @@ def test_a_host_cause_wins_over_a_stalled_process() -> None:
                     "cpu_ratio": 0.001, "state": "D"}])
     snap = run_long_enough(scenario, 60)
     assert findings(snap) == {(0, "memory_held_sm_idle", "data_pipeline_io")}
-    (finding,) = snap.facts["findings"]
+    (finding,) = snap.derived(FINDINGS) or ()
     assert [e.row.cause for e in finding.explains] == ["process_stalled"]
     assert snap.get("gpu_diagnosis_active", gpu="0", symptom="memory_held_sm_idle",
                     cause="process_stalled") == 0.0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.collectors.host import HostCollector
-from gpu_exporter.host.facts import HostFacts
+from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
@@ -67,8 +67,8 @@ def test_first_poll_exports_counters_and_gauges_but_no_ratio(tmp_path: Path) -> 
                                                           ("out",): 2000 * PAGE}
     assert values(snap, "gpu_host_load_average") == {("1m",): 12.5, ("5m",): 10.25,
                                                       ("15m",): 8.0}
-    facts = snap.facts["host"]
-    assert isinstance(facts, HostFacts)
+    facts = snap.readings.host
+    assert isinstance(facts, HostReading)
     assert facts.iowait_ratio is None and facts.swap_in_bytes_per_s is None
 
 
@@ -80,11 +80,11 @@ def test_ratios_and_rates_over_the_interval(tmp_path: Path) -> None:
     assert snap.get("gpu_host_cpu_steal_ratio") == pytest.approx(0.02)
     assert values(snap, "gpu_host_disk_busy_ratio") == pytest.approx(
         {("nvme0n1",): 0.97, ("sda",): 0.01, ("dm-0",): 0.005})
-    facts = snap.facts["host"]
+    facts = snap.readings.host
     assert facts.swap_in_bytes_per_s == 256 * PAGE
     assert facts.swap_out_bytes_per_s == 512 * PAGE
     assert facts.context_switches_per_s == 40000
-    signals = snap.facts["host_signals"]
+    signals = snap.readings.host_signals
     assert isinstance(signals, HostSignals)
     assert signals.iowait_ratio == pytest.approx(0.15)
     assert signals.io_pressure_some == pytest.approx(0.3421)
@@ -126,8 +126,8 @@ def test_without_psi_the_pressure_series_are_absent_and_said_once(
     assert host.collector.errors() == 0
     said = [r for r in caplog.records if "/proc/pressure/" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.INFO] * 3  # once per resource, not per poll
-    assert snap.facts["host"].pressure == {}
-    assert snap.facts["host_signals"].io_pressure_some is None
+    assert snap.readings.host.pressure == {}
+    assert snap.readings.host_signals.io_pressure_some is None
 
 
 def test_malformed_files_are_counted_and_the_rest_still_exported(

@@ -19,6 +19,9 @@ import pytest
 
 import gpu_exporter.nvml.adapter as adapter_module
 from gpu_exporter.nvml import constants
+from gpu_exporter.nvml import fields as fields_module
+from gpu_exporter.nvml import gpm as gpm_module
+from gpu_exporter.nvml import samples as samples_module
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.clib import FUNCTIONS, STRUCTS
@@ -59,14 +62,15 @@ def test_simulated_symbol_declared_with_same_arity(name: str) -> None:
 
 
 def _adapter_calls() -> set[str]:
-    """C symbols named in the adapter's @_translate("...") decorators."""
-    tree = ast.parse(Path(adapter_module.__file__).read_text())
+    """C symbols named in the @translate("...") decorators of the nvml package."""
     names = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "_translate" and node.args
-                and isinstance(node.args[0], ast.Constant)):
-            names.add(str(node.args[0].value))
+    for path in Path(adapter_module.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "translate" and node.args
+                    and isinstance(node.args[0], ast.Constant)):
+                names.add(str(node.args[0].value))
+    assert "nvmlDeviceGetUtilizationRates" in names and "nvmlGpmMetricsGet" in names
     return names
 
 
@@ -232,10 +236,10 @@ def test_field_values_decode_like_pynvml_for_every_value_type(
         monkeypatch: pytest.MonkeyPatch) -> None:
     _run, device, put = stand_in
     put("nvmlDeviceGetFieldValues", _typed_field_values)
-    assert adapter_module._FIELD_LAYOUT is not None, "the fast path is off for this pynvml"
+    assert fields_module.FIELD_LAYOUT is not None, "the fast path is off for this pynvml"
     request = tuple((fid, scope) for fid in [*range(100, 107), *_FIELD_ERRORS]
                     for scope in range(3))
-    reference = {(int(fv.fieldId), int(fv.scopeId)): _answer(adapter_module._field_result(fv))
+    reference = {(int(fv.fieldId), int(fv.scopeId)): _answer(fields_module.field_result(fv))
                  for fv in pynvml.nvmlDeviceGetFieldValues(device._h, list(request))}
     fast = {k: _answer(v) for k, v in device.scoped_field_values(request).items()}
     assert fast == reference
@@ -248,7 +252,7 @@ def test_field_values_decode_like_pynvml_for_every_value_type(
     by_id = {k: _answer(v) for k, v in device.field_values(ids).items()}
     assert by_id == {fid: reference[fid, 0] for fid in ids}
 
-    monkeypatch.setattr(adapter_module, "_FIELD_LAYOUT", None)  # pynvml without internals
+    monkeypatch.setattr(fields_module, "FIELD_LAYOUT", None)  # pynvml without internals
     assert {k: _answer(v) for k, v in device.scoped_field_values(request).items()} == fast
     assert {k: _answer(v) for k, v in device.field_values(ids).items()} == by_id
 
@@ -259,8 +263,8 @@ def test_field_values_call_failure_is_the_same_nvml_error(
     _run, device, put = stand_in
     put("nvmlDeviceGetFieldValues",
         _FIELD_VALUES_PROTO(lambda h, n, out: int(Return.GPU_IS_LOST)))
-    for layout in (adapter_module._FIELD_LAYOUT, None):
-        monkeypatch.setattr(adapter_module, "_FIELD_LAYOUT", layout)
+    for layout in (fields_module.FIELD_LAYOUT, None):
+        monkeypatch.setattr(fields_module, "FIELD_LAYOUT", layout)
         with pytest.raises(NvmlError) as err:
             device.scoped_field_values(((1, 0),))
         assert err.value.code == Return.GPU_IS_LOST and err.value.device_gone
@@ -294,14 +298,14 @@ def test_samples_decode_like_pynvml_for_every_value_type(
         vt: int, stand_in: tuple[SimRun, Any, Callable[[str, Any], None]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     _run, device, put = stand_in
-    assert adapter_module._SAMPLE_LAYOUTS is not None, "the fast path is off for this pynvml"
+    assert samples_module.SAMPLE_LAYOUTS is not None, "the fast path is off for this pynvml"
     put("nvmlDeviceGetSamples", _samples_function(vt, 6, 4))  # fewer on the second call
     vtype, raw = pynvml.nvmlDeviceGetSamples(device._h, 1, 5_000)
-    reference = [(int(s.timeStamp), adapter_module._union_value(int(vtype), s.sampleValue))
+    reference = [(int(s.timeStamp), fields_module.union_value(int(vtype), s.sampleValue))
                  for s in raw]
     assert len(reference) == 4
     assert device.samples(1, 5_000) == reference
-    monkeypatch.setattr(adapter_module, "_SAMPLE_LAYOUTS", None)
+    monkeypatch.setattr(samples_module, "SAMPLE_LAYOUTS", None)
     assert device.samples(1, 5_000) == reference
 
 
@@ -309,7 +313,7 @@ def test_gpm_metrics_decode_like_pynvml(
         stand_in: tuple[SimRun, Any, Callable[[str, Any], None]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     run, device, _put = stand_in
-    assert adapter_module._GPM_LAYOUT is not None, "the fast path is off for this pynvml"
+    assert gpm_module._GPM_LAYOUT is not None, "the fast path is off for this pynvml"
     first, second = adapter_module.GpmSample(), adapter_module.GpmSample()
     try:
         device.gpm_sample(first)
@@ -318,7 +322,7 @@ def test_gpm_metrics_decode_like_pynvml(
         ids = [constants.GPM_SM_UTIL, constants.GPM_DRAM_BW_UTIL, 999,  # 999: unknown
                constants.GPM_PCIE_TX_PER_SEC]
         fast = {k: _answer(v) for k, v in adapter_module.gpm_metrics(first, second, ids).items()}
-        monkeypatch.setattr(adapter_module, "_GPM_LAYOUT", None)
+        monkeypatch.setattr(gpm_module, "_GPM_LAYOUT", None)
         slow = {k: _answer(v) for k, v in adapter_module.gpm_metrics(first, second, ids).items()}
     finally:
         first.close()

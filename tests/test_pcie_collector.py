@@ -64,14 +64,14 @@ def test_gpu_behind_a_switch_reports_its_link_and_the_ports_above_it() -> None:
 
 def test_facts_for_the_diagnosis_rules() -> None:
     snap = collect(PcieCollector(session("0000:18:00.0", "0000:2a:00.0"), SWITCH))
-    devices = snap.facts["pcie"]
+    devices = snap.readings.pcie
     assert set(devices) == {0, 1}
     assert isinstance(devices[0], PciDevice) and devices[0].upstream_bdf == "0000:17:00.0"
-    assert snap.facts["pcie_view"][0] == PcieKernelView(
+    assert snap.readings.pcie_view[0] == PcieKernelView(
         numa_node=0, local_cpulist="0-31,64-95", upstream_generation=4,
         upstream_generation_max=5, upstream_width=8, upstream_width_max=16,
         aer_correctable=17)
-    assert snap.facts["pcie_view"][1].numa_node is None
+    assert snap.readings.pcie_view[1].numa_node is None
 
 
 def test_malformed_attributes_are_counted_logged_once_and_the_rest_exported(
@@ -237,7 +237,7 @@ def test_simulated_downtrained_link_shows_on_the_gpu_and_its_upstream_port() -> 
         snap = run.poll(2)
     assert by_port(snap, "gpu_pcie_sysfs_link_width", "3") == {"gpu": 8, "upstream": 8}
     assert by_port(snap, "gpu_pcie_sysfs_link_width", "2") == {"gpu": 16, "upstream": 16}
-    assert snap.facts["pcie_view"][3].upstream_width == 8
+    assert snap.readings.pcie_view[3].upstream_width == 8
 
 
 def test_simulated_aer_errors_grow_at_the_scenarios_rate() -> None:
@@ -257,4 +257,4 @@ def test_a_lost_gpu_leaves_sysfs() -> None:
         snap = run.poll(6)
     assert {labels["gpu"] for labels, _ in snap.series("gpu_numa_info")} == {
         "0", "1", "2", "3", "4", "6", "7"}
-    assert 5 not in snap.facts["pcie"]
+    assert 5 not in snap.readings.pcie

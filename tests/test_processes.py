@@ -33,7 +33,7 @@ def test_healthy_shows_each_gpus_training_process_with_host_side() -> None:
     assert {v for _, v in procs(snap, "gpu_process_cpu_affinity_local").values()} == {1.0}
     # Dataloader workers hold no GPU context: they are not GPU processes.
     assert not [k for k in mem if k[1].startswith("25")]
-    readings = snap.facts["processes"]
+    readings = snap.readings.processes
     assert all(r.cpu_ratio is not None and 1.1 < r.cpu_ratio < 1.3 for r in readings)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_exporter.diagnosis.table import BY_KEY
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.model import Scenario
 from tests.simnode import SimRun
@@ -205,3 +206,11 @@ def test_driver_upgraded_underneath_drops_gpu_series_and_recovers() -> None:
         snap = run.poll(3)
     assert snap.get("gpu_exporter_nvml_up") == 0.0
     assert not snap.series("gpu_up")
+
+
+def test_every_expected_finding_names_a_row_of_the_table() -> None:
+    # The scenario format does not know the diagnosis (the simulator imitates
+    # NVML and the host only): the link between the two is checked here.
+    for name in builtin_scenarios():
+        for e in load_scenario(name).expect or []:
+            assert f"{e.symptom}/{e.cause}" in BY_KEY, (name, e)

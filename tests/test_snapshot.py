@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.readings import GpuReading
+from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
 
 def test_add_values_matches_add_with_keywords() -> None:
@@ -26,3 +27,19 @@ def test_a_nan_value_is_not_exported() -> None:
     out.add_values("gpu_nvlink_link_up", ("0", "GPU-a", "1"), float("nan"))
     out.add("gpu_nvlink_link_up", float("nan"), gpu="0", uuid="GPU-a", link="2")
     assert "gpu_nvlink_link_up" not in out.build().samples
+
+
+def test_readings_and_derived_results_travel_with_the_snapshot() -> None:
+    findings: Slot[tuple[str, ...]] = Slot("findings")
+    other: Slot[int] = Slot("other")
+    b = SnapshotBuilder(1.0)
+    assert b.readings.gpus is None  # no reader ran yet: "nobody looked"
+    b.readings.gpus = {0: GpuReading(0, "GPU-0", up=True)}
+    b.publish(findings, ("a",))
+    assert b.derived(findings) == ("a",)
+    snap = b.build()
+    assert snap.readings.gpus is not None and snap.readings.gpus[0].uuid == "GPU-0"
+    assert snap.derived(findings) == ("a",)
+    assert snap.derived(other) is None  # a slot nobody published into
+    # Two slots with the same name are two places: a slot is its object.
+    assert snap.derived(Slot("findings")) is None

@@ -1,4 +1,8 @@
-"""The rules' settings (``alerts/config.yaml``), validated."""
+"""The rules' settings (``alerts/config.yaml``), validated.
+
+The generators run from a source checkout (the file is found in the current
+directory) or from an installed package (``--config FILE``, or the defaults
+below when there is no file): nothing is looked up next to the code."""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from gpu_exporter.config_types import Duration
 from gpu_exporter.diagnosis.table import Severity
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-CONFIG_PATH = ROOT / "alerts" / "config.yaml"
+# Where a source checkout keeps it, relative to the directory the generator runs in.
+CONFIG_PATH = Path("alerts/config.yaml")
 
 
 class AlertConfigError(Exception):
@@ -101,13 +105,22 @@ class AlertConfig(_Strict):
     prometheus_rule: PrometheusRuleSettings = PrometheusRuleSettings()
 
 
-def load_config(path: Path = CONFIG_PATH) -> AlertConfig:
+def load_config(path: Path | None = None) -> AlertConfig:
+    """The settings in ``path``; without one, those in ./alerts/config.yaml, or
+    the defaults where there is no such file."""
+    if path is None:
+        if not CONFIG_PATH.exists():
+            return AlertConfig()
+        path = CONFIG_PATH
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise AlertConfigError(f"{path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise AlertConfigError(f"{path}: not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise AlertConfigError(f"{path}: not valid YAML: {problem}{where}") from None
     if not isinstance(data, dict):
         raise AlertConfigError(f"{path}: expected a mapping")
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_exporter.alerting.cases import render_test_file, test_files
-from gpu_exporter.alerting.config import ROOT, AlertConfig
+from gpu_exporter.alerting.config import AlertConfig
 from gpu_exporter.alerting.render import prometheus_rule, rules_file, test_build_file
 from gpu_exporter.alerting.runbook import runbook
 
@@ -29,7 +29,7 @@ def outputs(config: AlertConfig) -> dict[Path, str]:
     return out
 
 
-def differences(config: AlertConfig, root: Path = ROOT) -> list[str]:
+def differences(config: AlertConfig, root: Path = Path(".")) -> list[str]:
     """What differs between the committed files and the generator's output."""
     wanted = outputs(config)
     problems = []
@@ -45,7 +45,7 @@ def differences(config: AlertConfig, root: Path = ROOT) -> list[str]:
     return problems
 
 
-def write(config: AlertConfig, root: Path = ROOT) -> list[Path]:
+def write(config: AlertConfig, root: Path = Path(".")) -> list[Path]:
     """Write every output; return the paths whose content changed."""
     wanted = outputs(config)
     changed = []

@@ -10,7 +10,11 @@ METRICS: tuple[Metric, ...] = (
        "1 while this row of the symptom -> cause table holds for the GPU (it held for the "
        "whole diagnosis window), else 0; exported for every row and GPU.",
        (*GPU, "symptom", "cause"), "diagnosis"),
+    _m("gpu_diagnosis_input_missing", "gauge",
+       "1 for each collector (input) whose readings the diagnosis reads but did not get this poll "
+       "(switched off, or failed before reading): the rows that need them are not judged. "
+       "Absent while every input was read.", ("input",), "diagnosis"),
     _m("gpu_baseline_drift", "gauge",
        "1 when this fact of the GPU differs from the node baseline file (--baseline.file), "
-       "else 0.", (*GPU, "field"), "diagnosis"),
+       "else 0.", (*GPU, "field"), "baseline"),
 )

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone, NvmlSession
+from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.snapshot import SnapshotBuilder
 
@@ -44,21 +44,15 @@ _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 # blocks 20 ms) is never called: PCIe bytes come from the field-value counters.
 
 
-class DeviceCollector(Collector):
+class DeviceCollector(NvmlCollector):
     name = "device"
-    description = "NVML device metrics: utilization, memory, power, clocks, throttling, PCIe, ECC"
-
-    def __init__(self, session: NvmlSession) -> None:
-        self.session = session
-        self._errors = 0
-
-    def errors(self) -> int:
-        return self._errors
+    description = ("NVML device metrics: utilization, memory, power, clocks, throttle reasons, "
+                   "PCIe, ECC")
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         readings: dict[int, GpuReading] = {}
-        out.facts["gpus"] = readings
+        out.readings.gpus = readings
         if not self.session.ensure():
             return
         self.session.begin_poll()

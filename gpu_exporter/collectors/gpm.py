@@ -9,12 +9,16 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
-from gpu_exporter.nvml.adapter import Device, GpmSample, gpm_metrics
+from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.gpm import GpmSample, gpm_metrics
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.readings import GpmReading
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -55,27 +59,19 @@ class _Pair:
                 s.close()
 
 
-@dataclass(frozen=True, slots=True)
-class GpmReading:
-    sm_active: float | None
-    sm_occupancy: float | None
-    tensor_active: float | None
-    dram_active: float | None
-
-
-class GpmCollector(Collector):
+class GpmCollector(NvmlCollector):
     name = "gpm"
-    description = "GPM SM, tensor and memory activity (Hopper and newer), per GPU and MIG instance"
+    description = "GPM SM, tensor and memory activity (Hopper and newer)"
 
     def __init__(self, session: NvmlSession, monotonic: Callable[[], float]) -> None:
-        self.session = session
+        super().__init__(session)
         self._mono = monotonic
         self._pairs: dict[tuple[int, int | None], _Pair] = {}
         self._generation = -1
-        self._errors = 0
 
-    def errors(self) -> int:
-        return self._errors
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.session, rt.monotonic)
 
     def close(self) -> None:
         for pair in self._pairs.values():
@@ -85,14 +81,15 @@ class GpmCollector(Collector):
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         readings: dict[int, GpmReading] = {}
-        out.facts["gpm"] = readings
+        out.readings.gpm = readings
         if not self.session.up:
             return
         if self.session.generation != self._generation:
             # Sample buffers belong to one NVML session.
             self._pairs.clear()
             self._generation = self.session.generation
-        mig = out.facts.get("mig", {})
+        # The MIG reader runs first; without it only whole GPUs are sampled.
+        mig = out.readings.mig or {}
         for gpu in self.session.gpus:
             if gpu.lost or gpu.device is None:
                 self._drop(gpu.index)  # its samples belong to a handle that is gone

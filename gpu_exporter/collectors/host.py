@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host import cpu, disks, memory, network, pressure
-from gpu_exporter.host.facts import HostFacts
+from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ class _Sources:
 
 class HostCollector(Collector):
     name = "host"
-    description = "host CPU iowait/steal, pressure stalls, memory, swap, load, disks, network"
+    description = ("host CPU iowait/steal, pressure stalls, memory, swap, load, disks, "
+                   "network")
+    settings = ("path.procfs",)
 
     def __init__(self, procfs: Path, monotonic: Callable[[], float] = time.monotonic,
                  max_devices: int = MAX_DEVICES, page_size: int = memory.PAGE_SIZE) -> None:
@@ -94,6 +97,10 @@ class HostCollector(Collector):
         self._src = _Sources(procfs)
         self._prev: _Previous | None = None
         self._capped: set[str] = set()
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.settings.path.procfs, rt.monotonic)
 
     def errors(self) -> int:
         return self._src.errors
@@ -131,7 +138,7 @@ class HostCollector(Collector):
                                f"{src.first_error}")
 
         self._prev = _Previous(now, times, busy, swap)
-        facts = HostFacts(
+        reading = HostReading(
             iowait_ratio=ratios.iowait if ratios else None,
             steal_ratio=ratios.steal if ratios else None,
             pressure=stalls,
@@ -140,8 +147,8 @@ class HostCollector(Collector):
             swap_used_bytes=mem.swap_used_bytes if mem else None,
             swap_in_bytes_per_s=swap_in, swap_out_bytes_per_s=swap_out,
             context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios)
-        out.facts["host"] = facts
-        out.facts["host_signals"] = _signals(facts)
+        out.readings.host = reading
+        out.readings.host_signals = _signals(reading)
 
     @staticmethod
     def _cpu(out: SnapshotBuilder, times: cpu.CpuTimes | None, before: cpu.CpuTimes | None,
@@ -214,7 +221,7 @@ class HostCollector(Collector):
         return names[:self._max]
 
 
-def _signals(f: HostFacts) -> HostSignals:
+def _signals(f: HostReading) -> HostSignals:
     """The figures the diagnosis rules read."""
     cpu_p, mem_p, io_p = (f.pressure.get(r) for r in pressure.RESOURCES)
     swap = None

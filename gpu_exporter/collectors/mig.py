@@ -4,23 +4,13 @@ instance carry ``gpu_instance`` and ``compute_instance``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.nvml.session import Gpu, GpuGone
+from gpu_exporter.readings import MigReading
 from gpu_exporter.snapshot import SnapshotBuilder
-
-
-@dataclass(frozen=True, slots=True)
-class MigReading:
-    gpu_instance: int
-    compute_instance: int
-    uuid: str
-    memory_total_bytes: int
-    memory_used_bytes: int
 
 
 def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
@@ -53,7 +43,7 @@ class MigCollector(NvmlCollector):
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         found: dict[int, list[MigReading]] = {}
-        out.facts["mig"] = found
+        out.readings.mig = found
         if not self.session.up:
             return
 

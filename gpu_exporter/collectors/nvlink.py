@@ -10,6 +10,7 @@ from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone
+from gpu_exporter.readings import NvlinkReading
 from gpu_exporter.snapshot import SnapshotBuilder
 
 # One field-values call per GPU and poll reads every link: state, the three
@@ -79,18 +80,23 @@ def _plan(gpu: Gpu, links: int) -> _LinkPlan:
 
 class NvlinkCollector(NvmlCollector):
     name = "nvlink"
-    description = "NVLink per-link state, CRC/replay/recovery errors and throughput"
+    description = "NVLink per-link state, errors and throughput"
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
+        found: dict[int, NvlinkReading] = {}
+        out.readings.nvlink = found
         if not self.session.up:
             return
-        self._errors = self.session.each_gpu(lambda gpu, d: self._collect_gpu(gpu, d, out))
+        self._errors = self.session.each_gpu(
+            lambda gpu, d: self._collect_gpu(gpu, d, out, found))
 
-    def _collect_gpu(self, gpu: Gpu, d: Device, out: SnapshotBuilder) -> None:
+    def _collect_gpu(self, gpu: Gpu, d: Device, out: SnapshotBuilder,
+                     found: dict[int, NvlinkReading]) -> None:
         links = link_count(gpu, d)
         if not links:
             return
+        up = 0
         plan = _plan(gpu, links)
         values = gpu.read("nvlink_fields", d.scoped_field_values, plan.request)
         targets, add, active = plan.targets, out.add_values, c.NVLINK_STATE_ACTIVE
@@ -102,4 +108,9 @@ class NvlinkCollector(NvmlCollector):
                     gpu.errors += 1
                 continue
             name, labels, scale = targets[key]
-            add(name, labels, value == active if scale is None else value * scale)
+            if scale is None:
+                up += value == active
+                add(name, labels, value == active)
+            else:
+                add(name, labels, value * scale)
+        found[gpu.index] = NvlinkReading(links, up)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Self
 
-from gpu_exporter.collectors.base import Collector
-from gpu_exporter.collectors.udev import EventSource, UdevWatcher
+from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.collectors.udev import EventSource, UdevWatcher, open_source
 from gpu_exporter.host.pci import PciDevice, PcieLink, PciPlacement, read_pci_device
 from gpu_exporter.nvml.session import NvmlSession, normalize_bus_id
 from gpu_exporter.readings import PcieKernelView
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -44,26 +46,29 @@ def kernel_view(dev: PciDevice) -> PcieKernelView:
         aer_correctable=dev.aer.get("correctable"))
 
 
-class PcieCollector(Collector):
+class PcieCollector(NvmlCollector):
     name = "pcie"
-    description = "PCIe links (GPU and upstream port), AER errors and NUMA placement from sysfs"
+    description = ("PCIe links (GPU and upstream port), AER errors and NUMA from sysfs; udev "
+                   "remove events")
+    settings = ("path.sysfs",)
 
     def __init__(self, session: NvmlSession, sysfs: Path,
                  udev: EventSource | None = None) -> None:
-        self.session = session
+        super().__init__(session)
         self.sysfs = sysfs
         self.watcher: UdevWatcher | None = None
         if udev is not None:
             self.watcher = UdevWatcher(session, udev)
             self.watcher.start()
-        self._errors = 0
         self._warned: set[str] = set()
         self._placements: dict[str, PciPlacement] = {}
         self._polls = 0
         self._udev_seen = 0
 
-    def errors(self) -> int:
-        return self._errors
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        sysfs = rt.settings.path.sysfs
+        return cls(rt.session, sysfs, open_source(sysfs) if rt.watch_udev else None)
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -103,8 +108,8 @@ class PcieCollector(Collector):
         if self.watcher is not None:
             for action, count in self.watcher.counts().items():
                 out.add("gpu_udev_events_total", count, action=action)
-        out.facts["pcie"] = devices
-        out.facts["pcie_view"] = {i: kernel_view(d) for i, d in devices.items()}
+        out.readings.pcie = devices
+        out.readings.pcie_view = {i: kernel_view(d) for i, d in devices.items()}
 
     def _note_problems(self, dev: PciDevice) -> None:
         self._errors += len(dev.problems)

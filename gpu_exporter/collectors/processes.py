@@ -14,14 +14,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.config import Settings
 from gpu_exporter.host.files import MalformedFile
 from gpu_exporter.host.procs import ProcessInfo, ProcessReader, parse_cpulist
-from gpu_exporter.nvml.adapter import Device, ProcessEntry
+from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.processes import ProcessEntry
 from gpu_exporter.nvml.session import Gpu, NvmlSession, normalize_bus_id
 from gpu_exporter.readings import ProcessReading
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -90,13 +94,15 @@ def _merge(entries: list[ProcessEntry]) -> list[_Listed]:
     return list(merged.values())
 
 
-class ProcessesCollector(Collector):
+class ProcessesCollector(NvmlCollector):
     name = "processes"
-    description = "GPU processes with their GPU memory and SM use, joined with /proc"
+    description = ("GPU processes (NVML) joined with /proc: memory, SM, CPU, run-queue wait, "
+                   "affinity, container")
+    settings = ("processes.max_per_gpu", "path.procfs", "path.sysfs")
 
     def __init__(self, session: NvmlSession, procfs: Path, sysfs: Path, max_per_gpu: int,
                  monotonic: Callable[[], float]) -> None:
-        self.session = session
+        super().__init__(session)
         self.procfs = procfs
         self.sysfs = sysfs
         self.max_per_gpu = max_per_gpu
@@ -112,10 +118,16 @@ class ProcessesCollector(Collector):
         self._labels: dict[tuple[int, int, int | None, int | None], _Labels] = {}
         self._local_cpus: dict[int, frozenset[int] | None] = {}
         self._reader = ProcessReader(procfs)
-        self._errors = 0
 
-    def errors(self) -> int:
-        return self._errors
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        s = rt.settings
+        return cls(rt.session, s.path.procfs, s.path.sysfs, s.processes.max_per_gpu,
+                   rt.monotonic)
+
+    def reconfigure(self, settings: Settings) -> None:
+        # The paths take effect at the next start (a running reader keeps its root).
+        self.max_per_gpu = settings.processes.max_per_gpu
 
     def _list(self, gpu: Gpu, device: Device, found: dict[int, list[_Listed]]) -> None:
         entries: list[ProcessEntry] = []
@@ -159,7 +171,7 @@ class ProcessesCollector(Collector):
 
     def collect(self, out: SnapshotBuilder) -> None:
         readings: list[ProcessReading] = []
-        out.facts["processes"] = readings
+        out.readings.processes = readings
         if not self.session.up:
             self._errors = 0
             return

@@ -15,13 +15,12 @@ last summary is exported again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.session import Gpu, NvmlSession
+from gpu_exporter.readings import SampleStats
 from gpu_exporter.snapshot import SnapshotBuilder
 
 # sampling type -> (metric, scale from NVML's unit to the base unit, seconds
@@ -31,14 +30,6 @@ _KINDS: dict[int, tuple[str, float, float]] = {
     c.SAMPLING_TOTAL_POWER: ("gpu_power_samples_watts", 0.001, 0.0),
     c.SAMPLING_PROCESSOR_CLOCK: ("gpu_sm_clock_samples_hertz", 1e6, SAMPLES_EVERY_S),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SampleStats:
-    count: int
-    min: float
-    mean: float
-    max: float
 
 
 class SamplesCollector(NvmlCollector):
@@ -56,7 +47,7 @@ class SamplesCollector(NvmlCollector):
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         stats: dict[int, dict[str, SampleStats]] = {}
-        out.facts["samples"] = stats
+        out.readings.samples = stats
         if not self.session.up:
             return
         if self.session.generation != self._generation:

@@ -15,13 +15,15 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Self
 
-from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
-from gpu_exporter.nvml.adapter import EventSet
 from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.events import EventSet
 from gpu_exporter.nvml.session import GpuGone, NvmlGone, NvmlSession
+from gpu_exporter.readings import XidEvent
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -32,21 +34,13 @@ WANTED = (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC | c.EVENT_SINGLE_BIT_ECC
 WAIT_MS = 500
 
 
-@dataclass(frozen=True, slots=True)
-class XidEvent:
-    gpu: int
-    uuid: str
-    xid: int
-    at: float  # unix time it was received
-
-
-class XidCollector(Collector):
+class XidCollector(NvmlCollector):
     name = "xid"
-    description = "Xid errors and ECC/power events from NVML's event API, counted per code"
+    description = "Xid errors and ECC/power events from NVML's event API"
 
     def __init__(self, session: NvmlSession, wall_clock: Callable[[], float],
                  synchronous: bool = False) -> None:
-        self.session = session
+        super().__init__(session)
         self._wall = wall_clock
         self._synchronous = synchronous
         self._lock = threading.Lock()
@@ -59,6 +53,10 @@ class XidCollector(Collector):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.session, rt.wall_clock, rt.synchronous)
 
     # --- the event loop ------------------------------------------------------
     def _service(self, timeout_ms: int) -> bool:
@@ -163,7 +161,7 @@ class XidCollector(Collector):
                 out.add("gpu_xid_errors_total", count, gpu=str(index), uuid=uuid, xid=str(xid))
             for (index, uuid, name), count in sorted(self._events.items()):
                 out.add("gpu_events_total", count, gpu=str(index), uuid=uuid, type=name)
-            out.facts["xid"] = list(self.recent)
+            out.readings.xid = list(self.recent)
 
     def close(self) -> None:
         self._stop.set()

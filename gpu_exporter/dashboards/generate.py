@@ -8,7 +8,7 @@ from pathlib import Path
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
-from gpu_exporter.alerting.config import ROOT, AlertConfig
+from gpu_exporter.alerting.config import AlertConfig
 from gpu_exporter.dashboards.build import fleet_dashboard, node_dashboard
 
 NODE = Path("grafana/dashboards/gpu-node.json")
@@ -25,7 +25,7 @@ def outputs(config: AlertConfig) -> dict[Path, str]:
     return {NODE: to_json(node_dashboard(config)), FLEET: to_json(fleet_dashboard(config))}
 
 
-def differences(config: AlertConfig, root: Path = ROOT) -> list[str]:
+def differences(config: AlertConfig, root: Path = Path(".")) -> list[str]:
     problems = []
     for rel, text in outputs(config).items():
         path = root / rel
@@ -36,7 +36,7 @@ def differences(config: AlertConfig, root: Path = ROOT) -> list[str]:
     return problems
 
 
-def write(config: AlertConfig, root: Path = ROOT) -> list[Path]:
+def write(config: AlertConfig, root: Path = Path(".")) -> list[Path]:
     changed = []
     for rel, text in outputs(config).items():
         path = root / rel

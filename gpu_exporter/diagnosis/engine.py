@@ -13,15 +13,18 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.config import Settings
+from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
-from gpu_exporter.diagnosis.report import evidence_line
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
-from gpu_exporter.diagnosis.signals import GpuSignals, gather
+from gpu_exporter.diagnosis.signals import GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.runtime import Runtime
+from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,12 @@ class Finding:
                               for e in self.explains],
                 "fix": self.row.fix, "runbook": f"{runbook_base}#{self.row.anchor}",
                 "since": self.since}
+
+
+# What the diagnosis publishes in each snapshot: the rows on now, and the
+# readers it went without (their rows were not judged).
+FINDINGS: Slot[tuple[Finding, ...]] = Slot("findings")
+INPUTS_MISSING: Slot[tuple[str, ...]] = Slot("diagnosis_inputs_missing")
 
 
 def explanation(item: Explained, cause_evidence: Evidence) -> str:
@@ -82,6 +91,7 @@ class _RowState:
 class DiagnosisCollector(Collector):
     name = "diagnosis"
     description = "the symptom -> cause table evaluated per GPU (gpu_diagnosis_active)"
+    settings = ("diagnosis",)
 
     def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
                  wall_clock: Callable[[], float]) -> None:
@@ -93,6 +103,13 @@ class DiagnosisCollector(Collector):
         self._errors = 0
         self._failing: set[str] = set()
 
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock)
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.cfg = settings.diagnosis
+
     def errors(self) -> int:
         return self._errors
 
@@ -100,9 +117,13 @@ class DiagnosisCollector(Collector):
         self._errors = 0
         now, wall = self._mono(), self._wall()
         findings: list[Finding] = []
-        for sig in gather(out.facts):
+        missing = missing_inputs(out.readings)
+        for name in missing:
+            out.add("gpu_diagnosis_input_missing", 1, input=name)
+        out.publish(INPUTS_MISSING, missing)
+        for sig in gather(out.readings):
             findings += self._evaluate(sig, now, wall, out)
-        out.facts["findings"] = sort_findings(findings)
+        out.publish(FINDINGS, tuple(sort_findings(findings)))
 
     def _evaluate(self, sig: GpuSignals, now: float, wall: float,
                   out: SnapshotBuilder) -> list[Finding]:

@@ -7,47 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
-
-# Evidence keys end in their unit; this is how each is shown to a person.
-_GIB = 1024**3
-
-
-def format_value(key: str, value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, int | float):
-        return str(value)
-    v = float(value)
-    if key.endswith("_seconds_per_second"):
-        return f"{v:.2f} s/s"
-    if key.endswith("_bytes_per_second"):
-        return f"{v / 1e6:.1f} MB/s"
-    if key.endswith("_ratio"):
-        return f"{v * 100:.0f} %"
-    if key.endswith("_bytes"):
-        return f"{v / _GIB:.1f} GiB"
-    if key.endswith("_hertz"):
-        return f"{v / 1e6:.0f} MHz"
-    if key.endswith("_celsius"):
-        return f"{v:.0f} °C"
-    if key.endswith("_watts"):
-        return f"{v:.0f} W"
-    return f"{v:g}"
-
-
-def _label(key: str) -> str:
-    for suffix in ("_seconds_per_second", "_bytes_per_second", "_ratio", "_bytes", "_hertz",
-                   "_celsius", "_watts"):
-        if key.endswith(suffix):
-            key = key[: -len(suffix)]
-            break
-    return key.replace("_", " ")
-
-
-def evidence_line(evidence: Mapping[str, object]) -> str:
-    return ", ".join(f"{_label(k)} {format_value(k, v)}" for k, v in evidence.items())
-
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"

@@ -1,13 +1,36 @@
-"""What the rules look at for one GPU in one poll, gathered from the facts the
-collectors left in the snapshot. Anything a collector could not see is None,
-and a rule that needs it does not judge."""
+"""What the rules look at for one GPU in one poll, gathered from the readers'
+typed readings. Anything a reader could not see, or did not read because it is
+switched off, is None, and a rule that needs it does not judge."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from gpu_exporter.readings import GpuReading, HostSignals, PcieKernelView, ProcessReading
+from gpu_exporter.readings import (
+    GpuReading,
+    HostSignals,
+    PcieKernelView,
+    PollReadings,
+    ProcessReading,
+)
+
+# The readers (by collector name) whose readings the rules read, and whether
+# each was read this poll: a reader switched off leaves its rows unjudged.
+INPUTS = ("device", "processes", "host", "pcie", "gpm", "samples", "xid")
+
+
+def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
+    """The inputs of the rules that were not read this poll, by collector name."""
+    present = {
+        "device": readings.gpus is not None,
+        "processes": readings.processes is not None,
+        "host": readings.host_signals is not None,
+        "pcie": readings.pcie_view is not None,
+        "gpm": readings.gpm is not None,
+        "samples": readings.samples is not None,
+        "xid": readings.xid is not None,
+    }
+    return tuple(name for name in INPUTS if not present[name])
 
 
 @dataclass(slots=True)
@@ -31,14 +54,15 @@ class GpuSignals:
         return g.memory_used_bytes / g.memory_total_bytes
 
 
-def gather(facts: dict[str, Any] | Any) -> list[GpuSignals]:
-    gpus: dict[int, GpuReading] = facts.get("gpus", {})
-    host: HostSignals | None = facts.get("host_signals")
-    pcie: dict[int, PcieKernelView] = facts.get("pcie_view", {})
-    procs: list[ProcessReading] | None = facts.get("processes")
-    gpm = facts.get("gpm", {})
-    samples = facts.get("samples", {})
-    xids = facts.get("xid", [])
+def gather(readings: PollReadings) -> list[GpuSignals]:
+    """One GpuSignals per GPU the device reader read (none without it)."""
+    gpus = readings.gpus or {}
+    host = readings.host_signals
+    pcie = readings.pcie_view or {}
+    procs = readings.processes
+    gpm = readings.gpm or {}
+    samples = readings.samples or {}
+    xids = readings.xid or []
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gpu_exporter.nvml import adapter
+from gpu_exporter.nvml import binding
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
 from gpu_exporter.simulator.hostfs import HostFs
 from gpu_exporter.simulator.model import DeviceProfile, Scenario
@@ -207,12 +207,12 @@ class SimulatedNode:
 
     def install(self) -> None:
         if self.scenario.node.nvml == "library_missing":
-            adapter.install_library(None, loader=_missing_library)
+            binding.install_library(None, loader=_missing_library)
         else:
-            adapter.install_library(self.library)
+            binding.install_library(self.library)
 
     def uninstall(self) -> None:
-        adapter.install_library(None)
+        binding.install_library(None)
 
 
 __all__ = ["ScenarioError", "SimulatedNode", "builtin_profiles", "builtin_scenarios",

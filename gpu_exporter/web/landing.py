@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from gpu_exporter.readings import GpuReading
+from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.snapshot import Snapshot
 
 
@@ -15,11 +15,13 @@ def _pct(v: float | None) -> str:
 def gpu_table(snap: Snapshot | None) -> str:
     if snap is None:
         return "<p>Waiting for the first poll.</p>"
-    gpus: dict[int, GpuReading] = snap.facts.get("gpus", {})
+    gpus = snap.readings.gpus
+    if gpus is None:
+        return "<p>The device collector is switched off: no GPU is read.</p>"
     if not gpus:
         return "<p>No GPUs are being read (see gpu_exporter_nvml_up and the log).</p>"
     wrong: dict[int, list[str]] = {}
-    for f in snap.facts.get("findings", []):
+    for f in snap.derived(FINDINGS) or ():
         wrong.setdefault(f.gpu, []).append(
             f'<span class="{"bad" if f.row.severity == "critical" else "warn"}">'
             f"{html.escape(f.row.summary)}</span>")

@@ -27,6 +27,7 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
+from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.render import OPENMETRICS, TEXT, RenderCache
 
@@ -76,6 +77,10 @@ class App:
         self.routes["/"] = self._landing
         self.routes["/-/healthy"] = self._health
         self.routes["/-/ready"] = self._readiness
+
+    def set_health_check(self, healthy: Callable[[], tuple[bool, str]]) -> None:
+        """Answer /-/healthy with ``healthy`` from now on (a reload changed the interval)."""
+        self._healthy = healthy
 
     def add_route(self, path: str, route: Route, title: str | None = None) -> None:
         self.routes[path] = route
@@ -294,21 +299,6 @@ class ExporterHTTPServer(HTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def parse_listen_address(value: str) -> tuple[str, int]:
-    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``."""
-    host, sep, port_s = value.rpartition(":")
-    if not sep:
-        raise ValueError(f"expected host:port, got {value!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ValueError(f"port must be a number, got {port_s!r}") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port must be 0-65535, got {port}")
-    return host, port
 
 
 def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread:

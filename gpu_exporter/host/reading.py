@@ -1,4 +1,4 @@
-"""The host as one poll saw it, left in the snapshot's facts (``facts["host"]``)
+"""The host as one poll saw it, left in the poll's readings (``readings.host``)
 for the diagnosis rules and the JSON endpoints. ``None`` means "not known this
 poll" (the first poll has no interval yet, or the kernel lacks the source),
 never 0."""
@@ -12,7 +12,7 @@ from gpu_exporter.host.pressure import Pressure
 
 
 @dataclass(frozen=True, slots=True)
-class HostFacts:
+class HostReading:
     iowait_ratio: float | None = None
     steal_ratio: float | None = None
     # resource (cpu, memory, io) -> stall figures; only what this kernel has

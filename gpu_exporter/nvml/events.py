@@ -1,0 +1,36 @@
+"""NVML's event API: an event set the Xid reader waits on."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pynvml
+
+from gpu_exporter.nvml.binding import translate
+from gpu_exporter.nvml.errors import Return
+
+
+class EventSet:
+    """An NVML event set; wait() blocks up to the timeout."""
+
+    @translate("nvmlEventSetCreate")
+    def __init__(self) -> None:
+        self.raw = pynvml.nvmlEventSetCreate()
+
+    @translate("nvmlEventSetWait_v2")
+    def wait(self, timeout_ms: int) -> tuple[int, int, int] | None:
+        """(device handle address, event type, event data), or None on timeout."""
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self.raw, timeout_ms)
+        except pynvml.NVMLError as exc:
+            if exc.value == Return.TIMEOUT:
+                return None
+            raise
+        device = int(ctypes.cast(data.device, ctypes.c_void_p).value or 0)
+        return device, int(data.eventType), int(data.eventData)
+
+    @translate("nvmlEventSetFree")
+    def close(self) -> None:
+        if self.raw is not None:
+            pynvml.nvmlEventSetFree(self.raw)
+            self.raw = None

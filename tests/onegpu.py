@@ -1,0 +1,62 @@
+"""A one-GPU simulated node with the NVML session and runtime a collector needs,
+to run one collector directly (without the poller or the other collectors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.config import Settings
+from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.runtime import Runtime
+from gpu_exporter.simulator import SimulatedNode
+from gpu_exporter.simulator.model import GpuCondition, Node, Scenario, Step
+from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from tests.simnode import VirtualClock
+
+
+class OneGpu:
+    """GPU 0 in the given condition (no noise), optionally changed at ``at`` seconds."""
+
+    def __init__(self, profile: str = "h100-sxm5-80gb", later: dict[str, Any] | None = None,
+                 at: float = 5.0, **condition: Any) -> None:
+        self.clock = VirtualClock()
+        timeline = [Step(at=at, set=GpuCondition(**later))] if later else []
+        scenario = Scenario(name="one-gpu", node=Node(gpus=1, profile=profile),
+                            state=GpuCondition(**condition), timeline=timeline, noise=False)
+        self.node = SimulatedNode(scenario, clock=self.clock)
+        self.node.install()
+        self.session = NvmlSession(clock=self.clock, call_timeout=None)
+        settings = Settings(path={"procfs": self.node.procfs, "sysfs": self.node.sysfs})
+        self.runtime = Runtime(settings, self.session, self.clock, self.clock,
+                               synchronous=True, watch_udev=False)
+        self.built: list[Collector] = []
+
+    def build(self, kind: type[Collector]) -> Collector:
+        collector = kind.build(self.runtime)
+        self.built.append(collector)
+        return collector
+
+    def poll(self, *collectors: Collector, seconds: float = 1.0) -> Snapshot:
+        """Advance the clock, then run the collectors, in order, into one snapshot."""
+        self.clock.advance(seconds)
+        self.node.refresh()
+        self.session.ensure()
+        self.session.begin_poll()
+        out = SnapshotBuilder(self.clock())
+        for collector in collectors:
+            collector.collect(out)
+        return out.build()
+
+    def close(self) -> None:
+        for collector in self.built:
+            collector.close()
+        self.session.close()
+        self.node.uninstall()
+        self.node.close()
+
+    def __enter__(self) -> OneGpu:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
