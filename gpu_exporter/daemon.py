@@ -19,22 +19,17 @@ from gpu_exporter import logs
 from gpu_exporter.collectors import registry as collector_registry
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.simulator import SimulatedNode
-from gpu_exporter.web.exposition import SnapshotCollector
+from gpu_exporter.web.app import App, Request, Response
+from gpu_exporter.web.endpoints import parse_listen_address
 from gpu_exporter.web.landing import gpu_table
-from gpu_exporter.web.server import (
-    App,
-    ExporterHTTPServer,
-    Request,
-    Response,
-    parse_listen_address,
-    serve_in_thread,
-    staleness_check,
-)
+from gpu_exporter.web.reference import SnapshotCollector
+from gpu_exporter.web.server import ExporterHTTPServer, stale_after, staleness_check
 from gpu_exporter.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger(__name__)
@@ -84,7 +79,6 @@ class Exporter:
         self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
         self.server: ExporterHTTPServer | None = None
-        self._http_thread: threading.Thread | None = None
 
     def _effective(self, settings: Settings) -> Settings:
         if self.simulation is None:
@@ -197,18 +191,26 @@ class Exporter:
         if self.poller.latest is None:
             return Response(503, b'{"error": "no poll has completed yet"}\n',
                             "application/json")
-        body = json.dumps(self.findings(), indent=2) + "\n"
+        # What the findings rest on: a node whose GPUs cannot be read has no
+        # findings, and must not pass for healthy.
+        err = self.session.last_error
+        answer = {**self.findings(), "visibility": visibility(
+            self.poller.latest, self._wall(), stale_after(self.settings.poll.interval),
+            err.init_hint() if err is not None else None)}
+        body = json.dumps(answer, indent=2) + "\n"
         return Response(200, body.encode(), "application/json")
 
     def bind(self, web_config: WebConfigWatcher | None = None) -> ExporterHTTPServer:
         """Create the server; with a web config file, TLS and auth come from it."""
-        host, port = parse_listen_address(self.settings.web.listen_address)
-        if web_config is None and self.settings.web.config_file is not None:
-            web_config = WebConfigWatcher(self.settings.web.config_file)
+        web = self.settings.web
+        host, port = parse_listen_address(web.listen_address)
+        if web_config is None and web.config_file is not None:
+            web_config = WebConfigWatcher(web.config_file, max_checks=web.max_requests)
         self.web_config = web_config
         self.server = ExporterHTTPServer(
-            (host, port), self.app, max_workers=self.settings.web.max_requests,
-            request_timeout=self.settings.web.request_timeout,
+            (host, port), self.app, max_requests=web.max_requests,
+            header_timeout=web.request_timeout, idle_timeout=web.idle_timeout,
+            max_connections=web.max_connections,
             ssl_context=web_config.ssl_context if web_config else None)
         if web_config is not None:
             web_config.attach(self.server)
@@ -226,7 +228,7 @@ class Exporter:
         if self.server is None:
             self.bind()
         assert self.server is not None
-        self._http_thread = serve_in_thread(self.server)
+        self.server.start()
         if background_poll:
             self.poller.start()
 
@@ -246,7 +248,7 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     ``load_settings``: flags, environment and --config.file again) and re-reads
     the web config file. The process's exit status."""
     # A bad web config is a usage error: report it before anything starts.
-    web_config = (WebConfigWatcher(settings.web.config_file)
+    web_config = (WebConfigWatcher(settings.web.config_file, max_checks=settings.web.max_requests)
                   if settings.web.config_file is not None else None)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         log.warning("running as root: the exporter needs no privileges beyond read access to "
@@ -267,8 +269,10 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     def reload() -> None:
         if load_settings is not None:
             exporter.reload(load_settings)
-        if web_config is not None:
-            web_config.reload("SIGHUP")
+        if web_config is not None and not web_config.reload("SIGHUP"):
+            # The reload as a whole failed: say so in
+            # gpu_exporter_config_last_reload_success, as for the config file.
+            exporter.poller.config_reloaded(False)
 
     signal.signal(signal.SIGTERM, note)
     signal.signal(signal.SIGINT, note)

@@ -1,328 +1,383 @@
-"""A small, bounded HTTP server for the exporter's endpoints.
+"""The HTTP server: aiohttp's HTTP/1.1 protocol (its C parser, llhttp, the one
+Node.js uses) on an asyncio event loop in one thread.
 
-The standard library's server with three guards an exporter on a sick node
-needs: a fixed pool of worker threads (a scrape storm cannot spawn threads
-without limit), a cap on connections waiting for a worker (beyond it new ones
-are closed at once), and a deadline for each request head (a slow client,
-even one that dribbles a byte at a time, cannot hold a worker longer than the
-request timeout).
+An open connection costs a file descriptor and a few kilobytes, never a
+thread: a port scanner, a load balancer's probes or a thousand half-open
+connections cannot keep a scrape waiting. On top of aiohttp:
+
+- a request head must arrive within ``header_timeout`` of its first byte (of
+  the accept for a new connection), however slowly it dribbles in; a
+  kept-alive connection may then wait ``idle_timeout`` for its next request;
+- at most ``max_connections`` are open: at the limit the longest-idle one (no
+  request in progress) is closed to make room, and when none is idle the new
+  connection is closed at once;
+- TLS is set up per connection with the web config's context of the moment,
+  so a reloaded certificate or CA serves the next connection;
+- every malformed or ambiguous request (a header line without a colon,
+  conflicting Content-Length headers, a bad request line) gets one 400 and a
+  closed connection; a GET or HEAD with a body is answered and the connection
+  closed, so the body can never be read as a second request;
+- ``shutdown()`` closes every connection at once and returns within a second,
+  whatever clients are connected.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import gzip
-import html
 import logging
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from prometheus_client.exposition import choose_encoder, gzip_accepted
-from prometheus_client.registry import CollectorRegistry
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.web_protocol import RequestHandler
 
-from gpu_exporter.snapshot import Snapshot
-from gpu_exporter.web.render import OPENMETRICS, TEXT, RenderCache
+from gpu_exporter import __version__
+from gpu_exporter.web.app import App, Request, Response
+from gpu_exporter.web.endpoints import parse_listen_address
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class Request:
-    path: str
-    query: str
-    headers: dict[str, str]
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes
-    content_type: str = "text/plain; charset=utf-8"
-    headers: dict[str, str] = field(default_factory=dict)
+SERVER = f"gpu-exporter/{__version__}"
+# The kernel's accept backlog: a burst of scrapers beyond it would have its
+# SYNs dropped and retried a second later.
+BACKLOG = 128
+# How long shutdown() waits for the event loop to wind down.
+SHUTDOWN_S = 1.0
+_METHODS = ("GET", "HEAD")
 
 
-Route = Callable[[Request], Response]
-# Returns None to let the request through, or the response that refuses it.
-Gate = Callable[[BaseHTTPRequestHandler], Response | None]
+class _Connection(RequestHandler):
+    """aiohttp's protocol for one connection, with a deadline for each
+    request head and a place in the server's connection table."""
 
+    def __init__(self, manager: web.Server, owner: ExporterHTTPServer, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.owner = owner
+        self.busy = False  # a request is being answered
+        self.since = time.monotonic()  # idle or waiting for a head since
+        self._head_timer: asyncio.TimerHandle | None = None
 
-class App:
-    """Routes and the facts the landing page needs."""
+    # --- the request head deadline --------------------------------------------
+    def _arm(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self._loop.call_later(self.owner.header_timeout, self._overdue)
 
-    def __init__(self, registry: CollectorRegistry, telemetry_path: str = "/metrics",
-                 ready: Callable[[], bool] = lambda: True,
-                 healthy: Callable[[], tuple[bool, str]] = lambda: (True, "Healthy"),
-                 snapshot: Callable[[], Snapshot | None] | None = None) -> None:
-        self.registry = registry
-        # With a snapshot source, /metrics is served from renderings cached per
-        # snapshot; the registry stays the reference implementation.
-        self._snapshot = snapshot
-        self._renders = RenderCache()
-        self.telemetry_path = telemetry_path
-        self.routes: dict[str, Route] = {}
-        self.links: list[tuple[str, str]] = [(telemetry_path, "Metrics")]
-        self.landing_sections: list[Callable[[], str]] = []
-        self.gate: Gate | None = None
-        self._ready = ready
-        self._healthy = healthy
-        self.routes[telemetry_path] = self._metrics
-        self.routes["/"] = self._landing
-        self.routes["/-/healthy"] = self._health
-        self.routes["/-/ready"] = self._readiness
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
-    def add_route(self, path: str, route: Route, title: str | None = None) -> None:
-        self.routes[path] = route
-        if title:
-            self.links.append((path, title))
+    def _overdue(self) -> None:
+        self._head_timer = None
+        if not self.busy:
+            log.debug("closing a connection whose request head did not arrive within %.1fs",
+                      self.owner.header_timeout)
+            self.force_close()
 
-    def _metrics(self, req: Request) -> Response:
-        encoder, content_type = choose_encoder(req.headers.get("accept", ""))
-        compressed = gzip_accepted(req.headers.get("accept-encoding", ""))
-        headers = {"Content-Encoding": "gzip"} if compressed else {}
-        if self._snapshot is not None:
-            openmetrics = content_type.startswith("application/openmetrics-text")
-            snap = self._snapshot()
-            if snap is None:
-                body = b"# EOF\n" if openmetrics else b""
-                if compressed:
-                    body = gzip.compress(body)
-            else:
-                body = self._renders.body(snap, openmetrics, compressed)
-            return Response(200, body, OPENMETRICS if openmetrics else TEXT, headers)
-        body = encoder(self.registry)
-        if compressed:
-            body = gzip.compress(body, compresslevel=6)
-        return Response(200, body, content_type, headers)
+    def head_arrived(self) -> None:
+        self.busy = True
+        self._disarm()
 
-    def _health(self, req: Request) -> Response:
-        ok, why = self._healthy()
-        return Response(200 if ok else 503, (why + "\n").encode())
+    # --- aiohttp's hooks -----------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.owner.track(self)
+        self._arm()  # a new connection owes its first head from the accept
 
-    def _readiness(self, req: Request) -> Response:
-        if self._ready():
-            return Response(200, b"Ready\n")
-        return Response(503, b"Not ready: no poll has completed yet\n")
+    def data_received(self, data: bytes) -> None:
+        if not self.busy and self._head_timer is None:
+            # The first byte of the next request on a kept-alive connection.
+            self.since = time.monotonic()
+            self._arm()
+        super().data_received(data)
 
-    def _landing(self, req: Request) -> Response:
-        if req.path != "/":
-            return Response(404, b"Not found\n")
-        links = "".join(f'<li><a href="{html.escape(p)}">{html.escape(t)}</a></li>'
-                        for p, t in [*self.links, ("/-/healthy", "Health"),
-                                     ("/-/ready", "Readiness")])
-        sections = "".join(section() for section in self.landing_sections)
-        page = (
-            "<!doctype html><html><head><meta charset='utf-8'><title>GPU Exporter</title>"
-            "<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
-            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
-            ".bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>"
-            "<h1>GPU Exporter</h1><p>Prometheus exporter for NVIDIA GPU nodes that says why "
-            f"the GPU is slow.</p><ul>{links}</ul>{sections}</body></html>"
-        )
-        return Response(200, page.encode(), "text/html; charset=utf-8")
-
-    def handle(self, req: Request) -> Response:
-        route = self.routes.get(req.path)
-        if route is None:
-            return Response(404, b"Not found\n")
+    async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
+                              start_time: float | None) -> tuple[web.StreamResponse, bool]:
         try:
-            return route(req)
-        except Exception:
-            log.exception("handler for %s failed", req.path)
-            return Response(500, b"Internal error\n")
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self.busy = False
+            self.since = time.monotonic()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        self.owner.untrack(self)
+        super().connection_lost(exc)
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status == 500:
+            return super().handle_error(request, status, exc, message)
+        # A malformed request is the client's problem: one debug line, not a
+        # traceback per request a scanner sends.
+        log.debug("refused a malformed request (%s): %s", status, message or exc)
+        status, text = _refusal(status, exc)
+        resp = web.Response(status=status, text=text)
+        resp.headers["Server"] = SERVER
+        resp.force_close()
+        return resp
+
+    def evict(self) -> None:
+        self.force_close()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ExporterHTTPServer
-    protocol_version = "HTTP/1.1"
-    server_version = "gpu-exporter"
-    sys_version = ""
+def _refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
+    """The status and a fixed text for a request the parser refused; nothing
+    of the request is echoed back."""
+    if isinstance(exc, LineTooLong):
+        line = exc.args[0] if exc.args else b""
+        text = line.decode("latin-1") if isinstance(line, bytes | bytearray) else str(line)
+        if text.startswith(("/", "http:", "https:", "*")):
+            return 414, "Request-URI too long\n"
+        return 431, "Request header fields too large\n"
+    if isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc):
+        return 431, "Request header fields too large\n"
+    return status, "Bad request\n"
 
-    def setup(self) -> None:
-        super().setup()
-        self.connection.settimeout(self.server.request_timeout)
 
-    def handle_one_request(self) -> None:
-        if self.server.head_pending():
-            # The first request: its deadline runs from the accept.
-            super().handle_one_request()
+class _Server(web.Server):
+    def __init__(self, handler: Callable[[web.BaseRequest], Any], owner: ExporterHTTPServer,
+                 **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.owner = owner
+
+    def __call__(self) -> RequestHandler:
+        return _Connection(self, self.owner, loop=self._loop, **self._kwargs)
+
+
+class _TlsHandshake(asyncio.Protocol):
+    """A new TLS connection until its handshake is done, then handed to the
+    HTTP protocol. The context is the web config's at the accept."""
+
+    def __init__(self, owner: ExporterHTTPServer, context: ssl.SSLContext,
+                 http: Callable[[], RequestHandler]) -> None:
+        self.owner = owner
+        self.context = context
+        self.http = http
+        self.busy = False
+        self.since = time.monotonic()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        # Nothing may be read before start_tls takes the socket over.
+        transport.pause_reading()
+        self.owner.track(self)
+        self.owner.spawn(self._handshake(transport))
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        protocol = self.http()
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(transport, protocol, self.context, server_side=True,
+                                       ssl_handshake_timeout=self.owner.header_timeout)
+        except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
+            log.debug("TLS handshake failed: %s", exc)
+            transport.abort()
             return
-        # A further request on a kept-alive connection (or the idle wait for
-        # it) has request_timeout in all.
-        self.server.head_deadline(self.server.request_timeout)
-        super().handle_one_request()
+        finally:
+            self.owner.untrack(self)
+        if tls is None or tls.is_closing():
+            transport.abort()
+            return
+        protocol.connection_made(tls)
 
-    def parse_request(self) -> bool:
-        ok = super().parse_request()
-        self.server.head_deadline(None)  # the head is in
-        return ok
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.owner.untrack(self)
 
-    def do_GET(self) -> None:
-        self._serve(send_body=True)
-
-    def do_HEAD(self) -> None:
-        self._serve(send_body=False)
-
-    def _not_allowed(self) -> None:
-        self._send(Response(405, b"Method not allowed\n", headers={"Allow": "GET, HEAD"}), True)
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
-
-    def _serve(self, send_body: bool) -> None:
-        app = self.server.app
-        if app.gate is not None:
-            refused = app.gate(self)
-            if refused is not None:
-                self._send(refused, send_body)
-                return
-        path, _, query = self.path.partition("?")
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        self._send(app.handle(Request(path, query, headers)), send_body)
-
-    def _send(self, resp: Response, send_body: bool) -> None:
-        self.send_response(resp.status)
-        if self.server.waiting() and not self.close_connection:
-            # Connections are queued for a worker: hand this one back after the
-            # response, so kept-alive clients cannot keep the workers to themselves.
-            self.send_header("Connection", "close")
-        self.send_header("Content-Type", resp.content_type)
-        self.send_header("Content-Length", str(len(resp.body)))
-        for k, v in resp.headers.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if send_body:
-            self.wfile.write(resp.body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+    def evict(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
 
 
-class ExporterHTTPServer(HTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    # The kernel's accept backlog (socketserver's default is 5: a burst of
-    # scrapers beyond it has its SYNs dropped and retried a second later).
-    request_queue_size = 128
+class _Refused(asyncio.Protocol):
+    """Every connection is busy answering: this one is closed at once."""
 
-    def __init__(self, address: tuple[str, int], app: App, max_workers: int = 8,
-                 max_pending: int = 64, request_timeout: float = 10.0,
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.abort()  # type: ignore[attr-defined]
+
+
+class ExporterHTTPServer:
+    """Binds at construction (so an address in use fails before anything
+    starts), serves from ``start()`` on, until ``shutdown()``."""
+
+    def __init__(self, address: tuple[str, int], app: App, max_requests: int = 8,
+                 header_timeout: float = 10.0, idle_timeout: float = 300.0,
+                 max_connections: int = 1024,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.app = app
-        self.request_timeout = request_timeout
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self.max_requests = max_requests
+        # Read at every accept: the web config swaps it on reload.
         self.ssl_context = ssl_context
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="http")
-        self._pending = threading.BoundedSemaphore(max_workers + max_pending)
-        # Worker thread -> (its connection, when the request head must be in).
-        self._heads: dict[int, tuple[Any, float | None]] = {}
-        self._heads_lock = threading.Lock()
-        self._queued = 0  # accepted connections no worker has taken yet
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.address_family = family
-        super().__init__(address, _Handler)
+        host, port = address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, port), family=family, backlog=BACKLOG,
+                                          reuse_port=False)
+        self._sock.setblocking(False)
+        self.server_address: tuple[str, int] = self._sock.getsockname()[:2]
+        self._open: dict[object, None] = {}  # connections, oldest first
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._serving = threading.Event()
+        self._stop: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.shed = 0  # connections closed to stay within max_connections
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._pending.acquire(blocking=False):
-            # Saturated: shed the connection rather than queue without limit.
-            self.shutdown_request(request)
-            return
-        # The request timeout runs from the accept: time spent queued for a
-        # worker counts, so a queue of slow clients drains at the pace of the timeout.
-        with self._heads_lock:
-            self._queued += 1
-        self._pool.submit(self._work, request, client_address,
-                          time.monotonic() + self.request_timeout)
+    # --- connections -----------------------------------------------------------
+    @property
+    def connection_count(self) -> int:
+        return len(self._open)
 
-    def head_deadline(self, seconds: float | None) -> None:
-        """This worker's connection must deliver its request head within
-        ``seconds`` (None: no deadline now, the head is in)."""
-        ident = threading.get_ident()
-        with self._heads_lock:
-            conn = self._heads.get(ident)
-            if conn is not None:
-                self._heads[ident] = (conn[0], None if seconds is None
-                                      else time.monotonic() + seconds)
+    def track(self, conn: object) -> None:
+        self._open[conn] = None
 
-    def waiting(self) -> bool:
-        """Connections are waiting for a worker."""
-        return self._queued > 0
+    def untrack(self, conn: object) -> None:
+        self._open.pop(conn, None)
 
-    def head_pending(self) -> bool:
-        with self._heads_lock:
-            conn = self._heads.get(threading.get_ident())
-        return conn is not None and conn[1] is not None
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    def service_actions(self) -> None:
-        """Between accepts (every poll interval): cut off connections whose
-        request head is overdue. The socket timeout alone restarts with every
-        byte received."""
-        now = time.monotonic()
-        with self._heads_lock:
-            overdue = [conn for conn, deadline in self._heads.values()
-                       if deadline is not None and deadline < now]
-        for conn in overdue:
-            log.debug("closing a connection whose request did not arrive within %.1fs",
-                      self.request_timeout)
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+    def _make_room(self) -> bool:
+        """At the limit: close the connection idle the longest; False when
+        every one is answering a request."""
+        if len(self._open) < self.max_connections:
+            return True
+        idle = [c for c in self._open if not getattr(c, "busy", False)]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: getattr(c, "since", 0.0))
+        self.untrack(oldest)
+        self.shed += 1
+        oldest.evict()  # type: ignore[attr-defined]
+        return True
 
-    def _work(self, request: Any, client_address: Any, deadline: float) -> None:
-        ident = threading.get_ident()
-        with self._heads_lock:  # covers the TLS handshake and the first head
-            self._queued -= 1
-            self._heads[ident] = (request, deadline)
+    def _protocol(self, server: _Server) -> asyncio.BaseProtocol:
+        if not self._make_room():
+            self.shed += 1
+            return _Refused()
+        context = self.ssl_context
+        if context is None:
+            return server()
+        return _TlsHandshake(self, context, server)
+
+    # --- requests --------------------------------------------------------------
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        protocol = request.protocol
+        if isinstance(protocol, _Connection):
+            protocol.head_arrived()
+        with_body = request.body_exists
+        if request.method not in _METHODS:
+            resp = Response(405, b"Method not allowed\n", headers={"Allow": "GET, HEAD"})
+        else:
+            transport = request.transport
+            cert = transport.get_extra_info("peercert") if transport is not None else None
+            req = Request(request.rel_url.path, request.rel_url.query_string,
+                          {k.lower(): v for k, v in request.headers.items()}, cert or None)
+            refused = await self.app.gate(req) if self.app.gate is not None else None
+            resp = refused if refused is not None else self.app.handle(req)
+        out = web.Response(status=resp.status, body=resp.body)
+        out.headers["Content-Type"] = resp.content_type
+        out.headers["Server"] = SERVER
+        out.headers.update(resp.headers)
+        if with_body:
+            # Nothing here takes a body: answer, then close, so no byte of it
+            # can be taken for a request of its own.
+            out.force_close()
+        return out
+
+    # --- the event loop --------------------------------------------------------
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._stop = loop.create_future()
+        server = _Server(self._handle, self, access_log=None,
+                         keepalive_timeout=self.idle_timeout, lingering_time=1.0,
+                         max_line_size=8190, max_field_size=8190)
+        listener = await loop.create_server(lambda: self._protocol(server), sock=self._sock,
+                                            backlog=BACKLOG)
+        self._serving.set()
         try:
-            if self.ssl_context is not None:
-                request.settimeout(self.request_timeout)
-                request = self.ssl_context.wrap_socket(request, server_side=True)
-            self.finish_request(request, client_address)
-        except (ssl.SSLError, OSError) as exc:
-            log.debug("connection from %s failed: %s", client_address, exc)
-        except Exception:
-            self.handle_error(request, client_address)
+            await self._stop
         finally:
-            with self._heads_lock:
-                self._heads.pop(ident, None)
-            self.shutdown_request(request)
-            self._pending.release()
+            listener.close()
+            for conn in list(self._open):
+                transport = getattr(conn, "transport", None)
+                if transport is not None:
+                    transport.abort()
+            self._open.clear()
+            for task in list(self._tasks):
+                task.cancel()
+            rest = [t for t in asyncio.all_tasks(loop) if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            await asyncio.wait(rest, timeout=0.2) if rest else None
+
+    def _run(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except Exception:
+            log.exception("the HTTP server stopped")
+        finally:
+            self._serving.set()
+            with contextlib.suppress(Exception):
+                loop.close()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="http", daemon=True)
+        self._thread.start()
+        self._serving.wait(5.0)
+
+    def shutdown(self) -> None:
+        """Stop serving and close every connection; returns within about a second."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        stop = self._stop
+
+        def finish() -> None:
+            if stop is not None and not stop.done():
+                stop.set_result(None)
+
+        with contextlib.suppress(RuntimeError):  # the loop has ended already
+            loop.call_soon_threadsafe(finish)
+        thread.join(SHUTDOWN_S)
+        if thread.is_alive():
+            log.warning("the HTTP server did not stop within %.0fs; leaving it", SHUTDOWN_S)
 
     def server_close(self) -> None:
-        super().server_close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
 
-def parse_listen_address(value: str) -> tuple[str, int]:
-    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``."""
-    host, sep, port_s = value.rpartition(":")
-    if not sep:
-        raise ValueError(f"expected host:port, got {value!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ValueError(f"port must be a number, got {port_s!r}") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port must be 0-65535, got {port}")
-    return host, port
-
-
-def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                              name="http-accept", daemon=True)
-    thread.start()
-    return thread
+def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread | None:
+    """Start serving (on the server's own event-loop thread)."""
+    server.start()
+    return server._thread
 
 
 def staleness_check(latest_timestamp: Callable[[], float | None], interval: float,
                     started: float, clock: Callable[[], float] = time.time,
                     ) -> Callable[[], tuple[bool, str]]:
     """Healthy while polls keep coming: stale metrics must not look healthy."""
-    limit = max(10 * interval, 30.0)
+    limit = stale_after(interval)
 
     def check() -> tuple[bool, str]:
         ts = latest_timestamp()
@@ -339,5 +394,10 @@ def staleness_check(latest_timestamp: Callable[[], float | None], interval: floa
     return check
 
 
-__all__ = ["App", "ExporterHTTPServer", "Request", "Response",
-           "parse_listen_address", "serve_in_thread", "staleness_check"]
+def stale_after(interval: float) -> float:
+    """How old the newest poll may be before the exporter counts as stale."""
+    return max(10 * interval, 30.0)
+
+
+__all__ = ["App", "ExporterHTTPServer", "Request", "Response", "parse_listen_address",
+           "serve_in_thread", "stale_after", "staleness_check"]
