@@ -19,7 +19,7 @@ from gpu_exporter import logs
 from gpu_exporter.collectors import registry as collector_registry
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
-from gpu_exporter.diagnosis.visibility import visibility
+from gpu_exporter.diagnosis.visibility import stale_after, visibility
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
@@ -29,7 +29,7 @@ from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.endpoints import parse_listen_address
 from gpu_exporter.web.landing import gpu_table
 from gpu_exporter.web.reference import SnapshotCollector
-from gpu_exporter.web.server import ExporterHTTPServer, stale_after, staleness_check
+from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 from gpu_exporter.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger(__name__)
@@ -279,7 +279,8 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     # Without a handler SIGHUP would end the process (`systemctl reload`).
     signal.signal(signal.SIGHUP, note)
     exporter.start()
-    log.info("listening on %s (%s), metrics at %s", settings.web.listen_address,
+    host = settings.web.listen_address.rpartition(":")[0]
+    log.info("listening on %s:%d (%s), metrics at %s", host, exporter.port,
              "https" if web_config is not None and web_config.active.tls else "http",
              settings.web.telemetry_path)
     while True:

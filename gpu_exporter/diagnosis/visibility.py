@@ -13,6 +13,12 @@ from gpu_exporter.readings import GpuReading
 from gpu_exporter.snapshot import Snapshot
 
 
+def stale_after(interval: float) -> float:
+    """How old the newest poll may be before it no longer speaks for now: the
+    health endpoint answers 503 past it, and diagnose calls the exporter blind."""
+    return max(10 * interval, 30.0)
+
+
 def visibility(snap: Snapshot | None, now: float, stale_after: float,
                nvml_problem: str | None = None) -> dict[str, Any]:
     """What /diagnosis reports next to its findings: ``blind`` is None when
@@ -38,4 +44,4 @@ def visibility(snap: Snapshot | None, now: float, stale_after: float,
             "poll_age_seconds": round(age, 3), "blind": blind}
 
 
-__all__ = ["visibility"]
+__all__ = ["stale_after", "visibility"]
