@@ -245,17 +245,27 @@ def test_unknown_users_cost_one_bcrypt_check_like_wrong_passwords(
     assert not auth.check(header("nobody", ""))
 
 
-def test_successful_checks_are_cached_failures_are_not(checkpw_calls: list[bytes]) -> None:
-    auth = BasicAuth({"prom": hash_pw("right")})
+def test_checks_are_cached_and_wrong_passwords_cannot_evict_a_right_one(
+        checkpw_calls: list[bytes]) -> None:
+    auth = BasicAuth({"prom": hash_pw("right", cost=4)})
     assert auth.check(header("prom", "right"))
     assert auth.check(header("prom", "right"))
     assert auth.check(header("prom", "right"))
     assert len(checkpw_calls) == 1
+    # A wrong password retried (a stale secret) is checked once, as in the toolkit.
     assert not auth.check(header("prom", "wrong"))
     assert not auth.check(header("prom", "wrong"))
-    assert len(checkpw_calls) == 3
+    assert len(checkpw_calls) == 2
+    # A flood of distinct wrong passwords: the right one stays cached.
+    for i in range(200):
+        assert not auth.check(header("prom", f"wrong-{i}"))
+    calls = len(checkpw_calls)
+    assert auth.check(header("prom", "right"))
+    assert len(checkpw_calls) == calls
     # The cache keys are keyed hashes: no password is kept in memory.
-    assert all(b"right" not in key for key in auth._cache)
+    assert all(b"right" not in key and b"wrong" not in key
+               for key in [*auth._cache, *auth._failed])
+    assert len(auth._failed) <= 64
 
 
 def test_basic_auth_edge_cases() -> None:

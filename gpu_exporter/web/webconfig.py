@@ -104,6 +104,8 @@ _BCRYPT_MAX_PASSWORD = 72
 _CACHE_SIZE = 64
 # How often a request may look at the files' modification times.
 CHECK_INTERVAL = 1.0
+# How long a request waits before its 503 when too many password checks queue.
+BUSY_PAUSE_S = 1.0
 # TLS versions OpenSSL 3 refuses at its default security level (RFC 8996
 # deprecates them): a toolkit file naming them loads, with a warning, and the
 # handshake floor is TLS 1.2.
@@ -196,6 +198,7 @@ class BasicAuth:
         # a password, and its keys are useless outside this process.
         self._cache_key = secrets.token_bytes(32)
         self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._failed: OrderedDict[bytes, None] = OrderedDict()
         self._cache_lock = threading.Lock()
         # One bcrypt at a time (as in the toolkit): a flood of wrong passwords
         # keeps one core busy, never the event loop.
@@ -253,12 +256,23 @@ class BasicAuth:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return True
+            if key in self._failed:
+                # A client retrying a wrong password (a Prometheus with a stale
+                # secret) costs a lookup, not a bcrypt, as in the toolkit.
+                self._failed.move_to_end(key)
+                return False
         return password, stored, known, key
 
     def _verify(self, password: bytes, stored: bytes, known: bool, key: bytes) -> bool:
         with self._bcrypt_lock:
             matched = _checkpw(password, stored)
         if not (matched and known):
+            with self._cache_lock:
+                # Failures have their own table: a flood of wrong passwords
+                # cannot push a right one out and make it pay bcrypt again.
+                self._failed[key] = None
+                while len(self._failed) > _CACHE_SIZE:
+                    self._failed.popitem(last=False)
             return False
         with self._cache_lock:
             self._cache[key] = None
@@ -576,6 +590,10 @@ class WebConfigWatcher:
             ok = await active.auth.check_async(req.headers.get("authorization"),
                                                self.max_checks)
             if ok is None:
+                # Answered after a pause: a flood of wrong passwords then
+                # costs the event loop a request a second per client, not a
+                # tight loop of refusals.
+                await asyncio.sleep(BUSY_PAUSE_S)
                 return BUSY
             if not ok:
                 return UNAUTHORIZED
