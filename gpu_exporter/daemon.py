@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -254,6 +255,7 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
         log.warning("running as root: the exporter needs no privileges beyond read access to "
                     "the NVIDIA device nodes and the host's /proc; run it as an unprivileged "
                     "user (see docs/deploy.md)")
+    _raise_fd_limit(settings.web.max_connections)
     exporter = Exporter(settings, simulation)
     exporter.bind(web_config)
     # Signal handlers only note the signal; the main thread acts on it. A
@@ -299,6 +301,26 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     log.info("stopped")
     _leave_stuck_calls_behind()
     return 0
+
+
+def _raise_fd_limit(connections: int) -> None:
+    """Every open connection is a file descriptor: raise the soft limit to the
+    hard one, as Go's runtime does for node_exporter, and say so when even
+    that is short of --web.max-connections."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    except (ValueError, OSError) as exc:
+        log.debug("cannot raise the open file limit: %s", exc)
+        return
+    # Descriptors the exporter needs besides connections: /proc, /sys, NVML.
+    if soft != resource.RLIM_INFINITY and soft < connections + 64:
+        log.warning("the open file limit (%d) is below --web.max-connections (%d) plus what "
+                    "the exporter needs itself; connections beyond it will be refused by the "
+                    "kernel (raise LimitNOFILE or lower --web.max-connections)", soft,
+                    connections)
 
 
 def _leave_stuck_calls_behind() -> None:

@@ -177,7 +177,7 @@ def test_idle_connections_and_wrong_passwords_against_node_exporter(tmp_path: Pa
                 with _idle_connections(port, count):
                     row[f"{count} idle connections"] = _worst_of_scrapes(port)
             row["32 wrong-password clients"], floods[name] = _under_wrong_passwords(port)
-    print("\nworst of %d scrapes (new connection each, basic auth)" % SCRAPES)
+    print(f"\nworst of {SCRAPES} scrapes (new connection each, basic auth)")
     names = list(results)
     print(f"{'':28s}" + "".join(f"{n:>16s}" for n in names))
     for case in results["gpu-exporter"]:
