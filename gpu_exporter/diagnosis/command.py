@@ -159,7 +159,9 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_text(findings, color, drifts, blind))
-    if blind is not None:
+    if blind is not None and args.json:
+        # The JSON says it too; a script that reads only the status and stderr
+        # still learns why.
         print(f"gpu-exporter diagnose: could not see the GPUs: {terminal_safe(blind)}",
               file=sys.stderr)
     return exit_status(findings, blind)
