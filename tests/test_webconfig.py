@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import time
+import warnings
 from base64 import b64encode
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -578,3 +579,61 @@ def _wait_status(port: int, headers: dict[str, str], want: int,
             pass
         time.sleep(0.1)
     return False
+
+
+def _reload_success(port: int, headers: dict[str, str]) -> float:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the first poll may still be under way
+        status, _, body = request(port, headers=headers)
+        assert status == 200
+        for line in body.decode().splitlines():
+            if line.startswith("gpu_exporter_config_last_reload_success "):
+                return float(line.split()[1])
+        time.sleep(0.1)
+    raise AssertionError("no gpu_exporter_config_last_reload_success")
+
+
+def test_a_broken_web_config_on_sighup_is_reported_as_a_failed_reload(tmp_path: Path) -> None:
+    config = write(tmp_path / "web.yml", f"basic_auth_users:\n  prom: {hash_pw('old')}\n")
+    port = free_port()
+    proc = start(["--simulate", "healthy", "--web.listen-address", f"127.0.0.1:{port}",
+                  "--web.config.file", str(config)])
+    auth = basic("prom", "old")
+    try:
+        assert _wait_status(port, auth, 200, proc)
+        assert _reload_success(port, auth) == 1
+        config.write_text("basic_auth_users:\n  prom: [\n")
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while _reload_success(port, auth) != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # Failed, said so in the metric, and the old credentials still work.
+        assert _reload_success(port, auth) == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+    log = proc.stderr.read() if proc.stderr else ""
+    assert code == 0, log
+    assert "web config not reloaded (SIGHUP), keeping the previous one" in log
+
+
+def test_min_version_tls10_loads_as_in_the_toolkit_with_a_warning(
+        pki: PKI, caplog: pytest.LogCaptureFixture) -> None:
+    """Exporter-toolkit accepts TLS10; OpenSSL 3 refuses TLS 1.0 and 1.1 at
+    its default security level. The file loads (a site's file keeps working)
+    and the warning says what clients actually need."""
+    config = write(pki.dir / "web.yml", TLS + "  min_version: TLS10\n")
+    with caplog.at_level(logging.WARNING, logger="gpu_exporter.web.webconfig"):
+        loaded = load_web_config(config)
+    assert loaded.tls
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(logged) == 1
+    assert "min_version TLS10" in logged[0] and "TLS 1.2 or later" in logged[0]
+    with serving(config) as exp:
+        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        old.load_verify_locations(pki.dir / "ca.crt")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1
+        assert refused(lambda: request(exp.port, context=old))
+        assert request(exp.port, context=pki.client_context())[0] == 200

@@ -33,6 +33,7 @@ import secrets
 import ssl
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -478,7 +479,9 @@ def _ssl_context(tls: TLSServerConfig, base: Path,
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
+        with warnings.catch_warnings():  # TLS10/TLS11: warned about above, once
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
         ctx.maximum_version = _TLS_VERSIONS[tls.max_version]
     except (ValueError, ssl.SSLError) as exc:
         raise ConfigError(f"{where}: tls_server_config: TLS versions "
