@@ -316,11 +316,12 @@ class ExporterHTTPServer:
                *resp.headers.items()]
         if with_body:
             out.append(("Connection", "close"))
-        writer.write(h.send(h11.Response(status_code=resp.status, headers=out,
-                                         reason=_reason(resp.status))))
+        parts = [h.send(h11.Response(status_code=resp.status, headers=out,
+                                     reason=_reason(resp.status)))]
         if event.method != b"HEAD" and resp.body:
-            writer.write(h.send(h11.Data(data=resp.body)))
-        writer.write(h.send(h11.EndOfMessage()))
+            parts.append(h.send(h11.Data(data=resp.body)))
+        parts.append(h.send(h11.EndOfMessage()))
+        writer.write(b"".join(p for p in parts if p))  # one send for head and body
         await writer.drain()  # a client that does not read holds one body, no more
         return not with_body
 
