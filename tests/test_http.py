@@ -363,3 +363,24 @@ def test_accepts_gzip_reads_q_values() -> None:
     assert accepts_gzip("deflate, gzip;q=0.8")
     assert not accepts_gzip("gzip;q=0, identity")
     assert not accepts_gzip("*")  # only an explicit gzip: identity is always safe
+
+
+def test_the_readme_lists_every_endpoint_and_the_docs_say_what_sighup_reloads() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    with SimRun("healthy") as run:
+        paths = set(run.exporter.app.routes)
+    for path in paths:
+        assert f"| `{path}` |" in readme, f"README's endpoint table lacks {path}"
+    unit = (root / "deploy" / "systemd" / "gpu-exporter.service").read_text()
+    env = (root / "deploy" / "systemd" / "gpu-exporter.env").read_text()
+    deploy = (root / "docs" / "deploy.md").read_text()
+    for text in (unit, env, deploy):
+        flat = " ".join(text.replace("#", " ").split())
+        assert "only re-reads the web config" not in flat
+        assert "re-reads only the web config" not in flat
+    assert "SIGHUP reloads the whole configuration" in " ".join(
+        unit.replace("#", " ").split())
+    assert "reloads the whole configuration" in " ".join(deploy.split())

@@ -238,10 +238,12 @@ class ExporterHTTPServer:
             self._open.pop(conn, None)
             transport = writer.transport
             if not transport.is_closing():
-                # Flush what is written (an error response), but wait for a
-                # client that does not read it no longer than a head may take.
-                writer.close()
-                asyncio.get_running_loop().call_later(self.header_timeout, transport.abort)
+                writer.close()  # after what is written has been sent
+                if transport.get_write_buffer_size():
+                    # A client that does not read it is waited for no longer
+                    # than a request head may take.
+                    asyncio.get_running_loop().call_later(self.header_timeout,
+                                                          transport.abort)
 
     async def _converse(self, conn: _Connection, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter) -> None:
