@@ -80,6 +80,7 @@ class Exporter:
         self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
         self.server: ExporterHTTPServer | None = None
+        self.web_config: WebConfigWatcher | None = None
 
     def _effective(self, settings: Settings) -> Settings:
         if self.simulation is None:
@@ -237,6 +238,8 @@ class Exporter:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        if self.web_config is not None:
+            self.web_config.close()
         self.poller.stop()
         if self.simulation is not None:
             self.simulation.uninstall()

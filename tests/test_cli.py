@@ -221,3 +221,14 @@ def test_scenario_descriptions_tell_every_scenario_apart() -> None:
     # A scenario that repeats another under a shorter name says which.
     lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
     assert lines["gpu-lost"].startswith("The gpu-lost-hardware scenario under a shorter name")
+
+
+def test_the_project_license_is_an_spdx_expression() -> None:
+    """A license table is deprecated by setuptools (a warning on every install)."""
+    import tomllib
+
+    from tests.procs import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in project["build-system"]["requires"]  # reads SPDX strings

@@ -637,3 +637,33 @@ def test_min_version_tls10_loads_as_in_the_toolkit_with_a_warning(
             old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1
         assert refused(lambda: request(exp.port, context=old))
         assert request(exp.port, context=pki.client_context())[0] == 200
+
+
+def test_sigterm_does_not_wait_for_queued_password_checks(tmp_path: Path) -> None:
+    """Eight clients with wrong passwords queue eight bcrypt checks (a quarter
+    second each at cost 12): a stop drops the queue instead of running it."""
+    config = write(tmp_path / "web.yml", f"basic_auth_users:\n  prom: {hash_pw('pw', 12)}\n")
+    port = free_port()
+    proc = start(["--simulate", "healthy", "--web.listen-address", f"127.0.0.1:{port}",
+                  "--web.config.file", str(config)])
+    socks: list[socket.socket] = []
+    try:
+        assert _wait_status(port, basic("prom", "pw"), 200, proc)
+        for i in range(8):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            token = b64encode(f"prom:wrong-{i}".encode()).decode()
+            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}"
+                      "\r\n\r\n".encode())
+            socks.append(s)
+        time.sleep(0.3)  # the checks are queued
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=10)
+        stopped_in = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for s in socks:
+            s.close()
+    assert code == 0
+    assert stopped_in < 1.0, f"exit took {stopped_in:.2f}s"

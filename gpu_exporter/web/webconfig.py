@@ -93,7 +93,8 @@ _UNSUPPORTED: dict[tuple[str, ...], str] = {
                                                 "use OpenSSL's defaults",
     ("http_server_config", "headers"): "extra response headers are not supported; set them "
                                        "in a reverse proxy",
-    ("rate_limit",): "not supported; --web.max-requests already bounds concurrent requests",
+    ("rate_limit",): "not supported; --web.max-connections and --web.max-requests already "
+                     "bound open connections and queued password checks",
 }
 
 # A bcrypt hash as htpasswd -B, Python's bcrypt and Go's x/crypto write it.
@@ -232,9 +233,11 @@ class BasicAuth:
         finally:
             self._waiting -= 1
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
+        """No more checks. Those queued still finish, unless ``cancel`` (the
+        exporter is stopping: it must not wait for a queue of bcrypt checks)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False)  # checks queued still finish
+            self._pool.shutdown(wait=False, cancel_futures=cancel)
 
     def _lookup(self, authorization: str | None) -> bool | tuple[bytes, bytes, bool, bytes]:
         """True for a cached success, False for a malformed header, else what
@@ -601,6 +604,11 @@ class WebConfigWatcher:
             if not ok:
                 return UNAUTHORIZED
         return None
+
+    def close(self) -> None:
+        """The exporter stops: drop the password checks still queued."""
+        if self.active.auth is not None:
+            self.active.auth.close(cancel=True)
 
     def _maybe_reload(self) -> None:
         now = self._clock()
