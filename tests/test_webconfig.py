@@ -667,3 +667,24 @@ def test_sigterm_does_not_wait_for_queued_password_checks(tmp_path: Path) -> Non
             s.close()
     assert code == 0
     assert stopped_in < 1.0, f"exit took {stopped_in:.2f}s"
+
+
+def test_password_checks_queue_to_a_limit_off_the_event_loop(
+        checkpw_calls: list[bytes]) -> None:
+    """A cached success is answered without bcrypt; beyond ``limit`` queued
+    checks the answer is None (the gate's 503), never a queue without end."""
+    import asyncio
+
+    auth = BasicAuth({"prom": hash_pw("right", cost=4)})
+
+    async def scenario() -> list[bool | None]:
+        assert await auth.check_async(header("prom", "right"), limit=1) is True
+        calls = len(checkpw_calls)
+        assert await auth.check_async(header("prom", "right"), limit=0) is True  # cached
+        assert len(checkpw_calls) == calls
+        return list(await asyncio.gather(
+            *(auth.check_async(header("prom", f"wrong-{i}"), limit=2) for i in range(5))))
+
+    answers = asyncio.run(scenario())
+    auth.close(cancel=True)
+    assert answers.count(False) == 2 and answers.count(None) == 3
