@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpu_exporter import baseline
 from gpu_exporter.config import ConfigError, load
+from gpu_exporter.diagnosis.report import terminal_safe
 from gpu_exporter.snapshot import Snapshot
 
 POLLS = 5
@@ -34,7 +35,14 @@ def _poll(simulate: str | None, polls: int) -> list[Snapshot]:
             node = SimulatedNode.from_name(simulate, clock=clock)
         except ScenarioError as exc:
             raise ConfigError(str(exc)) from None
-        exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock, synchronous=True)
+        try:
+            exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock,
+                                synchronous=True)
+        except BaseException:
+            node.close()
+            raise
+        # Watched as in the daemon: a call that hangs costs --poll.timeout once.
+        exporter.session.call_timeout = settings.poll.timeout
         advance: Callable[[float], None] = clock.advance
     else:
         exporter = Exporter(settings)
@@ -45,12 +53,13 @@ def _poll(simulate: str | None, polls: int) -> list[Snapshot]:
             if i:
                 advance(1.0)
             snap = exporter.poller.poll()  # watched: a hung GPU does not hold it up
+            if not exporter.session.up:
+                # No GPU to describe: say so at once, not after every poll.
+                err = exporter.session.last_error
+                raise ConfigError("NVML is not available: " + (err.init_hint() if err else
+                                                               "unknown reason"))
             if snap is not None:
                 snaps.append(snap)
-        if not exporter.session.up:
-            err = exporter.session.last_error
-            raise ConfigError("NVML is not available: " + (err.init_hint() if err else
-                                                           "unknown reason"))
         return snaps
     finally:
         exporter.stop()
@@ -95,7 +104,9 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
         print(f"no drift: the node matches {args.baseline}")
     else:
         for d in drifts:
-            print(f"GPU {d.gpu} ({d.uuid}) {d.field}: expected {d.expected}, found {d.found}")
+            # The found values come from the GPUs, the expected ones from a file.
+            print(terminal_safe(f"GPU {d.gpu} ({d.uuid}) {d.field}: expected {d.expected}, "
+                                f"found {d.found}"))
     return 1 if drifts else 0
 
 

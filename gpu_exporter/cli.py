@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 from gpu_exporter import __version__
@@ -43,10 +46,17 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--web.config.file", "web.config_file",
      "Web config file (TLS, basic auth) in the Prometheus exporter-toolkit format.", "FILE"),
     ("--web.max-requests", "web.max_requests",
-     "Most requests served at once; more wait, beyond a limit they are refused (default 8).",
-     "N"),
+     "Most password checks (basic auth) waiting at once; beyond it a request is answered 503 "
+     "at once (default 8).", "N"),
     ("--web.request-timeout", "web.request_timeout",
-     "How long a client may take to send its request (default 10s).", "DURATION"),
+     "How long a client may take to send a request head, from its first byte (from the "
+     "accept on a new connection); then the connection is closed (default 10s).", "DURATION"),
+    ("--web.idle-timeout", "web.idle_timeout",
+     "How long a kept-alive connection may wait for its next request (default 5m).",
+     "DURATION"),
+    ("--web.max-connections", "web.max_connections",
+     "Most open connections; at the limit the one idle the longest is closed to make room "
+     "(default 1024).", "N"),
     ("--poll.interval", "poll.interval", "Time between polls of GPUs and host (default 1s).",
      "DURATION"),
     ("--poll.timeout", "poll.timeout",
@@ -86,13 +96,11 @@ def _daemon_parser() -> _Parser:
         p.add_argument(flag, dest=dest, metavar=metavar, help=text, default=argparse.SUPPRESS)
     for name, info in COLLECTORS.items():
         state = "enabled" if info.default else "disabled"
-        p.add_argument(f"--collector.{name}", dest=f"collectors.{name}", action="store_true",
-                       default=argparse.SUPPRESS,
-                       help=f"Enable the {name} collector ({info.description}; {state} by "
-                       "default).")
-        p.add_argument(f"--no-collector.{name}", dest=f"collectors.{name}",
-                       action="store_false", default=argparse.SUPPRESS,
-                       help=argparse.SUPPRESS)
+        # --collector.X and --no-collector.X, both shown in --help.
+        p.add_argument(f"--collector.{name}", dest=f"collectors.{name}",
+                       action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                       help=f"Enable or disable the {name} collector ({info.description}; "
+                       f"{state} by default).")
     return p
 
 
@@ -227,10 +235,22 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
 }
 
 
+def _end_on_termination() -> None:
+    """A one-shot command stopped by SIGTERM or SIGHUP unwinds as on Ctrl-C,
+    so its simulated node's files (/dev/shm, the temp dir) are removed."""
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGHUP, stop)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] in SUBCOMMANDS:
+            _end_on_termination()
             return SUBCOMMANDS[args[0]](args[1:])
         return _run_daemon(args)
     except (UsageError, ConfigError) as exc:

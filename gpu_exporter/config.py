@@ -20,7 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gpu_exporter.config_types import Duration, parse_duration, parse_listen_address
+from gpu_exporter.config_types import (
+    Duration,
+    check_telemetry_path,
+    parse_duration,
+    parse_listen_address,
+)
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 
 
@@ -41,7 +46,12 @@ class WebConfig(_Section):
     telemetry_path: str = "/metrics"
     config_file: Path | None = None
     max_requests: int = Field(8, ge=1, le=256)
+    # How long a client may take over a request head, from its first byte.
     request_timeout: Duration = Field(10.0, gt=0)
+    # Open connections at most; at the limit the longest-idle one is closed.
+    max_connections: int = Field(1024, ge=2, le=1_000_000)
+    # How long a kept-alive connection may wait for its next request.
+    idle_timeout: Duration = Field(300.0, gt=0)
 
     @field_validator("listen_address")
     @classmethod
@@ -52,9 +62,7 @@ class WebConfig(_Section):
     @field_validator("telemetry_path")
     @classmethod
     def _path(cls, v: str) -> str:
-        if not v.startswith("/") or v in ("/", "/-/healthy", "/-/ready"):
-            raise ValueError("must start with / and not be /, /-/healthy or /-/ready")
-        return v
+        return check_telemetry_path(v)
 
 
 class PollConfig(_Section):
@@ -203,7 +211,7 @@ def load(flags: dict[str, Any], config_file: Path | None = None,
         first = errors[0]
         loc = tuple(first["loc"])
         name = ".".join(str(p) for p in loc) or "configuration"
-        msg = first["msg"]
+        msg = str(first["msg"]).removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             msg = "unknown setting"
         origin = _origin(loc, flags, file_values, config_file)

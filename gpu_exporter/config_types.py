@@ -51,3 +51,17 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be 0-65535, got {port}")
     return host, port
+
+
+# Served whatever the settings say; --web.telemetry-path may not take one.
+FIXED_PATHS = ("/", "/-/healthy", "/-/ready", "/diagnosis")
+
+
+def check_telemetry_path(path: str) -> str:
+    """The path metrics are served under: absolute, and no fixed endpoint's."""
+    if not path.startswith("/"):
+        raise ValueError("must start with /")
+    if path in FIXED_PATHS:
+        raise ValueError(f"{path} is the exporter's own endpoint; choose another path "
+                         f"(taken: {', '.join(FIXED_PATHS)})")
+    return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -19,23 +20,18 @@ from gpu_exporter import logs, pipeline
 from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
+from gpu_exporter.diagnosis.visibility import stale_after, visibility
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.simulator import SimulatedNode
-from gpu_exporter.web.exposition import SnapshotCollector
+from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.landing import gpu_table
-from gpu_exporter.web.server import (
-    App,
-    ExporterHTTPServer,
-    Request,
-    Response,
-    parse_listen_address,
-    serve_in_thread,
-    staleness_check,
-)
+from gpu_exporter.web.reference import SnapshotCollector
+from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 from gpu_exporter.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger(__name__)
@@ -85,7 +81,7 @@ class Exporter:
         self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
         self.server: ExporterHTTPServer | None = None
-        self._http_thread: threading.Thread | None = None
+        self.web_config: WebConfigWatcher | None = None
 
     def _effective(self, settings: Settings) -> Settings:
         if self.simulation is None:
@@ -180,18 +176,26 @@ class Exporter:
         if self.poller.latest is None:
             return Response(503, b'{"error": "no poll has completed yet"}\n',
                             "application/json")
-        body = json.dumps(self.findings(), indent=2) + "\n"
+        # What the findings rest on: a node whose GPUs cannot be read has no
+        # findings, and must not pass for healthy.
+        err = self.session.last_error
+        answer = {**self.findings(), "visibility": visibility(
+            self.poller.latest, self._wall(), stale_after(self.settings.poll.interval),
+            err.init_hint() if err is not None else None)}
+        body = json.dumps(answer, indent=2) + "\n"
         return Response(200, body.encode(), "application/json")
 
     def bind(self, web_config: WebConfigWatcher | None = None) -> ExporterHTTPServer:
         """Create the server; with a web config file, TLS and auth come from it."""
-        host, port = parse_listen_address(self.settings.web.listen_address)
-        if web_config is None and self.settings.web.config_file is not None:
-            web_config = WebConfigWatcher(self.settings.web.config_file)
+        web = self.settings.web
+        host, port = parse_listen_address(web.listen_address)
+        if web_config is None and web.config_file is not None:
+            web_config = WebConfigWatcher(web.config_file, max_checks=web.max_requests)
         self.web_config = web_config
         self.server = ExporterHTTPServer(
-            (host, port), self.app, max_workers=self.settings.web.max_requests,
-            request_timeout=self.settings.web.request_timeout,
+            (host, port), self.app, max_requests=web.max_requests,
+            header_timeout=web.request_timeout, idle_timeout=web.idle_timeout,
+            max_connections=web.max_connections,
             ssl_context=web_config.ssl_context if web_config else None)
         if web_config is not None:
             web_config.attach(self.server)
@@ -209,7 +213,7 @@ class Exporter:
         if self.server is None:
             self.bind()
         assert self.server is not None
-        self._http_thread = serve_in_thread(self.server)
+        self.server.start()
         if background_poll:
             self.poller.start()
 
@@ -217,6 +221,8 @@ class Exporter:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        if self.web_config is not None:
+            self.web_config.close()
         self.poller.stop()
         if self.simulation is not None:
             self.simulation.uninstall()
@@ -229,12 +235,13 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     ``load_settings``: flags, environment and --config.file again) and re-reads
     the web config file. The process's exit status."""
     # A bad web config is a usage error: report it before anything starts.
-    web_config = (WebConfigWatcher(settings.web.config_file)
+    web_config = (WebConfigWatcher(settings.web.config_file, max_checks=settings.web.max_requests)
                   if settings.web.config_file is not None else None)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         log.warning("running as root: the exporter needs no privileges beyond read access to "
                     "the NVIDIA device nodes and the host's /proc; run it as an unprivileged "
                     "user (see docs/deploy.md)")
+    _raise_fd_limit(settings.web.max_connections)
     exporter = Exporter(settings, simulation)
     exporter.bind(web_config)
     # Signal handlers only note the signal; the main thread acts on it. A
@@ -250,15 +257,18 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     def reload() -> None:
         if load_settings is not None:
             exporter.reload(load_settings)
-        if web_config is not None:
-            web_config.reload("SIGHUP")
+        if web_config is not None and not web_config.reload("SIGHUP"):
+            # The reload as a whole failed: say so in
+            # gpu_exporter_config_last_reload_success, as for the config file.
+            exporter.poller.config_reloaded(False)
 
     signal.signal(signal.SIGTERM, note)
     signal.signal(signal.SIGINT, note)
     # Without a handler SIGHUP would end the process (`systemctl reload`).
     signal.signal(signal.SIGHUP, note)
     exporter.start()
-    log.info("listening on %s (%s), metrics at %s", settings.web.listen_address,
+    host = settings.web.listen_address.rpartition(":")[0]
+    log.info("listening on %s:%d (%s), metrics at %s", host, exporter.port,
              "https" if web_config is not None and web_config.active.tls else "http",
              settings.web.telemetry_path)
     while True:
@@ -277,6 +287,26 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     log.info("stopped")
     _leave_stuck_calls_behind()
     return 0
+
+
+def _raise_fd_limit(connections: int) -> None:
+    """Every open connection is a file descriptor: raise the soft limit to the
+    hard one, as Go's runtime does for node_exporter, and say so when even
+    that is short of --web.max-connections."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    except (ValueError, OSError) as exc:
+        log.debug("cannot raise the open file limit: %s", exc)
+        return
+    # Descriptors the exporter needs besides connections: /proc, /sys, NVML.
+    if soft != resource.RLIM_INFINITY and soft < connections + 64:
+        log.warning("the open file limit (%d) is below --web.max-connections (%d) plus what "
+                    "the exporter needs itself; connections beyond it will be refused by the "
+                    "kernel (raise LimitNOFILE or lower --web.max-connections)", soft,
+                    connections)
 
 
 def _leave_stuck_calls_behind() -> None:

@@ -3,8 +3,10 @@ uses and write a simulator scenario that replays it — a device profile, and pe
 poll what every NVML call returned (values in NVML's units, and error codes).
 
 Users attach a recording to a bug report; ``gpu-exporter --simulate node.yaml``
-then runs the real exporter on that machine's answers. The host side (/proc,
-/sys) and NVML's sub-second sample buffers are not recorded.
+then runs the real exporter on that machine's answers. Of the host side only
+the GPU processes are recorded (name, state, CPU use, affinity: what the
+process findings read), as the scenario's process list changing poll by poll;
+the rest of /proc and /sys, and NVML's sub-second sample buffers, are not.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from gpu_exporter import __version__
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device, MigDevice, set_recorder
 from gpu_exporter.nvml.errors import NvmlError, Return
+from gpu_exporter.readings import ProcessReading
 
 GpuRec = dict[str, Any]
+# /proc/PID/stat states the scenario model knows; anything else reads as sleeping.
+_STATES = ("R", "S", "D", "Z", "T", "I")
 _ARCH_CODES = {name: code for code, name in c.ARCHITECTURES.items()}
 
 
@@ -45,6 +50,10 @@ class Recorder:
         self._handles: dict[int, int] = {}  # device handle address -> gpu
         self._t = 0.0
         self._last: dict[int, GpuRec] = {}
+        # The GPU processes as the host saw them: the first poll's list, then
+        # (time, list) whenever it changed.
+        self.processes: list[dict[str, Any]] | None = None
+        self.process_steps: list[tuple[float, list[dict[str, Any]]]] = []
 
     # --- the hook -------------------------------------------------------------
     def __call__(self, call: str, args: tuple[Any, ...], result: object) -> None:
@@ -140,6 +149,35 @@ class Recorder:
         self._last = copy.deepcopy(self.gpus)
         self.polls.append({"t": round(t, 6), "gpus": gpus})
 
+    def mark_processes(self, t: float, readings: list[ProcessReading]) -> None:
+        """The host's view of this poll's GPU processes, one entry per PID."""
+        by_pid: dict[int, dict[str, Any]] = {}
+        for r in readings:
+            if r.pid <= 1:
+                continue
+            entry = by_pid.get(r.pid)
+            if entry is None:
+                entry = by_pid[r.pid] = {"pid": r.pid, "comm": (r.comm or "?")[:15],
+                                         "gpus": []}
+                if r.state in _STATES:
+                    entry["state"] = r.state
+                if r.cpu_ratio is not None:
+                    entry["cpu_ratio"] = round(max(0.0, r.cpu_ratio), 3)
+                if r.run_queue_wait_ratio is not None:
+                    entry["run_queue_wait_ratio"] = round(max(0.0, r.run_queue_wait_ratio), 3)
+                if r.sm_utilization is not None:
+                    entry["sm_utilization"] = round(min(1.0, max(0.0, r.sm_utilization)), 3)
+                if r.cpus_allowed:
+                    entry["cpus_allowed"] = r.cpus_allowed
+            entry["gpus"].append(r.gpu)
+        current = [by_pid[pid] for pid in sorted(by_pid)]
+        for entry in current:
+            entry["gpus"] = sorted(set(entry["gpus"]))
+        if self.processes is None:
+            self.processes = current
+        elif current != (self.process_steps[-1][1] if self.process_steps else self.processes):
+            self.process_steps.append((round(t, 6), current))
+
     def scenario(self, name: str, description: str) -> dict[str, Any]:
         first = dict(self._last.get(0, {}))
         # The profile says what the board model cannot do: what no GPU answered.
@@ -158,6 +196,8 @@ class Recorder:
                      "driver_version": self.system.get("driver_version", "unknown"),
                      "cuda_driver_version": self.system.get("cuda_driver_version", 0)},
             "noise": False,
+            "processes": self.processes or [],
+            "timeline": [{"at": t, "processes": procs} for t, procs in self.process_steps],
             "replay": {"polls": self.polls, "events": self.events},
         }
 
@@ -358,9 +398,9 @@ def record(duration: float, interval: float, out: Path, simulate: str | None) ->
     from gpu_exporter.pipeline import COLLECTORS
     from gpu_exporter.simulator import SimulatedNode
 
-    # Only NVML is recorded; the host readers and the diagnosis would add nothing.
-    off = {name: False for name in ("host", "pcie", "processes", "diagnosis")
-           if name in COLLECTORS}
+    # NVML is recorded, and the GPU processes as the host sees them; the other
+    # host readers and the diagnosis would add nothing.
+    off = {name: False for name in ("host", "pcie", "diagnosis") if name in COLLECTORS}
     settings = load({"poll": {"interval": interval}, "collectors": off})
     rec = Recorder()
     sleep: Callable[[float], None] = time.sleep
@@ -377,20 +417,26 @@ def record(duration: float, interval: float, out: Path, simulate: str | None) ->
         exporter = Exporter(settings, synchronous=True)
         now = time.monotonic
         source = f"{platform.node()}"
+    # Each poll watched as in the daemon: a hung call costs --poll.timeout, not
+    # its whole hang, so a recording ends on time.
+    exporter.session.call_timeout = settings.poll.timeout
     set_recorder(rec)
     try:
         start = now()
         polls = 0
         while True:
-            exporter.poller.poll_once()
+            snap = exporter.poller.poll()
+            if polls == 0 and not exporter.session.up:
+                # Nothing to record: say so now, not after the whole duration.
+                err = exporter.session.last_error
+                raise NvmlError(err.code if err else Return.UNKNOWN, "nvmlInitWithFlags")
             polls += 1
             rec.mark(now() - start)
+            if snap is not None:
+                rec.mark_processes(now() - start, snap.readings.processes or [])
             if now() - start + interval > duration + 1e-9:
                 break
             sleep(interval)
-        if not exporter.session.up:
-            err = exporter.session.last_error
-            raise NvmlError(err.code if err else Return.UNKNOWN, "nvmlInitWithFlags")
     finally:
         set_recorder(None)
         exporter.stop()

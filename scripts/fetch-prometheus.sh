@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Put prometheus, promtool, prometheus-alertmanager and amtool in .tools/bin.
-# Uses the ones on PATH when present; otherwise unpacks Debian's packages
-# (prometheus 2.42, prometheus-alertmanager 0.25) without installing them.
+# Put prometheus, promtool, prometheus-alertmanager, amtool and
+# prometheus-node-exporter in .tools/bin. Uses the ones on PATH when present;
+# otherwise unpacks Debian's packages (prometheus 2.42, prometheus-alertmanager
+# 0.25, prometheus-node-exporter 1.5: the HTTP comparison in
+# tests/test_http_side_by_side.py) without installing them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .tools/bin
 have_all=1
-for tool in prometheus promtool prometheus-alertmanager amtool; do
+for tool in prometheus promtool prometheus-alertmanager amtool prometheus-node-exporter; do
   if [ -x ".tools/bin/$tool" ]; then continue; fi
   if command -v "$tool" >/dev/null 2>&1; then
     ln -sf "$(command -v "$tool")" ".tools/bin/$tool"
@@ -16,9 +18,9 @@ for tool in prometheus promtool prometheus-alertmanager amtool; do
 done
 [ "$have_all" = 1 ] && exit 0
 
-echo "==> fetching Debian's prometheus and prometheus-alertmanager packages into .tools/"
+echo "==> fetching Debian's prometheus, prometheus-alertmanager and prometheus-node-exporter packages into .tools/"
 mkdir -p .tools/debs .tools/root
-download() { (cd .tools/debs && apt-get download prometheus prometheus-alertmanager >/dev/null 2>&1); }
+download() { (cd .tools/debs && apt-get download prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null 2>&1); }
 if ! download; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq >/dev/null
@@ -28,7 +30,7 @@ if ! download; then
   download || { echo "error: cannot download Debian's prometheus packages (apt-get download failed)" >&2; exit 1; }
 fi
 for deb in .tools/debs/*.deb; do dpkg -x "$deb" .tools/root; done
-for tool in prometheus promtool amtool; do
+for tool in prometheus promtool amtool prometheus-node-exporter; do
   ln -sf "../root/usr/bin/$tool" ".tools/bin/$tool"
 done
 # Debian's Alertmanager reads its default notification template from the fixed

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import signal
+import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -129,8 +131,6 @@ def test_bad_scenario_file_exits_2_with_one_line(tmp_path: Path, content: str,
 
 
 def test_port_in_use_exits_2_with_one_line() -> None:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -152,3 +152,83 @@ def test_scenarios_subcommand_lists_builtins() -> None:
 def test_version() -> None:
     result = run_cli(["--version"])
     assert result.returncode == 0 and result.stdout.startswith("gpu-exporter ")
+
+
+# --- stopping with clients connected ------------------------------------------------------
+
+def _kept_alive(port: int) -> list[socket.socket]:
+    """A connection held between scrapes, as Prometheus holds one."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+    return [s]
+
+
+def _slow_headers(port: int) -> list[socket.socket]:
+    """20 clients that started a request head and never finish it."""
+    out = []
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: zzz")
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("clients", [_kept_alive, _slow_headers])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_it_within_a_second_whatever_clients_are_connected(
+        clients: Callable[[int], list[socket.socket]], signum: int) -> None:
+    port = free_port()
+    proc = start(["--simulate", "healthy", "--web.listen-address", f"127.0.0.1:{port}"])
+    held: list[socket.socket] = []
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready")
+        held = clients(port)
+        time.sleep(0.3)
+        proc.send_signal(signum)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=10)
+        stopped_in = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for s in held:
+            s.close()
+    assert code == 0
+    assert stopped_in < 1.0, f"exit took {stopped_in:.2f}s"
+
+
+def test_help_shows_both_forms_of_the_collector_flags() -> None:
+    result = run_cli(["--help"])
+    assert result.returncode == 0
+    assert "--collector.gpm, --no-collector.gpm" in result.stdout
+    assert "--web.max-connections" in result.stdout and "--web.idle-timeout" in result.stdout
+
+
+def test_a_telemetry_path_on_an_exporter_endpoint_is_refused_at_start() -> None:
+    line = _one_line_error(run_cli(["--simulate", "healthy", "--web.telemetry-path",
+                                    "/diagnosis"]))
+    assert "web.telemetry_path" in line and "/diagnosis is the exporter's own endpoint" in line
+    assert "Value error" not in line
+
+
+def test_scenario_descriptions_tell_every_scenario_apart() -> None:
+    result = run_cli(["scenarios"])
+    descriptions = [line.split(None, 1)[1] for line in result.stdout.splitlines()]
+    assert len(set(descriptions)) == len(descriptions)
+    # Folded YAML must not split a hyphenated word ("host-to- device").
+    assert not any("- " in d.replace(" - ", "") for d in descriptions), descriptions
+    # A scenario that repeats another under a shorter name says which.
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
+    assert lines["gpu-lost"].startswith("The gpu-lost-hardware scenario under a shorter name")
+
+
+def test_the_project_license_is_an_spdx_expression() -> None:
+    """A license table is deprecated by setuptools (a warning on every install)."""
+    import tomllib
+
+    from tests.procs import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in project["build-system"]["requires"]  # reads SPDX strings

@@ -303,14 +303,14 @@ def _slow_client(port: int, stop: threading.Event, dropped: list[float]) -> None
 
 
 def test_slow_clients_do_not_tie_up_the_server(server: SimRun) -> None:
-    port = server.exporter.port  # 2 workers, a 1 s request timeout
+    port = server.exporter.port  # a 1 s request timeout
     stop, dropped = threading.Event(), []  # type: ignore[var-annotated]
     clients = [threading.Thread(target=_slow_client, args=(port, stop, dropped), daemon=True)
                for _ in range(6)]  # three times the workers
     for c in clients:
         c.start()
     try:
-        time.sleep(0.5)  # every worker is now held by a slow client
+        time.sleep(0.5)  # six slow clients are dribbling their heads
         t0 = time.monotonic()
         ok = _scrape_ok(port)
         waited = time.monotonic() - t0
@@ -319,6 +319,10 @@ def test_slow_clients_do_not_tie_up_the_server(server: SimRun) -> None:
     finally:
         stop.set()
     assert ok
+    # A slow client costs a file descriptor, never the scrape's turn: the
+    # scrape does not wait for them (docs/reliability.md promises about 1 s at
+    # worst; the margin is for a loaded machine).
+    assert waited < 2.5, f"the scrape waited {waited:.2f}s behind slow clients"
     print(f"\nscrape behind 6 slow clients answered in {waited:.2f}s; slow clients dropped "
           f"after {', '.join(f'{d:.1f}' for d in sorted(dropped))} s")
     # Each slow client is cut off after the request timeout (1 s), however it dribbles.

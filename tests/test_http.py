@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import json
+import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,11 +19,8 @@ from tests.simnode import SimRun
 def run() -> Iterator[SimRun]:
     with SimRun("gpu-lost") as r:
         r.exporter.bind()
-        r.exporter._http_thread = None
-        from gpu_exporter.web.server import serve_in_thread
-
         assert r.exporter.server is not None
-        serve_in_thread(r.exporter.server)
+        r.exporter.server.start()  # serving, not polling: the test polls by hand
         yield r
 
 
@@ -148,3 +148,239 @@ def test_remembered_value_texts_stay_bounded_and_correct() -> None:
     assert len(r._FORMATTED) + len(r._FORMATTED_OLD) <= 2 * r._FORMATTED_LIMIT
     assert r._remember(2.5e9) == "2.5e+09"  # Go's format above a million, as Prometheus writes
     assert r._remember(-0.0) == "-0.0" and r._remember(0.0) == "0.0"
+
+
+# --- the promises of the HTTP layer ------------------------------------------------------
+
+def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> tuple[bytes, bool]:
+    """Send ``data`` as it is; everything the server answers until it closes,
+    and whether it closed (False: still open when the timeout ran out)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                return b"".join(chunks), False
+            except ConnectionResetError:
+                return b"".join(chunks), True
+            if not chunk:
+                return b"".join(chunks), True
+            chunks.append(chunk)
+
+
+def status_lines(answer: bytes) -> list[bytes]:
+    return [line for line in answer.split(b"\r\n") if line.startswith(b"HTTP/1.")]
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    # A GET with a body: the body must not be read as a second request.
+    (b"GET /-/ready HTTP/1.1\r\nHost: x\r\nContent-Length: 38\r\n\r\n"
+     b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+    # Two framings a proxy and this server could read differently.
+    (b"GET /-/ready HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+     400),
+    (b"GET /-/ready HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    (b"GET /-/ready HTTP/1.1\r\nHost: x\r\nNo-colon-here\r\n\r\n", 400),
+    (b"GET /-/ready HTTP/1.1\r\nHost: x\r\nContent-Length : 0\r\n\r\n", 400),
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /-/ready\r\n\r\n", 400),
+    (b"GET /-/ready HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without Host, as Go answers
+])
+def test_an_ambiguous_or_malformed_request_gets_one_response_and_a_closed_connection(
+        run: SimRun, request_bytes: bytes, status: int) -> None:
+    run.poll()
+    answer, closed = raw_exchange(run.exporter.port, request_bytes)
+    lines = status_lines(answer)
+    assert len(lines) == 1, answer
+    assert lines[0].split(b" ")[1] == str(status).encode()
+    assert closed, "the connection was left open"
+
+
+def test_an_absolute_uri_target_is_served_as_go_serves_it(run: SimRun) -> None:
+    run.poll()
+    answer, _ = raw_exchange(run.exporter.port, b"GET http://node:9835/-/ready HTTP/1.1\r\n"
+                             b"Host: node:9835\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert answer.endswith(b"Ready\n")
+
+
+def test_the_server_header_and_status_line_are_well_formed(run: SimRun) -> None:
+    from gpu_exporter import __version__
+
+    answer, _ = raw_exchange(run.exporter.port,
+                             b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head = answer.split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0] == b"HTTP/1.1 404 Not Found"
+    assert f"Server: gpu-exporter/{__version__}".encode() in head
+
+
+@pytest.mark.parametrize(("accept_encoding", "gzipped"), [
+    ("gzip", True), ("gzip;q=0.5, identity", True), ("identity, GZIP;q=1.0", True),
+    ("gzip;q=0", False), ("gzip; q=0.000", False), ("identity", False), ("", False),
+    ("br, x-gzip", True), ("gzip;q=bogus", False),
+])
+def test_gzip_only_when_the_client_takes_it(run: SimRun, accept_encoding: str,
+                                            gzipped: bool) -> None:
+    run.poll()
+    resp = get(run, "/metrics", headers={"Accept-Encoding": accept_encoding})
+    body = resp.read()
+    assert (resp.getheader("Content-Encoding") == "gzip") is gzipped
+    text = gzip.decompress(body) if gzipped else body
+    assert b"gpu_up{" in text
+
+
+def test_diagnosis_is_served_with_findings_and_what_the_exporter_saw(run: SimRun) -> None:
+    assert get(run, "/diagnosis").status == 503  # before the first poll
+    run.poll(30)  # gpu-lost: GPU 5 falls off the bus after 5 s
+    resp = get(run, "/diagnosis")
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") == "application/json"
+    data = json.loads(resp.read())
+    assert any(f["gpu"] == "5" for f in data["findings"])
+    assert data["visibility"]["nvml_up"] is True
+    assert data["visibility"]["gpus"] == 8 and data["visibility"]["blind"] is None
+    assert 'href="/diagnosis"' in get(run, "/").read().decode()
+
+
+def test_health_answers_503_once_polls_stop(run: SimRun) -> None:
+    run.poll()
+    assert get(run, "/-/healthy").status == 200
+    run.clock.advance(25)  # polls late, not yet stale (10 intervals, at least 30 s)
+    assert get(run, "/-/healthy").status == 200
+    run.clock.advance(10)
+    resp = get(run, "/-/healthy")
+    assert resp.status == 503
+    assert b"last poll 35s ago" in resp.read()
+    run.exporter.poller.poll_once()  # polls resume
+    assert get(run, "/-/healthy").status == 200
+
+
+def test_the_telemetry_path_serves_metrics_and_metrics_moves_there() -> None:
+    with SimRun("healthy", web={"listen_address": "127.0.0.1:0",
+                                "telemetry_path": "/gpu/metrics"}) as run:
+        run.poll()
+        run.exporter.bind()
+        assert run.exporter.server is not None
+        run.exporter.server.start()
+        moved = get(run, "/gpu/metrics")
+        assert moved.status == 200 and b"gpu_up{" in moved.read()
+        assert get(run, "/metrics").status == 404
+        assert 'href="/gpu/metrics"' in get(run, "/").read().decode()
+
+
+@pytest.mark.parametrize("path", ["/diagnosis", "/", "/-/healthy", "/-/ready", "metrics"])
+def test_a_telemetry_path_that_would_hide_an_endpoint_is_refused(path: str) -> None:
+    from gpu_exporter.config import ConfigError, load
+
+    with pytest.raises(ConfigError) as err:
+        load({"web": {"telemetry_path": path}})
+    message = str(err.value)
+    assert message.startswith("web.telemetry_path from ")
+    assert "Value error" not in message and "\n" not in message
+
+
+def test_a_kept_alive_connection_outlives_the_head_deadline_while_idle() -> None:
+    """The head deadline runs from a request's first byte: a kept-alive
+    connection waiting between scrapes (Prometheus holds one) stays open."""
+    with SimRun("healthy", web={"listen_address": "127.0.0.1:0", "request_timeout": "0.3s",
+                                "idle_timeout": "5s"}) as run:
+        run.poll()
+        run.exporter.bind()
+        assert run.exporter.server is not None
+        run.exporter.server.start()
+        conn = http.client.HTTPConnection("127.0.0.1", run.exporter.port, timeout=5)
+        try:
+            for _ in range(3):
+                conn.request("GET", "/-/ready")
+                resp = conn.getresponse()
+                assert resp.status == 200 and resp.read() == b"Ready\n"
+                time.sleep(0.6)  # twice the head deadline, idle
+            assert conn.sock is not None  # the same connection all along
+        finally:
+            conn.close()
+
+
+def test_a_silent_or_dribbling_connection_is_closed_at_the_head_deadline() -> None:
+    with SimRun("healthy", web={"listen_address": "127.0.0.1:0",
+                                "request_timeout": "0.5s"}) as run:
+        run.poll()
+        run.exporter.bind()
+        assert run.exporter.server is not None
+        run.exporter.server.start()
+        port = run.exporter.port
+        t0 = time.monotonic()
+        silent, closed = raw_exchange(port, b"", timeout=5)
+        assert closed and silent == b""
+        assert 0.4 < time.monotonic() - t0 < 2.5
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            t0 = time.monotonic()
+            with pytest.raises((ConnectionError, OSError)):
+                for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"z" * 200:
+                    s.sendall(bytes([byte]))
+                    time.sleep(0.02)
+                    if time.monotonic() - t0 > 2.5:
+                        break
+                s.settimeout(1)
+                if s.recv(10) == b"":
+                    raise ConnectionError("closed")
+            assert time.monotonic() - t0 < 2.5
+
+
+def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> None:
+    with SimRun("healthy", web={"listen_address": "127.0.0.1:0", "max_connections": 4}) as run:
+        run.poll()
+        run.exporter.bind()
+        server = run.exporter.server
+        assert server is not None
+        server.start()
+        port = run.exporter.port
+        idle = []
+        for _ in range(4):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.05)
+        deadline = time.monotonic() + 5
+        while server.connection_count < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.connection_count == 4
+        try:
+            # A scrape beyond the limit is served: the oldest idle one is closed.
+            resp = get(run, "/metrics")
+            assert resp.status == 200 and b"gpu_up{" in resp.read()
+            assert idle[0].recv(10) == b""  # closed by the server
+            assert server.shed >= 1
+            assert server.connection_count <= 4
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_accepts_gzip_reads_q_values() -> None:
+    from gpu_exporter.web.app import accepts_gzip
+
+    assert accepts_gzip("deflate, gzip;q=0.8")
+    assert not accepts_gzip("gzip;q=0, identity")
+    assert not accepts_gzip("*")  # only an explicit gzip: identity is always safe
+
+
+def test_the_readme_lists_every_endpoint_and_the_docs_say_what_sighup_reloads() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    with SimRun("healthy") as run:
+        paths = set(run.exporter.app.routes)
+    for path in paths:
+        assert f"| `{path}` |" in readme, f"README's endpoint table lacks {path}"
+    unit = (root / "deploy" / "systemd" / "gpu-exporter.service").read_text()
+    env = (root / "deploy" / "systemd" / "gpu-exporter.env").read_text()
+    deploy = (root / "docs" / "deploy.md").read_text()
+    for text in (unit, env, deploy):
+        flat = " ".join(text.replace("#", " ").split())
+        assert "only re-reads the web config" not in flat
+        assert "re-reads only the web config" not in flat
+    assert "SIGHUP reloads the whole configuration" in " ".join(
+        unit.replace("#", " ").split())
+    assert "reloads the whole configuration" in " ".join(deploy.split())

@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import time
+import warnings
 from base64 import b64encode
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -245,17 +246,27 @@ def test_unknown_users_cost_one_bcrypt_check_like_wrong_passwords(
     assert not auth.check(header("nobody", ""))
 
 
-def test_successful_checks_are_cached_failures_are_not(checkpw_calls: list[bytes]) -> None:
-    auth = BasicAuth({"prom": hash_pw("right")})
+def test_checks_are_cached_and_wrong_passwords_cannot_evict_a_right_one(
+        checkpw_calls: list[bytes]) -> None:
+    auth = BasicAuth({"prom": hash_pw("right", cost=4)})
     assert auth.check(header("prom", "right"))
     assert auth.check(header("prom", "right"))
     assert auth.check(header("prom", "right"))
     assert len(checkpw_calls) == 1
+    # A wrong password retried (a stale secret) is checked once, as in the toolkit.
     assert not auth.check(header("prom", "wrong"))
     assert not auth.check(header("prom", "wrong"))
-    assert len(checkpw_calls) == 3
+    assert len(checkpw_calls) == 2
+    # A flood of distinct wrong passwords: the right one stays cached.
+    for i in range(200):
+        assert not auth.check(header("prom", f"wrong-{i}"))
+    calls = len(checkpw_calls)
+    assert auth.check(header("prom", "right"))
+    assert len(checkpw_calls) == calls
     # The cache keys are keyed hashes: no password is kept in memory.
-    assert all(b"right" not in key for key in auth._cache)
+    assert all(b"right" not in key and b"wrong" not in key
+               for key in [*auth._cache, *auth._failed])
+    assert len(auth._failed) <= 64
 
 
 def test_basic_auth_edge_cases() -> None:
@@ -568,3 +579,112 @@ def _wait_status(port: int, headers: dict[str, str], want: int,
             pass
         time.sleep(0.1)
     return False
+
+
+def _reload_success(port: int, headers: dict[str, str]) -> float:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the first poll may still be under way
+        status, _, body = request(port, headers=headers)
+        assert status == 200
+        for line in body.decode().splitlines():
+            if line.startswith("gpu_exporter_config_last_reload_success "):
+                return float(line.split()[1])
+        time.sleep(0.1)
+    raise AssertionError("no gpu_exporter_config_last_reload_success")
+
+
+def test_a_broken_web_config_on_sighup_is_reported_as_a_failed_reload(tmp_path: Path) -> None:
+    config = write(tmp_path / "web.yml", f"basic_auth_users:\n  prom: {hash_pw('old')}\n")
+    port = free_port()
+    proc = start(["--simulate", "healthy", "--web.listen-address", f"127.0.0.1:{port}",
+                  "--web.config.file", str(config)])
+    auth = basic("prom", "old")
+    try:
+        assert _wait_status(port, auth, 200, proc)
+        assert _reload_success(port, auth) == 1
+        config.write_text("basic_auth_users:\n  prom: [\n")
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while _reload_success(port, auth) != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # Failed, said so in the metric, and the old credentials still work.
+        assert _reload_success(port, auth) == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+    log = proc.stderr.read() if proc.stderr else ""
+    assert code == 0, log
+    assert "web config not reloaded (SIGHUP), keeping the previous one" in log
+
+
+def test_min_version_tls10_loads_as_in_the_toolkit_with_a_warning(
+        pki: PKI, caplog: pytest.LogCaptureFixture) -> None:
+    """Exporter-toolkit accepts TLS10; OpenSSL 3 refuses TLS 1.0 and 1.1 at
+    its default security level. The file loads (a site's file keeps working)
+    and the warning says what clients actually need."""
+    config = write(pki.dir / "web.yml", TLS + "  min_version: TLS10\n")
+    with caplog.at_level(logging.WARNING, logger="gpu_exporter.web.webconfig"):
+        loaded = load_web_config(config)
+    assert loaded.tls
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(logged) == 1
+    assert "min_version TLS10" in logged[0] and "TLS 1.2 or later" in logged[0]
+    with serving(config) as exp:
+        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        old.load_verify_locations(pki.dir / "ca.crt")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1
+        assert refused(lambda: request(exp.port, context=old))
+        assert request(exp.port, context=pki.client_context())[0] == 200
+
+
+def test_sigterm_does_not_wait_for_queued_password_checks(tmp_path: Path) -> None:
+    """Eight clients with wrong passwords queue eight bcrypt checks (a quarter
+    second each at cost 12): a stop drops the queue instead of running it."""
+    config = write(tmp_path / "web.yml", f"basic_auth_users:\n  prom: {hash_pw('pw', 12)}\n")
+    port = free_port()
+    proc = start(["--simulate", "healthy", "--web.listen-address", f"127.0.0.1:{port}",
+                  "--web.config.file", str(config)])
+    socks: list[socket.socket] = []
+    try:
+        assert _wait_status(port, basic("prom", "pw"), 200, proc)
+        for i in range(8):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            token = b64encode(f"prom:wrong-{i}".encode()).decode()
+            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}"
+                      "\r\n\r\n".encode())
+            socks.append(s)
+        time.sleep(0.3)  # the checks are queued
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=10)
+        stopped_in = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for s in socks:
+            s.close()
+    assert code == 0
+    assert stopped_in < 1.0, f"exit took {stopped_in:.2f}s"
+
+
+def test_password_checks_queue_to_a_limit_off_the_event_loop(
+        checkpw_calls: list[bytes]) -> None:
+    """A cached success is answered without bcrypt; beyond ``limit`` queued
+    checks the answer is None (the gate's 503), never a queue without end."""
+    import asyncio
+
+    auth = BasicAuth({"prom": hash_pw("right", cost=4)})
+
+    async def scenario() -> list[bool | None]:
+        assert await auth.check_async(header("prom", "right"), limit=1) is True
+        calls = len(checkpw_calls)
+        assert await auth.check_async(header("prom", "right"), limit=0) is True  # cached
+        assert len(checkpw_calls) == calls
+        return list(await asyncio.gather(
+            *(auth.check_async(header("prom", f"wrong-{i}"), limit=2) for i in range(5))))
+
+    answers = asyncio.run(scenario())
+    auth.close(cancel=True)
+    assert answers.count(False) == 2 and answers.count(None) == 3

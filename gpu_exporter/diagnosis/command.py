@@ -3,7 +3,9 @@ node. Reads a running exporter's /diagnosis, or runs a scenario on a virtual
 clock (no sleeping), and prints causal chains, most severe first.
 
 Exit status: 0 nothing found, 1 warnings, 2 critical, 3 the exporter could not
-be read."""
+be read, 4 the exporter (or the simulated node) could not see the GPUs: NVML
+down, no GPU, or polls that stopped. A blind exporter has no findings, and that
+must never read as "healthy"."""
 
 from __future__ import annotations
 
@@ -20,9 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from gpu_exporter.config import ConfigError, load, parse_duration
-from gpu_exporter.diagnosis.report import exit_status, render_text
+from gpu_exporter.diagnosis.report import (
+    EXIT_UNREACHABLE,
+    exit_status,
+    render_text,
+    terminal_safe,
+)
+from gpu_exporter.diagnosis.visibility import stale_after, visibility
 
-EXIT_UNREACHABLE = 3
 DEFAULT_URL = "http://127.0.0.1:9835"
 
 
@@ -44,7 +51,16 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
         raise ConfigError(str(exc)) from None
     clock = VirtualClock(time.time())
     node = SimulatedNode(sc, clock=clock)
-    exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock, synchronous=True)
+    try:
+        exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock,
+                            synchronous=True)
+    except BaseException:
+        node.close()
+        raise
+    # Each poll watched as in the daemon: a call that hangs (in real time, as
+    # a sick GPU's does) costs --poll.timeout once, then the GPU is skipped
+    # until the call returns, so a hung-call scenario ends in seconds.
+    exporter.session.call_timeout = settings.poll.timeout
     if duration is None:
         # Long enough for the last change in the scenario and every window after it.
         last = max((step.at for step in sc.timeline), default=0.0)
@@ -52,19 +68,27 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
         duration = last + max(cfg.window, 1.0) + 5.0
     try:
         interval = settings.poll.interval
-        exporter.poller.poll_once()
+        exporter.poller.poll()
         elapsed = 0.0
         while elapsed < duration:
             clock.advance(interval)
             elapsed += interval
-            exporter.poller.poll_once()
-        return exporter.findings()
+            exporter.poller.poll()
+        err = exporter.session.last_error
+        return {**exporter.findings(), "visibility": visibility(
+            exporter.poller.latest, clock(), stale_after(interval),
+            err.init_hint() if err is not None else None)}
     finally:
         exporter.stop()
 
 
+def exporter_url(url: str) -> str:
+    """``host:port`` as well as ``http(s)://host:port``."""
+    return url if "://" in url else "http://" + url
+
+
 def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    target = url.rstrip("/") + "/diagnosis"
+    target = exporter_url(url).rstrip("/") + "/diagnosis"
     try:
         with urllib.request.urlopen(target, timeout=timeout) as resp:
             data = json.loads(resp.read().decode())
@@ -80,13 +104,24 @@ def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
     return data
 
 
+def blind_reason(data: dict[str, Any]) -> str | None:
+    """Why the findings cannot be trusted to cover the GPUs, or None."""
+    seen = data.get("visibility")
+    if not isinstance(seen, dict):
+        return None  # an exporter from before /diagnosis said what it saw
+    blind = seen.get("blind")
+    return None if blind is None else str(blind)
+
+
 def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     p = parser_cls(prog="gpu-exporter diagnose",
                    description="Say what is wrong with this node's GPUs and why: symptom -> "
                    "likely cause -> evidence -> fix. Exit status 0 nothing found, 1 "
-                   "warnings, 2 critical, 3 the exporter could not be read.")
+                   "warnings, 2 critical, 3 the exporter could not be read, 4 the GPUs "
+                   "could not be seen (NVML down, no GPU, polls stopped).")
     p.add_argument("--url", default=DEFAULT_URL,
-                   help=f"the running exporter to ask (default {DEFAULT_URL})")
+                   help=f"the running exporter to ask, host:port or a URL (default "
+                   f"{DEFAULT_URL})")
     p.add_argument("--simulate", metavar="NAME|FILE",
                    help="instead, run this scenario on a virtual clock and diagnose it")
     p.add_argument("--duration", metavar="DURATION",
@@ -113,13 +148,20 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
         try:
             data = fetch(args.url)
         except ConnectionError as exc:
-            print(f"gpu-exporter diagnose: {exc}", file=sys.stderr)
+            print(f"gpu-exporter diagnose: {terminal_safe(exc)}", file=sys.stderr)
             return EXIT_UNREACHABLE
     findings = data.get("findings", [])
     drifts = data.get("baseline_drifts", [])
+    blind = blind_reason(data)
     if args.json:
-        print(json.dumps({"findings": findings, "baseline_drifts": drifts}, indent=2))
+        print(json.dumps({"findings": findings, "baseline_drifts": drifts,
+                          "visibility": data.get("visibility")}, indent=2))
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_text(findings, color, drifts))
-    return exit_status(findings)
+        sys.stdout.write(render_text(findings, color, drifts, blind))
+    if blind is not None and args.json:
+        # The JSON says it too; a script that reads only the status and stderr
+        # still learns why.
+        print(f"gpu-exporter diagnose: could not see the GPUs: {terminal_safe(blind)}",
+              file=sys.stderr)
+    return exit_status(findings, blind)

@@ -4,47 +4,97 @@ likely cause -> evidence -> fix, most severe first)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 
+# What must not reach a terminal raw: C0 and C1 controls and DEL (escape
+# sequences, line breaks that would forge a line of their own), and the Unicode
+# marks that reorder or hide text (bidirectional overrides, zero-width ones).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    ch = m.group()
+    if ch in _NAMED:
+        return _NAMED[ch]
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(value: object) -> str:
+    """``value`` as text fit for a terminal: every control character and
+    text-reordering mark is shown as an escape (``\\x1b``, ``\\n``) instead of
+    acting. Process names, GPU names and UUIDs, file contents and anything an
+    exporter answered pass through here before they are printed."""
+    text = str(value)
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_escape_char, text)
+
+
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
 
 
 def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
-                drifts: Iterable[Mapping[str, Any]] = ()) -> str:
-    items = sorted(findings, key=lambda f: (SEVERITY_ORDER[str(f["severity"])],
-                                            int(f["gpu"]), str(f["symptom"])))
+                drifts: Iterable[Mapping[str, Any]] = (), blind: str | None = None) -> str:
+    """The findings for a person. ``blind``: why the GPUs could not be read,
+    said first and instead of any "healthy"."""
+    items = sorted(findings, key=lambda f: (SEVERITY_ORDER.get(str(f["severity"]), 99),
+                                            str(f["gpu"]), str(f["symptom"])))
     drift_list = list(drifts)
-    if not items and not drift_list:
-        return "No problems found: every GPU on this node looks healthy.\n"
     lines = []
+    if blind is not None:
+        lines.append(f"Could not see the GPUs: {terminal_safe(blind)}.")
+        lines.append("")
+    elif not items and not drift_list:
+        return "No problems found: every GPU on this node looks healthy.\n"
+    safe = terminal_safe
     for f in items:
         sev = str(f["severity"])
-        head = f"{sev.upper():8s} GPU {f['gpu']} ({f['uuid']})"
-        if color:
+        head = f"{safe(sev.upper()):8s} GPU {safe(f['gpu'])} ({safe(f['uuid'])})"
+        if color and sev in _COLORS:
             head = _COLORS[sev] + head + _RESET
-        lines.append(f"{head}  {f['symptom']} -> {f['cause']}")
-        lines.append(f"  {f['summary']}")
-        if f.get("evidence"):
-            lines.append(f"  evidence: {evidence_line(f['evidence'])}")
-        lines.append(f"  fix:      {f['fix']}")
-        lines.append(f"  runbook:  {f['runbook']}")
+        lines.append(f"{head}  {safe(f['symptom'])} -> {safe(f['cause'])}")
+        lines.append(f"  {safe(f['summary'])}")
+        evidence = dict(f.get("evidence") or {})
+        # A consequence this cause explains is listed beneath it, not as evidence.
+        explained = {f"explains_{e['symptom']}_{e['cause']}": e
+                     for e in f.get("explained") or ()}
+        shown = {k: v for k, v in evidence.items() if k not in explained}
+        if shown:
+            lines.append(f"  evidence: {safe(evidence_line(shown))}")
+        for key, e in explained.items():
+            lines.append(f"  explains: {safe(e['symptom'])} -> {safe(e['cause'])}: "
+                         f"{safe(evidence.get(key) or e['why'])}")
+        lines.append(f"  fix:      {safe(f['fix'])}")
+        lines.append(f"  runbook:  {safe(f['runbook'])}")
         lines.append("")
     if drift_list:
         lines.append("Drift from the node baseline:")
         for d in drift_list:
-            lines.append(f"  GPU {d['gpu']} {d['field']}: expected {d['expected']}, "
-                         f"found {d['found']}")
+            lines.append(f"  GPU {safe(d['gpu'])} {safe(d['field'])}: expected "
+                         f"{safe(d['expected'])}, found {safe(d['found'])}")
         lines.append("")
     return "\n".join(lines)
 
 
-def exit_status(findings: Iterable[Mapping[str, Any]]) -> int:
-    """0 nothing found, 1 warnings (or notes), 2 something critical."""
+EXIT_WARNING = 1
+EXIT_CRITICAL = 2
+EXIT_UNREACHABLE = 3  # the exporter could not be asked
+EXIT_BLIND = 4  # asked, but it could not see the GPUs: no verdict either way
+
+
+def exit_status(findings: Iterable[Mapping[str, Any]], blind: str | None = None) -> int:
+    """0 nothing found, 1 warnings (or notes), 2 something critical, 4 the
+    GPUs could not be seen (whatever else was found)."""
+    if blind is not None:
+        return EXIT_BLIND
     severities = {str(f["severity"]) for f in findings}
     if "critical" in severities:
         return 2

@@ -20,6 +20,7 @@ with a line that says so rather than silently serving something weaker.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -32,10 +33,11 @@ import secrets
 import ssl
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,7 +46,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpu_exporter.config import ConfigError
-from gpu_exporter.web.server import ExporterHTTPServer, Response
+from gpu_exporter.web.app import Request, Response
+from gpu_exporter.web.server import ExporterHTTPServer
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +93,8 @@ _UNSUPPORTED: dict[tuple[str, ...], str] = {
                                                 "use OpenSSL's defaults",
     ("http_server_config", "headers"): "extra response headers are not supported; set them "
                                        "in a reverse proxy",
-    ("rate_limit",): "not supported; --web.max-requests already bounds concurrent requests",
+    ("rate_limit",): "not supported; --web.max-connections and --web.max-requests already "
+                     "bound open connections and queued password checks",
 }
 
 # A bcrypt hash as htpasswd -B, Python's bcrypt and Go's x/crypto write it.
@@ -102,6 +106,12 @@ _BCRYPT_MAX_PASSWORD = 72
 _CACHE_SIZE = 64
 # How often a request may look at the files' modification times.
 CHECK_INTERVAL = 1.0
+# How long a request waits before its 503 when too many password checks queue.
+BUSY_PAUSE_S = 1.0
+# TLS versions OpenSSL 3 refuses at its default security level (RFC 8996
+# deprecates them): a toolkit file naming them loads, with a warning, and the
+# handshake floor is TLS 1.2.
+_DEPRECATED_TLS = ("TLS10", "TLS11")
 
 
 class _Model(BaseModel):
@@ -190,12 +200,48 @@ class BasicAuth:
         # a password, and its keys are useless outside this process.
         self._cache_key = secrets.token_bytes(32)
         self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._failed: OrderedDict[bytes, None] = OrderedDict()
         self._cache_lock = threading.Lock()
-        # One bcrypt at a time: a flood of wrong passwords then keeps one core
-        # busy instead of every worker.
+        # One bcrypt at a time (as in the toolkit): a flood of wrong passwords
+        # keeps one core busy, never the event loop.
         self._bcrypt_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._waiting = 0  # checks queued for bcrypt from the event loop
 
     def check(self, authorization: str | None) -> bool:
+        """The blocking check: cached, or bcrypt on this thread."""
+        found = self._lookup(authorization)
+        if isinstance(found, bool):
+            return found
+        return self._verify(*found)
+
+    async def check_async(self, authorization: str | None, limit: int) -> bool | None:
+        """The check for a request on the event loop: a cached success at
+        once, otherwise bcrypt on its own thread. None when ``limit`` checks
+        are queued already (the caller answers 503)."""
+        found = self._lookup(authorization)
+        if isinstance(found, bool):
+            return found
+        if self._waiting >= limit:
+            return None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
+        self._waiting += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._pool, self._verify, *found)
+        finally:
+            self._waiting -= 1
+
+    def close(self, cancel: bool = False) -> None:
+        """No more checks. Those queued still finish, unless ``cancel`` (the
+        exporter is stopping: it must not wait for a queue of bcrypt checks)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=cancel)
+
+    def _lookup(self, authorization: str | None) -> bool | tuple[bytes, bytes, bool, bytes]:
+        """True for a cached success, False for a malformed header, else what
+        ``_verify`` needs."""
         credentials = _parse_basic(authorization)
         if credentials is None:
             return False
@@ -214,9 +260,23 @@ class BasicAuth:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return True
+            if key in self._failed:
+                # A client retrying a wrong password (a Prometheus with a stale
+                # secret) costs a lookup, not a bcrypt, as in the toolkit.
+                self._failed.move_to_end(key)
+                return False
+        return password, stored, known, key
+
+    def _verify(self, password: bytes, stored: bytes, known: bool, key: bytes) -> bool:
         with self._bcrypt_lock:
             matched = _checkpw(password, stored)
         if not (matched and known):
+            with self._cache_lock:
+                # Failures have their own table: a flood of wrong passwords
+                # cannot push a right one out and make it pay bcrypt again.
+                self._failed[key] = None
+                while len(self._failed) > _CACHE_SIZE:
+                    self._failed.popitem(last=False)
             return False
         with self._cache_lock:
             self._cache[key] = None
@@ -250,6 +310,8 @@ def _parse_basic(authorization: str | None) -> tuple[bytes, bytes] | None:
 
 UNAUTHORIZED = Response(401, b"Unauthorized\n", headers={"WWW-Authenticate": "Basic"})
 FORBIDDEN = Response(403, b"Forbidden: client certificate not allowed\n")
+BUSY = Response(503, b"Too many password checks in progress; try again\n",
+                headers={"Retry-After": "1"})
 
 
 @dataclass(frozen=True)
@@ -406,6 +468,10 @@ def _ssl_context(tls: TLSServerConfig, base: Path,
     if tls.client_allowed_sans is not None and auth != "RequireAndVerifyClientCert":
         raise ConfigError(f"{where}: tls_server_config.client_allowed_sans needs "
                           "client_auth_type RequireAndVerifyClientCert")
+    if tls.min_version in _DEPRECATED_TLS:
+        log.warning("%s: tls_server_config.min_version %s is accepted as in the exporter "
+                    "toolkit, but this OpenSSL refuses TLS 1.0 and 1.1 (deprecated by RFC "
+                    "8996): clients need TLS 1.2 or later", where, tls.min_version)
     if _TLS_VERSIONS[tls.min_version] > _TLS_VERSIONS[tls.max_version]:
         raise ConfigError(f"{where}: tls_server_config: min_version {tls.min_version} is "
                           f"above max_version {tls.max_version}")
@@ -416,7 +482,9 @@ def _ssl_context(tls: TLSServerConfig, base: Path,
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
+        with warnings.catch_warnings():  # TLS10/TLS11: warned about above, once
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
         ctx.maximum_version = _TLS_VERSIONS[tls.max_version]
     except (ValueError, ssl.SSLError) as exc:
         raise ConfigError(f"{where}: tls_server_config: TLS versions "
@@ -466,11 +534,9 @@ def _normalise_san(value: str) -> str:
         return value
 
 
-def _peer_sans(handler: BaseHTTPRequestHandler) -> set[str]:
-    conn = handler.connection
-    if not isinstance(conn, ssl.SSLSocket):
+def _peer_sans(cert: dict[str, Any] | None) -> set[str]:
+    if not cert:
         return set()
-    cert = conn.getpeercert() or {}
     sans: set[str] = set()
     for entry in cert.get("subjectAltName", ()):
         kind, value = entry[0], entry[1]
@@ -494,7 +560,8 @@ class WebConfigWatcher:
     """
 
     def __init__(self, path: Path, check_interval: float = CHECK_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_checks: int = 8) -> None:
         self.path = path
         self.check_interval = check_interval
         self._clock = clock
@@ -504,6 +571,8 @@ class WebConfigWatcher:
         self._server: ExporterHTTPServer | None = None
         self._reload_lock = threading.Lock()
         self.reloads = 0
+        # Password checks that may wait for bcrypt at once (--web.max-requests).
+        self.max_checks = max_checks
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -515,14 +584,31 @@ class WebConfigWatcher:
         server.ssl_context = self.active.ssl_context
         server.app.gate = self.gate
 
-    def gate(self, handler: BaseHTTPRequestHandler) -> Response | None:
-        self._maybe_reload()
+    async def gate(self, req: Request) -> Response | None:
+        if self._clock() - self._last_check >= self.check_interval:
+            # Off the event loop: a reload reads files and hashes a password.
+            await asyncio.to_thread(self._maybe_reload)
         active = self.active
-        if active.allowed_sans is not None and not (_peer_sans(handler) & active.allowed_sans):
+        if active.allowed_sans is not None and not (_peer_sans(req.peercert)
+                                                    & active.allowed_sans):
             return FORBIDDEN
-        if active.auth is not None and not active.auth.check(handler.headers.get("Authorization")):
-            return UNAUTHORIZED
+        if active.auth is not None:
+            ok = await active.auth.check_async(req.headers.get("authorization"),
+                                               self.max_checks)
+            if ok is None:
+                # Answered after a pause: a flood of wrong passwords then
+                # costs the event loop a request a second per client, not a
+                # tight loop of refusals.
+                await asyncio.sleep(BUSY_PAUSE_S)
+                return BUSY
+            if not ok:
+                return UNAUTHORIZED
         return None
+
+    def close(self) -> None:
+        """The exporter stops: drop the password checks still queued."""
+        if self.active.auth is not None:
+            self.active.auth.close(cancel=True)
 
     def _maybe_reload(self) -> None:
         now = self._clock()
@@ -559,7 +645,9 @@ class WebConfigWatcher:
                       "%s turns TLS %s; restart the exporter to change that", why, self.path,
                       "on" if new.tls else "off")
             return False
-        self.active = new
+        old, self.active = self.active, new
+        if old.auth is not None:
+            old.auth.close()
         if self._server is not None:
             self._server.ssl_context = new.ssl_context
         self._seen = _fingerprint(new.watched)

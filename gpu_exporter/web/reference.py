@@ -1,5 +1,6 @@
-"""Render a snapshot through prometheus_client: a custom collector yields fresh
-metric families built from the newest snapshot on every scrape."""
+"""prometheus_client's own rendering of a snapshot (a custom collector that
+yields fresh metric families from the newest snapshot): the reference the
+served exposition (``web.render``) is compared with in the parity tests."""
 
 from __future__ import annotations
 

@@ -1,0 +1,47 @@
+"""Whether the exporter could see the GPUs at all when it drew its findings.
+
+No findings from a node whose GPUs cannot be read says nothing about the GPUs:
+``diagnose`` must say "could not see", never "healthy". Three ways to be blind:
+NVML down (no driver, no library, a driver upgraded underneath), NVML up with no
+GPU, and a newest poll too old to speak for now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_exporter.readings import GpuReading
+from gpu_exporter.snapshot import Snapshot
+
+
+def stale_after(interval: float) -> float:
+    """How old the newest poll may be before it no longer speaks for now: the
+    health endpoint answers 503 past it, and diagnose calls the exporter blind."""
+    return max(10 * interval, 30.0)
+
+
+def visibility(snap: Snapshot | None, now: float, stale_after: float,
+               nvml_problem: str | None = None) -> dict[str, Any]:
+    """What /diagnosis reports next to its findings: ``blind`` is None when
+    the GPUs were read, otherwise one sentence saying why they were not.
+    ``nvml_problem`` is the session's own account of an NVML failure."""
+    if snap is None:
+        return {"nvml_up": False, "gpus": 0, "gpus_answering": 0,
+                "poll_age_seconds": None, "blind": "no poll has completed yet"}
+    nvml_up = bool(snap.get("gpu_exporter_nvml_up"))
+    gpus: dict[int, GpuReading] = snap.readings.gpus or {}
+    answering = sum(1 for g in gpus.values() if g.up)
+    age = max(0.0, now - snap.timestamp)
+    blind: str | None = None
+    if not nvml_up:
+        blind = "NVML is not available" + (f": {nvml_problem}" if nvml_problem else
+                                           " (see gpu_exporter_nvml_up and the exporter's log)")
+    elif not gpus:
+        blind = "NVML is up but reports no GPU on this node"
+    elif age > stale_after:
+        blind = (f"the exporter's newest poll is {age:.0f}s old: its polls have stopped, so "
+                 "its findings no longer describe the node")
+    return {"nvml_up": nvml_up, "gpus": len(gpus), "gpus_answering": answering,
+            "poll_age_seconds": round(age, 3), "blind": blind}
+
+
+__all__ = ["stale_after", "visibility"]

@@ -1,0 +1,160 @@
+"""What the exporter answers, apart from how bytes reach it: the routes
+(metrics, landing page, health, readiness and any added, such as /diagnosis),
+content negotiation for /metrics, and the request and response the HTTP server
+hands in and takes back. No sockets here: the server (``web.server``) owns
+those."""
+
+from __future__ import annotations
+
+import gzip
+import html
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from gpu_exporter.config_types import FIXED_PATHS, check_telemetry_path
+from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.web.render import OPENMETRICS, TEXT, RenderCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Request:
+    path: str
+    query: str
+    headers: dict[str, str]  # names in lower case
+    # The client certificate (ssl.SSLSocket.getpeercert()'s dict) on a TLS
+    # connection that presented a verified one.
+    peercert: dict[str, Any] | None = None
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Route = Callable[[Request], Response]
+# Returns None to let the request through, or the response that refuses it.
+Gate = Callable[[Request], Awaitable[Response | None]]
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """The client takes gzip: named with a q-value above 0 (``gzip;q=0``
+    means "not gzip", RFC 9110 §12.5.3)."""
+    for part in accept_encoding.split(","):
+        coding, *params = (p.strip() for p in part.split(";"))
+        if coding.lower() not in ("gzip", "x-gzip"):
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+        return q > 0
+    return False
+
+
+class App:
+    """Routes and the facts the landing page needs."""
+
+    def __init__(self, registry: CollectorRegistry, telemetry_path: str = "/metrics",
+                 ready: Callable[[], bool] = lambda: True,
+                 healthy: Callable[[], tuple[bool, str]] = lambda: (True, "Healthy"),
+                 snapshot: Callable[[], Snapshot | None] | None = None) -> None:
+        self.registry = registry
+        # With a snapshot source, /metrics is served from renderings cached per
+        # snapshot; the registry stays the reference implementation.
+        self._snapshot = snapshot
+        self._renders = RenderCache()
+        self.telemetry_path = check_telemetry_path(telemetry_path)
+        self.routes: dict[str, Route] = {}
+        self.links: list[tuple[str, str]] = [(telemetry_path, "Metrics")]
+        self.landing_sections: list[Callable[[], str]] = []
+        self.gate: Gate | None = None
+        self._ready = ready
+        self._healthy = healthy
+        self.routes[telemetry_path] = self._metrics
+        self.routes["/"] = self._landing
+        self.routes["/-/healthy"] = self._health
+        self.routes["/-/ready"] = self._readiness
+
+    def set_health_check(self, healthy: Callable[[], tuple[bool, str]]) -> None:
+        """Answer /-/healthy with ``healthy`` from now on (a reload changed the interval)."""
+        self._healthy = healthy
+
+    def add_route(self, path: str, route: Route, title: str | None = None) -> None:
+        if path in self.routes:
+            # Two endpoints on one path: one of them would never answer.
+            raise ValueError(f"{path} is served already")
+        self.routes[path] = route
+        if title:
+            self.links.append((path, title))
+
+    def _metrics(self, req: Request) -> Response:
+        encoder, content_type = choose_encoder(req.headers.get("accept", ""))
+        compressed = accepts_gzip(req.headers.get("accept-encoding", ""))
+        headers = {"Vary": "Accept-Encoding"}
+        if compressed:
+            headers["Content-Encoding"] = "gzip"
+        if self._snapshot is not None:
+            openmetrics = content_type.startswith("application/openmetrics-text")
+            snap = self._snapshot()
+            if snap is None:
+                body = b"# EOF\n" if openmetrics else b""
+                if compressed:
+                    body = gzip.compress(body)
+            else:
+                body = self._renders.body(snap, openmetrics, compressed)
+            return Response(200, body, OPENMETRICS if openmetrics else TEXT, headers)
+        body = encoder(self.registry)
+        if compressed:
+            body = gzip.compress(body, compresslevel=6)
+        return Response(200, body, content_type, headers)
+
+    def _health(self, req: Request) -> Response:
+        ok, why = self._healthy()
+        return Response(200 if ok else 503, (why + "\n").encode())
+
+    def _readiness(self, req: Request) -> Response:
+        if self._ready():
+            return Response(200, b"Ready\n")
+        return Response(503, b"Not ready: no poll has completed yet\n")
+
+    def _landing(self, req: Request) -> Response:
+        links = "".join(f'<li><a href="{html.escape(p)}">{html.escape(t)}</a></li>'
+                        for p, t in [*self.links, ("/-/healthy", "Health"),
+                                     ("/-/ready", "Readiness")])
+        sections = "".join(section() for section in self.landing_sections)
+        page = (
+            "<!doctype html><html><head><meta charset='utf-8'><title>GPU Exporter</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
+            ".bad{color:#b00}.warn{color:#a60}.ok{color:#070}</style></head><body>"
+            "<h1>GPU Exporter</h1><p>Prometheus exporter for NVIDIA GPU nodes that says why "
+            f"the GPU is slow.</p><ul>{links}</ul>{sections}</body></html>"
+        )
+        return Response(200, page.encode(), "text/html; charset=utf-8")
+
+    def handle(self, req: Request) -> Response:
+        route = self.routes.get(req.path)
+        if route is None:
+            return Response(404, b"Not found\n")
+        try:
+            return route(req)
+        except Exception:
+            log.exception("handler for %s failed", req.path)
+            return Response(500, b"Internal error\n")
+
+
+__all__ = ["FIXED_PATHS", "App", "Gate", "Request", "Response", "accepts_gzip"]
