@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpu_exporter.cli import parse_settings
 from gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, load
+from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.daemon import Exporter
 from gpu_exporter.simulator import SimulatedNode, builtin_scenarios
-from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.web.webconfig import load_web_config
 from tests import simnode
 from tests.procs import free_port
