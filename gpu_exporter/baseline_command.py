@@ -22,27 +22,17 @@ POLLS = 5
 
 
 def _poll(simulate: str | None, polls: int) -> list[Snapshot]:
-    from gpu_exporter.daemon import Exporter
-    from gpu_exporter.simulator import ScenarioError, SimulatedNode
+    from gpu_exporter.daemon import Exporter, one_shot_on_simulated_node
+    from gpu_exporter.simulator import ScenarioError, load_scenario
 
     settings = load({"collectors": {"diagnosis": False, "xid": False}})
     if simulate:
-        from gpu_exporter.simulator.clock import VirtualClock
-
         logging.disable(logging.ERROR)
-        clock = VirtualClock(time.time())
         try:
-            node = SimulatedNode.from_name(simulate, clock=clock)
+            scenario = load_scenario(simulate)
         except ScenarioError as exc:
             raise ConfigError(str(exc)) from None
-        try:
-            exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock,
-                                synchronous=True)
-        except BaseException:
-            node.close()
-            raise
-        # Watched as in the daemon: a call that hangs costs --poll.timeout once.
-        exporter.session.call_timeout = settings.poll.timeout
+        exporter, clock = one_shot_on_simulated_node(settings, scenario)
         advance: Callable[[float], None] = clock.advance
     else:
         exporter = Exporter(settings)

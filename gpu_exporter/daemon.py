@@ -28,6 +28,8 @@ from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.simulator import SimulatedNode
+from gpu_exporter.simulator.clock import VirtualClock
+from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.landing import gpu_table
 from gpu_exporter.web.reference import SnapshotCollector
@@ -227,6 +229,26 @@ class Exporter:
         if self.simulation is not None:
             self.simulation.uninstall()
             self.simulation.close()
+
+
+def one_shot_on_simulated_node(settings: Settings,
+                                scenario: Scenario) -> tuple[Exporter, VirtualClock]:
+    """An exporter for a one-shot command (diagnose, record, baseline capture) on
+    a simulated node, on a virtual clock that starts now: the command advances
+    it, so a minute of scenario takes milliseconds. Each poll is watched as in
+    the daemon: a call that hangs (in real time, as a sick GPU's does) costs
+    --poll.timeout once, then the GPU is skipped until it returns, so a hung-call
+    scenario still ends in seconds."""
+    clock = VirtualClock(time.time())
+    node = SimulatedNode(scenario, clock=clock)
+    try:
+        exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock,
+                            synchronous=True)
+    except BaseException:
+        node.close()
+        raise
+    exporter.session.call_timeout = settings.poll.timeout
+    return exporter, clock
 
 
 def run(settings: Settings, simulation: SimulatedNode | None = None,

@@ -394,9 +394,9 @@ _HANDLERS: dict[str, Handler] = {
 def record(duration: float, interval: float, out: Path, simulate: str | None) -> int:
     """Poll for ``duration`` and write the recording; the number of polls."""
     from gpu_exporter.config import load
-    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.daemon import Exporter, one_shot_on_simulated_node
     from gpu_exporter.pipeline import COLLECTORS
-    from gpu_exporter.simulator import SimulatedNode
+    from gpu_exporter.simulator import load_scenario
 
     # NVML is recorded, and the GPU processes as the host sees them; the other
     # host readers and the diagnosis would add nothing.
@@ -406,20 +406,17 @@ def record(duration: float, interval: float, out: Path, simulate: str | None) ->
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], float]
     if simulate:
-        from gpu_exporter.simulator.clock import VirtualClock
-
-        clock = VirtualClock(time.time())
-        node = SimulatedNode.from_name(simulate, clock=clock)
-        exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock, synchronous=True)
+        scenario = load_scenario(simulate)
+        exporter, clock = one_shot_on_simulated_node(settings, scenario)
         sleep, now = clock.advance, clock
-        source = f"the simulated scenario {node.scenario.name}"
+        source = f"the simulated scenario {scenario.name}"
     else:
         exporter = Exporter(settings, synchronous=True)
+        # Each poll watched as in the daemon: a hung call costs --poll.timeout,
+        # not its whole hang, so a recording ends on time.
+        exporter.session.call_timeout = settings.poll.timeout
         now = time.monotonic
         source = f"{platform.node()}"
-    # Each poll watched as in the daemon: a hung call costs --poll.timeout, not
-    # its whole hang, so a recording ends on time.
-    exporter.session.call_timeout = settings.poll.timeout
     set_recorder(rec)
     try:
         start = now()

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -37,9 +36,8 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
              baseline_file: Path | None = None) -> dict[str, Any]:
     """Run the scenario through the real exporter on a virtual clock and return
     what /diagnosis would answer at the end."""
-    from gpu_exporter.daemon import Exporter
-    from gpu_exporter.simulator import ScenarioError, SimulatedNode, load_scenario
-    from gpu_exporter.simulator.clock import VirtualClock
+    from gpu_exporter.daemon import one_shot_on_simulated_node
+    from gpu_exporter.simulator import ScenarioError, load_scenario
 
     overrides: dict[str, Any] = {}
     if baseline_file is not None:
@@ -49,18 +47,7 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
         sc = load_scenario(scenario)
     except ScenarioError as exc:
         raise ConfigError(str(exc)) from None
-    clock = VirtualClock(time.time())
-    node = SimulatedNode(sc, clock=clock)
-    try:
-        exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock,
-                            synchronous=True)
-    except BaseException:
-        node.close()
-        raise
-    # Each poll watched as in the daemon: a call that hangs (in real time, as
-    # a sick GPU's does) costs --poll.timeout once, then the GPU is skipped
-    # until the call returns, so a hung-call scenario ends in seconds.
-    exporter.session.call_timeout = settings.poll.timeout
+    exporter, clock = one_shot_on_simulated_node(settings, sc)
     if duration is None:
         # Long enough for the last change in the scenario and every window after it.
         last = max((step.at for step in sc.timeline), default=0.0)
