@@ -396,7 +396,7 @@ def _check(config: AlertConfig, by: dict[str, AlertRule], check: Check) -> dict[
     exp = []
     for fire in check.fires:
         exp.append({
-            "exp_labels": {**fire.labels, "severity": rule.severity},
+            "exp_labels": {**fire.labels, "severity": rule.severity, **rule.labels},
             "exp_annotations": {k: render(v, fire.labels, fire.value)
                                 for k, v in templates.items()},
         })
