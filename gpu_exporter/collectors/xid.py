@@ -26,11 +26,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Self
-
-import time
 
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c

@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+
 XidTier = Literal["hardware", "application", "informational"]
 TIERS: tuple[XidTier, ...] = ("hardware", "application", "informational")
 
