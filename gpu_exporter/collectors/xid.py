@@ -183,11 +183,15 @@ class XidCollector(NvmlCollector):
         else:
             self._await_loss_xids()
         with self._lock:
-            for gpu in self.session.gpus:
-                # Known GPUs start at 0: the first Xid is an increase.
-                self._totals[(gpu.index, gpu.identity.uuid)] += 0
+            # The GPUs NVML knows now start at 0: their first Xid is an increase.
+            # While NVML is down only what was counted stays: no NVML series.
+            known = ({(g.index, g.identity.uuid) for g in self.session.gpus}
+                     if self.session.up else set())
+            for key in known:
+                self._totals[key] += 0
             for (index, uuid), count in sorted(self._totals.items()):
-                out.add("gpu_xid_errors_all_total", count, gpu=str(index), uuid=uuid)
+                if count or (index, uuid) in known:
+                    out.add("gpu_xid_errors_all_total", count, gpu=str(index), uuid=uuid)
             self._exported = Counter(self._totals)
             for (index, uuid, xid), count in sorted(self._xids.items()):
                 out.add("gpu_xid_errors_total", count, gpu=str(index), uuid=uuid, xid=str(xid))

@@ -13,13 +13,17 @@ told:
   itself. Severity info: dashboards and the Alertmanager UI only.
 
 Source: NVIDIA's Xid catalog for Ampere and newer GPUs, "Analyzing Xid Errors
-with the Xid Catalog" (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html),
-its columns "Resolution Bucket (Immediate Action)" and "(Investigatory Action)",
-and NVIDIA's A100 memory error management guide
+with the Xid Catalog" (CATALOG_URL below; its columns "Resolution Bucket
+(Immediate Action)" and "(Investigatory Action)", rows for A100, H100, B100 and
+GB200), and NVIDIA's A100 memory error management guide
 (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/) for the ECC and
-row-remapping codes. Read in November 2026, when the catalog covered the
-R570/R580 driver branches; the page versions itself by driver release, not
-per row, so check it again when a new branch adds codes.
+row-remapping codes (48, 63, 64, 94, 95, 160). The catalog is one page for
+every current driver branch, not versioned per branch, and NVIDIA's Xid
+documentation states that each code's meaning is consistent across driver
+versions (https://docs.nvidia.com/deploy/xid-errors/introduction.html); this
+table follows the catalog as published in November 2026. The tiers of 61, 62, 68 and 69 follow the
+catalog's descriptions rather than a row read line by line: check them, and
+any code a new branch adds, against the spreadsheet the catalog page offers.
 
 The tier is who owns the *cause*, and the catalog's immediate action is the
 first step. Where the two differ the entry says why: a contained ECC error
