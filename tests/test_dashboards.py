@@ -180,22 +180,17 @@ def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
     (panel,) = [p for p in panels(_load("node")) if p["title"] == "Xid errors in the time range"]
     gpu = 'gpu="0", instance="node-a:9835", job="gpu-exporter", uuid="GPU-node-a-0000"'
 
-    def queries(window: str) -> tuple[str, str]:
-        total, by_code = (substitute(t["expr"], {**VARIABLES, "__range": window})
-                          for t in panel["targets"])
-        return total, by_code
-
+    (target,) = panel["targets"]
     cases = []
-    for at, window, total, by_code in (
-            ("10m", "10m", 1, [{"labels": '{xid="79"}', "value": 1}]),  # covers the Xid at 6m
-            ("8m", "5m", 1, [{"labels": '{xid="79"}', "value": 1}]),
-            ("4m", "3m", 0, []),  # before it
-            ("15m", "5m", 0, [])):  # after it
-        q_total, q_code = queries(window)
-        cases += [
-            {"expr": q_total, "eval_time": at, "exp_samples": [{"labels": "{}", "value": total}]},
-            {"expr": q_code, "eval_time": at, "exp_samples": by_code},
-        ]
+    for at, window, total, codes in (
+            ("10m", "10m", 1, {"79": 1}),  # covers the Xid at 6m
+            ("8m", "5m", 1, {"79": 1}),
+            ("4m", "3m", 0, {}),  # before it
+            ("15m", "5m", 0, {})):  # after it
+        expected = [{"labels": '{xid="all codes"}', "value": total}]
+        expected += [{"labels": f'{{xid="{code}"}}', "value": n} for code, n in codes.items()]
+        cases.append({"expr": substitute(target["expr"], {**VARIABLES, "__range": window}),
+                      "eval_time": at, "exp_samples": expected})
     doc = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [

@@ -187,11 +187,12 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "the job's owner (" + ", ".join(str(x) for x in d.application_xids) + "). "
         "The runbook's Xid tables say what each means.",
         "short", [
-            Q(f"sum(increase(gpu_xid_errors_all_total{{{GPU}}}[$__range]))", "all Xids",
-              instant=True),
-            # A code's series appears at its first Xid, at 1, which increase() cannot
-            # see: count it from 0 where it did not exist at the range's start.
-            Q(f"sum by (xid) (clamp_min(gpu_xid_errors_total{{{GPU}}} - "
+            # All codes from the total that starts at 0; then each code. A code's
+            # series appears at its first Xid, at 1, which increase() cannot see:
+            # it counts from 0 where it did not exist at the range's start.
+            Q(f'label_replace(sum(increase(gpu_xid_errors_all_total{{{GPU}}}[$__range])), '
+              f'"xid", "all codes", "", "") '
+              f"or sum by (xid) (clamp_min(gpu_xid_errors_total{{{GPU}}} - "
               f"(gpu_xid_errors_total{{{GPU}}} offset $__range "
               f"or gpu_xid_errors_total{{{GPU}}} * 0), 0)) > 0", "Xid {{xid}}", instant=True),
         ],
