@@ -180,6 +180,8 @@ class XidCollector(NvmlCollector):
             self._service(0)
             self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
             self._thread.start()
+            # Lost before the exporter could register for its events: no Xid to wait for.
+            self._lost = self._lost_now()
         else:
             self._await_loss_xids()
         with self._lock:
@@ -203,7 +205,7 @@ class XidCollector(NvmlCollector):
         """For GPUs the device reader found lost in this poll: wait, bounded,
         until the event thread has counted an Xid for each (the driver reports
         Xid 79 as the GPU goes), so the loss and its Xid share a snapshot."""
-        lost = {(g.index, g.identity.uuid) for g in self.session.gpus if g.lost}
+        lost = self._lost_now()
         new, self._lost = lost - self._lost, lost
         if not new:
             return
@@ -215,6 +217,9 @@ class XidCollector(NvmlCollector):
                 if remaining <= 0:
                     break
                 self._counted.wait(remaining)
+
+    def _lost_now(self) -> set[tuple[int, str]]:
+        return {(g.index, g.identity.uuid) for g in self.session.gpus if g.lost}
 
     def close(self) -> None:
         self._stop.set()
