@@ -191,7 +191,11 @@ class Poller:
         out.add("gpu_exporter_build_info", 1, **self._build_labels)
         if self.session is not None:
             out.add("gpu_exporter_nvml_up", self.session.up)
-            for index, count in sorted(self.session.timeouts.items()):
+            # Every GPU NVML knows from 0: the first timeout is an increase()
+            # sees. (While NVML is down, only the timeouts counted stay.)
+            timeouts = {gpu.index: 0 for gpu in self.session.gpus} if self.session.up else {}
+            timeouts.update(self.session.timeouts)
+            for index, count in sorted(timeouts.items()):
                 out.add("gpu_exporter_nvml_timeouts_total", count, gpu=str(index))
             if self.session.up:
                 out.add("gpu_exporter_nvml_driver_info", 1,

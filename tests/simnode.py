@@ -35,12 +35,15 @@ class SimRun:
     """An exporter on a simulated node, polled by hand on a virtual clock."""
 
     def __init__(self, scenario: str | Scenario, clock: VirtualClock | None = None,
-                 **setting_overrides: Any) -> None:
+                 synchronous: bool = True, **setting_overrides: Any) -> None:
+        """``synchronous=False`` runs the exporter's own threads (the NVML event
+        thread, the per-GPU call deadline) as in production, on the virtual clock."""
         self.clock = clock or VirtualClock()
         sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.node = SimulatedNode(sc, clock=self.clock)
         self.exporter = Exporter(settings(**setting_overrides), self.node,
-                                 monotonic=self.clock, wall_clock=self.clock, synchronous=True)
+                                 monotonic=self.clock, wall_clock=self.clock,
+                                 synchronous=synchronous)
         self.snapshot: Snapshot | None = None
 
     def poll(self, seconds: float = 0.0, interval: float = 1.0) -> Snapshot:

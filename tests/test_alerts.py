@@ -27,12 +27,13 @@ from gpu_exporter.alerting.rules import alert_rules
 from gpu_exporter.alerting.templates import duration, humanize1024, humanize_percentage
 from gpu_exporter.catalog import BY_NAME
 from gpu_exporter.config_types import parse_duration
-from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.diagnosis.table import ROWS, XID, XID_APPLICATION, XID_INFORMATIONAL, Row
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTMANAGER_CONFIG = ROOT / "alerts" / "alertmanager.yml"
 TEST_FILES = sorted((ROOT / TESTS_DIR).glob("*.yml"))
+# An application Xid (GpuXidErrorApplicationFault) never pages: the job's owner acts.
 PAGES = {"GpuLostHardware", "GpuMemoryErrorsEccUncorrectable", "GpuXidErrorDriverReported",
          "GpuExporterDown", "GpuExporterNvmlDown"}
 
@@ -239,6 +240,12 @@ def test_amtool_check_config() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _labels(row: Row) -> dict[str, str]:
+    """The labels of the row's generated alert, as the rules file has them."""
+    alert = next(a for a in _alerts() if a["alert"] == row.alert_name)
+    return {"alertname": row.alert_name, "instance": "n1:9835", "gpu": "4", **alert["labels"]}
+
+
 @pytest.mark.parametrize(("labels", "receiver"), [
     ({"alertname": "GpuLostHardware", "severity": "critical", "instance": "n1:9835",
       "gpu": "5"}, "pager"),
@@ -251,6 +258,9 @@ def test_amtool_check_config() -> None:
     ({"alertname": "GpuPersistenceOffConfiguration", "severity": "info",
       "instance": "n1:9835", "gpu": "3"}, "blackhole"),
     ({"alertname": "SomethingElse", "instance": "n1:9835"}, "ticket"),
+    # Xids by who must act: the labels the generated rules put on each tier's alert.
+    *((_labels(row), receiver) for row, receiver in (
+        (XID, "pager"), (XID_APPLICATION, "job-owner"), (XID_INFORMATIONAL, "blackhole"))),
 ])
 def test_amtool_routes(labels: dict[str, str], receiver: str) -> None:
     args = [f"{k}={v}" for k, v in labels.items()]

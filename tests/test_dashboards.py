@@ -8,6 +8,7 @@ That every query returns data is proven live in tests/test_live_stack.py."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from gpu_exporter.alerting.promql import metric_names
 from gpu_exporter.catalog import BY_NAME
 from gpu_exporter.dashboards.generate import FLEET, NODE, differences
 from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
+from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = {"node": ROOT / NODE, "fleet": ROOT / FLEET}
@@ -133,6 +135,7 @@ def test_node_dashboard_shows_what_the_on_call_needs() -> None:
             "gpu_pcie_link_generation_max", "gpu_pcie_bytes_total", "gpu_pcie_replays_total",
             "gpu_pcie_aer_errors_total", "gpu_ecc_errors_total", "gpu_remapped_rows_total",
             "gpu_row_remap_pending", "gpu_row_remap_failed", "gpu_xid_errors_total",
+            "gpu_xid_errors_all_total",
             "gpu_process_memory_used_bytes", "gpu_process_sm_utilization_ratio",
             "gpu_process_cpu_seconds_total", "gpu_process_run_queue_wait_seconds_total",
             "gpu_host_cpu_iowait_ratio", "gpu_host_pressure_ratio",
@@ -167,3 +170,37 @@ def test_provisioning_files() -> None:
         (ROOT / "grafana/provisioning/datasources/prometheus.yaml").read_text())
     (source,) = sources["datasources"]
     assert source["type"] == "prometheus" and source["url"].startswith("http")
+
+
+def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
+    """The node dashboard's Xid panel, run by promtool over what the exporter
+    exports: a GPU's first Xid (its all-codes total from 0, the code's own
+    series appearing at 1) is 1 in a range that covers it, in total and under
+    its code; a range before or after it shows none."""
+    (panel,) = [p for p in panels(_load("node")) if p["title"] == "Xid errors in the time range"]
+    gpu = 'gpu="0", instance="node-a:9835", job="gpu-exporter", uuid="GPU-node-a-0000"'
+
+    (target,) = panel["targets"]
+    cases = []
+    for at, window, total, codes in (
+            ("10m", "10m", 1, {"79": 1}),  # covers the Xid at 6m
+            ("8m", "5m", 1, {"79": 1}),
+            ("4m", "3m", 0, {}),  # before it
+            ("15m", "5m", 0, {})):  # after it
+        expected = [{"labels": '{xid="all codes"}', "value": total}]
+        expected += [{"labels": f'{{xid="{code}"}}', "value": n} for code, n in codes.items()]
+        cases.append({"expr": substitute(target["expr"], {**VARIABLES, "__range": window}),
+                      "eval_time": at, "exp_samples": expected})
+    doc = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": f"gpu_xid_errors_all_total{{{gpu}}}", "values": "0x5 1x10"},
+            {"series": f'gpu_xid_errors_total{{{gpu}, xid="79"}}', "values": "_ _ _ _ _ _ 1x9"},
+        ],
+        "promql_expr_test": cases,
+    }]}
+    (tmp_path / "xid-panel.test.yml").write_text(yaml.safe_dump(doc))
+    result = subprocess.run([tool("promtool"), "test", "rules", "xid-panel.test.yml"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

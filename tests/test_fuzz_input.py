@@ -66,7 +66,7 @@ CONFIG_KEYS = {
     "path": _section({"procfs": 0, "sysfs": 0}),
     "processes": _section({"max_per_gpu": 0}),
     "diagnosis": _section({"window": 0, "clear_after": 0, "hold_ratio": 0, "iowait_high": 0,
-                           "critical_xids": 0}),
+                           "hardware_xids": 0}),
     "collectors": st.dictionaries(st.sampled_from([*COLLECTORS, "nope"]), values, max_size=3),
     "baseline_file": values,
     "simulate": values,

@@ -274,9 +274,10 @@ def test_alertmanager_inhibits_and_groups_per_node(stack: Stack) -> None:
     """Alerts posted to Alertmanager's API v2; its own view says which are
     inhibited, and by which rule's source."""
 
-    def a(alertname: str, severity: str, instance: str, gpu: str | None = None) -> dict[str, Any]:
+    def a(alertname: str, severity: str, instance: str, gpu: str | None = None,
+          **extra: str) -> dict[str, Any]:
         labels = {"alertname": alertname, "severity": severity, "instance": instance,
-                  "job": "inhibition-test"}
+                  "job": "inhibition-test", **extra}
         if gpu is not None:
             labels["gpu"] = gpu
         return {"labels": labels, "annotations": {"summary": alertname}}
@@ -297,6 +298,11 @@ def test_alertmanager_inhibits_and_groups_per_node(stack: Stack) -> None:
         a("GpuPersistenceOffConfiguration", "info", "n3", "1"),
         a("GpuStraggler", "warning", "n3", "2"),
         a("GpuExporterCollectorFailing", "warning", "n3"),
+        # Xids by who must act: an application Xid goes to the job's owner; on a
+        # GPU with a hardware Xid it is the driver's cleanup and is inhibited.
+        a("GpuXidErrorApplicationFault", "warning", "n5", "0", xid_tier="application"),
+        a("GpuXidErrorDriverReported", "critical", "n5", "1", xid_tier="hardware"),
+        a("GpuXidErrorApplicationFault", "warning", "n5", "1", xid_tier="application"),
     ]
     # Eight GPUs with the same fault on one node: one group, one notification.
     posted += [a("GpuThrottledUnderLoadThermal", "warning", "n4", str(i)) for i in range(8)]
@@ -306,7 +312,8 @@ def test_alertmanager_inhibits_and_groups_per_node(stack: Stack) -> None:
                  ("n1", "GpuMemoryErrorsEccUncorrectable", "3"),
                  ("n2", "GpuTemperatureNearSlowdown", "5"),
                  ("n2", "GpuXidErrorDriverReported", "5"),
-                 ("n3", "GpuMemoryErrorsRowRemapPending", "1")}
+                 ("n3", "GpuMemoryErrorsRowRemapPending", "1"),
+                 ("n5", "GpuXidErrorApplicationFault", "1")}
 
     def states() -> dict[tuple[str, str, str], dict[str, Any]] | None:
         got = {(x["labels"]["instance"], x["labels"]["alertname"], x["labels"].get("gpu", "")): x
@@ -334,6 +341,12 @@ def test_alertmanager_inhibits_and_groups_per_node(stack: Stack) -> None:
                       + urllib.parse.urlencode({"filter": 'instance="n2"'}))
     receivers = {g["receiver"]["name"] for g in pager}
     assert receivers == {"pager", "ticket"}
+    xids = http_json(f"{stack.alertmanager_url}/api/v2/alerts/groups?"
+                     + urllib.parse.urlencode({"filter": 'instance="n5"'}))
+    by_receiver = {g["receiver"]["name"]: {(x["labels"]["alertname"], x["labels"]["gpu"])
+                                           for x in g["alerts"]} for g in xids}
+    assert by_receiver["pager"] == {("GpuXidErrorDriverReported", "1")}
+    assert ("GpuXidErrorApplicationFault", "0") in by_receiver["job-owner"]
 
 
 def _check_arrived(stack: Stack, alertname: str, labels: dict[str, str], value: float) -> None:

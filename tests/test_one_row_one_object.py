@@ -72,7 +72,7 @@ def test_the_prose_types_no_threshold_by_hand(row: Row) -> None:
 
 def test_alert_prose_quotes_the_configured_thresholds() -> None:
     config = AlertConfig(diagnosis=DiagnosisConfig(memory_near_full_ratio=0.9,
-                                                   critical_xids=(48, 79)))
+                                                   hardware_xids=(48, 79)))
     by = {r.name: r for r in alert_rules(config)}
     assert "above 90 % of the GPU's total" in by[t.MEMORY_NEAR_FULL.alert_name].description
     assert "95 %" not in by[t.MEMORY_NEAR_FULL.alert_name].description

@@ -472,9 +472,18 @@ CASES: list[Case] = [
     (t.XID, signals(xids=[(NOW - 60, 79), (NOW - 10, 31 + 1000), (NOW - 30, 48),
                           (NOW - CFG.xid_hold, 79), (NOW - CFG.xid_hold - 1, 94)]), CFG,
      Verdict(True, {"xid": "48, 79", "xid_events_recent": 3}),
-     "critical Xids within the hold, each listed once, events counted; "
+     "hardware Xids within the hold, each listed once, events counted; "
      "exactly at the hold still counts"),
     (t.XID, signals(xids=[]), CFG, Verdict(False), "no Xid"),
+    (t.XID_APPLICATION, signals(xids=[(NOW - 60, 31), (NOW - 10, 79), (NOW - 30, 13),
+                                      (NOW - 20, 31), (NOW - CFG.xid_hold - 1, 43)]), CFG,
+     Verdict(True, {"xid": "13, 31", "xid_events_recent": 3}),
+     "application Xids within the hold only; the hardware one is not the job's"),
+    (t.XID_APPLICATION, signals(xids=[(NOW - 10, 79)]), CFG, Verdict(False),
+     "only a hardware Xid"),
+    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 60, 160), (NOW - 10, 1031), (NOW - 5, 13)]),
+     CFG, Verdict(True, {"xid": "160, 1031", "xid_events_recent": 2}),
+     "a listed informational code and one the table does not know"),
     (t.GPU_LOST, signals(busy_gpu(up=False)), CFG, Verdict(True, {"gpu_up": 0}), "lost"),
     (t.GPU_LOST, signals(), CFG, Verdict(False, {"gpu_up": 1}), "answers"),
     (t.MEMORY_NEAR_FULL, signals(busy_gpu(memory_used_bytes=0.961234 * TOTAL)), CFG,
@@ -579,10 +588,23 @@ def test_the_xid_hold_is_measured_from_now() -> None:
     assert verdict(t.XID, sig, now=NOW + CFG.xid_hold).holds is False
 
 
-def test_only_the_configured_xids_are_critical() -> None:
+def test_the_configured_tiers_decide_who_is_told() -> None:
     sig = signals(xids=[(NOW - 60, 13)])
-    assert verdict(t.XID, sig).holds is True
-    assert verdict(t.XID, sig, CFG.model_copy(update={"critical_xids": (79,)})).holds is False
+    assert verdict(t.XID, sig).holds is False
+    assert verdict(t.XID_APPLICATION, sig).holds is True
+    # A site that wants Xid 13 paged moves it to the hardware tier.
+    moved = DiagnosisConfig(hardware_xids=(*CFG.hardware_xids, 13),
+                            application_xids=tuple(x for x in CFG.application_xids if x != 13))
+    assert verdict(t.XID, sig, moved).holds is True
+    assert verdict(t.XID_APPLICATION, sig, moved).holds is False
+    # Taken out of every list, it is informational.
+    dropped = DiagnosisConfig(application_xids=(31,))
+    assert verdict(t.XID_INFORMATIONAL, sig, dropped).holds is True
+
+
+def test_an_xid_in_two_tiers_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="Xid 13 is in both hardware_xids and application_xids"):
+        DiagnosisConfig(hardware_xids=(13, 79))
 
 
 # --- every threshold the rules read comes from the configuration -------------------------

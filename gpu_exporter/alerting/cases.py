@@ -49,11 +49,26 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class ExprCheck:
+    """A PromQL expression and the samples it must return (promql_expr_test)."""
+    at: float
+    expr: str
+    samples: tuple[Sample, ...]
+
+
+@dataclass(frozen=True)
 class Case:
     name: str
     interval: float
     series: list[Series]
     checks: list[Check]
+    exprs: list[ExprCheck] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,73 @@ def _consequence_cases(by: dict[str, AlertRule]) -> list[Case]:
         out.append(Case(f"{consequence.alert_name} stays silent: {root.cause} explains it",
                         iv, series, checks))
     return out
+
+
+# --- Xids: who is told ------------------------------------------------------
+
+
+def _xid_tier_cases(config: AlertConfig, by: dict[str, AlertRule]) -> list[Case]:
+    """An application Xid tells the job's owner and pages no one; a hardware
+    Xid pages on-call and tells no job owner. Each GPU carries what the
+    exporter exports for it: the Xid counters and its tier's diagnosis row."""
+    iv = 5.0
+    xid_rows = [r for r in ROWS if r.xid_tier is not None]
+    onset = 300.0
+    at = onset + max(by[r.alert_name].for_s for r in xid_rows) + 60
+    end = at + 300
+    before, after = steps(iv, onset) - 1, steps(iv, end - onset)
+    d = config.diagnosis
+    application, hardware = d.application_xids[0], d.hardware_xids[0]
+    series: list[Series] = []
+    fires: dict[str, list[Fire]] = {r.alert_name: [] for r in xid_rows}
+    for index, code in ((0, application), (1, hardware)):
+        g = gpu("node-a", index)
+        tier = d.xid_tier(code)
+        series += [
+            Series("gpu_xid_errors_total", {**g, "xid": str(code)},
+                   f"_x{before} 1x{after}"),
+            Series("gpu_xid_errors_all_total", g, f"0x{before} 1x{after}"),
+        ]
+        for row in xid_rows:
+            labels = {**g, "symptom": row.symptom, "cause": row.cause}
+            on = row.xid_tier == tier
+            series.append(Series("gpu_diagnosis_active", labels,
+                                 f"0x{before} {1 if on else 0}x{after}"))
+            if on:
+                fires[row.alert_name].append(Fire(labels, 1))
+    checks = [Check(at, name, tuple(f)) for name, f in fires.items()]
+    return [Case(f"Xid {application} (application) tells the job's owner and pages no one; "
+                 f"Xid {hardware} (hardware) pages on-call and tells no job owner",
+                 iv, series, checks)]
+
+
+def _first_event_cases() -> list[Case]:
+    """A counter the exporter starts at 0 shows its first event to
+    increase() over any range that covers it; a series that appears at 1 does
+    not (why gpu_xid_errors_all_total and the timeouts start at 0)."""
+    iv = 60.0
+    g = gpu("node-a", 0)
+    series = [
+        # The first Xid at 6 min: the total was 0 from the first scrape on ...
+        Series("gpu_xid_errors_all_total", g, "0x5 1x10"),
+        # ... the code's own series appears with it, at 1.
+        Series("gpu_xid_errors_total", {**g, "xid": "79"}, "_ _ _ _ _ _ 1x9"),
+        Series("gpu_exporter_nvml_timeouts_total", {**node("node-a"), "gpu": "0"},
+               "0x5 1x10"),
+    ]
+    one = (Sample({"gpu": "0"}, 1),)
+    exprs = []
+    for at, window in ((600.0, "10m"), (480.0, "5m"), (900.0, "15m")):
+        exprs += [
+            ExprCheck(at, f"sum by (gpu) (increase(gpu_xid_errors_all_total[{window}]))", one),
+            ExprCheck(at, f"sum by (gpu) (increase(gpu_exporter_nvml_timeouts_total"
+                          f"[{window}]))", one),
+            ExprCheck(at, f"sum by (gpu) (increase(gpu_xid_errors_total[{window}]))",
+                      (Sample({"gpu": "0"}, 0),)),
+        ]
+    return [Case("the first Xid and the first NVML timeout are an increase of 1 over any "
+                 "range that covers them; a series that appears at 1 shows none",
+                 iv, series, [], exprs)]
 
 
 # --- the exporter's health ---------------------------------------------------
@@ -375,6 +457,8 @@ def test_files(config: AlertConfig) -> list[TestFile]:
     return [
         TestFile("diagnosis.test.yml", 5.0, [_row_case(r) for r in rules if r.row is not None]),
         TestFile("consequences.test.yml", 5.0, _consequence_cases(by)),
+        TestFile("xids.test.yml", 5.0, _xid_tier_cases(config, by)),
+        TestFile("first-events.test.yml", 60.0, _first_event_cases()),
         TestFile("exporter.test.yml", 5.0, _exporter_cases(by)),
         TestFile("fleet.test.yml", 5.0, [_straggler_case(by["GpuStraggler"], config)]),
         TestFile("fleet-slow.test.yml", 15.0, [
@@ -396,11 +480,17 @@ def _check(config: AlertConfig, by: dict[str, AlertRule], check: Check) -> dict[
     exp = []
     for fire in check.fires:
         exp.append({
-            "exp_labels": {**fire.labels, "severity": rule.severity},
+            "exp_labels": {**fire.labels, "severity": rule.severity, **rule.labels},
             "exp_annotations": {k: render(v, fire.labels, fire.value)
                                 for k, v in templates.items()},
         })
     return {"eval_time": duration(check.at), "alertname": check.alert, "exp_alerts": exp}
+
+
+def _expr(check: ExprCheck) -> dict[str, Any]:
+    return {"expr": check.expr, "eval_time": duration(check.at), "exp_samples": [
+        {"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(x.labels.items())) + "}",
+         "value": x.value} for x in check.samples]}
 
 
 def render_test_file(config: AlertConfig, tf: TestFile) -> str:
@@ -412,7 +502,9 @@ def render_test_file(config: AlertConfig, tf: TestFile) -> str:
             "name": case.name,
             "interval": duration(case.interval),
             "input_series": [{"series": s.text(), "values": s.values} for s in case.series],
-            "alert_rule_test": [_check(config, by, c) for c in case.checks],
+            **({"alert_rule_test": [_check(config, by, c) for c in case.checks]}
+               if case.checks else {}),
+            **({"promql_expr_test": [_expr(e) for e in case.exprs]} if case.exprs else {}),
         } for case in tf.cases],
     }
 

@@ -79,7 +79,7 @@ def _alert(config: AlertConfig, rule: AlertRule, max_for: float | None) -> dict[
     out: dict[str, Any] = {"alert": rule.name, "expr": rule.expr}
     if for_s > 0:
         out["for"] = duration(for_s)
-    out["labels"] = {"severity": rule.severity}
+    out["labels"] = {"severity": rule.severity, **rule.labels}
     out["annotations"] = alert_annotations(config, rule)
     return out
 

@@ -59,6 +59,8 @@ class AlertRule:
     confirm: tuple[str, ...]
     escalate: str
     row: Row | None = None
+    # Labels beside severity that Alertmanager routes on (xid_tier: who acts).
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,8 @@ def _row_alert(config: AlertConfig, x: Exprs, row: Row) -> AlertRule:
         meaning=(f"{row.summary}. The exporter reports symptom {row.symptom} on this GPU and "
                  f"blames cause {row.cause}: the evidence it sees is below."),
         confirm=row.confirm,
-        escalate=row.escalate, row=row)
+        escalate=row.escalate, row=row,
+        labels={"xid_tier": row.xid_tier} if row.xid_tier else {})
 
 
 # --- the exporter's own health -----------------------------------------------

@@ -14,6 +14,7 @@ from gpu_exporter.alerting.templates import duration
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.precedence import PRECEDENCE
 from gpu_exporter.diagnosis.rules import SPECIFIC_SLOWDOWN_REASONS, THERMAL_REASONS
+from gpu_exporter.diagnosis.xids import BY_CODE, CATALOG_URL, TIERS, XidTier
 
 _TITLES = {
     GROUP_DIAGNOSIS: ("Diagnoses", "One alert per row of the exporter's symptom → cause table. "
@@ -66,8 +67,50 @@ def runbook(config: AlertConfig) -> str:
         title, intro = _TITLES[group]
         out += [f"# {title}", "", intro, ""]
         out += [_section(r) for r in rules if r.group == group]
+    out += _xids_by_who_must_act(config, rules)
     out += _how_the_diagnosis_decides(config)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+_WHO: dict[XidTier, str] = {
+    "hardware": "on-call and the hardware team (pages)",
+    "application": "the job's owner (a warning routed by `xid_tier=\"application\"`, never "
+                   "a page)",
+    "informational": "no one (dashboards and the Alertmanager UI)",
+}
+
+
+def _xids_by_who_must_act(config: AlertConfig, rules: list[AlertRule]) -> list[str]:
+    """Each tier's codes, what they mean and the first action, from the tier
+    table (diagnosis/xids.py) as the configuration places the codes."""
+    d = config.diagnosis
+    by_tier = {r.row.xid_tier: r for r in rules if r.row is not None and r.row.xid_tier}
+    out = [
+        "# Xids by who must act",
+        "",
+        "Every Xid the driver reports is counted (`gpu_xid_errors_total{xid}`, and "
+        "`gpu_xid_errors_all_total`, which starts at 0 so `increase()` sees the first one) and "
+        "lands in one tier, by who owns its cause. The tiers follow NVIDIA's Xid catalog "
+        f"({CATALOG_URL}): its immediate action is the first step below. A site can move a "
+        "code with `diagnosis: {hardware_xids: [...], application_xids: [...], "
+        "informational_xids: [...]}`; a code in no list is informational, so a code a newer "
+        "driver adds is seen without paging anyone.",
+        "",
+    ]
+    for tier in TIERS:
+        rule = by_tier[tier]
+        out += [f"## Xid tier: {tier}", "",
+                f"Alert [`{rule.name}`](#{rule.anchor}) · severity **{rule.severity}** · "
+                f"told: {_WHO[tier]}.", "",
+                "| Xid | what it means | first action |", "|---|---|---|"]
+        for code in getattr(d, f"{tier}_xids"):
+            entry = BY_CODE.get(code)
+            if entry is None:
+                out.append(f"| {code} | (placed in this tier by the configuration) | — |")
+            else:
+                out.append(f"| {code} | {entry.meaning} | {entry.action} |")
+        out.append("")
+    return out
 
 
 def _row_link(row: t.Row) -> str:
@@ -161,4 +204,4 @@ def _how_the_diagnosis_decides(config: AlertConfig) -> list[str]:
 # The confusion-matrix test's result (tests/test_confusion_matrix.py), as
 # (cases, expected root causes, found, false findings); the test fails when
 # the measured result differs, so the runbook never quotes a stale number.
-DIAGNOSIS_MATRIX = (239, 379, 379, 0)
+DIAGNOSIS_MATRIX = (269, 437, 437, 0)

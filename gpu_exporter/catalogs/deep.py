@@ -48,7 +48,12 @@ METRICS: tuple[Metric, ...] = (
        (*GPU, "stat"), "samples"),
     _m("gpu_xid_errors_total", "counter",
        "Xid errors the driver reported for the GPU since the exporter started, by Xid code "
-       "(NVML critical Xid events).", (*GPU, "xid"), "xid"),
+       "(NVML critical Xid events). A code's series appears at its first Xid, at 1: count "
+       "first events with gpu_xid_errors_all_total.", (*GPU, "xid"), "xid"),
+    _m("gpu_xid_errors_all_total", "counter",
+       "Xid errors of every code the driver reported for the GPU since the exporter "
+       "started; 0 from the GPU's first poll, so increase() sees the first Xid.", GPU,
+       "xid"),
     _m("gpu_events_total", "counter",
        "Other NVML events seen for the GPU since the exporter started, by type.",
        (*GPU, "type"), "xid"),

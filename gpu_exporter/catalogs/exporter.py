@@ -25,7 +25,8 @@ METRICS: tuple[Metric, ...] = (
        ("collector",), "exporter"),
     _m("gpu_exporter_nvml_timeouts_total", "counter",
        "NVML reads of a GPU that did not return within --poll.timeout; the GPU is skipped "
-       "(gpu_up 0) until the stuck call returns.", ("gpu",), "exporter"),
+       "(gpu_up 0) until the stuck call returns. 0 for every GPU from the first poll, so "
+       "increase() sees the first timeout.", ("gpu",), "exporter"),
     _m("gpu_exporter_poll_duration_seconds", "gauge", "Wall time of the last poll.", (),
        "exporter"),
     _m("gpu_exporter_polls_total", "counter", "Polls completed since the exporter started.",

@@ -6,6 +6,19 @@ code — never a last-value gauge that hides repeats. The thread survives a GPU
 being lost (it keeps waiting for the others) and builds a new event set after
 NVML is initialised again. Events that happened before registration are lost:
 that is NVML's rule.
+
+Two things make an Xid visible where it matters:
+
+- ``gpu_xid_errors_all_total{gpu,uuid}`` counts every Xid of a GPU and starts
+  at 0 for every GPU the exporter knows, so the first Xid is an increase from
+  0 that ``increase()`` sees. The per-code series cannot start at 0: the
+  label set of every code the driver may report is too large to pre-create,
+  so each appears at its first event, at 1 (``increase()`` over a range that
+  contains only that appearance is 0; the total shows it).
+- A GPU that falls off the bus reports Xid 79 as it goes. When a poll finds a
+  GPU newly lost, it waits (at most ``LOSS_XID_WAIT_S``, once per loss) for
+  the event thread to count that GPU's Xid, so the snapshot with ``gpu_up 0``
+  carries its Xid rather than the next one.
 """
 
 from __future__ import annotations
@@ -13,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Self
@@ -32,6 +46,10 @@ log = logging.getLogger(__name__)
 WANTED = (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC | c.EVENT_SINGLE_BIT_ECC
           | c.EVENT_POWER_SOURCE_CHANGE)
 WAIT_MS = 500
+# How long a poll that finds a GPU newly lost waits for the event thread to
+# count its Xid (79: fallen off the bus). Once per loss; a GPU lost without an
+# Xid costs that poll this much.
+LOSS_XID_WAIT_S = 0.5
 
 
 class XidCollector(NvmlCollector):
@@ -44,7 +62,11 @@ class XidCollector(NvmlCollector):
         self._wall = wall_clock
         self._synchronous = synchronous
         self._lock = threading.Lock()
+        self._counted = threading.Condition(self._lock)  # notified per Xid counted
         self._xids: Counter[tuple[int, str, int]] = Counter()
+        self._totals: Counter[tuple[int, str]] = Counter()  # every Xid per GPU
+        self._lost: set[tuple[int, str]] = set()  # the GPUs lost at the last poll
+        self._exported: Counter[tuple[int, str]] = Counter()  # totals the last poll showed
         self._events: Counter[tuple[int, str, str]] = Counter()
         self.recent: list[XidEvent] = []
         self._set: EventSet | None = None
@@ -124,6 +146,8 @@ class XidCollector(NvmlCollector):
         with self._lock:
             if event_type & c.EVENT_XID_CRITICAL:
                 self._xids[(index, uuid, data)] += 1
+                self._totals[(index, uuid)] += 1
+                self._counted.notify_all()
                 self.recent.append(XidEvent(index, uuid, data, self._wall()))
                 del self.recent[:-256]
                 log.warning("GPU %d (%s): Xid %d", index, uuid, data)
@@ -156,12 +180,46 @@ class XidCollector(NvmlCollector):
             self._service(0)
             self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
             self._thread.start()
+            # Lost before the exporter could register for its events: no Xid to wait for.
+            self._lost = self._lost_now()
+        else:
+            self._await_loss_xids()
         with self._lock:
+            # The GPUs NVML knows now start at 0: their first Xid is an increase.
+            # While NVML is down only what was counted stays: no NVML series.
+            known = ({(g.index, g.identity.uuid) for g in self.session.gpus}
+                     if self.session.up else set())
+            for key in known:
+                self._totals[key] += 0
+            for (index, uuid), count in sorted(self._totals.items()):
+                if count or (index, uuid) in known:
+                    out.add("gpu_xid_errors_all_total", count, gpu=str(index), uuid=uuid)
+            self._exported = Counter(self._totals)
             for (index, uuid, xid), count in sorted(self._xids.items()):
                 out.add("gpu_xid_errors_total", count, gpu=str(index), uuid=uuid, xid=str(xid))
             for (index, uuid, name), count in sorted(self._events.items()):
                 out.add("gpu_events_total", count, gpu=str(index), uuid=uuid, type=name)
             out.readings.xid = list(self.recent)
+
+    def _await_loss_xids(self) -> None:
+        """For GPUs the device reader found lost in this poll: wait, bounded,
+        until the event thread has counted an Xid for each (the driver reports
+        Xid 79 as the GPU goes), so the loss and its Xid share a snapshot."""
+        lost = self._lost_now()
+        new, self._lost = lost - self._lost, lost
+        if not new:
+            return
+        with self._counted:
+            # An Xid counted since the last snapshot is the loss's own: no wait.
+            deadline = time.monotonic() + LOSS_XID_WAIT_S
+            while any(self._totals[key] <= self._exported[key] for key in new):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._counted.wait(remaining)
+
+    def _lost_now(self) -> set[tuple[int, str]]:
+        return {(g.index, g.identity.uuid) for g in self.session.gpus if g.lost}
 
     def close(self) -> None:
         self._stop.set()

@@ -180,10 +180,22 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         ], Steps(GREEN, ((1, RED),)), Layout(8), min=0)))
     b = b.with_panel(single(Common(
         "Xid errors in the time range",
-        "Xid errors the driver reported for this GPU in the dashboard's time range, by Xid "
-        "code (0 when there were none). 79: fallen off the bus; 48/94/95: ECC; 119/120: GSP.",
-        "short", [Q(f"sum by (xid) (increase(gpu_xid_errors_total{{{GPU}}}[$__range])) "
-                    f"or sum(gpu_up{{{GPU}}} * 0)", "Xid {{xid}}", instant=True)],
+        "Xid errors the driver reported for this GPU in the dashboard's time range: all codes "
+        "(from gpu_xid_errors_all_total, which starts at 0, so the first Xid counts) and each "
+        "code seen. Hardware/driver Xids page on-call ("
+        + ", ".join(str(x) for x in d.hardware_xids) + "); application Xids go to "
+        "the job's owner (" + ", ".join(str(x) for x in d.application_xids) + "). "
+        "The runbook's Xid tables say what each means.",
+        "short", [
+            # All codes from the total that starts at 0; then each code. A code's
+            # series appears at its first Xid, at 1, which increase() cannot see:
+            # it counts from 0 where it did not exist at the range's start.
+            Q(f'label_replace(sum(increase(gpu_xid_errors_all_total{{{GPU}}}[$__range])), '
+              f'"xid", "all codes", "", "") '
+              f"or sum by (xid) (clamp_min(gpu_xid_errors_total{{{GPU}}} - "
+              f"(gpu_xid_errors_total{{{GPU}}} offset $__range "
+              f"or gpu_xid_errors_total{{{GPU}}} * 0), 0)) > 0", "Xid {{xid}}", instant=True),
+        ],
         Steps(GREEN, ((1, RED),)), Layout(8)), text=True))
 
     b = b.with_row(row("Processes"))

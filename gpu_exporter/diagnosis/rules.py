@@ -25,6 +25,7 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.diagnosis.xids import XidTier
 
 Evidence = dict[str, float | str]
 # NVML's reason bits (nvmlClocksEventReasons): hw_thermal and sw_thermal name
@@ -430,16 +431,23 @@ def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict
 rule(t.ROW_REMAP_PENDING)(_remap_pending)
 
 
-def _xid(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    recent = [(at, x) for at, x in s.xids
-              if x in cfg.critical_xids and trend.now - at <= cfg.xid_hold]
-    if not recent:
-        return Verdict(False)
-    return Verdict(True, {"xid": ", ".join(str(x) for x in sorted({x for _, x in recent})),
-                          "xid_events_recent": len(recent)})
+def _xid_rule(tier: XidTier) -> Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]:
+    """The rule of one Xid tier: an Xid of that tier (diagnosis/xids.py, as the
+    configuration places it) within the hold."""
+    def judge(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+        recent = [(at, x) for at, x in s.xids
+                  if cfg.xid_tier(x) == tier and trend.now - at <= cfg.xid_hold]
+        if not recent:
+            return Verdict(False)
+        return Verdict(True, {"xid": ", ".join(str(x) for x in sorted({x for _, x in recent})),
+                              "xid_events_recent": len(recent)})
+    judge.__name__ = judge.__qualname__ = f"_xid_{tier}"
+    return judge
 
 
-rule(t.XID)(_xid)
+rule(t.XID)(_xid_rule("hardware"))
+rule(t.XID_APPLICATION)(_xid_rule("application"))
+rule(t.XID_INFORMATIONAL)(_xid_rule("informational"))
 
 
 def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

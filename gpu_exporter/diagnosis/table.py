@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.diagnosis.xids import XidTier
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
@@ -38,6 +39,9 @@ class Row:
     # Facts, not trends (a lost GPU, an ECC error): on at once, without the
     # diagnosis window.
     immediate: bool = False
+    # The Xid rows: which tier of diagnosis/xids.py the row reports (who must
+    # act); the alert carries it as its ``xid_tier`` label for routing.
+    xid_tier: XidTier | None = None
 
     @property
     def key(self) -> str:
@@ -227,15 +231,38 @@ ROW_REMAP_PENDING = Row(
     ("nvidia-smi -q -d ROW_REMAPPER",),
     "Escalate to hardware when remaps keep appearing.",
     immediate=True)
+_XID_CONFIRM = ("dmesg -T | grep -i xid", "nvidia-smi -q")
 XID = Row(
     "xid_error", "driver_reported", "critical",
-    "The driver reported a critical Xid error for the GPU",
-    "NVML delivered a critical Xid event (one of {critical_xids}) within the last {xid_hold}.",
-    "Act per Xid: 79 means the GPU fell off the bus (check power and PCIe), 48/94/95 are "
-    "ECC errors (drain and reset), 74 is an NVLink error, 119/120 are GSP errors (reset).",
-    ("dmesg -T | grep -i xid", "nvidia-smi -q"),
+    "The driver reported a hardware or driver Xid error for the GPU",
+    "NVML delivered an Xid that NVIDIA's Xid catalog puts on the GPU's hardware or the "
+    "driver (one of {hardware_xids}) within the last {xid_hold}.",
+    "Act per Xid (the runbook's Xid table): drain the node and reset the GPU for ECC, "
+    "micro-controller, NVLink and GSP errors; a GPU that fell off the bus needs a reboot "
+    "and a check of its power and PCIe seating.",
+    _XID_CONFIRM,
     "Escalate to hardware when the same GPU repeats an Xid.",
-    immediate=True)
+    immediate=True, xid_tier="hardware")
+XID_APPLICATION = Row(
+    "xid_error", "application_fault", "warning",
+    "The job on the GPU faulted: the driver reported an application Xid",
+    "NVML delivered an Xid that NVIDIA's Xid catalog attributes to the application (one of "
+    "{application_xids}) within the last {xid_hold}.",
+    "The job's owner restarts the job and checks it for illegal memory accesses "
+    "(compute-sanitizer) and for the CUDA version it was built for; the GPU stays usable.",
+    _XID_CONFIRM,
+    "Escalate to hardware when the same GPU repeats the Xid under different jobs.",
+    immediate=True, xid_tier="application")
+XID_INFORMATIONAL = Row(
+    "xid_error", "informational", "info",
+    "The driver reported an informational Xid for the GPU",
+    "NVML delivered an Xid that needs no action by itself (one of {informational_xids}, or a "
+    "code the Xid table does not list) within the last {xid_hold}.",
+    "Nothing by itself; look the code up in NVIDIA's Xid catalog when the table does not "
+    "list it, and move it to its tier in the diagnosis settings.",
+    _XID_CONFIRM,
+    "Escalate to hardware when an unlisted code repeats on the same GPU.",
+    immediate=True, xid_tier="informational")
 GPU_LOST = Row(
     "gpu_lost", "hardware", "critical",
     "GPU is lost: NVML cannot reach it",
@@ -284,7 +311,8 @@ ROWS: tuple[Row, ...] = (
     IDLE_DATA_PIPELINE_IO, IDLE_CPU_CONTENTION, IDLE_HOST_SWAPPING, IDLE_PROCESS_STALLED,
     UNDERFED_DATA_PIPELINE_IO, UNDERFED_CPU_CONTENTION, UNDERFED_HOST_SWAPPING,
     BURSTY_INPUT, POWER_CAP, THERMAL, POWER_BRAKE, HW_SLOWDOWN, APPLICATION_CLOCKS,
-    PCIE_DOWNTRAINED, PCIE_ERRORS, ECC_UNCORRECTABLE, ROW_REMAP_PENDING, XID, GPU_LOST,
+    PCIE_DOWNTRAINED, PCIE_ERRORS, ECC_UNCORRECTABLE, ROW_REMAP_PENDING, XID, XID_APPLICATION,
+    XID_INFORMATIONAL, GPU_LOST,
     MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
 )
 

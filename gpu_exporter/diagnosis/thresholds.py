@@ -4,12 +4,13 @@ experienced SRE would start from. Set under ``diagnosis:`` in the config file
 
 from __future__ import annotations
 
+from typing import Self
+
 from annotated_types import Le
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpu_exporter.config_types import Duration
-
-CRITICAL_XIDS = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120, 154)
+from gpu_exporter.diagnosis.xids import XidTier, codes
 
 
 class DiagnosisConfig(BaseModel):
@@ -40,13 +41,36 @@ class DiagnosisConfig(BaseModel):
     memory_near_full_ratio: float = Field(0.95, gt=0, le=1)
     inflated_utilization: float = Field(0.80, ge=0, le=1)
     inflated_sm_active: float = Field(0.30, ge=0, le=1)
-    critical_xids: tuple[int, ...] = CRITICAL_XIDS
+    # Xids by who must act (diagnosis/xids.py is the table these default to): a
+    # site may move a code to another tier; a code in no list is informational.
+    hardware_xids: tuple[int, ...] = codes("hardware")
+    application_xids: tuple[int, ...] = codes("application")
+    informational_xids: tuple[int, ...] = codes("informational")
     xid_hold: Duration = Field(900.0, ge=0)  # an Xid keeps its row on this long
     expect_persistence: bool = True
     # A cause explains another row's signals (swapping -> iowait) only while its
     # own condition held within this long: short dips keep the explanation,
     # a cause that has stopped no longer explains what persists.
     explained_within: Duration = Field(10.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_tier_per_xid(self) -> Self:
+        seen: dict[int, str] = {}
+        for tier in ("hardware", "application", "informational"):
+            for code in getattr(self, f"{tier}_xids"):
+                if code in seen and seen[code] != tier:
+                    raise ValueError(f"Xid {code} is in both {seen[code]}_xids and "
+                                     f"{tier}_xids")
+                seen[code] = tier
+        return self
+
+    def xid_tier(self, code: int) -> XidTier:
+        """The tier this configuration puts ``code`` in (unknown: informational)."""
+        if code in self.hardware_xids:
+            return "hardware"
+        if code in self.application_xids:
+            return "application"
+        return "informational"
 
     def prose(self) -> dict[str, str]:
         """Every setting as the table's prose quotes it: ratios as percent,
@@ -56,7 +80,7 @@ class DiagnosisConfig(BaseModel):
             value = getattr(self, name)
             if name in _DURATIONS:
                 out[name] = _duration(float(value))
-            elif name == "critical_xids":
+            elif name.endswith("_xids"):
                 out[name] = ", ".join(str(x) for x in value)
             elif name == "swap_bytes_per_s":
                 out[name] = f"{value / 2**20:g} MiB/s"
