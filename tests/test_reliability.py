@@ -23,11 +23,33 @@ from gpu_exporter.snapshot import Snapshot
 from tests.procs import free_port, start, wait_http
 from tests.simnode import SimRun, settings
 
-# What "answers while a GPU hangs" means in wall time. On a loaded 2-core CI
-# machine a scrape or a 0.2 s poll can lag by a second or more, so the bound is
-# wide; the hangs below last 6 s and more, so a scrape or poll loop that waited
-# for the stuck call would still be told apart from one that did not.
-WHILE_HUNG_S = 3.0
+# The hung-call tests wait for what they look at (the GPU marked hung) rather
+# than sleeping a fixed time: on a loaded 2-core CI machine the first poll alone
+# took 4 s. The poll timeout is one a loaded machine's ordinary reads stay well
+# within (with 0.3 s, CPU-starved polls of healthy GPUs were given up on too).
+HUNG_POLL = {"interval": "0.5s", "timeout": "1s"}
+# What "answers while a GPU hangs" means in wall time: wide, for loaded machines,
+# and still well below the hangs (10 s where the test waits for the GPU to come
+# back, 20 s otherwise), which a scrape or poll loop that waited for the stuck
+# call would show.
+WHILE_HUNG_S = 5.0
+HANG_S = 20
+HANG_AND_RECOVER_S = 10
+
+
+def _wait_until(what: str, holds: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not holds():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not seen within {timeout:g}s: {what}")
+        time.sleep(0.05)
+
+
+def _marked_hung(exporter: Exporter, gpu: int) -> Callable[[], bool]:
+    def check() -> bool:
+        snap = exporter.poller.latest
+        return snap is not None and snap.get("gpu_up", gpu=str(gpu)) == 0.0
+    return check
 
 
 def _poll_threads() -> int:
@@ -38,14 +60,15 @@ def _poll_threads() -> int:
 def test_a_hung_call_on_one_gpu_does_not_stop_the_others_or_metrics() -> None:
     scenario = Scenario(
         name="hang", node={"gpus": 3}, state={"utilization": 0.9},
-        timeline=[{"at": "1s", "gpus": [1], "set": {"hangs": {"nvmlDeviceGetPowerUsage": 6}}},
+        timeline=[{"at": "1s", "gpus": [1],
+                   "set": {"hangs": {"nvmlDeviceGetPowerUsage": HANG_AND_RECOVER_S}}},
                   {"at": "3s", "gpus": [1], "set": {"hangs": {"nvmlDeviceGetPowerUsage": 0}}}])
     node = SimulatedNode(scenario)
-    exporter = Exporter(settings(poll={"interval": "0.2s", "timeout": "0.3s"}), node)
+    exporter = Exporter(settings(poll=HUNG_POLL), node)
     exporter.start()
     url = f"http://127.0.0.1:{exporter.port}/metrics"
     try:
-        time.sleep(1.5)  # the hang has begun
+        _wait_until("GPU 1 marked hung", _marked_hung(exporter, 1))
         threads_before = _poll_threads()
         latencies, texts = [], []
         for _ in range(20):
@@ -66,7 +89,7 @@ def test_a_hung_call_on_one_gpu_does_not_stop_the_others_or_metrics() -> None:
         assert time.time() - snap.get("gpu_exporter_last_poll_timestamp_seconds") < WHILE_HUNG_S
         assert threads_after <= threads_before + 1
         # Once the stuck call returns, the GPU reports again.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + HANG_AND_RECOVER_S + 20
         while time.monotonic() < deadline:
             snap = exporter.poller.latest
             if snap is not None and snap.get("gpu_up", gpu="1") == 1.0:
@@ -226,24 +249,21 @@ def test_no_permission_on_process_queries_degrades_to_no_process_series(
 def test_the_hung_call_scenario_keeps_metrics_answering() -> None:
     """fault-hung-call, its timeline brought forward: GPU 2's power reads block."""
     scenario = load_scenario("fault-hung-call")
-    assert scenario.timeline[0].set.hangs == {"nvmlDeviceGetPowerUsage": 20}
+    assert scenario.timeline[0].set.hangs == {"nvmlDeviceGetPowerUsage": HANG_S}
     early = scenario.model_copy(update={"timeline": [
-        scenario.timeline[0].model_copy(update={"at": 0.5, "set": scenario.timeline[0].set
-                                                .model_copy(update={"hangs": {
-                                                    "nvmlDeviceGetPowerUsage": 8}})}),
+        scenario.timeline[0].model_copy(update={"at": 0.5}),
         scenario.timeline[1].model_copy(update={"at": 3.0})]})
-    exporter = Exporter(settings(poll={"interval": "0.2s", "timeout": "0.3s"}),
-                        SimulatedNode(early))
+    exporter = Exporter(settings(poll=HUNG_POLL), SimulatedNode(early))
     exporter.start()
     url = f"http://127.0.0.1:{exporter.port}/metrics"
     try:
-        time.sleep(1.2)
+        _wait_until("GPU 2 marked hung", _marked_hung(exporter, 2))
         threads = []
         for _ in range(10):
             t0 = time.monotonic()
             with urllib.request.urlopen(url, timeout=5) as resp:
                 text = resp.read().decode()
-            assert time.monotonic() - t0 < WHILE_HUNG_S  # answers while GPU 2 hangs for 8 s
+            assert time.monotonic() - t0 < WHILE_HUNG_S  # answers while GPU 2 hangs
             threads.append(_poll_threads())
             time.sleep(0.1)
         snap = exporter.poller.latest
