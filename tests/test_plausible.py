@@ -70,6 +70,7 @@ SENTINELS = [
     ("gpu_energy_joules_total", U64 / 1000),
     ("gpu_clock_hertz", U32 * 1e6),
     ("gpu_clock_hertz", 0xFFFF * 1e6),
+    ("gpu_clock_max_hertz", 0xFFFF * 1e6),
     ("gpu_pcie_replays_total", float(U32)),
     ("gpu_pcie_bytes_total", float(U64)),
     ("gpu_ecc_errors_total", float(U32)),
@@ -161,13 +162,28 @@ def test_a_rejected_reading_counts_an_error_and_logs_once_per_series(
     assert g.errors == 5
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3
-    assert messages[0].startswith("GPU 3: gpu_temperature_celsius:gpu reads 4294967295.0")
+    assert messages[0] == ("GPU 3: gpu_temperature_celsius:gpu reads 4294967295.0, which no GPU "
+                           "can report (NVML's 'not available' or a faulty reading); left out "
+                           "while it does")
     assert "gpu_temperature_celsius:memory" in messages[1]
     assert "gpu_power_watts reads 800.0" in messages[2]
     other = Gpu(index=4, device=None, identity=Identity(4))
     with caplog.at_level(logging.WARNING):
         p.accept(other, "gpu_temperature_celsius", float(U32), series=":gpu")
     assert caplog.records[-1].getMessage().startswith("GPU 4:")  # once per GPU, not globally
+
+
+def test_a_counter_is_remembered_by_its_series() -> None:
+    g = gpu()
+    assert p.accept_counter(g, "gpu_pcie_replays_total", 3)
+    assert p.accept_counter(g, "gpu_pcie_bytes_total", 7.0, ":rx")
+    assert g.counters == {"gpu_pcie_replays_total": 3, "gpu_pcie_bytes_total:rx": 7.0}
+
+
+def test_a_rejected_counter_not_held_by_a_slow_read_is_just_dropped() -> None:
+    g = gpu()
+    assert not p.accept_counter(g, "gpu_pcie_replays_total", U32, cache_key="pcie_replays")
+    assert g.errors == 1 and g.slow == {}
 
 
 def test_a_rejected_counter_is_asked_again_next_poll() -> None:

@@ -67,13 +67,15 @@ BOUNDS: dict[str, tuple[float, float]] = {
     # Since the driver loaded: 5 kW for 60 years is 9.5e12 J. The 64-bit
     # sentinel in millijoules is 1.8e16 J.
     "gpu_energy_joules_total": (0.0, 1e13),
-    # No GPU clock reaches 10 GHz (H100 SM max 1.98 GHz, memory 2.6 GHz); the
-    # 32-bit sentinel in MHz is 4.3e15 Hz. Current clocks are also held
-    # against the board's maximum (RELATIVE).
-    "gpu_clock_hertz": (0.0, 10 * _GHZ),
-    "gpu_clock_max_hertz": (1.0, 10 * _GHZ),
-    "gpu_clock_application_hertz": (0.0, 10 * _GHZ),
-    "gpu_clock_application_default_hertz": (0.0, 10 * _GHZ),
+    # SM clocks stay near 2-3 GHz, but NVML reports GDDR memory clocks at their
+    # data rate: 10.5 GHz on an RTX 4090, ~14 GHz with GDDR7. 40 GHz leaves
+    # room and still rejects the 16-bit sentinel in MHz (65.5 GHz) and the
+    # 32-bit one (4.3e15 Hz). Current clocks are also held against the board's
+    # maximum (RELATIVE).
+    "gpu_clock_hertz": (0.0, 40 * _GHZ),
+    "gpu_clock_max_hertz": (1.0, 40 * _GHZ),
+    "gpu_clock_application_hertz": (0.0, 40 * _GHZ),
+    "gpu_clock_application_default_hertz": (0.0, 40 * _GHZ),
     # P0 (fastest) to P15 (slowest); NVML_PSTATE_UNKNOWN is 32.
     "gpu_performance_state": (0.0, 15.0),
     # PCIe 1.0 to 7.0 (the newest specification); x1 to x32 (the widest link
