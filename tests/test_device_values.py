@@ -9,8 +9,10 @@ device collector."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,7 @@ NEEDS = {
     "gpu_fan_speed_ratio": "nvmlDeviceGetFanSpeed_v2",
 }
 SLOW_COUNTERS = {"gpu_energy_joules_total", "gpu_pcie_bytes_total", "gpu_pcie_replays_total"}
+U32 = 0xFFFFFFFF
 CLOCKS = {"graphics": c.CLOCK_GRAPHICS, "sm": c.CLOCK_SM, "memory": c.CLOCK_MEM}
 
 
@@ -288,3 +291,138 @@ def test_without_the_v2_memory_call_v1_answers_and_reserved_is_unknown() -> None
             assert reading.memory_used_bytes is not None
             assert "gpu_memory_reserved_bytes" not in snap.samples
             assert collector.errors() == 0
+
+
+# Facts read once at discovery (and slow reads), answered bad from the first
+# poll: (state field, bad value, the series left absent, the series the log
+# line names)
+BAD_FROM_THE_START = [
+    ("max_clocks_mhz", {0: 0xFFFF, 1: 1980, 2: 2619}, ("gpu_clock_max_hertz", "graphics"),
+     "gpu_clock_max_hertz:graphics"),
+    ("default_limit_mw", U32, ("gpu_power_default_limit_watts", None),
+     "gpu_power_default_limit_watts"),
+    ("default_app_clocks_mhz", {0: U32, 1: 1980, 2: 2619},
+     ("gpu_clock_application_default_hertz", "graphics"),
+     "gpu_clock_application_default_hertz:graphics"),
+    ("app_clocks_mhz", {0: 1980, 1: 3000, 2: 2619},  # 3 GHz over a 1.98 GHz maximum
+     ("gpu_clock_application_hertz", "sm"), "gpu_clock_application_hertz:sm"),
+    ("clocks_mhz", {0: 1980, 1: 1980, 2: 3929},  # 1.5 x the 2619 MHz maximum, and over
+     ("gpu_clock_hertz", "memory"), "gpu_clock_hertz:memory"),
+    ("pcie_max_gen", 99, ("gpu_pcie_link_generation_max", None), "gpu_pcie_link_generation_max"),
+    ("pcie_max_width", 0, ("gpu_pcie_link_width_max", None), "gpu_pcie_link_width_max"),
+    ("mem_used", 80 * 1024**3 + 1, ("gpu_memory_used_bytes", None), "gpu_memory_used_bytes"),
+    ("mem_reserved", 80 * 1024**3 + 1, ("gpu_memory_reserved_bytes", None),
+     "gpu_memory_reserved_bytes"),
+    ("temp_c", 0xFFFF, ("gpu_temperature_celsius", "gpu"), "gpu_temperature_celsius:gpu"),
+    ("mem_temp_c", 0xFFFF, ("gpu_temperature_celsius", "memory"),
+     "gpu_temperature_celsius:memory"),
+    ("pcie_tx_bytes", 0xFFFFFFFFFFFFFFFF, ("gpu_pcie_bytes_total", "tx"),
+     "gpu_pcie_bytes_total:tx"),
+]
+
+
+@pytest.mark.parametrize(("field", "bad", "absent", "logged"), BAD_FROM_THE_START,
+                         ids=[b[3] for b in BAD_FROM_THE_START])
+def test_a_bad_fact_is_absent_counted_and_named(
+        field: str, bad: Any, absent: tuple[str, str | None], logged: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    with OneGpu(profile="h100-sxm5-80gb", utilization=0.5) as one:
+        one.node.library.inject_state = lambda name, st: dataclasses.replace(st, **{field: bad})
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        with caplog.at_level(logging.WARNING):
+            snap, _ = poll(one, collector)
+        name, label = absent
+        assert not [lab for lab, _ in snap.series(name)
+                    if label is None or label in lab.values()]
+        assert collector.errors() == 1
+        assert [r.getMessage().split(" reads ")[0] for r in caplog.records] == [
+            f"GPU 0: {logged}"]
+
+
+def test_fans_beyond_any_speed_are_absent_and_named(caplog: pytest.LogCaptureFixture) -> None:
+    with OneGpu(profile="rtx-4090", utilization=0.5) as one:
+        one.node.library.inject_state = lambda name, st: dataclasses.replace(
+            st, fans_pct=[30, 250])
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        with caplog.at_level(logging.WARNING):
+            snap, _ = poll(one, collector)
+        assert snap.series("gpu_fan_speed_ratio")[0][1] == 0.3
+        assert len(snap.series("gpu_fan_speed_ratio")) == 1
+        assert collector.errors() == 1
+        assert caplog.records[0].getMessage().startswith("GPU 0: gpu_fan_speed_ratio:1 reads 2.5")
+
+
+STATIC = [
+    ("nvmlDeviceGetPowerManagementDefaultLimit", "power_default_limit",
+     "gpu_power_default_limit_watts"),
+    ("nvmlDeviceGetMaxClockInfo", "clock_max_graphics", "gpu_clock_max_hertz"),
+    ("nvmlDeviceGetSupportedClocksEventReasons", "clock_reasons_supported",
+     "gpu_throttle_reason_active"),
+    ("nvmlDeviceGetMaxPcieLinkGeneration", "pcie_gen_max", "gpu_pcie_link_generation_max"),
+    ("nvmlDeviceGetNumFans", "fan_count", "gpu_fan_speed_ratio"),
+]
+
+
+@pytest.mark.parametrize(("function", "key", "absent"), STATIC, ids=[s[0] for s in STATIC])
+def test_a_fact_that_fails_at_discovery_is_named_and_asked_again(
+        function: str, key: str, absent: str, caplog: pytest.LogCaptureFixture) -> None:
+    with OneGpu(profile="rtx-4090", utilization=0.5) as one:
+        one.node.library.inject_error = lambda name, gpu: (
+            int(Return.INSUFFICIENT_RESOURCES) if name == function else None)
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        with caplog.at_level(logging.WARNING):
+            snap, _ = poll(one, collector)
+        assert absent not in snap.samples
+        assert caplog.records[0].getMessage().startswith(
+            f"GPU 0: reading {key} failed: {function}")
+        one.node.library.inject_error = None
+        snap, _ = poll(one, collector)
+        assert snap.series(absent)
+
+
+def test_a_rejected_energy_reading_is_asked_again_next_poll() -> None:
+    with OneGpu(utilization=0.5) as one:
+        one.node.library.inject_state = lambda name, st: dataclasses.replace(
+            st, energy_mj=0xFFFFFFFFFFFFFFFF)
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        snap, _ = poll(one, collector)
+        assert "gpu_energy_joules_total" not in snap.samples
+        one.node.library.inject_state = None
+        snap, _ = poll(one, collector)
+        assert snap.series("gpu_energy_joules_total")
+
+
+@pytest.mark.parametrize(("code", "errors", "asked_again"), [
+    (Return.INSUFFICIENT_RESOURCES, 1, True),  # counted, asked again
+    (Return.NOT_SUPPORTED, 0, False),           # the board lacks it: never again
+])
+def test_one_field_failing_hides_no_other(code: Return, errors: int, asked_again: bool) -> None:
+    with OneGpu(utilization=0.5) as one:
+        one.node.library.inject_state = lambda name, st: dataclasses.replace(
+            st, field_errors={c.FI_DEV_PCIE_COUNT_TX_BYTES: int(code),
+                              c.FI_DEV_MEMORY_TEMP: int(code)})
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        snap, _ = poll(one, collector)
+        assert [lab["direction"] for lab, _ in snap.series("gpu_pcie_bytes_total")] == ["rx"]
+        assert [lab["sensor"] for lab, _ in snap.series("gpu_temperature_celsius")] == ["gpu"]
+        assert collector.errors() == 2 * errors
+        one.node.library.inject_state = None
+        snap, _ = poll(one, collector)
+        sensors = [lab["sensor"] for lab, _ in snap.series("gpu_temperature_celsius")]
+        assert sensors == (["gpu", "memory"] if asked_again else ["gpu"])
+
+
+def test_a_field_answering_gpu_lost_takes_the_gpu_down() -> None:
+    with OneGpu(utilization=0.5) as one:
+        one.node.library.inject_state = lambda name, st: dataclasses.replace(
+            st, field_errors={c.FI_DEV_MEMORY_TEMP: int(Return.GPU_IS_LOST)})
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        snap, reading = poll(one, collector)
+        assert snap.series("gpu_up")[0][1] == 0.0 and not reading.up
+        assert "gpu_power_watts" not in snap.samples
