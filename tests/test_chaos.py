@@ -9,11 +9,17 @@ process and poll it came from:
 
 - ``gpu_power_watts``: P(gpu, poll) = 100 W + 100 W * gpu + poll mW;
 - ``gpu_utilization_ratio``: U(gpu, poll) = 10 % + 20 % * gpu + poll %;
+- ``gpu_temperature_celsius``: T(gpu, poll) = 40 °C + 10 °C * gpu + poll °C
+  (the memory sensor 7 °C above it, the H100 profile's offset);
 - ``gpu_process_memory_used_bytes``: M(pid, poll) = (1000 * slot + poll) MiB,
   ``slot`` the process's own number.
 
 A failed read must leave its series absent (or the whole GPU ``gpu_up 0``),
-never repeat the previous poll's value. Facts the exporter deliberately reads
+never repeat the previous poll's value. A value NVML answers with SUCCESS but
+no GPU can report (its "not available" sentinel, an impossible reading) must
+leave its series absent in that poll too; and no sample of any family in the
+catalog ever carries a sentinel or a value outside its plausible range
+(``gpu_exporter/collectors/plausible.py``). Facts the exporter deliberately reads
 once or on a slower cadence (limits, thresholds, ECC aggregates) are not part
 of the check.
 
@@ -33,6 +39,8 @@ from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as parse
 
+from gpu_exporter.catalog import CATALOG
+from gpu_exporter.collectors.plausible import BOUNDS, RELATIVE, U8_NA, U16_NA, U32_NA, U64_NA
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator import load_profile
 from gpu_exporter.simulator.clib import FUNCTIONS
@@ -66,6 +74,13 @@ def _util(gpu: int, poll: int) -> float:
     return (10 + 20 * gpu + poll) / 100.0
 
 
+def _temp_c(gpu: int, poll: int) -> float:
+    return 40.0 + 10.0 * gpu + poll
+
+
+MEMORY_TEMP_OFFSET_C = 7  # the H100 profile's memory_temperature_offset_c
+
+
 def _pid(gpu: int, k: int) -> int:
     return 30000 + 10 * gpu + k
 
@@ -90,7 +105,8 @@ def scenario() -> Scenario:
     for poll in range(POLLS + 1):
         for gpu in range(GPUS):
             timeline.append({"at": float(poll), "gpus": [gpu], "set": {
-                "power_w": _power_w(gpu, poll), "utilization": _util(gpu, poll)}})
+                "power_w": _power_w(gpu, poll), "utilization": _util(gpu, poll),
+                "temperature_c": _temp_c(gpu, poll)}})
         timeline.append({"at": float(poll), "processes": _processes(poll)})
     return Scenario(name="chaos", node={"gpus": GPUS}, noise=False,
                     state={"memory_used_ratio": 0.9}, timeline=timeline)
@@ -99,25 +115,59 @@ def scenario() -> Scenario:
 SCENARIO = scenario()
 
 # Bad values a sick GPU or a buggy driver can answer with SUCCESS: NVML's "not
-# available" sentinel, counters going backwards, impossible readings.
-U32_MAX = 0xFFFFFFFF
+# available" sentinels in each width NVML answers with, impossible readings.
+# The simulated library answers them as the real one would (through the same
+# C structures and integer widths).
 BAD_VALUES: dict[str, Any] = {
-    "power_mw": U32_MAX,
-    "temp_c": U32_MAX,
-    "util_pct": 255,
-    "mem_used": 2**64 - 1,
-    "energy_mj": 0,
+    "power_mw": U32_NA,
+    "limit_mw": U32_NA,
+    "temp_c": U32_NA,
+    "mem_temp_c": U16_NA,
+    "util_pct": U8_NA,
+    "mem_util_pct": 101,
+    "mem_used": U64_NA,
+    "mem_total": U64_NA,
+    "energy_mj": U64_NA,
     "pcie_width": 0,
     "pcie_gen": 99,
     "pstate": 32,
-    "reasons": 2**64 - 1,
+    "reasons": U64_NA,
     "fans_pct": [250],
-    "pcie_replays": U32_MAX,
-    "clocks_mhz": {0: 0, 1: U32_MAX, 2: 0},
-    "remapped": (U32_MAX, U32_MAX, 7, 9),
-    "ecc": {(0, 0): 2**64 - 1, (1, 0): 0, (0, 1): 0, (1, 1): 0},
+    "pcie_replays": U32_NA,
+    "pcie_tx_bytes": U64_NA,
+    "clocks_mhz": {0: 0, 1: U32_NA, 2: U16_NA},
+    "app_clocks_mhz": {0: U32_NA, 1: U32_NA, 2: U32_NA},
+    "remapped": (U32_NA, U32_NA, 7, 9),
+    "ecc": {(0, 0): U64_NA, (1, 0): 0, (0, 1): U32_NA, (1, 1): 0},
     "processes": [],
 }
+
+# The series a bad value read in a poll must leave absent in that poll's
+# snapshot (family, labels the series has). Values read on a slower cadence
+# (energy, PCIe counters, ECC aggregates, remapped rows, application clocks)
+# are read on some polls only: the range check below covers them.
+ABSENT_WHEN_BAD: dict[str, list[tuple[str, dict[str, str]]]] = {
+    "power_mw": [("gpu_power_watts", {})],
+    "limit_mw": [("gpu_power_limit_watts", {})],
+    "temp_c": [("gpu_temperature_celsius", {"sensor": "gpu"})],
+    "mem_temp_c": [("gpu_temperature_celsius", {"sensor": "memory"})],
+    "util_pct": [("gpu_utilization_ratio", {})],
+    "mem_util_pct": [("gpu_memory_controller_utilization_ratio", {})],
+    "mem_used": [("gpu_memory_used_bytes", {})],
+    "mem_total": [("gpu_memory_total_bytes", {}), ("gpu_memory_used_bytes", {})],
+    "pcie_width": [("gpu_pcie_link_width", {})],
+    "pcie_gen": [("gpu_pcie_link_generation", {})],
+    "pstate": [("gpu_performance_state", {})],
+    "clocks_mhz": [("gpu_clock_hertz", {"clock": "sm"}), ("gpu_clock_hertz", {"clock": "memory"})],
+    "ecc": [("gpu_ecc_errors_total", {"type": "corrected", "scope": "volatile"})],
+}
+
+# Every sentinel as the exporter's base units would show it: as is, and through
+# the conversions NVML's values of that width go through (percent to ratio,
+# milliwatts and millijoules to watts and joules, MHz to Hz).
+SENTINEL_READINGS = {U8_NA, U8_NA / 100, U16_NA, U16_NA / 100, U16_NA * 1e6,
+                     U32_NA, U32_NA / 100, U32_NA / 1000, U32_NA * 1e6,
+                     float(U64_NA), U64_NA / 1000}
 
 target = st.tuples(st.sampled_from(FUNCTION_NAMES), st.one_of(st.none(), st.integers(0, GPUS - 1)))
 poll_faults = st.fixed_dictionaries({
@@ -167,7 +217,40 @@ def check_exposition(text: str, openmetrics: bool) -> None:
             assert sample.value == sample.value, f"NaN exported: {key}"
 
 
+def _has(series: list[tuple[dict[str, str], float]], gpu: int, want: dict[str, str]) -> bool:
+    return any(lab["gpu"] == str(gpu) and want.items() <= lab.items() for lab, _ in series)
+
+
+def check_plausible(snap: Snapshot) -> None:
+    """No sample of any family in the catalog is a sentinel or out of its range."""
+    ceilings: dict[str, dict[tuple[str, ...], float]] = {
+        # metric -> (gpu, clock) -> the board's figure plausible.py holds it against
+        "gpu_power_watts": {(lab["gpu"],): v for lab, v in snap.series("gpu_power_limit_watts")},
+        "gpu_memory_used_bytes": {(lab["gpu"],): v
+                                  for lab, v in snap.series("gpu_memory_total_bytes")},
+        "gpu_clock_hertz": {(lab["gpu"], lab["clock"]): v
+                            for lab, v in snap.series("gpu_clock_max_hertz")},
+    }
+    for family in CATALOG:
+        bounds = BOUNDS.get(family.name)
+        for labels, value in snap.series(family.name):
+            where = (family.name, labels, value)
+            assert value == value and abs(value) != float("inf"), where
+            assert value not in SENTINEL_READINGS, where
+            if bounds is None:
+                continue
+            assert bounds[0] <= value <= bounds[1], where
+            ceiling = ceilings.get(family.name, {}).get(
+                (labels["gpu"], labels["clock"]) if "clock" in labels else (labels["gpu"],))
+            if ceiling is not None:
+                assert value <= ceiling * RELATIVE[family.name], (where, ceiling)
+
+
 def check_values(snap: Snapshot, poll: int, chaos: Chaos) -> None:
+    check_plausible(snap)
+    for gpu, field in chaos.plan[poll]["bad"]:
+        for name, want in ABSENT_WHEN_BAD.get(field, []):
+            assert not _has(snap.series(name), gpu, want), (field, name, gpu, poll)
     up = {lab["gpu"]: v for lab, v in snap.series("gpu_up")}
     for labels, value in snap.series("gpu_power_watts"):
         gpu = int(labels["gpu"])
@@ -181,6 +264,12 @@ def check_values(snap: Snapshot, poll: int, chaos: Chaos) -> None:
         if chaos.tampered(gpu, "util_pct"):
             continue
         assert value == round(_util(gpu, poll) * 100) / 100, (labels, value, poll)
+    for labels, value in snap.series("gpu_temperature_celsius"):
+        # Read every poll: never the previous poll's value.
+        gpu = int(labels["gpu"])
+        assert up.get(labels["gpu"]) == 1.0
+        offset = MEMORY_TEMP_OFFSET_C if labels["sensor"] == "memory" else 0
+        assert value == _temp_c(gpu, poll) + offset, (labels, value, poll)
     for labels, value in snap.series("gpu_process_memory_used_bytes"):
         gpu, pid = int(labels["gpu"]), int(labels["pid"])
         k = pid - _pid(gpu, 0)
@@ -190,7 +279,7 @@ def check_values(snap: Snapshot, poll: int, chaos: Chaos) -> None:
         assert labels["comm"] == f"train{gpu}{k}"
     uuids = {lab["gpu"]: lab["uuid"] for lab, _ in snap.series("gpu_info")}
     for name in ("gpu_up", "gpu_power_watts", "gpu_utilization_ratio",
-                 "gpu_process_memory_used_bytes"):
+                 "gpu_temperature_celsius", "gpu_process_memory_used_bytes"):
         for labels, _ in snap.series(name):
             # A GPU's series carry that GPU's identity, never another's.
             assert labels["uuid"] == uuids.get(labels["gpu"], labels["uuid"])
@@ -245,4 +334,5 @@ def test_the_values_decode_back_without_faults() -> None:
             check_values(snap, poll, chaos)
     assert len(snap.series("gpu_power_watts")) == GPUS
     assert len(snap.series("gpu_utilization_ratio")) == GPUS
+    assert len(snap.series("gpu_temperature_celsius")) == 2 * GPUS
     assert len(snap.series("gpu_process_memory_used_bytes")) == GPUS * PROCS_PER_GPU

@@ -13,6 +13,7 @@ import logging
 
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.collectors.plausible import accept, accept_counter
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 # slow reads like the other counters below.
 _FIELDS = (c.FI_DEV_MEMORY_TEMP,)
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
+_PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
 # Facts that change rarely, and counters that are costly to read, are re-read
 # every SLOW_READ_EVERY_POLLS polls (10 s at the default 1 s interval; see
@@ -106,31 +108,40 @@ class DeviceCollector(NvmlCollector):
 
 def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
                  r: GpuReading) -> None:
+    # Every reading passes collectors/plausible.py before it is exported or
+    # handed to the diagnosis: NVML's "not available" sentinels and impossible
+    # values leave the series absent for this poll and count a read error.
     util = gpu.read("utilization", d.utilization)
     if util is not None:
-        r.utilization, r.memory_utilization = util
-        out.add("gpu_utilization_ratio", util[0], **labels)
-        out.add("gpu_memory_controller_utilization_ratio", util[1], **labels)
+        if accept(gpu, "gpu_utilization_ratio", util[0]):
+            r.utilization = util[0]
+            out.add("gpu_utilization_ratio", util[0], **labels)
+        if accept(gpu, "gpu_memory_controller_utilization_ratio", util[1]):
+            r.memory_utilization = util[1]
+            out.add("gpu_memory_controller_utilization_ratio", util[1], **labels)
 
     mem = gpu.read("memory_v2", d.memory)
     if mem is None and "memory_v2" in gpu.unsupported:
         mem = gpu.read("memory_v1", d.memory_v1)
-    if mem is not None:
+    if mem is not None and accept(gpu, "gpu_memory_total_bytes", mem[0]):
         total, reserved, used = mem
-        r.memory_used_bytes, r.memory_total_bytes = used, total
+        r.memory_total_bytes = total
         out.add("gpu_memory_total_bytes", total, **labels)
-        out.add("gpu_memory_used_bytes", used, **labels)
-        if "memory_v2" not in gpu.unsupported:
+        if accept(gpu, "gpu_memory_used_bytes", used, total):
+            r.memory_used_bytes = used
+            out.add("gpu_memory_used_bytes", used, **labels)
+        if "memory_v2" not in gpu.unsupported and accept(gpu, "gpu_memory_reserved_bytes",
+                                                         reserved, total):
             out.add("gpu_memory_reserved_bytes", reserved, **labels)
 
     temp = gpu.read("temperature", d.temperature)
-    if temp is not None:
+    if temp is not None and accept(gpu, "gpu_temperature_celsius", temp, series=":gpu"):
         r.temperature_celsius = temp
         out.add("gpu_temperature_celsius", temp, **labels, sensor="gpu")
     for name, code in c.TEMPERATURE_THRESHOLDS.items():
         value = gpu.static_read(f"temperature_threshold_{name}", d.temperature_threshold, code)
         # NVML answers 0 for thresholds a board does not define.
-        if value:
+        if value and accept(gpu, "gpu_temperature_threshold_celsius", value, series=":" + name):
             out.add("gpu_temperature_threshold_celsius", value, **labels, threshold=name)
             if name == "slowdown":
                 r.slowdown_celsius = value
@@ -143,51 +154,62 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
     if counters is not None:
         _add_fields(gpu, counters, out, labels)
 
-    power = gpu.read("power_usage", d.power_watts)
-    if power is not None:
-        r.power_watts = power
-        out.add("gpu_power_watts", power, **labels)
+    # The limit first: power is held against it.
     limit = gpu.read("power_limit", d.power_limit_watts)
+    if limit is not None and not accept(gpu, "gpu_power_limit_watts", limit):
+        limit = None
     if limit is not None:
         r.power_limit_watts = limit
         out.add("gpu_power_limit_watts", limit, **labels)
+    power = gpu.read("power_usage", d.power_watts)
+    if power is not None and accept(gpu, "gpu_power_watts", power, limit):
+        r.power_watts = power
+        out.add("gpu_power_watts", power, **labels)
     default_limit = gpu.static_read("power_default_limit", d.power_default_limit_watts)
-    if default_limit is not None:
+    if default_limit is not None and accept(gpu, "gpu_power_default_limit_watts",
+                                            default_limit):
         r.power_default_limit_watts = default_limit
         out.add("gpu_power_default_limit_watts", default_limit, **labels)
     energy = gpu.slow_read("energy", d.energy_joules, every=SLOW_READ_EVERY_POLLS)
-    if energy is not None:
+    if energy is not None and accept_counter(gpu, "gpu_energy_joules_total", energy,
+                                             cache_key="energy"):
         out.add("gpu_energy_joules_total", energy, **labels)
 
     for name, code in c.CLOCK_TYPES.items():
-        cur = gpu.read(f"clock_{name}", d.clock_hz, code)
-        if cur is not None:
-            r.clocks_hz[name] = cur
-            out.add("gpu_clock_hertz", cur, **labels, clock=name)
+        series = ":" + name
+        # The maximum first: the clocks are held against it.
         top = gpu.static_read(f"clock_max_{name}", d.max_clock_hz, code)
+        if top is not None and not accept(gpu, "gpu_clock_max_hertz", top, series=series):
+            top = None
         if top is not None:
             r.clocks_max_hz[name] = top
             out.add("gpu_clock_max_hertz", top, **labels, clock=name)
+        cur = gpu.read(f"clock_{name}", d.clock_hz, code)
+        if cur is not None and accept(gpu, "gpu_clock_hertz", cur, top, series):
+            r.clocks_hz[name] = cur
+            out.add("gpu_clock_hertz", cur, **labels, clock=name)
         app = gpu.slow_read(f"clock_app_{name}", d.application_clock_hz, code,
                             every=SLOW_READ_EVERY_POLLS)
-        if app is not None:
+        if app is not None and accept(gpu, "gpu_clock_application_hertz", app, top, series):
             r.clocks_application_hz[name] = app
             out.add("gpu_clock_application_hertz", app, **labels, clock=name)
         default_app = gpu.static_read(f"clock_app_default_{name}",
                                       d.default_application_clock_hz, code)
-        if default_app is not None:
+        if default_app is not None and accept(gpu, "gpu_clock_application_default_hertz",
+                                              default_app, series=series):
             r.clocks_application_default_hz[name] = default_app
             out.add("gpu_clock_application_default_hertz", default_app, **labels, clock=name)
 
     pstate = gpu.read("pstate", d.performance_state)
-    # 32 is NVML_PSTATE_UNKNOWN
-    if pstate is not None and pstate <= 15:
+    # 32 is NVML_PSTATE_UNKNOWN: the driver says it does not know, not a fault.
+    if pstate is not None and pstate != c.PSTATE_UNKNOWN and accept(
+            gpu, "gpu_performance_state", pstate):
         out.add("gpu_performance_state", pstate, **labels)
 
     fans = gpu.static_read("fan_count", d.fan_count)
     for fan in range(fans or 0):
         speed = gpu.read(f"fan_{fan}", d.fan_speed_ratio, fan)
-        if speed is not None:
+        if speed is not None and accept(gpu, "gpu_fan_speed_ratio", speed, series=f":{fan}"):
             out.add("gpu_fan_speed_ratio", speed, **labels, fan=str(fan))
 
     supported = gpu.static_read("clock_reasons_supported", d.supported_clock_event_reasons)
@@ -229,19 +251,24 @@ def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBui
                 gpu.errors += 1
             continue
         if fid == c.FI_DEV_MEMORY_TEMP:
-            out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
-        elif fid == c.FI_DEV_PCIE_COUNT_TX_BYTES:
-            out.add("gpu_pcie_bytes_total", value, **labels, direction="tx")
-        elif fid == c.FI_DEV_PCIE_COUNT_RX_BYTES:
-            out.add("gpu_pcie_bytes_total", value, **labels, direction="rx")
+            if accept(gpu, "gpu_temperature_celsius", value, series=":memory"):
+                out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
+        elif fid in _PCIE_DIRECTION:
+            direction = _PCIE_DIRECTION[fid]
+            if accept_counter(gpu, "gpu_pcie_bytes_total", value, ":" + direction,
+                              cache_key="pcie_byte_fields"):
+                out.add("gpu_pcie_bytes_total", value, **labels, direction=direction)
 
 
 def _read_pcie(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
                r: GpuReading) -> None:
-    r.pcie_generation = gpu.read("pcie_gen", d.pcie_link_generation)
-    r.pcie_generation_max = gpu.static_read("pcie_gen_max", d.pcie_link_generation_max)
-    r.pcie_width = gpu.read("pcie_width", d.pcie_link_width)
-    r.pcie_width_max = gpu.static_read("pcie_width_max", d.pcie_link_width_max)
+    r.pcie_generation = _link(gpu, "gpu_pcie_link_generation",
+                              gpu.read("pcie_gen", d.pcie_link_generation))
+    r.pcie_generation_max = _link(gpu, "gpu_pcie_link_generation_max",
+                                  gpu.static_read("pcie_gen_max", d.pcie_link_generation_max))
+    r.pcie_width = _link(gpu, "gpu_pcie_link_width", gpu.read("pcie_width", d.pcie_link_width))
+    r.pcie_width_max = _link(gpu, "gpu_pcie_link_width_max",
+                             gpu.static_read("pcie_width_max", d.pcie_link_width_max))
     for name, value in (("gpu_pcie_link_generation", r.pcie_generation),
                         ("gpu_pcie_link_generation_max", r.pcie_generation_max),
                         ("gpu_pcie_link_width", r.pcie_width),
@@ -249,9 +276,15 @@ def _read_pcie(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str]
         if value is not None:
             out.add(name, value, **labels)
     replays = gpu.slow_read("pcie_replays", d.pcie_replays, every=SLOW_READ_EVERY_POLLS)
-    if replays is not None:
+    if replays is not None and accept_counter(gpu, "gpu_pcie_replays_total", replays,
+                                              cache_key="pcie_replays"):
         r.pcie_replays = replays
         out.add("gpu_pcie_replays_total", replays, **labels)
+
+
+def _link(gpu: Gpu, name: str, value: int | None) -> int | None:
+    """A PCIe link reading, or None where there is none or it is implausible."""
+    return value if value is not None and accept(gpu, name, value) else None
 
 
 def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
@@ -278,7 +311,9 @@ def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[
                     else:
                         count = gpu.slow_read(f"ecc_{tname}_{sname}", d.ecc_errors, tcode,
                                               scode, every=every, now=moved)
-                    if count is None:
+                    if count is None or not accept_counter(
+                            gpu, "gpu_ecc_errors_total", count, f":{sname}/{tname}",
+                            "" if sname == "volatile" else f"ecc_{tname}_{sname}"):
                         continue
                     if tname == "uncorrected" and sname == "volatile":
                         r.ecc_uncorrected_volatile = count
@@ -287,7 +322,10 @@ def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[
     if rows is not None:
         corr, unc, pending, failed = rows
         r.remap_pending, r.remap_failed = pending, failed
-        out.add("gpu_remapped_rows_total", corr, **labels, type="correctable")
-        out.add("gpu_remapped_rows_total", unc, **labels, type="uncorrectable")
+        if accept_counter(gpu, "gpu_remapped_rows_total", corr, ":correctable", "remapped_rows"):
+            out.add("gpu_remapped_rows_total", corr, **labels, type="correctable")
+        if accept_counter(gpu, "gpu_remapped_rows_total", unc, ":uncorrectable",
+                          "remapped_rows"):
+            out.add("gpu_remapped_rows_total", unc, **labels, type="uncorrectable")
         out.add("gpu_row_remap_pending", pending, **labels)
         out.add("gpu_row_remap_failed", failed, **labels)

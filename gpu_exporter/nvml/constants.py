@@ -25,6 +25,9 @@ REASON_BITS: dict[str, int] = {name: bit for bit, name in CLOCK_EVENT_REASONS.it
 CLOCK_GRAPHICS = 0
 CLOCK_SM = 1
 CLOCK_MEM = 2
+# nvmlDeviceGetPerformanceState's answer when the driver does not know the state.
+PSTATE_UNKNOWN = 32
+
 CLOCK_TYPES: dict[str, int] = {"graphics": CLOCK_GRAPHICS, "sm": CLOCK_SM, "memory": CLOCK_MEM}
 
 # nvmlTemperatureSensors_t

@@ -92,6 +92,9 @@ class Gpu:
     polls: int = 0
     # Slow-changing facts by key: (the poll they were read at, the value).
     slow: dict[str, tuple[int, object]] = field(default_factory=dict)
+    # Each counter's last accepted reading, by series: a counter that goes
+    # backwards is no reading (collectors/plausible.py).
+    counters: dict[str, float] = field(default_factory=dict)
 
     def read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
         """Call ``fn``; None when the GPU cannot answer this (and remember why).
@@ -518,6 +521,7 @@ class NvmlSession:
             return False
         gpu.device, gpu.identity, gpu.static = fresh.device, fresh.identity, {}
         gpu.slow.clear()
+        gpu.counters.clear()  # a GPU that came back may have been reset
         gpu.unsupported.clear()
         gpu.lost, gpu.lost_since = False, None
         log.info("GPU %d (%s) answers again", gpu.index, gpu.identity.uuid)

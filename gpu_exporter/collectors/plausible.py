@@ -1,0 +1,176 @@
+"""What a GPU can report: the plausible range of every value the exporter reads
+from NVML, and the check a reading passes before it becomes a sample.
+
+NVML answers SUCCESS with values that are not readings: its "not available"
+sentinels (``NVML_VALUE_NOT_AVAILABLE``: 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, and
+0xFFFF / 0xFF in narrower fields), and, on a sick board or a buggy driver,
+impossible values (a utilization of 255 %, more memory used than the board
+has, a counter that goes backwards). Exported, they are the "fake value" the
+exporter promises never to show: 4,294,967 W on a dashboard, a temperature
+alert at 4.29e9 °C, a rate() that jumps by 1.8e19. A reading outside its range
+leaves its series absent for that poll and counts a read error
+(``gpu_exporter_collector_errors_total``); the first one per GPU and metric is
+logged.
+
+``BOUNDS`` is the one table of ranges, in the exporter's base units, keyed by
+the metric the reading is exported as. The bounds are generous on purpose: they
+reject what no board can report, never a reading that is merely unusual. A
+reading whose bound depends on the board (power against its limit, memory used
+against its total, a clock against its maximum) is also checked against a
+ceiling the collector passes (``RELATIVE`` says how far above it a reading may
+go).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gpu_exporter.nvml.session import Gpu
+
+log = logging.getLogger(__name__)
+
+# NVML's "not available" values, in the widths NVML answers with. A reading
+# equal to one of them (before the unit conversion) is never a measurement.
+U8_NA = 0xFF
+U16_NA = 0xFFFF
+U32_NA = 0xFFFFFFFF
+U64_NA = 0xFFFFFFFFFFFFFFFF
+
+_TIB = 1024**4
+_GHZ = 1e9
+
+# metric name -> (lowest, highest) plausible reading, both inclusive.
+BOUNDS: dict[str, tuple[float, float]] = {
+    # Ratios NVML reports as percent of a whole (0-100 %): 255 % is the 0xFF
+    # sentinel, anything above 100 % cannot be a share of time busy.
+    "gpu_utilization_ratio": (0.0, 1.0),
+    "gpu_memory_controller_utilization_ratio": (0.0, 1.0),
+    # NVML: percent of the fan's intended maximum, which it "may exceed"; twice
+    # the intended speed is more than any fan spins.
+    "gpu_fan_speed_ratio": (0.0, 2.0),
+    # The largest board sold has 288 GB; 4 TiB leaves room for ten generations
+    # and rejects the 64-bit sentinel (1.8e19 bytes). Used also <= total.
+    "gpu_memory_total_bytes": (1.0, 4 * _TIB),
+    "gpu_memory_used_bytes": (0.0, 4 * _TIB),
+    "gpu_memory_reserved_bytes": (0.0, 4 * _TIB),
+    # NVML's temperatures are unsigned degrees; silicon shuts down near 100 °C
+    # (an H100's shutdown threshold is 92 °C), so 150 °C is no reading, and
+    # the 0xFFFF / 0xFFFFFFFF sentinels are far above it.
+    "gpu_temperature_celsius": (0.0, 150.0),
+    "gpu_temperature_threshold_celsius": (1.0, 150.0),
+    # The most a board draws today is ~1.2 kW (B300); 5 kW is no GPU. The
+    # 32-bit sentinel in milliwatts is 4,294,967 W. Power is also held
+    # against the enforced limit (RELATIVE).
+    "gpu_power_watts": (0.0, 5000.0),
+    "gpu_power_limit_watts": (1.0, 5000.0),
+    "gpu_power_default_limit_watts": (1.0, 5000.0),
+    # Since the driver loaded: 5 kW for 60 years is 9.5e12 J. The 64-bit
+    # sentinel in millijoules is 1.8e16 J.
+    "gpu_energy_joules_total": (0.0, 1e13),
+    # SM clocks stay near 2-3 GHz, but NVML reports GDDR memory clocks at their
+    # data rate: 10.5 GHz on an RTX 4090, ~14 GHz with GDDR7. 40 GHz leaves
+    # room and still rejects the 16-bit sentinel in MHz (65.5 GHz) and the
+    # 32-bit one (4.3e15 Hz). Current clocks are also held against the board's
+    # maximum (RELATIVE).
+    "gpu_clock_hertz": (0.0, 40 * _GHZ),
+    "gpu_clock_max_hertz": (1.0, 40 * _GHZ),
+    "gpu_clock_application_hertz": (0.0, 40 * _GHZ),
+    "gpu_clock_application_default_hertz": (0.0, 40 * _GHZ),
+    # P0 (fastest) to P15 (slowest); NVML_PSTATE_UNKNOWN is 32.
+    "gpu_performance_state": (0.0, 15.0),
+    # PCIe 1.0 to 7.0 (the newest specification); x1 to x32 (the widest link
+    # the specification defines). 0 is no link to read at all.
+    "gpu_pcie_link_generation": (1.0, 7.0),
+    "gpu_pcie_link_generation_max": (1.0, 7.0),
+    "gpu_pcie_link_width": (1.0, 32.0),
+    "gpu_pcie_link_width_max": (1.0, 32.0),
+    # A 32-bit counter: its all-ones value is the sentinel; a link that had
+    # replayed four billion times would have been retrained or dropped first.
+    "gpu_pcie_replays_total": (0.0, U32_NA - 1),
+    # A 64-bit byte counter: 2**63 bytes is 290 years at 1 TB/s; the 64-bit
+    # sentinel (as the double NVML's field value becomes) is above it.
+    "gpu_pcie_bytes_total": (0.0, 2.0**63),
+    # ECC counts: a board with four billion ECC errors has been retired long
+    # before; the 32- and 64-bit sentinels are at or above it.
+    "gpu_ecc_errors_total": (0.0, U32_NA - 1),
+    # Rows an HBM board can remap are counted in the hundreds per bank; the
+    # 32-bit sentinel is above a million.
+    "gpu_remapped_rows_total": (0.0, 1e6),
+}
+
+# metric name -> how far above its ceiling (the board's own figure the
+# collector passes) a reading may be.
+RELATIVE: dict[str, float] = {
+    # Averaged power overshoots the enforced limit briefly by tens of percent
+    # on transients; two and a half times the limit is a broken sensor.
+    "gpu_power_watts": 2.5,
+    # Used (or reserved) memory cannot exceed the board's total.
+    "gpu_memory_used_bytes": 1.0,
+    "gpu_memory_reserved_bytes": 1.0,
+    # A clock runs at most at its maximum; half again over it allows for
+    # boards whose "max" NVML reports below an overclock.
+    "gpu_clock_hertz": 1.5,
+    "gpu_clock_application_hertz": 1.5,
+}
+
+# Counters NVML documents as reset: the volatile ECC counts ("reset each time
+# the driver loads", and by a GPU reset) and the energy counter ("since the
+# driver was last reloaded"). Any other counter that goes backwards is not a
+# reading.
+# Keys as went_backwards() sees them, up to a "/".
+RESETTABLE: frozenset[str] = frozenset({"gpu_ecc_errors_total:volatile",
+                                        "gpu_energy_joules_total"})
+
+
+def plausible(name: str, value: float, ceiling: float | None = None) -> bool:
+    """Whether ``value`` can be a reading of metric ``name`` (see BOUNDS;
+    ``ceiling``: the board's own figure, see RELATIVE)."""
+    low, high = BOUNDS[name]
+    if not low <= value <= high:
+        return False
+    return ceiling is None or value <= ceiling * RELATIVE[name]
+
+
+def went_backwards(gpu: Gpu, series: str, value: float) -> bool:
+    """Whether counter ``series`` (a metric name, then ``:`` and what tells
+    its series apart, e.g. ``gpu_ecc_errors_total:volatile/corrected``) of
+    ``gpu`` is lower than its last accepted reading and NVML does not document
+    a reset of it; remembers ``value`` when it is accepted."""
+    last = gpu.counters.get(series)
+    if last is not None and value < last and series.partition("/")[0] not in RESETTABLE:
+        return True
+    gpu.counters[series] = value
+    return False
+
+
+def accept(gpu: Gpu, name: str, value: float, ceiling: float | None = None,
+           series: str = "") -> bool:
+    """Check a gauge reading of ``gpu``: True to export it; False leaves it
+    absent this poll, counts a read error and logs it once per GPU and series."""
+    if plausible(name, value, ceiling):
+        return True
+    reject(gpu, name + series, value)
+    return False
+
+
+def accept_counter(gpu: Gpu, name: str, value: float, series: str = "",
+                   cache_key: str = "") -> bool:
+    """Check a counter reading: in range, and not lower than the last one
+    (unless NVML documents its resets). ``cache_key``: the slow_read key the
+    value came from, asked again next poll when it is rejected."""
+    key = name + series
+    if plausible(name, value) and not went_backwards(gpu, key, value):
+        return True
+    reject(gpu, key, value)
+    if cache_key:
+        gpu.slow.pop(cache_key, None)
+    return False
+
+
+def reject(gpu: Gpu, series: str, value: float) -> None:
+    gpu.errors += 1
+    tag = "implausible:" + series
+    if tag not in gpu.warned:
+        gpu.warned.add(tag)
+        log.warning("GPU %d: %s reads %r, which no GPU can report (NVML's 'not available' "
+                    "or a faulty reading); left out while it does", gpu.index, series, value)
