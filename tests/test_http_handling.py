@@ -7,13 +7,17 @@ runs these for every edit it makes to ``web/app.py`` and ``web/server.py``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import re
 import socket
+import ssl
 import time
 from collections.abc import Iterator
+from html.parser import HTMLParser
 
 import pytest
+import trustme
 from prometheus_client import Gauge
 from prometheus_client.registry import CollectorRegistry
 
@@ -35,8 +39,8 @@ from gpu_exporter.web.server import (
 
 PLAIN = "text/plain; version=0.0.4; charset=utf-8"
 OM_ACCEPT = "application/openmetrics-text; version=1.0.0"
-HEAD_S = 0.2  # the head deadline of the test server
-IDLE_S = 0.6  # its keep-alive idle deadline
+HEAD_S = 0.15  # the head deadline of the test server
+IDLE_S = 0.4  # its keep-alive idle deadline
 
 
 def registry() -> CollectorRegistry:
@@ -172,6 +176,47 @@ def test_routes_links_and_the_landing_page() -> None:
     assert text.startswith("<!doctype html>") and "<title>GPU Exporter</title>" in text
 
 
+class _Page(HTMLParser):
+    """The landing page as its elements, texts and style rules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.texts: list[tuple[str, str]] = []  # (enclosing element, text)
+        self.css = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in ("meta",):
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open.pop() == tag, f"</{tag}> closes something else"
+
+    def handle_data(self, data: str) -> None:
+        if self.open and self.open[-1] == "style":
+            self.css += data
+        else:
+            self.texts.append((self.open[-1] if self.open else "", data))
+
+
+def test_the_landing_page_is_well_formed_with_only_its_own_texts() -> None:
+    app = App(registry())
+    app.landing_sections.append(lambda: '<p><span class="bad">lost</span></p>')
+    page = _Page()
+    page.feed(app.handle(req("/")).body.decode())
+    assert page.open == []
+    assert page.texts == [
+        ("title", "GPU Exporter"), ("h1", "GPU Exporter"),
+        ("p", "Prometheus exporter for NVIDIA GPU nodes that says why the GPU is slow."),
+        ("a", "Metrics"), ("a", "Health"), ("a", "Readiness"), ("span", "lost")]
+    # Every style rule styles the page's elements or the classes the landing
+    # sections use (ok, warn, bad), and nothing else is in the style element.
+    rules = re.findall(r"([^{}]+)\{([^{}]+)\}", page.css)
+    assert "".join(f"{sel}{{{decl}}}" for sel, decl in rules) == page.css
+    selectors = {s for sel, _ in rules for s in sel.split(",")}
+    assert selectors == {"body", "table", "td", "th", ".bad", ".warn", ".ok"}
+
+
 @pytest.mark.parametrize(("latest", "now", "healthy", "why"), [
     (None, 1000.0 + 30, True, "Healthy (starting)"),
     (None, 1000.0 + 31, False, "Unhealthy: no poll completed in 31s"),
@@ -235,7 +280,7 @@ async def _gate(request: Request) -> Response | None:
     if request.path == "/private":
         return Response(401, b"Unauthorized\n", headers={"WWW-Authenticate": "Basic"})
     if request.path == "/slow":
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.3)
     return None
 
 
@@ -360,7 +405,7 @@ def test_keep_alive_head_methods_the_gate_and_the_headers(port: int) -> None:
         (b"HTTP/1.1 200 OK", b"None"),  # no TLS: no client certificate
         (b"HTTP/1.1 404 Not Found", b"Not found\n"),
     ]
-    for _, headers, body in got:
+    for _, headers, _ in got:
         assert headers["Server"] == f"gpu-exporter/{__version__}"
         assert DATE.fullmatch(headers["Date"])
         assert headers["Content-Type"] == "text/plain; charset=utf-8"
@@ -472,10 +517,8 @@ def test_shutdown_closes_every_connection_and_stops_listening() -> None:
     server.shutdown()
     assert time.monotonic() - t0 < 0.9
     for s in (idle, slow):
-        try:
+        with contextlib.suppress(ConnectionError):  # closed, or reset
             assert s.recv(10) == b""
-        except ConnectionError:
-            pass
         s.close()
     assert server.connection_count == 0
     assert server._thread is not None and not server._thread.is_alive()
@@ -483,3 +526,55 @@ def test_shutdown_closes_every_connection_and_stops_listening() -> None:
         connect(port).close()
     server.server_close()
     server.shutdown()  # a second shutdown is harmless
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    server = ExporterHTTPServer(("127.0.0.1", 0), App(registry()))
+    try:
+        # docs/reliability.md: a head within 10 s, kept alive 5 min, 1024 open
+        assert (server.header_timeout, server.idle_timeout, server.max_connections) == (
+            10.0, 300.0, 1024)
+    finally:
+        server.server_close()
+
+
+def test_an_ipv6_address_is_served() -> None:
+    server = ExporterHTTPServer(("::1", 0), App(registry()))
+    server.start()
+    try:
+        with socket.create_connection(("::1", server.server_address[1]), timeout=3) as s:
+            s.sendall(b"GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert read_until_closed(s).endswith(b"\r\n\r\nReady\n")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tls_hands_the_client_certificate_to_the_routes_and_drops_plain_text() -> None:
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    ca.configure_trust(context)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    server = make_server(header_timeout=HEAD_S)
+    server.ssl_context = context
+    port = server.server_address[1]
+    try:
+        for with_cert in (True, False):
+            client = ssl.create_default_context()
+            ca.configure_trust(client)
+            if with_cert:
+                ca.issue_cert("client.example").configure_cert(client)
+            with client.wrap_socket(connect(port), server_hostname="127.0.0.1") as s:
+                s.sendall(b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                [(status, _, body)] = responses(read_until_closed(s))
+            assert status == b"HTTP/1.1 200 OK"
+            if with_cert:
+                assert b"'subjectAltName': (('DNS', 'client.example'),)" in body
+            else:
+                assert body == b"None"
+        # Plain HTTP to the TLS port: no answer, closed.
+        assert exchange(port, b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+    finally:
+        server.shutdown()
+        server.server_close()
