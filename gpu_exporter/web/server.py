@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import logging
 import socket
 import ssl
@@ -110,19 +111,10 @@ class _Connection:
         self.writer.transport.abort()
 
 
-class _Date:
-    """The Date header, formatted once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._text = b""
-
-    def now(self) -> bytes:
-        second = int(time.time())
-        if second != self._second:
-            self._second = second
-            self._text = email.utils.formatdate(second, usegmt=True).encode()
-        return self._text
+@functools.lru_cache(maxsize=1)
+def _http_date(second: int) -> bytes:
+    """The Date header, formatted once a second, however many requests come in it."""
+    return email.utils.formatdate(second, usegmt=True).encode()
 
 
 def _reason(status: int) -> bytes:
@@ -180,14 +172,12 @@ class ExporterHTTPServer:
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
-        self._sock.setblocking(False)
         self.server_address: tuple[str, int] = self._sock.getsockname()[:2]
         self._open: dict[_Connection, None] = {}  # oldest first
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
         self._stop: asyncio.Future[None] | None = None
-        self._date = _Date()
         self.shed = 0  # connections closed to stay within max_connections
 
     # --- connections -----------------------------------------------------------
@@ -227,7 +217,7 @@ class ExporterHTTPServer:
                          b"Content-Length: %d\r\nServer: %s\r\nDate: %s\r\n"
                          b"Connection: close\r\n\r\n%s"
                          % (refusal.status, refusal.reason.encode(), len(body),
-                            SERVER.encode(), self._date.now(), body))
+                            SERVER.encode(), _http_date(int(time.time())), body))
         except (ConnectionError, OSError, TimeoutError, asyncio.CancelledError):
             pass
         except Exception:
@@ -313,7 +303,7 @@ class ExporterHTTPServer:
             refused = await self.app.gate(req) if self.app.gate is not None else None
             resp = refused if refused is not None else self.app.handle(req)
         out = [("Content-Type", resp.content_type), ("Content-Length", str(len(resp.body))),
-               ("Server", SERVER), ("Date", self._date.now().decode()),
+               ("Server", SERVER), ("Date", _http_date(int(time.time())).decode()),
                *resp.headers.items()]
         if with_body:
             out.append(("Connection", "close"))
