@@ -143,7 +143,7 @@ def test_readiness(ready: bool, status: int, body: bytes) -> None:
     assert (resp.status, resp.body) == (status, body)
 
 
-def test_unknown_paths_404_and_a_failing_route_500() -> None:
+def test_unknown_paths_404_and_a_failing_route_500(caplog: pytest.LogCaptureFixture) -> None:
     app = App(registry())
     for path in ("/nope", "/metrics/", "/Metrics", ""):
         resp = app.handle(req(path))
@@ -155,10 +155,17 @@ def test_unknown_paths_404_and_a_failing_route_500() -> None:
     app.add_route("/broken", broken)
     assert (app.handle(req("/broken")).status, app.handle(req("/broken")).body) == (
         500, b"Internal error\n")
+    # The operator's log names the route and keeps the traceback.
+    failures = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in failures] == ["handler for /broken failed"] * 2
+    assert all(r.exc_info and r.exc_info[0] is RuntimeError for r in failures)
 
 
 def test_routes_links_and_the_landing_page() -> None:
+    with pytest.raises(ValueError, match="exporter's own endpoint"):
+        App(registry(), telemetry_path="/-/healthy")
     app = App(registry(), telemetry_path="/gpu/metrics")
+    assert app.telemetry_path == "/gpu/metrics"
     assert app.handle(req("/gpu/metrics")).status == 200
     assert app.handle(req("/metrics")).status == 404
     app.add_route("/extra", lambda r: Response(200, b"x"), title="Extra <b>&")
@@ -291,6 +298,7 @@ def make_server(ssl_context: ssl.SSLContext | None = None,
     app = App(registry())
     app.gate = _gate
     app.add_route("/slow", lambda r: Response(200, b"Slow\n"))
+    app.add_route("/echo", lambda r: Response(200, f"{r.path}?{r.query}".encode()))
     app.add_route("/peer", lambda r: Response(200, repr(r.peercert).encode()))
     server = ExporterHTTPServer(("127.0.0.1", 0), app, ssl_context=ssl_context,
                                 **kwargs)  # type: ignore[arg-type]
@@ -386,16 +394,19 @@ def test_a_get_with_a_body_is_answered_once_and_the_body_never_read_as_a_request
     assert (status, body, headers["Connection"]) == (b"HTTP/1.1 200 OK", b"Ready\n", "close")
     chunked = exchange(port, b"GET /-/ready HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
                              b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
-    assert [r[0] for r in responses(chunked)] == [b"HTTP/1.1 200 OK"]
+    [(status, headers, body)] = responses(chunked)
+    assert (status, body, headers["Connection"]) == (b"HTTP/1.1 200 OK", b"Ready\n", "close")
 
 
-def test_keep_alive_head_methods_the_gate_and_the_headers(port: int) -> None:
+def test_keep_alive_head_methods_the_gate_and_the_headers(
+        port: int, caplog: pytest.LogCaptureFixture) -> None:
     one = (b"GET http://node:9835/-/ready HTTP/1.1\r\nHost: node\r\n\r\n"  # absolute URI
            b"HEAD /-/ready HTTP/1.1\r\nHost: x\r\n\r\n"
            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
            b"OPTIONS /-/ready HTTP/1.1\r\nHost: x\r\n\r\n"
            b"GET /private HTTP/1.1\r\nHost: x\r\n\r\n"
            b"GET /peer HTTP/1.1\r\nHost: x\r\n\r\n"
+           b"GET /echo?a=1&b HTTP/1.1\r\nHost: x\r\n\r\n"
            b"GET /nope?x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     answer = exchange(port, one)
     got = responses(answer, heads=(1,))
@@ -407,6 +418,7 @@ def test_keep_alive_head_methods_the_gate_and_the_headers(port: int) -> None:
         (b"HTTP/1.1 405 Method Not Allowed", b"Method not allowed\n"),
         (b"HTTP/1.1 401 Unauthorized", b"Unauthorized\n"),
         (b"HTTP/1.1 200 OK", b"None"),  # no TLS: no client certificate
+        (b"HTTP/1.1 200 OK", b"/echo?a=1&b"),
         (b"HTTP/1.1 404 Not Found", b"Not found\n"),
     ]
     for _, headers, _ in got:
@@ -419,6 +431,11 @@ def test_keep_alive_head_methods_the_gate_and_the_headers(port: int) -> None:
     assert got[4][1]["WWW-Authenticate"] == "Basic"
     assert got[-1][1]["Connection"] == "close"
     assert all("Connection" not in h for _, h, _ in got[:-1])
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    # After a kept-alive request, the next request line is judged afresh.
+    long_line = exchange(port, b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+                               b"GET /" + b"a" * (MAX_HEAD + 10))
+    assert refusal(b"414 URI Too Long", b"Request target too long\n").search(long_line)
 
 
 def test_metrics_on_the_wire_in_one_send(port: int) -> None:
@@ -438,13 +455,47 @@ def elapsed_until_closed(s: socket.socket) -> float:
     return time.monotonic() - t0
 
 
-def test_a_silent_or_unfinished_head_is_closed_at_the_head_deadline(port: int) -> None:
+def test_a_silent_or_unfinished_head_is_closed_at_the_head_deadline(
+        port: int, caplog: pytest.LogCaptureFixture) -> None:
     with connect(port) as s:
         assert HEAD_S * 0.5 < elapsed_until_closed(s) < HEAD_S + 1.5
     with connect(port) as s:
         s.sendall(b"GET /-/ready HTTP/1.1\r\nHost: x\r\n")
         t = elapsed_until_closed(s)
         assert HEAD_S * 0.5 < t < HEAD_S + 1.5
+    time.sleep(0.05)  # the server's side of the close
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def dribble(s: socket.socket, within: float) -> float:
+    """Send a head a byte every 50 ms; the seconds until the server closes."""
+    t0 = time.monotonic()
+    with contextlib.suppress(ConnectionError):
+        for byte in b"GET /-/ready HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"z" * 100:
+            s.sendall(bytes([byte]))
+            time.sleep(0.05)
+            if time.monotonic() - t0 > within:
+                break
+    return time.monotonic() - t0
+
+
+def test_the_head_deadline_runs_from_the_accept_and_from_a_next_heads_first_byte() -> None:
+    server = make_server(header_timeout=0.4)
+    port = server.server_address[1]
+    try:
+        with connect(port) as s:
+            t0 = time.monotonic()
+            time.sleep(0.3)  # then a head dribbles in: due 0.4 s after the accept
+            dribble(s, within=1.5)
+            assert time.monotonic() - t0 < 0.65
+        with connect(port) as s:
+            s.sendall(b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(65536).endswith(b"Ready\n")
+            # kept alive; the next head dribbles: due 0.4 s after its first byte
+            assert dribble(s, within=1.5) < 0.9
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_kept_alive_connection_waits_the_idle_deadline_then_a_head_deadline(
@@ -468,12 +519,13 @@ def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> Non
     server = make_server(max_connections=2, header_timeout=5.0)
     port = server.server_address[1]
     try:
-        first, second = connect(port), connect(port)
-        # A request and its answer: `second` has been idle for less time.
-        for s in (first, second):
-            s.sendall(b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert s.recv(65536).endswith(b"Ready\n")
-            time.sleep(0.05)
+        # `first` never sends a byte (a port scanner); `second` has asked
+        # and been answered since: idle for less time.
+        first = connect(port)
+        time.sleep(0.05)
+        second = connect(port)
+        second.sendall(b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert second.recv(65536).endswith(b"Ready\n")
         assert server.connection_count == 2
         answer = exchange(port, b"GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
@@ -482,6 +534,14 @@ def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> Non
         assert second.recv(65536).endswith(b"Ready\n")  # still served
         assert server.shed == 1
         assert server.connection_count == 1
+        with connect(port) as fourth:  # room without eviction
+            fourth.sendall(b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert fourth.recv(65536).endswith(b"Ready\n")
+            assert server.connection_count == 2
+            assert exchange(port, b"GET /-/ready HTTP/1.1\r\nHost: x\r\n"
+                                  b"Connection: close\r\n\r\n").endswith(b"Ready\n")
+            assert second.recv(10) == b""  # now the one idle the longest
+        assert server.shed == 2
         # Every connection busy answering: the new one is closed at once.
         for s in (first, second):
             s.close()
@@ -500,7 +560,7 @@ def test_at_the_connection_limit_the_longest_idle_connection_makes_room() -> Non
             except ConnectionError:
                 refused = b""
             assert refused == b"" and time.monotonic() - t0 < 0.4
-        assert server.shed == 2
+        assert server.shed == 3
         for s in slow:
             assert s.recv(65536).endswith(b"Slow\n")  # the busy ones finish
             s.close()
