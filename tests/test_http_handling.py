@@ -111,7 +111,7 @@ def test_metrics_from_snapshots_before_and_after_the_first_poll(
     ("gzip;q=0", False), ("gzip; q=0.000", False), ("x-gzip;q=0", False),
     ("gzip;q=bogus", False), ("gzip;q=", False), ("gzip;q=-1", False),
     ("deflate;q=1", False), ("identity", False), ("*", False), ("", False),
-    ("gzipper", False), ("gzip;q=0, identity", False),
+    ("gzipper", False), ("gzip;q=0, identity", False), ("gzip;q=1=2", False),
 ])
 def test_accepts_gzip_reads_q_values(accept_encoding: str, gzipped: bool) -> None:
     assert accepts_gzip(accept_encoding) is gzipped
