@@ -574,7 +574,11 @@ def test_shutdown_closes_every_connection_and_stops_listening(
         caplog: pytest.LogCaptureFixture) -> None:
     server = make_server()
     port = server.server_address[1]
+    thread = server._thread
     server.start()  # a second start changes nothing
+    assert server._thread is thread
+    # A thread named for thread dumps, and one that never keeps the process alive.
+    assert thread is not None and thread.name == "http" and thread.daemon is True
     idle, slow = connect(port), connect(port)
     slow.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
     while server.connection_count < 2:

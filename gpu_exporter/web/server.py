@@ -171,7 +171,8 @@ class ExporterHTTPServer:
         self.ssl_context = ssl_context
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        # Listening from here on (asyncio sets the backlog when serving starts).
+        self._sock = socket.create_server((host, port), family=family)
         self.server_address: tuple[str, int] = self._sock.getsockname()[:2]
         self._open: dict[_Connection, None] = {}  # oldest first
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -329,7 +330,7 @@ class ExporterHTTPServer:
             for conn in list(self._open):
                 conn.evict()
             self._open.clear()
-            rest = [t for t in asyncio.all_tasks(loop) if t is not asyncio.current_task()]
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in rest:
                 task.cancel()
             if rest:
@@ -338,7 +339,6 @@ class ExporterHTTPServer:
     def _run(self) -> None:
         loop = self._loop
         assert loop is not None
-        asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._serve())
         except Exception:
