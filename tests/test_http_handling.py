@@ -647,6 +647,18 @@ def test_tls_hands_the_client_certificate_to_the_routes_and_drops_plain_text() -
                 assert b"'subjectAltName': (('DNS', 'client.example'),)" in body
             else:
                 assert body == b"None"
+        # A server that asks for no client certificate: none reaches the
+        # routes (ssl gives an empty dict there). The context is read per
+        # connection, so a reload's new one serves the next connection.
+        plain_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(plain_tls)
+        server.ssl_context = plain_tls
+        client = ssl.create_default_context()
+        ca.configure_trust(client)
+        ca.issue_cert("client.example").configure_cert(client)
+        with client.wrap_socket(connect(port), server_hostname="127.0.0.1") as s:
+            s.sendall(b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert responses(read_until_closed(s))[0][2] == b"None"
         # Plain HTTP to the TLS port: no answer, closed.
         assert exchange(port, b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n") == b""
     finally:
