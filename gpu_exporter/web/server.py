@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import logging
 import socket
 import ssl
@@ -110,19 +111,10 @@ class _Connection:
         self.writer.transport.abort()
 
 
-class _Date:
-    """The Date header, formatted once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._text = b""
-
-    def now(self) -> bytes:
-        second = int(time.time())
-        if second != self._second:
-            self._second = second
-            self._text = email.utils.formatdate(second, usegmt=True).encode()
-        return self._text
+@functools.lru_cache(maxsize=1)
+def _http_date(second: int) -> bytes:
+    """The Date header, formatted once a second, however many requests come in it."""
+    return email.utils.formatdate(second, usegmt=True).encode()
 
 
 def _reason(status: int) -> bytes:
@@ -179,15 +171,14 @@ class ExporterHTTPServer:
         self.ssl_context = ssl_context
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
-        self._sock.setblocking(False)
+        # Listening from here on (asyncio sets the backlog when serving starts).
+        self._sock = socket.create_server((host, port), family=family)
         self.server_address: tuple[str, int] = self._sock.getsockname()[:2]
         self._open: dict[_Connection, None] = {}  # oldest first
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
         self._stop: asyncio.Future[None] | None = None
-        self._date = _Date()
         self.shed = 0  # connections closed to stay within max_connections
 
     # --- connections -----------------------------------------------------------
@@ -227,7 +218,7 @@ class ExporterHTTPServer:
                          b"Content-Length: %d\r\nServer: %s\r\nDate: %s\r\n"
                          b"Connection: close\r\n\r\n%s"
                          % (refusal.status, refusal.reason.encode(), len(body),
-                            SERVER.encode(), self._date.now(), body))
+                            SERVER.encode(), _http_date(int(time.time())), body))
         except (ConnectionError, OSError, TimeoutError, asyncio.CancelledError):
             pass
         except Exception:
@@ -313,7 +304,7 @@ class ExporterHTTPServer:
             refused = await self.app.gate(req) if self.app.gate is not None else None
             resp = refused if refused is not None else self.app.handle(req)
         out = [("Content-Type", resp.content_type), ("Content-Length", str(len(resp.body))),
-               ("Server", SERVER), ("Date", self._date.now().decode()),
+               ("Server", SERVER), ("Date", _http_date(int(time.time())).decode()),
                *resp.headers.items()]
         if with_body:
             out.append(("Connection", "close"))
@@ -339,7 +330,7 @@ class ExporterHTTPServer:
             for conn in list(self._open):
                 conn.evict()
             self._open.clear()
-            rest = [t for t in asyncio.all_tasks(loop) if t is not asyncio.current_task()]
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in rest:
                 task.cancel()
             if rest:
@@ -348,7 +339,6 @@ class ExporterHTTPServer:
     def _run(self) -> None:
         loop = self._loop
         assert loop is not None
-        asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._serve())
         except Exception:
