@@ -195,7 +195,7 @@ class Exporter:
             web_config = WebConfigWatcher(web.config_file, max_checks=web.max_requests)
         self.web_config = web_config
         self.server = ExporterHTTPServer(
-            (host, port), self.app, max_requests=web.max_requests,
+            (host, port), self.app,
             header_timeout=web.request_timeout, idle_timeout=web.idle_timeout,
             max_connections=web.max_connections,
             ssl_context=web_config.ssl_context if web_config else None)

@@ -158,7 +158,7 @@ class ExporterHTTPServer:
     """Binds at construction (so an address in use fails before anything
     starts), serves from ``start()`` on, until ``shutdown()``."""
 
-    def __init__(self, address: tuple[str, int], app: App, max_requests: int = 8,
+    def __init__(self, address: tuple[str, int], app: App,
                  header_timeout: float = 10.0, idle_timeout: float = 300.0,
                  max_connections: int = 1024,
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -166,7 +166,6 @@ class ExporterHTTPServer:
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
-        self.max_requests = max_requests
         # Read at every accept: the web config swaps it on reload.
         self.ssl_context = ssl_context
         host, port = address
