@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import free_port, run_cli, start, wait_http
+from tests.procs import STOP_BOUND_S, free_port, run_cli, start, wait_http
 
 
 def _one_line_error(result, after_logs: bool = False) -> str:  # type: ignore[no-untyped-def]
@@ -174,12 +174,6 @@ def _slow_headers(port: int) -> list[socket.socket]:
     return out
 
 
-# The promise is an exit within a second (about 0.3-0.5 s on an idle machine: the
-# signal is noticed within 0.2 s, the server and poller stop at once). The bound
-# is wider for loaded CI machines, where the interpreter's own start of exit can
-# lag; a server that waited for its clients took 10 s with one kept-alive
-# connection and 57 s with 20 slow-header clients, far outside it.
-STOP_BOUND_S = 2.5
 
 
 @pytest.mark.parametrize("clients", [_kept_alive, _slow_headers])
