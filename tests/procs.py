@@ -50,3 +50,13 @@ def wait_http(url: str, timeout: float = 20) -> str:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def assert_stops_in_time(proc: subprocess.Popen[str], signum: int) -> None:
+    """Send ``signum`` and check the exporter exits 0 within STOP_BOUND_S."""
+    proc.send_signal(signum)
+    t0 = time.monotonic()
+    code = proc.wait(timeout=10)
+    stopped_in = time.monotonic() - t0
+    assert code == 0
+    assert stopped_in < STOP_BOUND_S, f"exit took {stopped_in:.2f}s"
