@@ -46,8 +46,8 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--web.config.file", "web.config_file",
      "Web config file (TLS, basic auth) in the Prometheus exporter-toolkit format.", "FILE"),
     ("--web.max-requests", "web.max_requests",
-     "Most password checks (basic auth) waiting at once; beyond it a request is answered 503 "
-     "at once (default 8).", "N"),
+     "Most password checks (basic auth) waiting at once; beyond it a request waits a second, "
+     "then is answered 503, so a flood of wrong passwords is slowed (default 8).", "N"),
     ("--web.request-timeout", "web.request_timeout",
      "How long a client may take to send a request head, from its first byte (from the "
      "accept on a new connection); then the connection is closed (default 10s).", "DURATION"),
