@@ -4,6 +4,7 @@
 # thread wins, on test order or on an idle machine fails here.
 #   ./scripts/flake-check.sh          5 runs
 #   RUNS=2 ./scripts/flake-check.sh -k golden
+#   LOAD=1 ./scripts/flake-check.sh   one busy loop instead of one per core
 # Needs .venv and .tools from ./scripts/test.sh. Exit status: that of the first
 # failing run, 0 when every run passed.
 set -euo pipefail
@@ -13,7 +14,7 @@ export PATH="$PWD/.tools/bin:$PATH"
 load=()
 stop_load() { [ ${#load[@]} -eq 0 ] || kill "${load[@]}" 2>/dev/null || true; }
 trap stop_load EXIT
-for _ in $(seq "$(nproc)"); do
+for _ in $(seq "${LOAD:-$(nproc)}"); do
   .venv/bin/python -c 'while True: pass' &
   load+=($!)
 done
