@@ -23,13 +23,29 @@ ROOT = Path(__file__).resolve().parent.parent
 STOP_BOUND_S = 2.5
 
 
+def stop_bound_s() -> float:
+    """STOP_BOUND_S, widened in proportion when the run queue is longer than
+    twice the cores (a flake check under busy loops and parallel test runs saw
+    load averages of 20-30 on 2 cores and stops of 4.8 s: every process got a
+    tenth of a core). A server that waits for its clients still takes 10 s or
+    more on an idle machine, far outside the bound there."""
+    cores = os.cpu_count() or 1
+    return STOP_BOUND_S * max(1.0, os.getloadavg()[0] / (2 * cores))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def run_cli(args: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+# A one-shot command's own deadline is a guard against hangs, not a promise
+# about speed: under heavy load a simulated diagnose window took over 30 s.
+RUN_CLI_TIMEOUT_S = 120.0
+
+
+def run_cli(args: Sequence[str],
+            timeout: float = RUN_CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpu_exporter", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, check=False)
 
@@ -53,10 +69,11 @@ def wait_http(url: str, timeout: float = 20) -> str:
 
 
 def assert_stops_in_time(proc: subprocess.Popen[str], signum: int) -> None:
-    """Send ``signum`` and check the exporter exits 0 within STOP_BOUND_S."""
+    """Send ``signum`` and check the exporter exits 0 within stop_bound_s()."""
+    bound = stop_bound_s()
     proc.send_signal(signum)
     t0 = time.monotonic()
-    code = proc.wait(timeout=10)
+    code = proc.wait(timeout=max(10.0, 4 * bound))
     stopped_in = time.monotonic() - t0
     assert code == 0
-    assert stopped_in < STOP_BOUND_S, f"exit took {stopped_in:.2f}s"
+    assert stopped_in < bound, f"exit took {stopped_in:.2f}s (bound {bound:.1f}s)"

@@ -643,7 +643,7 @@ def test_sigterm_does_not_wait_for_queued_password_checks(tmp_path: Path) -> Non
     """Eight clients with wrong passwords queue eight bcrypt checks (about half
     a second each at cost 13, 4 s in all): a stop drops the queue instead of
     running it. The bound is the one for every stop with clients connected
-    (test_cli.STOP_BOUND_S: 1 s promised, wide for a loaded machine)."""
+    (procs.stop_bound_s(): 1 s promised, wide for a loaded machine)."""
     config = write(tmp_path / "web.yml", f"basic_auth_users:\n  prom: {hash_pw('pw', 13)}\n")
     port = free_port()
     proc = start(["--simulate", "healthy", "--web.listen-address", f"127.0.0.1:{port}",
