@@ -1,0 +1,95 @@
+"""``gpu-exporter fleet``'s plan, offline: the mix deals every kind to every
+cluster, each node's scenario loads as the simulator reads it, and a bad
+argument is one line. The fleet live, on Prometheus, is tests/test_fleet_stack.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_exporter.fleet import (
+    DEFAULT_MIX,
+    KINDS,
+    OLD_DRIVER,
+    FleetError,
+    parse_mix,
+    plan,
+    scenario_doc,
+)
+from gpu_exporter.simulator import load_scenario
+from gpu_exporter.simulator.model import Scenario
+
+
+def test_default_mix_deals_every_kind_to_every_cluster() -> None:
+    nodes = plan(16, ["a", "b"], parse_mix(DEFAULT_MIX), gpus=2)
+    assert len(nodes) == 16 and len({n.name for n in nodes}) == 16
+    for cluster in ("a", "b"):
+        kinds = {n.kind.name for n in nodes if n.cluster == cluster}
+        assert kinds == set(KINDS), cluster
+    # A node that drifts is a minority in its cluster, or drift names the others.
+    for cluster in ("a", "b"):
+        mine = [n for n in nodes if n.cluster == cluster]
+        old = sum(n.gpus or 8 for n in mine if n.kind.name == "old-driver")
+        assert old * 2 < sum(n.gpus or 8 for n in mine)
+
+
+def test_mix_weights_share_the_nodes() -> None:
+    counts = Counter(n.kind.name for n in plan(128, ["a"], parse_mix("healthy=6,mixed=2")))
+    assert counts == {"healthy": 96, "mixed": 32}
+    # Fewer nodes than kinds: the heaviest first, none twice.
+    counts = Counter(n.kind.name for n in plan(2, ["a"], parse_mix("healthy=5,idle=1,leak=1")))
+    assert counts == {"healthy": 2}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("healthy=1,nope=2", "unknown node kind 'nope'"),
+    ("healthy=x", "whole number"),
+    ("healthy=-1", "negative"),
+    ("healthy=0", "no kind"),
+])
+def test_bad_mix_is_named(text: str, message: str) -> None:
+    with pytest.raises(FleetError, match=message):
+        parse_mix(text)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kinds_scenario_loads_before_and_after_the_change(kind: str,
+                                                                tmp_path: Path) -> None:
+    (node,) = [n for n in plan(len(KINDS), ["c"], {k: 1 for k in KINDS}, gpus=2)
+               if n.kind.name == kind]
+    before = load_scenario_from(scenario_doc(node), tmp_path)
+    after = load_scenario_from(scenario_doc(node, changed=True), tmp_path)
+    assert before.node.id == node.name
+    expected = 8 if KINDS[kind].fixed_gpus else 2
+    assert before.node.gpus == expected
+    assert after.node.gpus == expected - KINDS[kind].loses_gpus
+    for e in KINDS[kind].expects:  # a GPU the kind's alert names exists
+        assert e.gpu is None or e.gpu < before.node.gpus
+    if kind == "old-driver":
+        assert before.node.driver_version == OLD_DRIVER
+    if kind == "leak":
+        used = [s.set.memory_used_ratio for s in before.timeline]
+        assert used == sorted(used) and used[-1] < 0.9  # grows, never near full
+
+
+def load_scenario_from(doc: dict[str, Any], tmp_path: Path) -> Scenario:
+    path = tmp_path / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return load_scenario(str(path))
+
+
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    for args in (["--nodes", "0"], ["--scenario-mix", "bogus=1"], ["--gpus", "0"],
+                 ["--clusters", "a,../b"], ["--clusters", "a,a"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "gpu_exporter", "fleet", *args,
+             "--targets-dir", str(tmp_path), "--duration", "0"],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
