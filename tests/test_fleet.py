@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_exporter.alerting.cases import selector_labels
+from gpu_exporter.alerting.config import load_config
 from gpu_exporter.fleet import (
     DEFAULT_MIX,
     KINDS,
@@ -24,6 +26,7 @@ from gpu_exporter.fleet import (
 )
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import Scenario
+from tests.tools import tool
 
 
 def test_default_mix_deals_every_kind_to_every_cluster() -> None:
@@ -93,3 +96,37 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path) -> None:
             capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 2, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# --- the shipped multi-cluster configs ----------------------------------------------
+
+CENTRAL_STORE = Path(__file__).resolve().parent.parent / "deploy" / "central-store"
+
+
+def test_central_store_configs_pass_promtool_and_agree_with_the_rules(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    config = load_config(root / "alerts" / "config.yaml")
+    central = tmp_path / "central"
+    (central / "rules").mkdir(parents=True)
+    (central / "rules" / "gpu-exporter.rules.yml").symlink_to(
+        root / "alerts" / "gpu-exporter.rules.yml")
+    (central / "alertmanagers.json").write_text("[]")
+    (central / "central.yml").write_text((CENTRAL_STORE / "central.yml").read_text())
+    agent = tmp_path / "agent"
+    (agent / "targets").mkdir(parents=True)
+    (agent / "cluster-agent.yml").write_text((CENTRAL_STORE / "cluster-agent.yml").read_text())
+    for path in (central / "central.yml", agent / "cluster-agent.yml"):
+        result = subprocess.run([tool("promtool"), "check", "config", str(path)],
+                                capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+    # The central store loads the rules; it finds them where the comment says.
+    assert "rules/*.rules.yml" in yaml.safe_load(
+        (CENTRAL_STORE / "central.yml").read_text())["rule_files"]
+    doc = yaml.safe_load((CENTRAL_STORE / "cluster-agent.yml").read_text())
+    # Agent mode refuses rules and alerting; the cluster label is the rules'.
+    assert "rule_files" not in doc and "alerting" not in doc
+    assert doc["global"]["external_labels"] == {config.cluster_label: "${CLUSTER}"}
+    (job,) = doc["scrape_configs"]
+    assert selector_labels(config.selector).get("job") == job["job_name"]
+    (remote,) = doc["remote_write"]
+    assert remote["url"].endswith("/api/v1/write")
