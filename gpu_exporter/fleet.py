@@ -208,6 +208,17 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of a running process (Linux /proc); 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 @dataclass
 class RunningNode:
     node: FleetNode
@@ -291,6 +302,9 @@ class Fleet:
     def cpu_seconds(self) -> float:
         return sum(rn.cpu_seconds() for rn in self.nodes)
 
+    def rss_bytes(self) -> int:
+        return sum(_rss_bytes(rn.process.pid) for rn in self.nodes if rn.process)
+
     def gpu_count(self) -> int:
         total = 0
         for rn in self.nodes:
@@ -321,8 +335,10 @@ class Fleet:
 def cpu_line(fleet: Fleet, cpu: float, wall: float) -> str:
     n = len(fleet.nodes)
     share = cpu / wall if wall > 0 else 0.0
+    rss_mib = fleet.rss_bytes() / n / 2**20
     return (f"fleet: {n} nodes, {fleet.gpu_count()} GPUs: {share:.0%} of a core in all, "
-            f"{share / n:.1%} of a core per node ({wall:.0f} s measured)")
+            f"{share / n:.1%} of a core and {rss_mib:.0f} MiB per node "
+            f"({wall:.0f} s measured)")
 
 
 def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
@@ -351,6 +367,9 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
                    help="seconds after the start when nodes change state (default 120)")
     p.add_argument("--duration", type=float, default=None,
                    help="stop after this many seconds (default: run until interrupted)")
+    p.add_argument("--warmup", type=float, default=WARMUP_S,
+                   help=f"seconds after the start before CPU is measured (default {WARMUP_S:g}):"
+                        " a node's start is not what it costs running")
     p.add_argument("--report-every", type=float, default=60.0,
                    help="print the fleet's CPU use this often, in seconds (default 60)")
     p.add_argument("exporter_args", nargs=argparse.REMAINDER,
@@ -389,7 +408,7 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
         started = time.monotonic()
         # CPU is measured from the end of the warm-up: the nodes' start (Python
         # and its imports) is not what a running node costs.
-        measure_from, cpu0 = started + WARMUP_S, 0.0
+        measure_from, cpu0 = started + args.warmup, 0.0
         next_report = measure_from + args.report_every
         changed = measuring = False
         while not stopping:

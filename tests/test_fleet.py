@@ -4,8 +4,12 @@ argument is one line. The fleet live, on Prometheus, is tests/test_fleet_stack.p
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -130,3 +134,59 @@ def test_central_store_configs_pass_promtool_and_agree_with_the_rules(tmp_path: 
     assert selector_labels(config.selector).get("job") == job["job_name"]
     (remote,) = doc["remote_write"]
     assert remote["url"].endswith("/api/v1/write")
+
+
+def test_fleet_command_serves_its_nodes_writes_targets_and_reports_cpu(tmp_path: Path) -> None:
+    """Two one-GPU nodes for a few seconds: each answers /metrics with its own
+    node's GPUs, the targets files name them with their cluster, the CPU line
+    is printed, and nothing is left listening after the command ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_exporter", "fleet", "--nodes", "2", "--gpus", "1",
+         "--scenario-mix", "healthy=1", "--clusters", "east,west",
+         "--targets-dir", str(tmp_path / "t"), "--duration", "12", "--warmup", "1",
+         "--report-every", "100", "--", "--poll.interval", "2s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        targets: dict[str, list[dict[str, Any]]] = {}
+        while time.monotonic() < deadline and len(targets) < 2:
+            for c in ("east", "west"):
+                path = tmp_path / "t" / f"{c}.json"
+                if path.exists():
+                    targets[c] = json.loads(path.read_text())
+            time.sleep(0.2)
+        addresses = {}
+        for cluster, groups in targets.items():
+            (group,) = groups
+            assert group["labels"] == {"cluster": cluster, "instance": f"{cluster}-node-001",
+                                       "scenario": "healthy"}
+            addresses[cluster] = group["targets"][0]
+        for cluster, address in addresses.items():
+            body = _wait_metrics(f"http://{address}/metrics")
+            assert 'gpu_info{' in body and body.count("gpu_info{") == 1, cluster
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert re.search(r"fleet: 2 nodes, 2 GPUs: .* of a core and \d+ MiB per node", out), out
+    for address in addresses.values():
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://{address}/metrics", timeout=2)
+
+
+def _wait_metrics(url: str) -> str:
+    deadline = time.monotonic() + 45
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                body: str = resp.read().decode()
+                if "gpu_info{" in body:
+                    return body
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            pytest.fail(f"{url}: no gpu_info in 45 s")
+        time.sleep(0.5)
