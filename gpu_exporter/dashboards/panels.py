@@ -17,6 +17,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from gpu_exporter.alerting.config import AlertConfig
+from gpu_exporter.alerting.rules import GPU_LABELS
 
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
@@ -39,7 +40,7 @@ class Filters:
         c = config.cluster_label
         node = f'{c}=~"$cluster", job=~"$job", instance=~"$instance"'
         return cls(node=node, gpu=f'{node}, gpu=~"$gpu"',
-                   gpu_key=f"{c}, instance, job, gpu, uuid", cluster=c)
+                   gpu_key=", ".join((c, *GPU_LABELS)), cluster=c)
 
 
 @dataclass(frozen=True)
