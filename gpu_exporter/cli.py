@@ -226,12 +226,19 @@ def _diagnose(argv: Sequence[str]) -> int:
     return diagnose_main(argv, _Parser)
 
 
+def _fleet(argv: Sequence[str]) -> int:
+    from gpu_exporter.fleet import main as fleet_main
+
+    return fleet_main(argv, _Parser)
+
+
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "scenarios": _scenarios,
     "catalog": _catalog,
     "diagnose": _diagnose,
     "baseline": _baseline,
     "record": _record,
+    "fleet": _fleet,
 }
 
 

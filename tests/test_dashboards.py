@@ -28,7 +28,7 @@ from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = {"node": ROOT / NODE, "fleet": ROOT / FLEET}
-VARIABLES = {"job": "gpu-exporter", "instance": "node-a:9835", "gpu": ".+",
+VARIABLES = {"cluster": ".*", "job": "gpu-exporter", "instance": "node-a:9835", "gpu": ".+",
              "datasource": "prometheus"}
 
 
@@ -69,10 +69,10 @@ def test_round_trip_would_catch_an_unknown_key() -> None:
 @pytest.mark.parametrize("name", DASHBOARDS)
 def test_variables(name: str) -> None:
     variables = {v["name"]: v for v in _load(name)["templating"]["list"]}
-    assert list(variables) == ["datasource", "job", "instance", "gpu"]
+    assert list(variables) == ["datasource", "cluster", "job", "instance", "gpu"]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for var in ("job", "instance", "gpu"):
+    for var in ("cluster", "job", "instance", "gpu"):
         assert variables[var]["datasource"]["uid"] == "${datasource}"
         assert variables[var]["description"]
     assert variables["gpu"]["multi"] and variables["gpu"]["includeAll"]

@@ -447,7 +447,7 @@ def test_exporter_health_and_fleet_alerts_fire(stack: Stack, background: dict[st
 
 def test_every_dashboard_query_returns_data_on_mixed(stack: Stack,
                                                       background: dict[str, str]) -> None:
-    values = {"job": JOB, "instance": background["mixed"], "gpu": ".+",
+    values = {"cluster": ".*", "job": JOB, "instance": background["mixed"], "gpu": ".+",
               "datasource": "prometheus"}
     queries = []
     for rel in (NODE, FLEET):

@@ -10,6 +10,7 @@ every alert must stay silent on a healthy and on an idle node.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.table import ROWS, Row
 
 JOB = "gpu-exporter"
+CLUSTER = "cluster-a"
 GIB = 1024**3
 
 
@@ -39,6 +41,9 @@ class Series:
 class Fire:
     labels: dict[str, str]
     value: float
+    # The alert's labels are its ``by``/``on`` key only: labels of the
+    # selector beyond job (a namespace, say) do not reach it.
+    keyed: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,9 @@ class TestFile:
 
 
 def node(name: str) -> dict[str, str]:
-    return {"instance": f"{name}:9835", "job": JOB}
+    """A node's labels as the cases write them; ``_relabel`` turns them into
+    the configured selector's and cluster label's when the file is rendered."""
+    return {"cluster": CLUSTER, "instance": f"{name}:9835", "job": JOB}
 
 
 def gpu(name: str, index: int) -> dict[str, str]:
@@ -322,8 +329,16 @@ def _drift_case(rule: AlertRule) -> Case:
         for i in range(2):
             series.append(Series("gpu_info", {**gpu(name, i), "driver_version": version,
                                               "name": "NVIDIA H100 80GB HBM3"}, f"1x{n}"))
-    fire = Fire({**node("node-d"), "driver_version": "570.86.15"}, 2)
-    return Case("GpuDriverVersionDrift: the node off the fleet's common driver", iv, series, [
+    # Another cluster runs node-d's driver on every node: drift is judged
+    # within a cluster, so neither it nor its version counts against cluster-a.
+    for name in ("node-e", "node-f", "node-g"):
+        for i in range(2):
+            series.append(Series("gpu_info", {**gpu(name, i), "cluster": "cluster-b",
+                                              "driver_version": "570.86.15",
+                                              "name": "NVIDIA H100 80GB HBM3"}, f"1x{n}"))
+    fire = Fire({**node("node-d"), "driver_version": "570.86.15"}, 2, keyed=True)
+    return Case("GpuDriverVersionDrift: the node off its cluster's common driver; not a "
+                "cluster whose common driver differs", iv, series, [
         Check(rule.for_s - 120, rule.name),
         Check(rule.for_s + 300, rule.name, (fire,)),
     ])
@@ -342,7 +357,7 @@ def _count_case(rule: AlertRule) -> Case:
         # node-b's GPU 3 misses one scrape: it does not vanish.
         series.append(Series("gpu_info", gpu("node-b", i),
                              f"1x{k} _ 1x{n - k - 1}" if i == 3 else f"1x{n}"))
-    fire = Fire(node("node-a"), 3)
+    fire = Fire(node("node-a"), 3, keyed=True)
     return Case("GpuCountDropped: a GPU vanishes from a node; a missed scrape is not that",
                 iv, series, [
                     Check(vanish + rule.for_s - 60, rule.name),
@@ -368,7 +383,7 @@ def _temperature_case(rule: AlertRule, config: AlertConfig) -> Case:
                                 ("max_operating", slowdown - 2)):
                 series.append(Series("gpu_temperature_threshold_celsius",
                                      {**gpu("node-a", i), "threshold": kind}, f"{value}x{n}"))
-    fire = Fire(gpu("node-a", 0), 84)
+    fire = Fire(gpu("node-a", 0), 84, keyed=True)
     return Case("GpuTemperatureNearSlowdown: judged against each GPU's own slowdown threshold "
                 "(84 C of 87 fires; 83 C of 95, 81 C of 87 and a GPU without thresholds do "
                 "not)", iv, series, [
@@ -474,23 +489,67 @@ def test_files(config: AlertConfig) -> list[TestFile]:
     ]
 
 
+# --- the configured selector and cluster label --------------------------------
+
+_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def selector_labels(selector: str) -> dict[str, str]:
+    """Labels a series needs to match ``selector``: each ``name="value"``
+    matcher's, and for ``name=~"a|b"`` its first alternative when the regex
+    matches that. Other matchers (``!=``, ``!~``) need no label."""
+    out: dict[str, str] = {}
+    for name, op, value in _MATCHER.findall(selector):
+        value = value.replace('\\"', '"').replace("\\\\", "\\")
+        if op == "=":
+            out[name] = value
+        elif op == "=~":
+            # "gpu-exporter|dcgm" -> "gpu-exporter": a value the regex matches
+            first = value.split("|")[0]
+            try:
+                if re.fullmatch(value, first):
+                    out[name] = first
+            except re.error:
+                pass
+    return out
+
+
+def _relabel(config: AlertConfig, labels: dict[str, str],
+             keyed: bool = False) -> dict[str, str]:
+    """The cases' labels in the configured world: ``job="gpu-exporter"`` becomes
+    the selector's labels (only its job where ``keyed``: an aggregation's key),
+    ``cluster`` the configured cluster label."""
+    out = dict(labels)
+    if out.get("job") == JOB:
+        del out["job"]
+        wanted = selector_labels(config.selector)
+        out.update({k: v for k, v in wanted.items() if k == "job" or not keyed})
+    if "cluster" in out and config.cluster_label != "cluster":
+        out[config.cluster_label] = out.pop("cluster")
+    return out
+
+
 def _check(config: AlertConfig, by: dict[str, AlertRule], check: Check) -> dict[str, Any]:
     rule = by[check.alert]
     templates = alert_annotations(config, rule)
     exp = []
     for fire in check.fires:
+        labels = _relabel(config, fire.labels, fire.keyed)
         exp.append({
-            "exp_labels": {**fire.labels, "severity": rule.severity, **rule.labels},
-            "exp_annotations": {k: render(v, fire.labels, fire.value)
+            "exp_labels": {**labels, "severity": rule.severity, **rule.labels},
+            "exp_annotations": {k: render(v, labels, fire.value)
                                 for k, v in templates.items()},
         })
     return {"eval_time": duration(check.at), "alertname": check.alert, "exp_alerts": exp}
 
 
-def _expr(check: ExprCheck) -> dict[str, Any]:
+def _expr(config: AlertConfig, check: ExprCheck) -> dict[str, Any]:
+    def text(labels: dict[str, str]) -> str:
+        return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
     return {"expr": check.expr, "eval_time": duration(check.at), "exp_samples": [
-        {"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(x.labels.items())) + "}",
-         "value": x.value} for x in check.samples]}
+        {"labels": text(_relabel(config, x.labels)), "value": x.value}
+        for x in check.samples]}
 
 
 def render_test_file(config: AlertConfig, tf: TestFile) -> str:
@@ -501,10 +560,12 @@ def render_test_file(config: AlertConfig, tf: TestFile) -> str:
         "tests": [{
             "name": case.name,
             "interval": duration(case.interval),
-            "input_series": [{"series": s.text(), "values": s.values} for s in case.series],
+            "input_series": [
+                {"series": Series(s.metric, _relabel(config, s.labels), s.values).text(),
+                 "values": s.values} for s in case.series],
             **({"alert_rule_test": [_check(config, by, c) for c in case.checks]}
                if case.checks else {}),
-            **({"promql_expr_test": [_expr(e) for e in case.exprs]} if case.exprs else {}),
+            **({"promql_expr_test": [_expr(config, e) for e in case.exprs]} if case.exprs else {}),
         } for case in tf.cases],
     }
 

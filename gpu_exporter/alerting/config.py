@@ -87,6 +87,9 @@ class PrometheusRuleSettings(_Strict):
 
 class AlertConfig(_Strict):
     selector: str = 'job="gpu-exporter"'
+    # The label that tells clusters apart (an external label of each cluster's
+    # Prometheus, or a target label): every aggregation keeps it.
+    cluster_label: str = Field("cluster", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     runbook_url_base: str = "https://gpu-exporter.example.com"
     dashboard_url_base: str = "https://grafana.example.com"
     node_dashboard_uid: str = "gpu-node"

@@ -30,9 +30,12 @@ from gpu_exporter.diagnosis.table import ROWS, Row, Severity
 
 Scope = Literal["gpu", "node", "fleet"]
 
-# The labels that name one GPU of one exporter.
-GPU_KEY = "instance, job, gpu, uuid"
-NODE_KEY = "instance, job"
+# The labels that name one exporter, and one GPU of it, within a cluster. The
+# cluster label (its name configurable, ``cluster_label``) comes first: every
+# aggregation keeps it, so the same rules serve one Prometheus per cluster and a
+# central store holding many (where no series has it, ``by`` simply omits it).
+NODE_LABELS = ("instance", "job")
+GPU_LABELS = (*NODE_LABELS, "gpu", "uuid")
 
 GROUP_RECORDING = "gpu-exporter.recording"
 GROUP_DIAGNOSIS = "gpu-exporter.diagnosis"
@@ -76,6 +79,9 @@ class Exprs:
 
     def __init__(self, config: AlertConfig) -> None:
         self.selector = config.selector.strip().strip(",")
+        self.cluster = config.cluster_label
+        self.node_key = ", ".join((self.cluster, *NODE_LABELS))
+        self.gpu_key = ", ".join((self.cluster, *GPU_LABELS))
 
     def m(self, name: str, matchers: str = "") -> str:
         parts = [p for p in (self.selector, matchers) if p]
@@ -253,20 +259,20 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
     worst_parts = [
         f"{x.m('gpu_diagnosis_active', row_matchers(row))} * {weight}"
         for sev, weight in levels for row in severity_of[sev]]
-    worst = ("max by (" + GPU_KEY + ") (\n  " + "\n  or ".join(worst_parts) + "\n)")
+    worst = ("max by (" + x.gpu_key + ") (\n  " + "\n  or ".join(worst_parts) + "\n)")
     idle = config.fleet.idle_utilization
     rules = [
         RecordingRule(
-            "instance:gpu_info:count", f"count by ({NODE_KEY}) ({x.m('gpu_info')})",
+            "instance:gpu_info:count", f"count by ({x.node_key}) ({x.m('gpu_info')})",
             "GPUs NVML enumerates on each node."),
         RecordingRule(
-            "instance:gpu_utilization_ratio:avg", f"avg by ({NODE_KEY}) ({util})",
+            "instance:gpu_utilization_ratio:avg", f"avg by ({x.node_key}) ({util})",
             "Average GPU utilization of each node."),
         RecordingRule(
             "gpu:gpu_utilization_ratio:siblings_avg",
-            f"(\n  {util} * 0 + on ({NODE_KEY}) group_left () sum by ({NODE_KEY}) ({util})\n"
-            f"  - {util}\n)\n/ (\n  {util} * 0 + on ({NODE_KEY}) group_left () "
-            f"count by ({NODE_KEY}) ({util})\n  - 1 > 0\n)",
+            f"(\n  {util} * 0 + on ({x.node_key}) group_left () sum by ({x.node_key}) ({util})\n"
+            f"  - {util}\n)\n/ (\n  {util} * 0 + on ({x.node_key}) group_left () "
+            f"count by ({x.node_key}) ({util})\n  - 1 > 0\n)",
             "Average utilization of the other GPUs on the same node (absent on one-GPU nodes)."),
         RecordingRule(
             "gpu:gpu_utilization_ratio:straggler",
@@ -282,30 +288,31 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
     for state, cond in states:
         rules.append(RecordingRule(
             "instance:gpu_health_state:count",
-            f"count by ({NODE_KEY}) (gpu:gpu_diagnosis_severity:max {cond})",
+            f"count by ({x.node_key}) (gpu:gpu_diagnosis_severity:max {cond})",
             f"GPUs per node whose worst active diagnosis is {state}.", {"state": state}))
     rules += [
         RecordingRule(
             "instance:gpu_health_state:count",
-            f"count by ({NODE_KEY}) (\n  gpu:gpu_diagnosis_severity:max == 0\n"
-            f"  and on ({GPU_KEY}) {util} < {idle:.15g}\n)",
+            f"count by ({x.node_key}) (\n  gpu:gpu_diagnosis_severity:max == 0\n"
+            f"  and on ({x.gpu_key}) {util} < {idle:.15g}\n)",
             "GPUs per node with no active diagnosis that sit idle.", {"state": "idle"}),
         RecordingRule(
             "instance:gpu_health_state:count",
-            f"count by ({NODE_KEY}) (\n  gpu:gpu_diagnosis_severity:max == 0\n"
-            f"  and on ({GPU_KEY}) {util} >= {idle:.15g}\n)",
+            f"count by ({x.node_key}) (\n  gpu:gpu_diagnosis_severity:max == 0\n"
+            f"  and on ({x.gpu_key}) {util} >= {idle:.15g}\n)",
             "GPUs per node with no active diagnosis that are working.", {"state": "ok"}),
         RecordingRule(
             "instance:gpu_diagnosis_active:count",
-            f"count by ({NODE_KEY}, symptom, cause) ({per_gpu_diag} == 1)",
+            f"count by ({x.node_key}, symptom, cause) ({per_gpu_diag} == 1)",
             "GPUs per node and table row with the row active."),
         RecordingRule(
             "driver_version:gpu_info:count",
-            f"count by (driver_version) ({x.m('gpu_info')})",
-            "GPUs in the fleet per driver version."),
+            f"count by ({x.cluster}, driver_version) ({x.m('gpu_info')})",
+            "GPUs per cluster and driver version."),
         RecordingRule(
-            "fleet:gpu_driver_versions:count", "count(driver_version:gpu_info:count)",
-            "Distinct driver versions in the fleet."),
+            "fleet:gpu_driver_versions:count",
+            f"count by ({x.cluster}) (driver_version:gpu_info:count)",
+            "Distinct driver versions in each cluster."),
     ]
     return rules
 
@@ -345,12 +352,13 @@ def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
         AlertRule(
             name="GpuDriverVersionDrift", group=GROUP_FLEET,
             severity=_severity(config, "GpuDriverVersionDrift", "warning"),
-            expr=(f"count by ({NODE_KEY}, driver_version) ({x.m('gpu_info')})\n"
-                  "unless on (driver_version) topk(1, driver_version:gpu_info:count)"),
+            expr=(f"count by ({x.node_key}, driver_version) ({x.m('gpu_info')})\n"
+                  f"unless on ({x.cluster}, driver_version)\n"
+                  f"  topk by ({x.cluster}) (1, driver_version:gpu_info:count)"),
             for_s=_for(config, "GpuDriverVersionDrift", f.driver_drift.for_),
             summary="A node runs a different NVIDIA driver than most of the fleet",
             description=(f"{label('instance')} runs driver {label('driver_version')} on "
-                         f"{fixed(0)} GPU(s), while most of the fleet's GPUs run another "
+                         f"{fixed(0)} GPU(s), while most GPUs of its cluster run another "
                          "version (see the fleet dashboard's driver versions)."),
             likely_cause="The node missed a rolling driver upgrade, was reimaged from an old "
                          "image, or is a canary that was never rolled forward or back.",
@@ -388,7 +396,7 @@ def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
         AlertRule(
             name="GpuTemperatureNearSlowdown", group=GROUP_FLEET,
             severity=_severity(config, "GpuTemperatureNearSlowdown", "warning"),
-            expr=(f"{temp}\n  >= on ({GPU_KEY})\n"
+            expr=(f"{temp}\n  >= on ({x.gpu_key})\n"
                   f"  ({slowdown} > 0) - {f.temperature.margin_celsius:.15g}"),
             for_s=_for(config, "GpuTemperatureNearSlowdown", f.temperature.for_),
             summary="GPU temperature is close to its own slowdown threshold",
@@ -414,9 +422,9 @@ def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
             name="GpuMemoryGrowingSteadily", group=GROUP_FLEET,
             severity=_severity(config, "GpuMemoryGrowingSteadily", "warning"),
             expr=(f"deriv({mem}[{leak_range}]) * 3600 > {f.memory_leak.min_bytes_per_hour:.15g}\n"
-                  f"and on ({GPU_KEY})\n"
+                  f"and on ({x.gpu_key})\n"
                   f"predict_linear({mem}[{leak_range}], {f.memory_leak.horizon:.15g})\n"
-                  f"  > on ({GPU_KEY}) {x.m('gpu_memory_total_bytes')}"),
+                  f"  > on ({x.gpu_key}) {x.m('gpu_memory_total_bytes')}"),
             for_s=_for(config, "GpuMemoryGrowingSteadily", f.memory_leak.for_),
             summary="GPU memory has grown steadily for hours: a leak",
             description=(f"GPU memory used on {WHERE_GPU} has grown by {BYTES1024}B per hour "

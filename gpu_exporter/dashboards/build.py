@@ -13,12 +13,11 @@ from grafana_foundation_sdk.models import dashboard as dm
 from gpu_exporter.alerting.config import AlertConfig
 from gpu_exporter.dashboards.panels import (
     BLUE,
-    GPU,
     GREEN,
-    NODE,
     ORANGE,
     RED,
     Common,
+    Filters,
     Layout,
     Q,
     Steps,
@@ -33,12 +32,9 @@ from gpu_exporter.dashboards.panels import (
 )
 from gpu_exporter.diagnosis.table import ROWS
 
-FLEET = 'job=~"$job", instance=~"$instance"'
 THROTTLE_SYMPTOMS = ("throttled_under_load", "clocks_capped")
 THROTTLE_CAUSES = ", ".join(r.cause for r in ROWS if r.symptom in THROTTLE_SYMPTOMS)
 THROTTLE_MATCH = "|".join(THROTTLE_SYMPTOMS)
-FLEET_GPU = 'job=~"$job", instance=~"$instance", gpu=~"$gpu"'
-GPU_KEY = "instance, job, gpu, uuid"
 TAGS = ["gpu", "gpu-exporter", "nvidia"]
 
 
@@ -49,6 +45,9 @@ def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
 
 
 def node_dashboard(config: AlertConfig) -> dm.Dashboard:
+    # The label filters every query below carries (cluster label as configured).
+    f = Filters.of(config)
+    NODE, GPU, GPU_KEY = f.node, f.gpu, f.gpu_key
     d = config.diagnosis
     fleet_link = db.DashboardLink("GPU fleet").type(dm.DashboardLinkType.LINK) \
         .url(f"/d/{config.fleet_dashboard_uid}/{config.fleet_dashboard_uid}") \
@@ -57,7 +56,7 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
                    "One GPU node: what is wrong (active diagnoses), then each GPU's "
                    "utilization, memory, power, clocks, throttling, temperature, PCIe and "
                    "memory errors, its processes, and the host around it.") \
-        .variables(variables(multi_instance=False)).link(fleet_link)
+        .variables(variables(config, multi_instance=False)).link(fleet_link)
 
     b = b.with_row(row("Health"))
     b = b.with_panel(single(Common(
@@ -254,6 +253,9 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
 
 
 def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
+    # The label filters every query below carries (cluster label as configured).
+    f = Filters.of(config)
+    FLEET, FLEET_GPU, GPU_KEY = f.node, f.gpu, f.gpu_key
     s = config.fleet.straggler
     node_link = db.DashboardLink("GPU node").type(dm.DashboardLinkType.LINK) \
         .url(f"/d/{config.node_dashboard_uid}/{config.node_dashboard_uid}") \
@@ -261,7 +263,7 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
     b = _dashboard(config.fleet_dashboard_uid, "GPU fleet",
                    "Every GPU node at once: GPUs by state, throttled GPUs, downtrained links, "
                    "stragglers and driver versions.") \
-        .variables(variables(multi_instance=True)).link(node_link)
+        .variables(variables(config, multi_instance=True)).link(node_link)
 
     b = b.with_row(row("State"))
     state_colors = {"critical": RED, "warning": ORANGE, "info": BLUE, "idle": "text",
@@ -304,6 +306,28 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
                     "stragglers", instant=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(4, 7))))
 
+    # Which nodes, in which cluster: every selected node with its GPUs, how
+    # many have an active diagnosis, and its average utilization.
+    by_node = f"{f.cluster}, instance"
+    b = b.with_row(row("Nodes"))
+    b = b.with_panel(grid(Common(
+        "Nodes by cluster",
+        "Every selected node, by cluster: the GPUs it reports, how many of them have an "
+        "active diagnosis (critical, warning or info), and its average GPU utilization.",
+        "short", [
+            Q(f"sum by ({by_node}) (instance:gpu_info:count{{{FLEET}}})",
+              instant=True, table=True),
+            Q(f"sum by ({by_node}) (instance:gpu_health_state:count{{{FLEET}, "
+              f'state=~"critical|warning|info"}})\n'
+              f"or sum by ({by_node}) (instance:gpu_info:count{{{FLEET}}}) * 0",
+              instant=True, table=True),
+            Q(f"max by ({by_node}) (instance:gpu_utilization_ratio:avg{{{FLEET}}})",
+              instant=True, table=True),
+        ], Steps(GREEN, ((1, ORANGE),)), Layout(24, 8)),
+        columns={f.cluster: "cluster", "instance": "node", "Value #A": "GPUs",
+                 "Value #B": "GPUs with a diagnosis", "Value #C": "utilization"},
+        units={"Value #C": "percentunit"}))
+
     b = b.with_row(row("Which GPUs"))
     b = b.with_panel(grid(Common(
         "Throttled GPUs",
@@ -313,7 +337,7 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
                     f'symptom=~"{THROTTLE_MATCH}"}} == 1',
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(8, 8)),
-        columns={"instance": "node", "gpu": "GPU", "cause": "cause"},
+        columns={f.cluster: "cluster", "instance": "node", "gpu": "GPU", "cause": "cause"},
         hide=("Time", "Value", "__name__", "job", "uuid", "symptom")))
     down = f'(gpu_diagnosis_active{{{FLEET_GPU}, symptom="pcie_downtrained"}} == 1)'
     b = b.with_panel(grid(Common(
@@ -330,7 +354,7 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
             Q(f"gpu_pcie_link_generation_max{{{FLEET_GPU}}} and on ({GPU_KEY}) {down}",
               instant=True, table=True),
         ], Steps(GREEN), Layout(8, 8)),
-        columns={"instance": "node", "gpu": "GPU", "Value #A": "width",
+        columns={f.cluster: "cluster", "instance": "node", "gpu": "GPU", "Value #A": "width",
                  "Value #B": "width max", "Value #C": "generation",
                  "Value #D": "generation max"},
         hide=("Time", "__name__", "job", "uuid")))
@@ -344,7 +368,8 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
               f"gpu:gpu_utilization_ratio:straggler{{{FLEET_GPU}}}", instant=True, table=True),
         ], Steps(RED, ((s.siblings_busy * s.below_ratio, ORANGE), (s.siblings_busy, GREEN))),
         Layout(8, 8)),
-        columns={"instance": "node", "gpu": "GPU", "Value #A": "utilization",
+        columns={f.cluster: "cluster", "instance": "node", "gpu": "GPU",
+                 "Value #A": "utilization",
                  "Value #B": "siblings' average"},
         hide=("Time", "__name__", "job", "uuid")))
 
@@ -353,14 +378,16 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
         "Driver versions",
         "GPUs per NVIDIA driver version on the selected nodes. More than one version is "
         "drift (alert GpuDriverVersionDrift names the odd nodes).",
-        "short", [Q(f"count by (driver_version) (gpu_info{{{FLEET}}})", instant=True,
-                    table=True)],
+        "short", [Q(f"count by ({f.cluster}, driver_version) (gpu_info{{{FLEET}}})",
+                    instant=True, table=True)],
         Steps(GREEN), Layout(6, 8)),
-        columns={"driver_version": "driver", "Value": "GPUs"}, hide=("Time",)))
+        columns={f.cluster: "cluster", "driver_version": "driver", "Value": "GPUs"},
+        hide=("Time",)))
     b = b.with_panel(graph(Common(
         "Utilization by node",
         "Average GPU utilization of each node.",
-        "percentunit", [Q(f"instance:gpu_utilization_ratio:avg{{{FLEET}}}", "{{instance}}")],
+        "percentunit", [Q(f"instance:gpu_utilization_ratio:avg{{{FLEET}}}",
+                           f"{{{{{f.cluster}}}}} {{{{instance}}}}")],
         Steps(RED, ((0.1, ORANGE), (0.5, GREEN))), Layout(10, 8), 0, 1)))
     b = b.with_panel(grid(Common(
         "Active diagnoses by row",

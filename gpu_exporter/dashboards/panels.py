@@ -16,13 +16,31 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
+from gpu_exporter.alerting.config import AlertConfig
+from gpu_exporter.alerting.rules import GPU_LABELS
+
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 GREEN, ORANGE, RED, BLUE = "green", "orange", "red", "blue"
 
-# Label filters every query of the node dashboard carries.
-NODE = 'job=~"$job", instance=~"$instance"'
-GPU = 'job=~"$job", instance=~"$instance", gpu=~"$gpu"'
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The label matchers every query carries and the labels that name one GPU,
+    with the cluster label under its configured name (``cluster_label``)."""
+
+    node: str  # one or more nodes: cluster, job, instance
+    gpu: str  # ... and GPUs of them
+    gpu_key: str  # the labels of one GPU, for ``on (...)``
+    cluster: str  # the cluster label's name
+
+    @classmethod
+    def of(cls, config: AlertConfig) -> Filters:
+        c = config.cluster_label
+        node = f'{c}=~"$cluster", job=~"$job", instance=~"$instance"'
+        return cls(node=node, gpu=f'{node}, gpu=~"$gpu"',
+                   gpu_key=", ".join((c, *GPU_LABELS)), cluster=c)
 
 
 @dataclass(frozen=True)
@@ -149,20 +167,33 @@ def row(title: str, repeat: str | None = None) -> db.Row:
     return r.repeat(repeat) if repeat else r
 
 
-def variables(multi_instance: bool) -> list[cogbuilder.Builder[dm.VariableModel]]:
-    def query(name: str, label: str, q: str, description: str, multi: bool) -> db.QueryVariable:
+def variables(config: AlertConfig,
+              multi_instance: bool) -> list[cogbuilder.Builder[dm.VariableModel]]:
+    def query(name: str, label: str, q: str, description: str, multi: bool,
+              all_value: str = ".+") -> db.QueryVariable:
         v = db.QueryVariable(name).label(label).description(description).datasource(DATASOURCE) \
             .query({"query": q, "refId": name}).refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED) \
             .sort(dm.VariableSort.NATURAL_ASC)
-        return v.multi(True).include_all(True).all_value(".+") if multi else v
+        return v.multi(True).include_all(True).all_value(all_value) if multi else v
 
+    c = config.cluster_label
+    # The exporters' selector (alerts/config.yaml) picks the jobs offered.
+    exporters = f"gpu_info{{{config.selector.strip().strip(',')}, {c}=~\"$cluster\"}}"
     return [
         db.DatasourceVariable("datasource").label("Data source").type("prometheus")
-        .description("The Prometheus that scrapes the GPU exporters."),
-        query("job", "Job", "label_values(gpu_info, job)",
+        .description("The Prometheus that scrapes the GPU exporters, or the central store "
+                     "their clusters' Prometheus servers write to."),
+        # All clusters is ".*", which also matches series without the label:
+        # a Prometheus that serves one cluster needs no cluster label at all.
+        query("cluster", "Cluster", f"label_values(gpu_info, {c})",
+              f"The cluster (label {c}) the GPU nodes belong to.", True, all_value=".*"),
+        query("job", "Job", f"label_values({exporters}, job)",
               "Prometheus job of the GPU exporters.", False),
-        query("instance", "Node", 'label_values(gpu_info{job=~"$job"}, instance)',
+        query("instance", "Node",
+              f'label_values(gpu_info{{{c}=~"$cluster", job=~"$job"}}, instance)',
               "The exporter's target (one per GPU node).", multi_instance),
-        query("gpu", "GPU", 'label_values(gpu_info{job=~"$job", instance=~"$instance"}, gpu)',
+        query("gpu", "GPU",
+              f'label_values(gpu_info{{{c}=~"$cluster", job=~"$job", '
+              'instance=~"$instance"}, gpu)',
               "GPU index (NVML order) on the node.", True),
     ]
