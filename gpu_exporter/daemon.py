@@ -23,6 +23,7 @@ from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
 from gpu_exporter.diagnosis.visibility import stale_after, visibility
+from gpu_exporter.history import History, slots_for
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
@@ -70,6 +71,10 @@ class Exporter:
                              wall_clock=wall_clock, monotonic=monotonic)
         if simulation is not None:
             self.poller.before_poll.append(simulation.refresh)
+        # The last 15 minutes of each GPU for the node page's charts, kept in a
+        # ring allocated once (its size follows the interval at start).
+        self.history = History(slots_for(settings.poll.interval))
+        self.poller.listeners.append(self.history.record)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(lambda: self.poller.latest))
         started = self._started = wall_clock()
