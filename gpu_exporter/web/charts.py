@@ -13,8 +13,8 @@ from gpu_exporter.history import WINDOW_S
 
 WIDTH = 300.0
 HEIGHT = 80.0
-# At most this many points per line: a 900-poll window costs a page ~30 KB
-# less, and a phone-width chart has fewer pixels than that anyway.
+# At most this many points per line (History.window thins to it): a chart is
+# narrower than that in pixels, and the page is rendered each poll it is read.
 MAX_POINTS = 150
 
 
@@ -26,27 +26,22 @@ class Line:
     now_text: str  # the newest value as a person reads it ("412 W")
 
 
-def _thin(times: Sequence[float], values: Sequence[float | None]) -> list[tuple[float, float]]:
-    """Every k-th read point (the newest always kept), k chosen for MAX_POINTS."""
-    pts = [(t, v) for t, v in zip(times, values, strict=True) if v is not None]
-    if len(pts) <= MAX_POINTS:
-        return pts
-    step = len(pts) / MAX_POINTS
-    thinned = [pts[int(k * step)] for k in range(MAX_POINTS - 1)]
-    return [*thinned, pts[-1]]
-
-
 def _segments(times: Sequence[float],
               values: Sequence[float | None]) -> list[list[tuple[float, float]]]:
-    """The line cut where polls did not read the value (a gap, not a dive to 0)."""
-    kept = {t for t, _ in _thin(times, values)}
+    """The line cut where polls did not read the value (a gap, not a dive to
+    0); of a run of equal values only its ends are kept (a flat limit is two
+    points, not a hundred)."""
     segments: list[list[tuple[float, float]]] = [[]]
     for t, v in zip(times, values, strict=True):
         if v is None:
             if segments[-1]:
                 segments.append([])
-        elif t in kept:
-            segments[-1].append((t, v))
+            continue
+        seg = segments[-1]
+        if len(seg) >= 2 and seg[-1][1] == v and seg[-2][1] == v:
+            seg[-1] = (t, v)
+        else:
+            seg.append((t, v))
     return [s for s in segments if s]
 
 

@@ -35,7 +35,7 @@ from gpu_exporter.readings import GpuReading, ProcessReading
 from gpu_exporter.safetext import terminal_safe
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.app import Request, Response, accepts_gzip
-from gpu_exporter.web.charts import Line, chart
+from gpu_exporter.web.charts import MAX_POINTS, Line, chart
 
 HTML = "text/html; charset=utf-8"
 RUNBOOK_PATH = "runbook"  # relative: the page may sit behind a path prefix
@@ -77,11 +77,11 @@ STYLE = (
     ".finding.info{border-color:var(--info)}.finding p,.finding ul{margin:.25em 0}"
     ".sev{font-size:.8em;font-weight:700;text-transform:uppercase}"
     ".critical .sev,.bad{color:var(--critical)}.warning .sev,.warn{color:var(--warning)}"
-    ".info .sev{color:var(--info)}.ok{color:var(--ok)}.muted,.nodata{color:var(--muted)}"
-    ".wrap{overflow-x:auto}"
+    ".info .sev,.note{color:var(--info)}.ok{color:var(--ok)}.muted,.nodata{color:var(--muted)}"
+    ".wrap{overflow-x:auto}.wrong{margin:0 0 1em}.wrong ul{margin:.3em 0;padding-left:1.2em}"
     "table{border-collapse:collapse;width:100%;font-size:.92em}"
     "th,td{border-bottom:1px solid var(--line);padding:.25em .5em;text-align:left;"
-    "vertical-align:top}td.num{text-align:right;white-space:nowrap}"
+    "vertical-align:top}.procs th,.procs td{white-space:nowrap}td.num{text-align:right}"
     ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(14em,1fr));gap:.6em;"
     "margin-top:.6em}"
     ".chart{margin:0}.chart figcaption{font-size:.85em;font-weight:600}"
@@ -112,6 +112,7 @@ SCRIPT = (
     ".finally(function(){setTimeout(tick,ms);});}setTimeout(tick,ms);})();"
 )
 
+_SEVERITY_CLASS = {"critical": "bad", "warning": "warn", "info": "note"}
 _STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O (D)", "Z": "zombie",
            "T": "stopped", "t": "stopped by a tracer", "I": "idle", "X": "dead"}
 
@@ -181,7 +182,9 @@ class NodePage:
 
     # --- the document -------------------------------------------------------
     def render(self, snap: Snapshot | None, vis: Mapping[str, Any]) -> str:
-        refresh = max(5, round(self._refresh_s()))
+        # As often as Prometheus scrapes by default: a 15-minute chart does not
+        # need more, and each refresh after a new poll renders the page once.
+        refresh = max(15, round(self._refresh_s()))
         nav = "".join(f'<a href="{html.escape(p.lstrip("/") or ".")}">{html.escape(t)}</a>'
                       for p, t in [*self._links(), (RUNBOOK_PATH, "Runbook"),
                                    ("/-/healthy", "Health")])
@@ -208,6 +211,13 @@ class NodePage:
             parts.append(f'<div class="blind" role="alert">Cannot see the GPUs: {_text(blind)}. '
                          "With no readings there are no findings, so this node is not known "
                          "to be healthy.</div>")
+        if findings:
+            items = "".join(
+                f'<li><span class="{_SEVERITY_CLASS[f.row.severity]}">'
+                f'{f.row.severity}</span> <a href="#gpu-{f.gpu}-{f.row.anchor}">GPU {f.gpu}</a>: '
+                f"{html.escape(f.row.summary)}</li>" for f in findings)
+            parts.append(f'<section class="wrong"><h2>What is wrong</h2><ul>{items}</ul>'
+                         "</section>")
         missing = snap.derived(INPUTS_MISSING) or ()
         if missing:
             parts.append('<p class="warn">The diagnosis went without these readers, so the '
@@ -250,7 +260,7 @@ class NodePage:
         counts = {sev: sum(1 for f in findings if f.row.severity == sev)
                   for sev in SEVERITY_ORDER}
         if findings:
-            found = ", ".join(f'<span class="{"bad" if s == "critical" else "warn"}">'
+            found = ", ".join(f'<span class="{_SEVERITY_CLASS[s]}">'
                               f"{n} {s}</span>" if n else f"{n} {s}" for s, n in counts.items())
         elif vis.get("blind"):
             found = '<span class="bad">unknown: the GPUs cannot be seen</span>'
@@ -267,7 +277,7 @@ class NodePage:
     def _card(self, snap: Snapshot, r: GpuReading, findings: Sequence[Finding],
               procs: Sequence[ProcessReading] | None) -> str:
         state = '<span class="ok">up</span>' if r.up else '<span class="bad">lost</span>'
-        worst = ", ".join(f'<span class="{"bad" if f.row.severity == "critical" else "warn"}">'
+        worst = ", ".join(f'<span class="{_SEVERITY_CLASS[f.row.severity]}">'
                           f"{f.row.severity}</span>" for f in findings[:1])
         head = (f"<header><h2>GPU {r.index}</h2><span>{_text(r.name) or 'unnamed'}</span>"
                 f"<span>{state}</span>{worst}</header>")
@@ -358,7 +368,7 @@ class NodePage:
                 f"</th></tr>{''.join(rows)}</table></div>")
 
     def _charts(self, r: GpuReading) -> str:
-        window = self._history.window(r.index)
+        window = self._history.window(r.index, MAX_POINTS)
         if window is None or not window.times:
             return '<p class="nodata">No history kept for this GPU yet.</p>'
         return f'<div class="charts">{"".join(_gpu_charts(r, window))}</div>'
