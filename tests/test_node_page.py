@@ -5,7 +5,9 @@ tests/test_node_page_browser.py."""
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -156,3 +158,22 @@ def test_charts_have_points_for_every_gpu_that_answered() -> None:
             points = re.findall(r'<polyline class="l\d" points="([^"]+)"', c)
             assert points and all(len(p.split()) >= 2 for p in points), c
 
+
+
+def test_only_the_pages_own_script_may_run() -> None:
+    """The Content-Security-Policy names the page's one script by its hash: a
+    script that slipped through escaping would not run, nothing loads from
+    elsewhere, and the refresh may fetch only this exporter."""
+    with SimRun("healthy") as run:
+        run.poll()
+        resp = get(run, "/")
+        runbook = get(run, "/runbook")
+    policy = resp.headers["Content-Security-Policy"]
+    scripts = re.findall(r"<script>(.*?)</script>", resp.body.decode(), re.S)
+    assert len(scripts) == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy
+    assert "default-src 'none'" in policy and "connect-src 'self'" in policy
+    assert "script-src" not in runbook.headers["Content-Security-Policy"]
+    for r in (resp, runbook):
+        assert r.headers["X-Content-Type-Options"] == "nosniff"

@@ -18,7 +18,9 @@ characters and reordering marks shown as escapes, then HTML-escaped).
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import html
 import socket
 import threading
@@ -38,6 +40,8 @@ from gpu_exporter.web.app import Request, Response, accepts_gzip
 from gpu_exporter.web.charts import MAX_POINTS, Line, chart
 
 HTML = "text/html; charset=utf-8"
+# Sent with every page: no MIME sniffing, no framing by another site.
+SAFE_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY"}
 RUNBOOK_PATH = "runbook"  # relative: the page may sit behind a path prefix
 
 
@@ -158,7 +162,10 @@ class NodePage:
         self._wall = wall_clock
         self._host = hostname if hostname is not None else socket.gethostname()
         self._lock = threading.Lock()
-        self._key: tuple[object, ...] | None = None
+        # The snapshot and blind sentence the cached bodies were rendered for
+        # (the snapshot held, so its identity is never reused meanwhile).
+        self._snap: Snapshot | None = None
+        self._blind: object = None
         self._bodies: dict[bool, bytes] = {}
 
     def __call__(self, req: Request) -> Response:
@@ -166,25 +173,40 @@ class NodePage:
         vis = self._visibility(snap)
         # A page is the same until the next poll, unless the exporter goes
         # blind in between (polls stop: the sentence says for how long).
-        key = (snap, vis.get("blind"))
+        blind = vis.get("blind")
         compressed = accepts_gzip(req.headers.get("accept-encoding", ""))
         with self._lock:
-            if key != self._key:
-                self._key, self._bodies = key, {False: self.render(snap, vis).encode()}
+            if not self._bodies or snap is not self._snap or blind != self._blind:
+                self._snap, self._blind = snap, blind
+                self._bodies = {False: self.render(snap, vis).encode()}
             body = self._bodies.get(compressed)
             if body is None:
                 body = self._bodies[compressed] = gzip.compress(self._bodies[False],
                                                                 compresslevel=1)
-        headers = {"Vary": "Accept-Encoding", "Cache-Control": "no-store"}
+        headers = {"Vary": "Accept-Encoding", "Cache-Control": "no-store",
+                   "Content-Security-Policy": self._policy(), **SAFE_HEADERS}
         if compressed:
             headers["Content-Encoding"] = "gzip"
         return Response(200, body, HTML, headers)
 
-    # --- the document -------------------------------------------------------
-    def render(self, snap: Snapshot | None, vis: Mapping[str, Any]) -> str:
+    def _refresh(self) -> int:
         # As often as Prometheus scrapes by default: a 15-minute chart does not
         # need more, and each refresh after a new poll renders the page once.
-        refresh = max(15, round(self._refresh_s()))
+        return max(15, round(self._refresh_s()))
+
+    def _policy(self) -> str:
+        """Only this page's own script runs (named by its hash, so markup that
+        slipped through escaping could run none), and it may only fetch this
+        page; nothing is loaded from anywhere."""
+        digest = base64.b64encode(hashlib.sha256(
+            (SCRIPT % self._refresh()).encode()).digest()).decode()
+        return (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+                "connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                "frame-ancestors 'none'")
+
+    # --- the document -------------------------------------------------------
+    def render(self, snap: Snapshot | None, vis: Mapping[str, Any]) -> str:
+        refresh = self._refresh()
         nav = "".join(f'<a href="{html.escape(p.lstrip("/") or ".")}">{html.escape(t)}</a>'
                       for p, t in [*self._links(), (RUNBOOK_PATH, "Runbook"),
                                    ("/-/healthy", "Health")])
@@ -307,8 +329,8 @@ class NodePage:
             bits.append(f"{r.temperature_celsius:.0f} °C{slow}")
         sm, sm_max = r.clocks_hz.get("sm"), r.clocks_max_hz.get("sm")
         if sm is not None:
-            bits.append(f"SM clock {sm / 1e6:.0f} MHz"
-                        + (f" of {sm_max / 1e6:.0f}" if sm_max else ""))
+            bits.append(f"SM clock {sm / 1e6:.0f}" + (f" of {sm_max / 1e6:.0f}" if sm_max else "")
+                        + " MHz")
         if r.pcie_generation is not None and r.pcie_width is not None:
             most = (f" (max Gen{r.pcie_generation_max} x{r.pcie_width_max})"
                     if r.pcie_generation_max and r.pcie_width_max else "")

@@ -11,7 +11,7 @@ from functools import cache
 from importlib.resources import files
 
 from gpu_exporter.web.app import Request, Response
-from gpu_exporter.web.doctor import HTML, STYLE
+from gpu_exporter.web.doctor import HTML, SAFE_HEADERS, STYLE
 
 _RUNBOOK_STYLE = (
     "main table{margin:.5em 0 1em}main h1{margin-top:1.4em}main h2{margin-top:1.2em;"
@@ -30,4 +30,8 @@ def page() -> bytes:
 
 
 def runbook(req: Request) -> Response:
-    return Response(200, page(), HTML, {"Cache-Control": "max-age=3600"})
+    return Response(200, page(), HTML, {
+        "Cache-Control": "max-age=3600", **SAFE_HEADERS,
+        "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                                   "base-uri 'none'; form-action 'none'; "
+                                   "frame-ancestors 'none'"})
