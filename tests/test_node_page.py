@@ -171,6 +171,7 @@ def test_only_the_pages_own_script_may_run() -> None:
     policy = resp.headers["Content-Security-Policy"]
     scripts = re.findall(r"<script>(.*?)</script>", resp.body.decode(), re.S)
     assert len(scripts) == 1
+    assert "Refreshes every 15 s." in resp.body.decode()  # the default 1 s interval
     digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
     assert f"script-src 'sha256-{digest}'" in policy
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy
