@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpu_exporter import baseline
 from gpu_exporter.config import ConfigError, load
-from gpu_exporter.diagnosis.report import terminal_safe
+from gpu_exporter.safetext import terminal_safe
 from gpu_exporter.snapshot import Snapshot
 
 POLLS = 5

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
@@ -23,6 +24,7 @@ from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
 from gpu_exporter.diagnosis.visibility import stale_after, visibility
+from gpu_exporter.history import History, slots_for
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
@@ -30,9 +32,11 @@ from gpu_exporter.runtime import Runtime
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.simulator.model import Scenario
+from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.app import App, Request, Response
-from gpu_exporter.web.landing import gpu_table
+from gpu_exporter.web.doctor import NodePage
 from gpu_exporter.web.reference import SnapshotCollector
+from gpu_exporter.web.runbook import runbook
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 from gpu_exporter.web.webconfig import WebConfigWatcher
 
@@ -70,6 +74,10 @@ class Exporter:
                              wall_clock=wall_clock, monotonic=monotonic)
         if simulation is not None:
             self.poller.before_poll.append(simulation.refresh)
+        # The last 15 minutes of each GPU for the node page's charts, kept in a
+        # ring allocated once (its size follows the interval at start).
+        self.history = History(slots_for(settings.poll.interval))
+        self.poller.listeners.append(self.history.record)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(lambda: self.poller.latest))
         started = self._started = wall_clock()
@@ -80,8 +88,12 @@ class Exporter:
                 settings.poll.interval, started, wall_clock),
             snapshot=lambda: self.poller.latest,
         )
-        self.app.landing_sections.append(lambda: gpu_table(self.poller.latest))
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
+        self.app.add_route("/runbook", runbook)
+        self.app.set_landing(NodePage(
+            lambda: self.poller.latest, self.history, self._visibility,
+            links=lambda: self.app.links, refresh_s=lambda: self.settings.poll.interval,
+            wall_clock=wall_clock))
         self.server: ExporterHTTPServer | None = None
         self.web_config: WebConfigWatcher | None = None
 
@@ -174,16 +186,19 @@ class Exporter:
                 # Readers the rules went without: their rows were not judged.
                 "inputs_missing": list(missing)}
 
+    def _visibility(self, snap: Snapshot | None) -> dict[str, Any]:
+        """Whether the GPUs could be read for ``snap``, and if not, why."""
+        err = self.session.last_error
+        return visibility(snap, self._wall(), stale_after(self.settings.poll.interval),
+                          err.init_hint() if err is not None else None)
+
     def _diagnosis(self, req: Request) -> Response:
         if self.poller.latest is None:
             return Response(503, b'{"error": "no poll has completed yet"}\n',
                             "application/json")
         # What the findings rest on: a node whose GPUs cannot be read has no
         # findings, and must not pass for healthy.
-        err = self.session.last_error
-        answer = {**self.findings(), "visibility": visibility(
-            self.poller.latest, self._wall(), stale_after(self.settings.poll.interval),
-            err.init_hint() if err is not None else None)}
+        answer = {**self.findings(), "visibility": self._visibility(self.poller.latest)}
         body = json.dumps(answer, indent=2) + "\n"
         return Response(200, body.encode(), "application/json")
 

@@ -64,6 +64,8 @@ class ProcessReading:
     run_queue_wait_ratio: float | None = None  # seconds waiting to run per second
     affinity_local: bool | None = None  # all allowed CPUs local to the GPU's NUMA node
     cpus_allowed: str | None = None  # as a cpulist, for evidence
+    container_id: str = ""  # "" when not in a container
+    pod_uid: str = ""  # "" when not in a Kubernetes pod
 
 
 @dataclass(slots=True)

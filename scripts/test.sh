@@ -20,6 +20,9 @@ echo "==> installing the exporter and its test tools into .venv"
 # unpacked into .tools/ rather than installed, so no system service is ever
 # started or changed on the machine running the tests.
 ./scripts/fetch-prometheus.sh
+# Debian's chromium and chromedriver for the node page's browser test, unpacked
+# into .tools/chromium the same way.
+./scripts/fetch-chromium.sh
 export PATH="$root/.tools/bin:$PATH"
 
 echo "==> ruff"

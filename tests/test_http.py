@@ -60,15 +60,15 @@ def test_metrics_plain_openmetrics_and_gzip(run: SimRun) -> None:
     assert 'gpu_up{gpu="5"' in gzip.decompress(gz.read()).decode()
 
 
-def test_landing_page_links_and_gpu_states(run: SimRun) -> None:
+def test_node_page_links_and_gpu_states(run: SimRun) -> None:
     run.poll(10)
     resp = get(run, "/")
     assert resp.status == 200
     page = resp.read().decode()
-    for link in ("/metrics", "/-/healthy", "/-/ready"):
+    for link in ("metrics", "-/healthy", "runbook"):
         assert f'href="{link}"' in page
-    assert page.count("<tr><td>") == 8
-    assert "lost" in page
+    assert page.count('<section class="gpu"') == 8
+    assert "NVML cannot reach this GPU" in page
 
 
 def test_unknown_path_and_method(run: SimRun) -> None:
@@ -242,7 +242,7 @@ def test_diagnosis_is_served_with_findings_and_what_the_exporter_saw(run: SimRun
     assert any(f["gpu"] == "5" for f in data["findings"])
     assert data["visibility"]["nvml_up"] is True
     assert data["visibility"]["gpus"] == 8 and data["visibility"]["blind"] is None
-    assert 'href="/diagnosis"' in get(run, "/").read().decode()
+    assert 'href="diagnosis"' in get(run, "/").read().decode()  # relative: behind a prefix too
 
 
 def test_health_answers_503_once_polls_stop(run: SimRun) -> None:
@@ -268,7 +268,7 @@ def test_the_telemetry_path_serves_metrics_and_metrics_moves_there() -> None:
         moved = get(run, "/gpu/metrics")
         assert moved.status == 200 and b"gpu_up{" in moved.read()
         assert get(run, "/metrics").status == 404
-        assert 'href="/gpu/metrics"' in get(run, "/").read().decode()
+        assert 'href="gpu/metrics"' in get(run, "/").read().decode()
 
 
 @pytest.mark.parametrize("path", ["/diagnosis", "/", "/-/healthy", "/-/ready", "metrics"])

@@ -153,7 +153,7 @@ def test_a_process_named_with_escape_codes_and_a_newline_prints_escaped(
 
 
 def test_terminal_safe_escapes_controls_and_reordering_marks() -> None:
-    from gpu_exporter.diagnosis.report import terminal_safe
+    from gpu_exporter.safetext import terminal_safe
 
     assert terminal_safe("plain name-1.0") == "plain name-1.0"
     assert terminal_safe("a\x1b[2Jb") == "a\\x1b[2Jb"

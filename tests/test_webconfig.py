@@ -213,6 +213,24 @@ def test_basic_auth_without_tls(tmp_path: Path) -> None:
         assert request(exp.port, headers=basic("prom", "pw"))[0] == 200
 
 
+def test_the_node_page_and_runbook_behind_tls_and_basic_auth(pki: PKI) -> None:
+    """The node page, its runbook and the page's own refresh (a fetch of /)
+    take the same gate as /metrics, and the page needs nothing from elsewhere."""
+    config = write(pki.dir / "web.yml", TLS + f"basic_auth_users:\n  prom: {hash_pw('pw')}\n")
+    with serving(config) as exp:
+        ctx = pki.client_context()
+        for path in ("/", "/runbook"):
+            assert request(exp.port, path, context=ctx)[0] == 401
+            status, headers, body = request(exp.port, path, context=ctx,
+                                            headers=basic("prom", "pw"))
+            assert status == 200 and headers["content-type"].startswith("text/html")
+            # Nothing loaded from anywhere: no script, style, image or font source.
+            for loads in (b" src=", b"<link", b"url(", b"@import"):
+                assert loads not in body, (path, loads)
+            if path == "/":  # and no address elsewhere (the runbook cites NVIDIA's docs)
+                assert b"http://" not in body and b"https://" not in body
+
+
 @pytest.fixture
 def checkpw_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """Every hash bcrypt is asked to check against, in order."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+from markdown_it import MarkdownIt
+
 from gpu_exporter.alerting.config import AlertConfig
 from gpu_exporter.alerting.rules import (
     GROUP_DIAGNOSIS,
@@ -205,3 +209,22 @@ def _how_the_diagnosis_decides(config: AlertConfig) -> list[str]:
 # (cases, expected root causes, found, false findings); the test fails when
 # the measured result differs, so the runbook never quotes a stale number.
 DIAGNOSIS_MATRIX = (269, 437, 437, 0)
+
+
+def _slug(text: str) -> str:
+    """A heading's anchor as GitHub makes it (lower case, punctuation dropped,
+    spaces as hyphens): the links into docs/runbook.md and /runbook agree."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def runbook_html(config: AlertConfig) -> str:
+    """The runbook as an HTML fragment for the exporter's /runbook: the same
+    Markdown as docs/runbook.md rendered once here, committed in the package
+    (gpu_exporter/web/runbook.html), so the daemon serves it without this
+    generator. Raw HTML in the Markdown is escaped, never passed through."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(runbook(config))
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open":
+            token.attrSet("id", _slug(tokens[i + 1].content))
+    return str(md.renderer.render(tokens, md.options, {}))

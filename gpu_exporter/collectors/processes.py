@@ -275,4 +275,5 @@ class ProcessesCollector(NvmlCollector):
             gpu=gpu, pid=p.pid, comm=info.comm,
             memory_used_bytes=p.used_bytes, sm_utilization=p.sm_ratio, state=info.state,
             cpu_ratio=cpu_ratio, run_queue_wait_ratio=wait_ratio, affinity_local=affinity_local,
-            cpus_allowed=info.cpus_allowed_list)
+            cpus_allowed=info.cpus_allowed_list, container_id=info.container_id,
+            pod_uid=info.pod_uid)

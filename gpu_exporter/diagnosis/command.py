@@ -25,9 +25,9 @@ from gpu_exporter.diagnosis.report import (
     EXIT_UNREACHABLE,
     exit_status,
     render_text,
-    terminal_safe,
 )
 from gpu_exporter.diagnosis.visibility import stale_after, visibility
+from gpu_exporter.safetext import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:9835"
 

@@ -4,38 +4,12 @@ likely cause -> evidence -> fix, most severe first)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
-
-# What must not reach a terminal raw: C0 and C1 controls and DEL (escape
-# sequences, line breaks that would forge a line of their own), and the Unicode
-# marks that reorder or hide text (bidirectional overrides, zero-width ones).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape_char(m: re.Match[str]) -> str:
-    ch = m.group()
-    if ch in _NAMED:
-        return _NAMED[ch]
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def terminal_safe(value: object) -> str:
-    """``value`` as text fit for a terminal: every control character and
-    text-reordering mark is shown as an escape (``\\x1b``, ``\\n``) instead of
-    acting. Process names, GPU names and UUIDs, file contents and anything an
-    exporter answered pass through here before they are printed."""
-    text = str(value)
-    if _UNSAFE.search(text) is None:
-        return text
-    return _UNSAFE.sub(_escape_char, text)
-
+from gpu_exporter.safetext import terminal_safe
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"

@@ -93,6 +93,10 @@ class App:
         """Answer /-/healthy with ``healthy`` from now on (a reload changed the interval)."""
         self._healthy = healthy
 
+    def set_landing(self, route: Route) -> None:
+        """Answer ``/`` with ``route`` instead of the plain list of links."""
+        self.routes["/"] = route
+
     def add_route(self, path: str, route: Route, title: str | None = None) -> None:
         if path in self.routes:
             # Two endpoints on one path: one of them would never answer.

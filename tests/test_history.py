@@ -1,0 +1,90 @@
+"""The node page's history: a ring of fixed size per GPU that keeps the last
+15 minutes of polls and never grows, however long the exporter runs."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+import gpu_exporter.history as history_module
+from gpu_exporter.history import MAX_GPUS, SERIES, History, slots_for
+from gpu_exporter.readings import GpuReading
+from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
+from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from tests.simnode import EPOCH, SimRun
+
+# Everything but the device and GPM readers off: the history reads only those,
+# and 10,000 polls of one GPU then take seconds.
+_ONLY_DEVICE = {name: False for name in ("mig", "samples", "nvlink", "xid", "processes",
+                                          "host", "pcie", "diagnosis", "baseline")}
+
+
+def test_ten_thousand_polls_keep_the_same_bytes_and_the_last_window() -> None:
+    busy = Scenario(name="one-gpu", node=Node(gpus=1, profile="h100-sxm5-80gb"),
+                    state=GpuCondition(utilization=0.9), timeline=[], noise=True)
+    with SimRun(busy, collectors=_ONLY_DEVICE) as run:
+        hist = run.exporter.history
+        assert hist.capacity == 900  # 15 minutes at the default 1 s interval
+        run.poll(hist.capacity - 1)  # the first poll and 899 more: the ring is full
+        full = hist.nbytes()
+        # One shared timestamp ring (8 bytes a slot) and one float32 per series and slot.
+        assert full == 900 * 8 + 900 * 4 * len(SERIES)
+        run.poll(9_000 - hist.capacity)
+        # Whatever the ring module still holds from the last 1,000 polls is growth.
+        tracemalloc.start()
+        try:
+            run.poll(1_000)
+            held = tracemalloc.take_snapshot().filter_traces(
+                [tracemalloc.Filter(True, history_module.__file__)])
+        finally:
+            tracemalloc.stop()
+        assert sum(stat.size for stat in held.statistics("filename")) < 1024
+        assert run.exporter.poller.polls >= 10_000
+        assert hist.nbytes() == full
+        window = hist.window(0)
+        assert window is not None
+        assert len(window.times) == 900
+        now = run.clock()
+        assert window.times[-1] == now and window.times[0] == now - 899
+        assert list(window.times) == sorted(window.times)
+        assert all(v is not None and 0.5 < v <= 1.0 for v in window.series["utilization"])
+        assert set(window.series["power_limit_watts"]) == {700.0}
+
+
+def _snap(t: float, gpus: dict[int, GpuReading]) -> Snapshot:
+    out = SnapshotBuilder(t)
+    out.readings.gpus = gpus
+    return out.build()
+
+
+def test_a_gpu_not_read_has_gaps_and_one_gone_for_a_window_is_dropped() -> None:
+    hist = History(4)
+    hist.record(_snap(EPOCH, {0: GpuReading(0, "u0", True, utilization=0.5),
+                              1: GpuReading(1, "u1", True, utilization=0.25)}))
+    # GPU 1 lost: NVML lists it, reads nothing.
+    hist.record(_snap(EPOCH + 1, {0: GpuReading(0, "u0", True, utilization=0.5),
+                                  1: GpuReading(1, "u1", False)}))
+    w1 = hist.window(1)
+    assert w1 is not None and w1.series["utilization"] == (0.25, None)
+    assert w1.series["sm_active"] == (None, None)  # no GPM reading at all
+    # GPU 1 no longer listed for a whole window (4 polls): its ring is given back.
+    for k in range(2, 6):
+        hist.record(_snap(EPOCH + k, {0: GpuReading(0, "u0", True, utilization=0.5)}))
+    assert hist.gpus() == [0]
+    assert hist.window(1) is None
+    w0 = hist.window(0)
+    assert w0 is not None and w0.times == (EPOCH + 2, EPOCH + 3, EPOCH + 4, EPOCH + 5)
+
+
+def test_gpu_indexes_beyond_the_bound_are_not_kept() -> None:
+    hist = History(2)
+    hist.record(_snap(EPOCH, {i: GpuReading(i, f"u{i}", True) for i in range(MAX_GPUS + 10)}))
+    assert len(hist.gpus()) == MAX_GPUS
+    assert hist.nbytes() == 2 * 8 + MAX_GPUS * 2 * 4 * len(SERIES)
+
+
+@pytest.mark.parametrize(("interval", "slots"), [(1.0, 900), (15.0, 60), (60.0, 60),
+                                                 (0.1, 3600), (0.5, 1800)])
+def test_the_ring_size_follows_the_interval_within_bounds(interval: float, slots: int) -> None:
+    assert slots_for(interval) == slots

@@ -1,0 +1,180 @@
+"""The node page (``/``) and the served runbook, read as HTML: what a person
+sees when a GPU is wrong, when the exporter cannot see, and what a hostile
+process name can (not) do to the page. The same page in a real browser:
+tests/test_node_page_browser.py."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.web.app import Request, Response
+from tests.simnode import SimRun
+
+
+def get(run: SimRun, path: str, headers: dict[str, str] | None = None) -> Response:
+    return run.exporter.app.handle(Request(path, "", headers or {}))
+
+
+class Elements(HTMLParser):
+    """Every element's tag and attributes, and the page's visible text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag in ("script", "style"):
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style"):
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.text.append(data)
+
+    def visible(self) -> str:
+        return " ".join(" ".join(self.text).split())
+
+
+def parse(body: bytes) -> Elements:
+    page = Elements()
+    page.feed(body.decode())
+    return page
+
+
+@pytest.mark.parametrize(("comm", "shown"), [
+    # The kernel keeps 15 characters of a name: enough for markup with a handler.
+    ("<img/onerror=a>", "<img/onerror=a>"),
+    ("<b>x</b>\\e[31m\\u202e", "<b>x</b>\\x1b[31m\\u202e"),
+])
+def test_a_hostile_process_name_stays_text(tmp_path: Path, comm: str, shown: str) -> None:
+    """A process named with markup, an escape sequence or a reordering mark
+    shows as those characters: no element of its own, nothing acting."""
+    scenario = tmp_path / "evil-name.yaml"
+    scenario.write_text(
+        "name: evil-name\ndescription: A process named to inject markup.\n"
+        "extends: memory-held-sm-idle-process-stalled\n"
+        f'process_changes:\n  24107: {{comm: "{comm}"}}\n')
+    with SimRun(str(scenario)) as run:
+        run.poll(60)
+        body = get(run, "/").body
+    page = parse(body)
+    assert [tag for tag, _ in page.tags if tag in ("script", "img", "b")] == ["script"]  # ours
+    assert not any(k.startswith("on") for _, attrs in page.tags for k in attrs)
+    # In the process table and in the finding's evidence.
+    assert page.visible().count(shown) >= 2, page.visible()
+    assert "\x1b" not in body.decode() and "\u202e" not in body.decode()
+
+
+def test_each_finding_shows_summary_evidence_fix_confirm_and_runbook() -> None:
+    with SimRun("mixed") as run:
+        run.poll(120)
+        findings = run.exporter.poller.latest.derived(FINDINGS) or ()
+        page = parse(get(run, "/").body)
+        runbook = parse(get(run, "/runbook").body)
+    text = page.visible()
+    anchors = {attrs.get("id") for _, attrs in runbook.tags}
+    links = [attrs["href"] for tag, attrs in page.tags
+             if tag == "a" and "runbook" in (attrs.get("class") or "")]
+    assert len(findings) >= 5
+    for f in findings:
+        assert f.row.summary in text and f.row.fix in text
+        for command in f.row.confirm:
+            assert command in text
+        assert f"runbook#{f.row.anchor}" in links
+        assert f.row.anchor in anchors, f"/runbook has no #{f.row.anchor}"
+    assert "power limit 450 W" in text and "pcie link width 8" in text
+    # Processes with what is known of their owner.
+    assert "24100 python 58.6 GiB" in text
+    assert "pod 6f1d3c2a-9b7e-4c1d-8e2f-0a1b2c3d4e5f" in text
+
+
+def test_every_runbook_section_of_the_table_is_served() -> None:
+    with SimRun("healthy") as run:
+        resp = get(run, "/runbook")
+    assert resp.status == 200 and resp.content_type.startswith("text/html")
+    ids = {attrs.get("id") for _, attrs in parse(resp.body).tags}
+    assert {row.anchor for row in t.ROWS} <= ids
+    assert "How the diagnosis picks one root cause" in parse(resp.body).visible()
+
+
+def test_what_the_exporter_cannot_see_is_said_in_words() -> None:
+    with SimRun("fault-driver-not-loaded") as run:
+        assert "No poll has completed yet" in parse(get(run, "/").body).visible()
+        run.poll(10)
+        text = parse(get(run, "/").body).visible()
+    assert "Cannot see the GPUs: NVML is not available: the NVIDIA kernel driver is not " \
+           "loaded" in text
+    assert "not known to be healthy" in text and "none: every GPU looks healthy" not in text
+
+    with SimRun("gpu-lost") as run:
+        run.poll(60)
+        text = parse(get(run, "/").body).visible()
+        assert "NVML cannot reach this GPU" in text
+        assert "not read now (last" in text  # its charts keep the readings it had
+        # Polls stop: the newest one no longer speaks for now.
+        run.clock.advance(120)
+        stale = parse(get(run, "/").body).visible()
+    assert "Cannot see the GPUs: the exporter's newest poll is 120s old" in stale
+    assert "Last poll 2 min ago" in stale
+
+
+def test_rendered_once_per_poll_and_served_compressed() -> None:
+    with SimRun("mixed") as run:
+        run.poll(5)
+        first, again = get(run, "/"), get(run, "/")
+        assert first.body is again.body  # one rendering per poll
+        zipped = get(run, "/", {"accept-encoding": "gzip"})
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(zipped.body) == first.body
+        run.poll(1)
+        assert get(run, "/").body is not first.body
+
+
+def test_charts_have_points_for_every_gpu_that_answered() -> None:
+    with SimRun("gpu-lost") as run:
+        run.poll(30)
+        body = get(run, "/").body.decode()
+    cards = re.findall(r'<section class="gpu" id="gpu-(\d+)">(.*?)</section>', body)
+    assert len(cards) == 8
+    for _, card in cards:
+        charts = re.findall(r'<figure class="chart">(.*?)</figure>', card)
+        assert len(charts) == 5
+        for c in charts:
+            points = re.findall(r'<polyline class="l\d" points="([^"]+)"', c)
+            assert points and all(len(p.split()) >= 2 for p in points), c
+
+
+
+def test_only_the_pages_own_script_may_run() -> None:
+    """The Content-Security-Policy names the page's one script by its hash: a
+    script that slipped through escaping would not run, nothing loads from
+    elsewhere, and the refresh may fetch only this exporter."""
+    with SimRun("healthy") as run:
+        run.poll()
+        resp = get(run, "/")
+        runbook = get(run, "/runbook")
+    policy = resp.headers["Content-Security-Policy"]
+    scripts = re.findall(r"<script>(.*?)</script>", resp.body.decode(), re.S)
+    assert len(scripts) == 1
+    assert "Refreshes every 15 s." in resp.body.decode()  # the default 1 s interval
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy
+    assert "default-src 'none'" in policy and "connect-src 'self'" in policy
+    assert "script-src" not in runbook.headers["Content-Security-Policy"]
+    for r in (resp, runbook):
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
