@@ -6,6 +6,7 @@ GPU behind a PCIe switch whose port above it trained down."""
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 from pathlib import Path
@@ -55,12 +56,34 @@ def test_the_same_reading_twice_has_no_ratio() -> None:
     assert cpu.cpu_ratios(t, t) is None
 
 
-def test_iowait_stepping_back_counts_as_none_not_negative(tmp_path: Path) -> None:
+def test_iowait_stepping_back_is_a_negative_share_the_collector_judges(tmp_path: Path) -> None:
     write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 0 0 0\n")
     before = cpu.read_cpu_times(tmp_path)
     write(tmp_path / "stat", "cpu  200 0 200 1100 45 0 0 0 0 0\n")
     ratios = cpu.cpu_ratios(before, cpu.read_cpu_times(tmp_path))
-    assert ratios is not None and ratios.iowait == 0.0
+    # 295 jiffies passed, iowait fell by 5: the reader reports what the counters say.
+    assert ratios is not None and ratios.iowait == pytest.approx(-5 / 295)
+    assert ratios.steal == 0.0
+
+
+def test_cpu_time_going_backwards_has_no_share(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  200 0 200 1100 45 0 0 10 0 0\n")
+    before = cpu.read_cpu_times(tmp_path)
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 5 0 0\n")
+    ratios = cpu.cpu_ratios(before, cpu.read_cpu_times(tmp_path))
+    assert ratios is not None
+    assert math.isnan(ratios.iowait or 0.0) and math.isnan(ratios.steal or 0.0)
+
+
+def test_swap_free_above_the_total_is_negative_use(tmp_path: Path) -> None:
+    write(tmp_path / "meminfo", "MemTotal: 100 kB\nSwapTotal: 10 kB\nSwapFree: 30 kB\n")
+    assert memory.read_meminfo(tmp_path).swap_used_bytes == -20 * 1024
+
+
+def test_disk_busy_time_is_not_clamped_by_the_reader() -> None:
+    before = disks.DiskBusy({"sda": 10.0, "sdb": 5.0})
+    after = disks.DiskBusy({"sda": 12.5, "sdb": 1.0})
+    assert disks.busy_ratios(before, after, 2.0) == {"sda": 1.25, "sdb": -2.0}
 
 
 def test_a_kernel_without_a_steal_column_has_no_steal_ratio(tmp_path: Path) -> None:
