@@ -9,6 +9,7 @@ import errno
 import math
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -465,3 +466,79 @@ def test_malformed_sysfs_attributes_are_problems_not_exceptions() -> None:
     ("Unknown", None), ("Unknown speed", None), ("3.0 GT/s", None), ("", None)])
 def test_link_generation(speed: str, generation: int | None) -> None:
     assert link_generation(speed) == generation
+
+
+# --- every malformed file: the path and the problem, as the log line shows them ---------------
+def _stat(root: Path) -> object:
+    return cpu.read_cpu_times(root)
+
+
+MALFORMED: list[tuple[str, str, Callable[[Path], object], str]] = [
+    ("stat", "cpu  1 2 3\n", _stat, "short cpu line 'cpu  1 2 3'"),
+    ("stat", "ctxt 5\n", _stat, "no aggregate cpu line"),
+    ("stat", "cpu  1 2 3 x\n", _stat, "'x' is not an integer"),
+    ("stat", "cpu  1 2 3 4\nctxt five\n", _stat, "'five' is not an integer"),
+    ("loadavg", "1.0 2.0\n", cpu.read_loadavg, "fewer than three load averages"),
+    ("loadavg", "1.0 2.0 three\n", cpu.read_loadavg, "'three' is not a number"),
+    ("meminfo", "MemTotal: 5 kB\nSwapFree: 1 kB\n", memory.read_meminfo, "no SwapTotal"),
+    ("meminfo", "MemTotal: 5 kB\n", memory.read_meminfo, "no SwapTotal, SwapFree"),
+    ("meminfo", "SwapTotal: 5 kB\nSwapFree: 1 kB\n", memory.read_meminfo, "no MemTotal"),
+    ("meminfo", "MemTotal: x kB\n", memory.read_meminfo, "'x' is not an integer"),
+    ("vmstat", "pswpin 5\n", memory.read_swap_activity,
+     "pswpin without pswpout or the other way round"),
+    ("vmstat", "pswpin 5\npswpout x\n", memory.read_swap_activity, "'x' is not an integer"),
+    ("diskstats", "8 0 sda 1 2 3\n", disks.read_diskstats, "short line '8 0 sda 1 2 3'"),
+    ("diskstats", "8 0 sda 1 0 0 0 0 0 0 0 0 x 0\n", disks.read_diskstats,
+     "'x' is not an integer"),
+    ("net/dev", "only one line\n", network.read_netdev, "no header"),
+    ("net/dev", "no bar\nheader\n", network.read_netdev, "no header"),
+    ("net/dev", "a|b\nc|d\n  eth0 1 2\n", network.read_netdev,
+     "line without an interface 'eth0 1 2'"),
+    ("net/dev", "a|b\nc|d\n  eth0: 1 2\n", network.read_netdev, "short line for eth0"),
+    ("net/dev", "a|b\nc|d\n  eth0: 1 1 x 0 0 0 0 0 1 1 0 0 0 0 0 0\n", network.read_netdev,
+     "'x' is not an integer"),
+    ("net/dev", "a|b\nc|d\n  eth0: 1 1 0 y 0 0 0 0 1 1 0 0 0 0 0 0\n", network.read_netdev,
+     "'y' is not an integer"),
+    ("pressure/cpu", "some avg10=1 total\n", pressure.read_pressure,
+     "field 'total' is not key=value"),
+    ("pressure/cpu", "some avg10=1=2 total=5\n", pressure.read_pressure, "'1=2' is not a number"),
+    ("pressure/cpu", "some avg10=1 total=5=6\n", pressure.read_pressure,
+     "'5=6' is not an integer"),
+    ("pressure/cpu", "some avg10=1\n", pressure.read_pressure, "avg10 or total missing"),
+    ("pressure/cpu", "some total=1\n", pressure.read_pressure, "avg10 or total missing"),
+    ("pressure/cpu", "full avg10=1 total=1\n", pressure.read_pressure, "no 'some' line"),
+    ("pressure/cpu", "half avg10=1 total=1\n", pressure.read_pressure,
+     "unexpected line 'half avg10=1 total=1'"),
+    ("pressure/cpu", "some avg10=1 total=1.5\n", pressure.read_pressure,
+     "'1.5' is not an integer"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "reader", "problem"), MALFORMED)
+def test_a_malformed_file_names_its_path_and_problem(tmp_path: Path, name: str, text: str,
+                                                     reader: Callable[..., object],
+                                                     problem: str) -> None:
+    write(tmp_path / name, text)
+    args = ("cpu",) if name.startswith("pressure/") else ()
+    with pytest.raises(MalformedFile) as err:
+        reader(tmp_path, *args)
+    assert err.value.problem == problem
+    assert err.value.path == tmp_path / name
+    assert str(err.value) == f"{tmp_path / name}: {problem}"
+
+
+def test_a_cpu_line_cut_short_between_readings_has_no_share_of_the_missing_modes(
+        tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 10 0 0\n")
+    full = cpu.read_cpu_times(tmp_path)
+    write(tmp_path / "stat", "cpu  200 0 200 1100\n")
+    short = cpu.read_cpu_times(tmp_path)
+    assert cpu.cpu_ratios(full, short) == cpu.CpuRatios(None, None)
+    assert cpu.cpu_ratios(short, full) == cpu.CpuRatios(None, None)
+
+
+def test_pressure_values_in_any_order_and_extra_fields(tmp_path: Path) -> None:
+    write(tmp_path / "pressure" / "io", "full total=3000000 avg300=1 avg10=25.00\n"
+                                        "some avg60=2 total=5000000 avg10=50.00\n")
+    p = pressure.read_pressure(tmp_path, "io")
+    assert p.some == pressure.Stall(0.5, 5.0) and p.full == pressure.Stall(0.25, 3.0)

@@ -350,3 +350,19 @@ def test_a_rejected_series_is_logged_once_and_other_series_of_its_metric_each_on
             assert host.collector.errors() == 2
     assert [m.split(" reads ")[0] for m in rejected(caplog)] == [
         "host: gpu_host_load_average:1m", "host: gpu_host_load_average:5m"]
+
+
+def test_each_rejected_series_is_named_by_its_labels_in_the_log(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    host = Host(tmp_path)
+    write(host, "diskstats", diskstats(10_000, 10_000))
+    write(host, "pressure/io", "some avg10=101.00 avg60=0 avg300=0 total=100\n"
+                               "full avg10=102.00 avg60=0 avg300=0 total=50\n")
+    host.collect()
+    write(host, "diskstats", diskstats(1_000, 2_000))  # both went backwards
+    with caplog.at_level(logging.WARNING):
+        later(host)
+    assert sorted(m.split(" reads ")[0] for m in rejected(caplog)) == [
+        "host: gpu_host_disk_busy_ratio:sda", "host: gpu_host_disk_busy_ratio:sdb",
+        "host: gpu_host_pressure_ratio:io/full", "host: gpu_host_pressure_ratio:io/some"]
+    assert host.collector.errors() == 4

@@ -151,7 +151,7 @@ class HostCollector(Collector):
         whether it did, and its rate per second since its last accepted
         reading (None on the first one, when rejected, or when no time
         passed)."""
-        series = ":" + "/".join(labels.values()) if labels else ""
+        series = _series(labels)
         if not accept_counter(self._src, name, value, series):
             return False, None
         out.add(name, value, **labels)
@@ -167,7 +167,7 @@ class HostCollector(Collector):
         """Export a share of the interval if plausible.accept_share() accepts it."""
         if value is None:
             return None
-        series = ":" + "/".join(labels.values()) if labels else ""
+        series = _series(labels)
         share = accept_share(self._src, name, value, series)
         if share is not None:
             out.add(name, share, **labels)
@@ -176,7 +176,7 @@ class HostCollector(Collector):
     def _gauge(self, out: SnapshotBuilder, name: str, value: float,
                ceiling: float | None = None, **labels: str) -> bool:
         """Export a gauge if plausible.accept() accepts it; whether it did."""
-        series = ":" + "/".join(labels.values()) if labels else ""
+        series = _series(labels)
         if not accept(self._src, name, value, ceiling, series):
             return False
         out.add(name, value, **labels)
@@ -289,6 +289,12 @@ class HostCollector(Collector):
             log.warning("%d %s: exporting the first %d by name to bound the number of series",
                         len(names), what, self._max)
         return names[:self._max]
+
+
+def _series(labels: dict[str, str]) -> str:
+    """What tells a series of a metric apart, as plausible.py keys it and the
+    log names it: ``:io/some``, ``:eth0``; nothing for a metric of one series."""
+    return ":" + "/".join(labels.values()) if labels else ""
 
 
 def _signals(f: HostReading) -> HostSignals:
