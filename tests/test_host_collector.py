@@ -175,6 +175,31 @@ def test_devices_and_interfaces_are_capped(tmp_path: Path) -> None:
     assert names == sorted(names)
 
 
+@pytest.mark.parametrize("count", [3, 4])
+def test_the_cap_is_said_once_per_kind_when_it_bites(tmp_path: Path, count: int,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    host = Host(tmp_path)
+    lines = (host.root / "net" / "dev").read_text().splitlines()[:2]
+    lines += [f"eno{i}: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0" for i in range(count)]
+    (host.root / "net" / "dev").write_text("\n".join(lines) + "\n")
+    (host.root / "diskstats").write_text("".join(
+        f"   8  {i} sd{chr(97 + i)} 1 0 0 0 0 0 0 0 0 {i} 0\n" for i in range(count)))
+    host.collector = HostCollector(host.root, host.clock, max_devices=3)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            host.clock.advance(1)
+            snap = host.collect()
+    assert len(values(snap, "gpu_host_network_receive_drops_total")) == 3
+    assert len(values(snap, "gpu_host_disk_busy_ratio")) == 3
+    warnings = [r.getMessage() for r in caplog.records if "bound the number" in r.getMessage()]
+    if count == 3:
+        assert warnings == []
+    else:  # interfaces from the first poll, disks from the second (the first with a ratio)
+        assert warnings == [
+            "4 network interfaces: exporting the first 3 by name to bound the number of series",
+            "4 block devices: exporting the first 3 by name to bound the number of series"]
+
+
 def test_host_exposition_matches_golden(tmp_path: Path) -> None:
     host = Host(tmp_path)
     host.collect()

@@ -146,21 +146,20 @@ class HostCollector(Collector):
         out.readings.host_signals = _signals(reading)
 
     def _counter(self, out: SnapshotBuilder, name: str, value: float, now: float,
-                 **labels: str) -> tuple[bool, float | None]:
-        """Export counter ``name`` if plausible.accept_counter() accepts it:
-        whether it did, and its rate per second since its last accepted
-        reading (None on the first one, when rejected, or when no time
-        passed)."""
+                 **labels: str) -> float | None:
+        """Export counter ``name`` if plausible.accept_counter() accepts it;
+        its rate per second since its last accepted reading (None on the
+        first one, when rejected, or when no time passed)."""
         series = _series(labels)
         if not accept_counter(self._src, name, value, series):
-            return False, None
+            return None
         out.add(name, value, **labels)
         key = name + series
         before = self._counted.get(key)
         self._counted[key] = (now, value)
         if before is None or now <= before[0]:
-            return True, None
-        return True, (value - before[1]) / (now - before[0])
+            return None
+        return (value - before[1]) / (now - before[0])
 
     def _share(self, out: SnapshotBuilder, name: str, value: float | None,
                **labels: str) -> float | None:
@@ -194,8 +193,8 @@ class HostCollector(Collector):
             iowait = self._share(out, "gpu_host_cpu_iowait_ratio", ratios.iowait)
             steal = self._share(out, "gpu_host_cpu_steal_ratio", ratios.steal)
         if times.context_switches is not None:
-            _, rate = self._counter(out, "gpu_host_context_switches_total",
-                                    times.context_switches, now)
+            rate = self._counter(out, "gpu_host_context_switches_total",
+                                 times.context_switches, now)
         return iowait, steal, rate
 
     def _pressure(self, out: SnapshotBuilder, now: float) -> dict[str, pressure.Pressure]:
@@ -241,10 +240,10 @@ class HostCollector(Collector):
         """Swap-in and swap-out bytes per second since the last poll."""
         if swap is None:
             return None, None
-        _, swap_in = self._counter(out, "gpu_host_swap_bytes_total", swap.in_bytes, now,
-                                   direction="in")
-        _, swap_out = self._counter(out, "gpu_host_swap_bytes_total", swap.out_bytes, now,
-                                    direction="out")
+        swap_in = self._counter(out, "gpu_host_swap_bytes_total", swap.in_bytes, now,
+                                direction="in")
+        swap_out = self._counter(out, "gpu_host_swap_bytes_total", swap.out_bytes, now,
+                                 direction="out")
         return swap_in, swap_out
 
     def _load(self, out: SnapshotBuilder,
