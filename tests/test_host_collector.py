@@ -275,3 +275,21 @@ def test_this_machines_proc_has_the_required_families() -> None:
     assert snap.get("gpu_host_context_switches_total") > 0  # type: ignore[operator]
     load = values(snap, "gpu_host_load_average")
     assert set(load) == {("1m",), ("5m",), ("15m",)} and min(load.values()) >= 0
+
+
+def test_what_the_log_says_of_an_absent_a_failing_and_a_recovered_source(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_exporter.collectors.host")
+    host = Host(tmp_path)
+    (host.root / "loadavg").write_text("garbage\n")
+    (host.root / "vmstat").unlink()
+    host.collect()
+    host.collect()
+    (host.root / "loadavg").write_text("1.00 2.00 3.00 1/100 5\n")
+    host.collect()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, f"/proc/vmstat does not exist on this host ({host.root / 'vmstat'}); "
+                       "its series are absent"),
+        (logging.WARNING, f"reading /proc/loadavg failed: {host.root / 'loadavg'}: fewer than "
+                          "three load averages; its series are absent until it can be read"),
+        (logging.INFO, "/proc/loadavg can be read again")]
