@@ -293,3 +293,38 @@ def test_what_the_log_says_of_an_absent_a_failing_and_a_recovered_source(
         (logging.WARNING, f"reading /proc/loadavg failed: {host.root / 'loadavg'}: fewer than "
                           "three load averages; its series are absent until it can be read"),
         (logging.INFO, "/proc/loadavg can be read again")]
+
+
+def test_a_source_that_fails_or_goes_again_after_recovering_is_said_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_exporter.collectors.host")
+    host = Host(tmp_path)
+    good = (host.root / "loadavg").read_text()
+    for text in ("garbage\n", good, "garbage\n", good):
+        (host.root / "loadavg").write_text(text)
+        host.collect()
+    vmstat = (host.root / "vmstat").read_text()
+    for present in (False, True, False):
+        if present:
+            (host.root / "vmstat").write_text(vmstat)
+        else:
+            (host.root / "vmstat").unlink()
+        host.collect()
+    said = [r.getMessage().split(" ")[0:2] for r in caplog.records]
+    assert said == [["reading", "/proc/loadavg"], ["/proc/loadavg", "can"],
+                    ["reading", "/proc/loadavg"], ["/proc/loadavg", "can"],
+                    ["/proc/vmstat", "does"], ["/proc/vmstat", "does"]]
+
+
+def test_a_root_where_every_file_is_garbage_fails_the_collector_naming_the_first(
+        tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    for name in ("stat", "meminfo", "vmstat", "loadavg", "diskstats", "net/dev",
+                 *(f"pressure/{r}" for r in ("cpu", "memory", "io"))):
+        (host.root / name).write_text("garbage\n")
+    (host.root / "vmstat").write_text("pswpin x\n")  # without pswpin it is a kernel without swap
+    with pytest.raises(RuntimeError) as err:
+        host.collect()
+    assert str(err.value) == (f"no host source under {host.root} could be read: "
+                              f"{host.root / 'stat'}: no aggregate cpu line")
+    assert host.collector.errors() == 9
