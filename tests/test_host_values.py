@@ -367,3 +367,17 @@ def test_each_rejected_series_is_named_by_its_labels_in_the_log(
         "host: gpu_host_disk_busy_ratio:sda", "host: gpu_host_disk_busy_ratio:sdb",
         "host: gpu_host_pressure_ratio:io/full", "host: gpu_host_pressure_ratio:io/some"]
     assert host.collector.errors() == 4
+
+
+def test_two_polls_at_the_same_instant_have_no_rate_and_no_ratio(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    host.collect()
+    snap = host.one_second_later()
+    assert snap.readings.host.context_switches_per_s == 40000
+    (host.root / "stat").write_text(stat(user=10**7, iowait=10**6, ctxt=10**10))
+    again = host.collect()  # the clock did not move
+    facts = again.readings.host
+    assert facts.context_switches_per_s is None and facts.swap_in_bytes_per_s is None
+    assert facts.disk_busy_ratio == {} and again.series("gpu_host_disk_busy_ratio") == []
+    assert again.get("gpu_host_context_switches_total") == 10**10
+    assert host.collector.errors() == 0
