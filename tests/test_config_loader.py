@@ -194,3 +194,8 @@ def test_where_a_value_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert _origin(loc, {}, nested, file) == (
         "environment variable GPU_EXPORTER_WEB__LISTEN_ADDRESS")
     assert _origin(loc, nested, nested, file) == "flag --web.listen-address"
+
+
+def test_a_host_name_is_kept_as_written_less_the_brackets_of_an_ipv6_address() -> None:
+    assert parse_listen_address("XX-box:9") == ("XX-box", 9)
+    assert parse_listen_address("[fe80::1%eth0]:9") == ("fe80::1%eth0", 9)

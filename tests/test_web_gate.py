@@ -8,6 +8,8 @@ to run per mutant: bcrypt at cost 4, its minimum; the code path is the same.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from base64 import b64encode
 from typing import Any
 
@@ -317,3 +319,61 @@ def test_too_many_queued_checks_answer_503_after_a_pause(
     assert run(request(basic("prom", "right")), None, auth, max_checks=0) is None
     assert pauses == [1.0]
     auth.close(cancel=True)
+
+
+def test_checks_off_the_event_loop_run_one_at_a_time_on_the_gates_own_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = BasicAuth({"prom": hash_pw("right")})
+    threads: list[str] = []
+
+    def spy(password: bytes, hashed: bytes) -> bool:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.01)
+        return False
+
+    monkeypatch.setattr(gate, "_checkpw", spy)
+
+    async def scenario(first: int) -> list[bool | None]:
+        return list(await asyncio.gather(*(auth.check_async(header("prom", f"w{first + i}"),
+                                                            limit=8) for i in range(4))))
+
+    try:
+        assert asyncio.run(scenario(0)) == [False] * 4
+        assert asyncio.run(scenario(4)) == [False] * 4  # the same thread again
+    finally:
+        auth.close(cancel=True)
+    assert threads == ["bcrypt_0"] * 8
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_closing_does_not_wait_and_lets_queued_checks_finish_unless_cancelled(
+        monkeypatch: pytest.MonkeyPatch, cancel: bool) -> None:
+    release = threading.Event()
+
+    def slow(password: bytes, hashed: bytes) -> bool:
+        release.wait(10)
+        return False
+
+    monkeypatch.setattr(gate, "_checkpw", slow)
+    auth = BasicAuth({"prom": hash_pw("right")})
+
+    async def scenario() -> list[object]:
+        tasks = [asyncio.ensure_future(auth.check_async(header("prom", f"w{i}"), limit=8))
+                 for i in range(3)]
+        await asyncio.sleep(0.2)  # all three queued, the first one in bcrypt
+        closer = threading.Thread(target=auth.close if not cancel else
+                                  (lambda: auth.close(cancel=True)))
+        closer.start()
+        closer.join(5)
+        returned = not closer.is_alive()
+        release.set()
+        answers = await asyncio.gather(*tasks, return_exceptions=True)
+        return [returned, *answers]
+
+    returned, first, *queued = asyncio.run(scenario())
+    assert returned is True  # close() did not wait for the check in bcrypt
+    assert first is False
+    if cancel:
+        assert all(isinstance(a, asyncio.CancelledError) for a in queued), queued
+    else:
+        assert queued == [False, False]
