@@ -100,6 +100,8 @@ def test_an_empty_config_file_sets_nothing(tmp_path: Path, text: str) -> None:
     ("\tpoll: 1\n", "found character '\\t' that cannot start any token at line 1, column 1"),
     ("- a\n", "expected a mapping of settings at the top level, got list"),
     ("7\n", "expected a mapping of settings at the top level, got int"),
+    # a control character: the YAML reader names no problem and no place
+    ("poll: \x00\n", "invalid YAML"),
 ])
 def test_a_malformed_config_file_is_one_line_with_the_place(tmp_path: Path, text: str,
                                                             message: str) -> None:

@@ -366,3 +366,16 @@ def test_volatile_ecc_counts_reset_and_are_exported(
     snap = one.poll(collector)
     assert _values(snap, "gpu_ecc_errors_total", type="corrected", scope="volatile") == [1.0]
     assert collector.errors() == 0
+
+
+def test_a_documented_reset_is_told_by_the_metric_name_before_the_first_colon() -> None:
+    g = gpu()
+    for series in ("gpu_host_network_receive_drops_total:eth0:1",
+                   "gpu_ecc_errors_total:volatile/corrected", "gpu_energy_joules_total"):
+        assert not p.went_backwards(g, series, 10.0)
+        assert not p.went_backwards(g, series, 1.0), series  # a reset: accepted
+        assert g.counters[series] == 1.0
+    for series in ("gpu_ecc_errors_total:aggregate/corrected", "gpu_pcie_replays_total:x:y"):
+        assert not p.went_backwards(g, series, 10.0)
+        assert p.went_backwards(g, series, 1.0), series
+        assert g.counters[series] == 10.0
