@@ -542,3 +542,12 @@ def test_pressure_values_in_any_order_and_extra_fields(tmp_path: Path) -> None:
                                         "some avg60=2 total=5000000 avg10=50.00\n")
     p = pressure.read_pressure(tmp_path, "io")
     assert p.some == pressure.Stall(0.5, 5.0) and p.full == pressure.Stall(0.25, 3.0)
+
+
+def test_a_share_over_a_single_tick(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 10 0 0\n")
+    before = cpu.read_cpu_times(tmp_path, clk_tck=100)
+    write(tmp_path / "stat", "cpu  100 0 100 1000 51 0 0 10 0 0\n")  # 0.01 s, in iowait
+    ratios = cpu.cpu_ratios(before, cpu.read_cpu_times(tmp_path, clk_tck=100))
+    assert ratios is not None
+    assert ratios.iowait == pytest.approx(1.0) and ratios.steal == 0.0

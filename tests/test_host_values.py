@@ -116,6 +116,7 @@ def test_more_iowait_than_cpu_time_passed_is_rejected_and_the_next_poll_is_fresh
     snap = later(host)
     assert snap.get("gpu_host_cpu_iowait_ratio") == pytest.approx(200 / 220)
     assert snap.get("gpu_host_cpu_steal_ratio") == pytest.approx(20 / 220)
+    assert snap.readings.host.steal_ratio == pytest.approx(20 / 220)
     assert snap.readings.host_signals.iowait_ratio == pytest.approx(200 / 220)
     assert host.collector.errors() == 0
 
@@ -381,3 +382,25 @@ def test_two_polls_at_the_same_instant_have_no_rate_and_no_ratio(tmp_path: Path)
     assert facts.disk_busy_ratio == {} and again.series("gpu_host_disk_busy_ratio") == []
     assert again.get("gpu_host_context_switches_total") == 10**10
     assert host.collector.errors() == 0
+
+
+@pytest.mark.parametrize("source", ["stat", "meminfo", "vmstat", "loadavg", "diskstats",
+                                    "net/dev", "pressure/cpu", "pressure/memory",
+                                    "pressure/io"])
+def test_a_failing_source_is_named_in_the_log(tmp_path: Path, source: str,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    host = Host(tmp_path)
+    (host.root / source).unlink()
+    (host.root / source).mkdir()  # reading it fails: a directory
+    with caplog.at_level(logging.WARNING):
+        host.collect()
+    assert [r.getMessage().split(" failed: ")[0] for r in caplog.records] == [
+        f"reading /proc/{source}"]
+    assert host.collector.errors() == 1
+
+
+def test_swap_pages_are_counted_in_the_hosts_page_size(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    host.collector = HostCollector(host.root, host.clock, page_size=65536)
+    assert values(host.collect(), "gpu_host_swap_bytes_total") == {
+        ("in",): 1000 * 65536, ("out",): 2000 * 65536}
