@@ -379,3 +379,12 @@ def test_a_documented_reset_is_told_by_the_metric_name_before_the_first_colon() 
         assert not p.went_backwards(g, series, 10.0)
         assert p.went_backwards(g, series, 1.0), series
         assert g.counters[series] == 10.0
+
+
+def test_the_energy_counter_is_exported_after_the_driver_resets_it() -> None:
+    g = gpu()
+    g.slow["energy"] = (0, 100.0)
+    assert p.accept_slow_counter(g, "gpu_energy_joules_total", 100.0, cache_key="energy")
+    assert p.accept_slow_counter(g, "gpu_energy_joules_total", 5.0, cache_key="energy")
+    assert g.counters == {"gpu_energy_joules_total": 5.0}
+    assert g.errors == 0 and "energy" in g.slow
