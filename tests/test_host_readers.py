@@ -551,3 +551,45 @@ def test_a_share_over_a_single_tick(tmp_path: Path) -> None:
     ratios = cpu.cpu_ratios(before, cpu.read_cpu_times(tmp_path, clk_tck=100))
     assert ratios is not None
     assert ratios.iowait == pytest.approx(1.0) and ratios.steal == 0.0
+
+
+def test_blank_lines_anywhere_are_skipped(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "\ncpu  100 0 100 1000 50 0 0 10 0 0\n\nctxt 7\n")
+    assert cpu.read_cpu_times(tmp_path, clk_tck=100).context_switches == 7
+    write(tmp_path / "meminfo", "\nOdd:\nMemTotal: 8 kB\n\nSwapTotal: 4 kB\nSwapFree: 5\n")
+    m = memory.read_meminfo(tmp_path)
+    assert (m.total_bytes, m.swap_total_bytes) == (8192, 4096)
+    assert m.swap_free_bytes == 5  # a value without a unit is taken as written
+    write(tmp_path / "pressure" / "io", "\nsome avg10=1.00 total=1\n\nfull avg10=2.00 total=2\n")
+    assert pressure.read_pressure(tmp_path, "io").full == pressure.Stall(0.02, 2e-6)
+    write(tmp_path / "diskstats", "\n   8  0 sda 1 0 0 0 0 0 0 0 0 5000 0\n\n"
+                                  "   8 16 sdb 1 0 0 0 0 0 0 0 0 7000 0\n")
+    assert disks.read_diskstats(tmp_path).busy_seconds == {"sda": 5.0, "sdb": 7.0}
+    write(tmp_path / "net" / "dev", "a|b\nc|d\n  eth0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n\n"
+                                    "  eth1: 1 1 4 5 0 0 0 0 1 1 0 0 0 0 0 0\n")
+    assert network.read_netdev(tmp_path) == {"eth0": network.ReceiveCounters(2, 3),
+                                             "eth1": network.ReceiveCounters(4, 5)}
+
+
+def test_stat_without_a_ctxt_line_has_no_context_switches(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 10 0 0\n")
+    assert cpu.read_cpu_times(tmp_path).context_switches is None
+
+
+def test_net_dev_with_no_interfaces_and_with_a_header_of_one_line(tmp_path: Path) -> None:
+    write(tmp_path / "net" / "dev", "Inter-|   Receive\n face |bytes\n")
+    assert network.read_netdev(tmp_path) == {}
+    write(tmp_path / "net" / "dev",
+          "Inter-\n face |bytes\n  eth0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n")
+    with pytest.raises(MalformedFile, match="no header"):
+        network.read_netdev(tmp_path)
+
+
+def test_a_file_longer_than_one_read_and_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    lines = [f"   8 {i} sd{i} 1 0 0 0 0 0 0 0 0 {i} 0\n" for i in range(3000)]  # ~110 KB
+    write(tmp_path / "diskstats", "".join(lines))
+    assert len(disks.read_diskstats(tmp_path).busy_seconds) == 3000
+    (tmp_path / "net").mkdir(exist_ok=True)
+    (tmp_path / "net" / "dev").write_bytes(
+        b"a|b\nc|d\n  eth\xff0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n")
+    assert network.read_netdev(tmp_path) == {"eth\ufffd0": network.ReceiveCounters(2, 3)}

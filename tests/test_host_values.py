@@ -404,3 +404,13 @@ def test_swap_pages_are_counted_in_the_hosts_page_size(tmp_path: Path) -> None:
     host.collector = HostCollector(host.root, host.clock, page_size=65536)
     assert values(host.collect(), "gpu_host_swap_bytes_total") == {
         ("in",): 1000 * 65536, ("out",): 2000 * 65536}
+
+
+def test_negative_free_swap_is_more_swap_used_than_there_is(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    write(host, "meminfo", "MemTotal: 1000 kB\nMemAvailable: 10 kB\nSwapTotal: 10 kB\n"
+                           "SwapFree: -5 kB\n")
+    snap = host.collect()
+    assert snap.series("gpu_host_swap_used_bytes") == []
+    assert snap.readings.host.swap_used_bytes is None
+    assert host.collector.errors() == 1
