@@ -588,7 +588,8 @@ def test_net_dev_with_no_interfaces_and_with_a_header_of_one_line(tmp_path: Path
 def test_a_file_longer_than_one_read_and_bytes_that_are_not_utf8(tmp_path: Path) -> None:
     lines = [f"   8 {i} sd{i} 1 0 0 0 0 0 0 0 0 {i} 0\n" for i in range(3000)]  # ~110 KB
     write(tmp_path / "diskstats", "".join(lines))
-    assert len(disks.read_diskstats(tmp_path).busy_seconds) == 3000
+    assert disks.read_diskstats(tmp_path).busy_seconds == {
+        f"sd{i}": i / 1000 for i in range(3000)}
     (tmp_path / "net").mkdir(exist_ok=True)
     (tmp_path / "net" / "dev").write_bytes(
         b"a|b\nc|d\n  eth\xff0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n")
