@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.host import cpu, disks, memory, network, pressure, procs
-from gpu_exporter.host.files import MalformedFile
+from gpu_exporter.host.files import MalformedFile, read_text
 from gpu_exporter.host.pci import PcieLink, link_generation, read_pci_device
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -590,6 +590,7 @@ def test_a_file_longer_than_one_read_and_bytes_that_are_not_utf8(tmp_path: Path)
     write(tmp_path / "diskstats", "".join(lines))
     assert disks.read_diskstats(tmp_path).busy_seconds == {
         f"sd{i}": i / 1000 for i in range(3000)}
+    assert read_text(tmp_path / "diskstats") == "".join(lines)  # every byte, nothing between
     (tmp_path / "net").mkdir(exist_ok=True)
     (tmp_path / "net" / "dev").write_bytes(
         b"a|b\nc|d\n  eth\xff0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n")
