@@ -217,8 +217,10 @@ def load(flags: dict[str, Any], config_file: Path | None = None,
         origin = _origin(loc, flags, file_values, config_file)
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         given = first.get("input")
+        # The value is shown once: not for an unknown key or a whole section,
+        # and not again where the message already quotes it.
         shown = "" if first["type"] == "extra_forbidden" or isinstance(given, dict) \
-            else f" (got {given!r})"
+            or repr(given) in msg else f" (got {given!r})"
         raise ConfigError(f"{name} from {origin}: {msg}{shown}{more}") from None
     # A plain Settings again (values already validated), so two loads of the
     # same configuration compare equal.

@@ -6,11 +6,15 @@
 # pyproject.toml; the kill rates and the survivors go in docs/mutation.md.
 #   ./scripts/mutation.sh            run, then print kill rates and survivors
 #   ./scripts/mutation.sh --report   only print them again (from mutants/)
+#   ./scripts/mutation.sh 'gpu_exporter.host.*' 'gpu_exporter.collectors.host.*'
+#                                    only the mutants of these modules (globs)
+# Runs at low priority: on a shared machine the other work goes first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
 if [ "${1:-}" != "--report" ]; then
   rm -rf mutants
-  .venv/bin/mutmut run >/dev/null 2>&1 || true   # its progress bar is not for logs
+  # its progress bar is not for logs
+  nice -n 10 .venv/bin/mutmut run "$@" >/dev/null 2>&1 || true
 fi
 .venv/bin/mutmut results --all true 2>/dev/null | .venv/bin/python scripts/mutation_report.py

@@ -230,6 +230,9 @@ def check_plausible(snap: Snapshot) -> None:
                                   for lab, v in snap.series("gpu_memory_total_bytes")},
         "gpu_clock_hertz": {(lab["gpu"], lab["clock"]): v
                             for lab, v in snap.series("gpu_clock_max_hertz")},
+        # the host's: one series, no labels
+        "gpu_host_memory_available_bytes": dict(
+            ((), v) for _, v in snap.series("gpu_host_memory_total_bytes")),
     }
     for family in CATALOG:
         bounds = BOUNDS.get(family.name)
@@ -241,7 +244,7 @@ def check_plausible(snap: Snapshot) -> None:
                 continue
             assert bounds[0] <= value <= bounds[1], where
             ceiling = ceilings.get(family.name, {}).get(
-                (labels["gpu"], labels["clock"]) if "clock" in labels else (labels["gpu"],))
+                tuple(labels[k] for k in ("gpu", "clock") if k in labels))
             if ceiling is not None:
                 assert value <= ceiling * RELATIVE[family.name], (where, ceiling)
 

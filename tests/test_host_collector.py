@@ -175,6 +175,31 @@ def test_devices_and_interfaces_are_capped(tmp_path: Path) -> None:
     assert names == sorted(names)
 
 
+@pytest.mark.parametrize("count", [3, 4])
+def test_the_cap_is_said_once_per_kind_when_it_bites(tmp_path: Path, count: int,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    host = Host(tmp_path)
+    lines = (host.root / "net" / "dev").read_text().splitlines()[:2]
+    lines += [f"eno{i}: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0" for i in range(count)]
+    (host.root / "net" / "dev").write_text("\n".join(lines) + "\n")
+    (host.root / "diskstats").write_text("".join(
+        f"   8  {i} sd{chr(97 + i)} 1 0 0 0 0 0 0 0 0 {i} 0\n" for i in range(count)))
+    host.collector = HostCollector(host.root, host.clock, max_devices=3)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            host.clock.advance(1)
+            snap = host.collect()
+    assert len(values(snap, "gpu_host_network_receive_drops_total")) == 3
+    assert len(values(snap, "gpu_host_disk_busy_ratio")) == 3
+    warnings = [r.getMessage() for r in caplog.records if "bound the number" in r.getMessage()]
+    if count == 3:
+        assert warnings == []
+    else:  # interfaces from the first poll, disks from the second (the first with a ratio)
+        assert warnings == [
+            "4 network interfaces: exporting the first 3 by name to bound the number of series",
+            "4 block devices: exporting the first 3 by name to bound the number of series"]
+
+
 def test_host_exposition_matches_golden(tmp_path: Path) -> None:
     host = Host(tmp_path)
     host.collect()
@@ -250,3 +275,56 @@ def test_this_machines_proc_has_the_required_families() -> None:
     assert snap.get("gpu_host_context_switches_total") > 0  # type: ignore[operator]
     load = values(snap, "gpu_host_load_average")
     assert set(load) == {("1m",), ("5m",), ("15m",)} and min(load.values()) >= 0
+
+
+def test_what_the_log_says_of_an_absent_a_failing_and_a_recovered_source(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_exporter.collectors.host")
+    host = Host(tmp_path)
+    (host.root / "loadavg").write_text("garbage\n")
+    (host.root / "vmstat").unlink()
+    host.collect()
+    host.collect()
+    (host.root / "loadavg").write_text("1.00 2.00 3.00 1/100 5\n")
+    host.collect()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, f"/proc/vmstat does not exist on this host ({host.root / 'vmstat'}); "
+                       "its series are absent"),
+        (logging.WARNING, f"reading /proc/loadavg failed: {host.root / 'loadavg'}: fewer than "
+                          "three load averages; its series are absent until it can be read"),
+        (logging.INFO, "/proc/loadavg can be read again")]
+
+
+def test_a_source_that_fails_or_goes_again_after_recovering_is_said_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_exporter.collectors.host")
+    host = Host(tmp_path)
+    good = (host.root / "loadavg").read_text()
+    for text in ("garbage\n", good, "garbage\n", good):
+        (host.root / "loadavg").write_text(text)
+        host.collect()
+    vmstat = (host.root / "vmstat").read_text()
+    for present in (False, True, False):
+        if present:
+            (host.root / "vmstat").write_text(vmstat)
+        else:
+            (host.root / "vmstat").unlink()
+        host.collect()
+    said = [r.getMessage().split(" ")[0:2] for r in caplog.records]
+    assert said == [["reading", "/proc/loadavg"], ["/proc/loadavg", "can"],
+                    ["reading", "/proc/loadavg"], ["/proc/loadavg", "can"],
+                    ["/proc/vmstat", "does"], ["/proc/vmstat", "does"]]
+
+
+def test_a_root_where_every_file_is_garbage_fails_the_collector_naming_the_first(
+        tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    for name in ("stat", "meminfo", "vmstat", "loadavg", "diskstats", "net/dev",
+                 *(f"pressure/{r}" for r in ("cpu", "memory", "io"))):
+        (host.root / name).write_text("garbage\n")
+    (host.root / "vmstat").write_text("pswpin x\n")  # without pswpin it is a kernel without swap
+    with pytest.raises(RuntimeError) as err:
+        host.collect()
+    assert str(err.value) == (f"no host source under {host.root} could be read: "
+                              f"{host.root / 'stat'}: no aggregate cpu line")
+    assert host.collector.errors() == 9

@@ -11,6 +11,7 @@ longer, randomised budget.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.pcie import PcieCollector
+from gpu_exporter.collectors.plausible import BOUNDS, RESETTABLE
 from gpu_exporter.host import procs as procs_module
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
 from gpu_exporter.poller import Poller
@@ -195,8 +197,6 @@ file_faults = st.lists(st.tuples(st.sampled_from(["proc", "sys"]), st.integers(0
 
 
 def _mutate(path: Path, how: tuple[Any, ...]) -> None:
-    import re
-
     if path.is_symlink():
         path.unlink()  # an earlier fault's loop: this fault starts from an empty file
         path.write_bytes(b"")
@@ -235,6 +235,7 @@ def test_fuzzed_proc_and_sys_never_crash_and_failures_are_reported(
         collectors = [HostCollector(proc, clock), PcieCollector(session, sys_)]
         poller = Poller(collectors, 1.0, None, wall_clock=clock, monotonic=clock)
         errors_seen = {"host": 0.0, "pcie": 0.0}
+        last_counts: dict[tuple[str, tuple[str, ...]], float] = {}
         for poll_faults in faults:
             for tree, pick, how in poll_faults:
                 root, names = (proc, PROC_FILES) if tree == "proc" else (sys_, SYS_FILES)
@@ -248,6 +249,55 @@ def test_fuzzed_proc_and_sys_never_crash_and_failures_are_reported(
                 errors_seen[name] = errors
             check_exposition(render(snap, False, LabelCache()).decode(), openmetrics=False)
             check_exposition(render(snap, True, LabelCache()).decode(), openmetrics=True)
+            _every_host_value_is_plausible(snap, last_counts)
+
+
+def _every_host_value_is_plausible(snap: Snapshot,
+                                   last: dict[tuple[str, tuple[str, ...]], float]) -> None:
+    """Every host series in its range (collectors/plausible.py), available
+    memory within the total, and no counter lower than its last exported
+    value unless its resets are documented."""
+    for name, (low, high) in BOUNDS.items():
+        if not name.startswith("gpu_host_"):
+            continue
+        for labels, value in snap.series(name):
+            assert low <= value <= high, (name, labels, value)
+            key = (name, tuple(labels.values()))
+            if name.endswith("_total") and name not in RESETTABLE:
+                assert value >= last.get(key, value), (name, labels, value, last[key])
+            last[key] = value
+    total = snap.get("gpu_host_memory_total_bytes")
+    available = snap.get("gpu_host_memory_available_bytes")
+    if total is not None and available is not None:
+        assert available <= total
+
+
+@FUZZ
+@given(polls=st.lists(st.lists(st.tuples(
+    st.sampled_from([f for f in PROC_FILES if "/" not in f or f.startswith(("net", "pressure"))]),
+    st.integers(0, 10**6),
+    st.one_of(st.integers(-2**64, 2**65), st.sampled_from(["nan", "inf", "-0", "1e30", "0.5"]))),
+    max_size=6), min_size=3, max_size=4))
+def test_fuzzed_numbers_in_proc_are_never_exported_out_of_range(
+        polls: list[list[tuple[str, int, int | str]]]) -> None:
+    """Any number of /proc's host files replaced by any other (negative,
+    past 64 bits, NaN), poll after poll: the host series that are exported
+    stay in their ranges, and its counters never go backwards."""
+    clock = VirtualClock()
+    for proc, _sys in _fixture_tree():
+        collector = HostCollector(proc, clock)
+        poller = Poller([collector], 1.0, None, wall_clock=clock, monotonic=clock)
+        last: dict[tuple[str, tuple[str, ...]], float] = {}
+        for changes in polls:
+            for name, pick, number in changes:
+                path = proc / name
+                text = path.read_text()
+                spans = [m.span() for m in re.finditer(r"\d+(\.\d+)?", text)]
+                start, end = spans[pick % len(spans)]
+                path.write_text(f"{text[:start]}{number}{text[end:]}")
+            clock.advance(1.0)
+            snap = poller.poll_once()
+            _every_host_value_is_plausible(snap, last)
 
 
 @FUZZ

@@ -6,14 +6,16 @@ GPU behind a PCIe switch whose port above it trained down."""
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpu_exporter.host import cpu, disks, memory, network, pressure, procs
-from gpu_exporter.host.files import MalformedFile
+from gpu_exporter.host.files import MalformedFile, read_text
 from gpu_exporter.host.pci import PcieLink, link_generation, read_pci_device
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -55,12 +57,34 @@ def test_the_same_reading_twice_has_no_ratio() -> None:
     assert cpu.cpu_ratios(t, t) is None
 
 
-def test_iowait_stepping_back_counts_as_none_not_negative(tmp_path: Path) -> None:
+def test_iowait_stepping_back_is_a_negative_share_the_collector_judges(tmp_path: Path) -> None:
     write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 0 0 0\n")
     before = cpu.read_cpu_times(tmp_path)
     write(tmp_path / "stat", "cpu  200 0 200 1100 45 0 0 0 0 0\n")
     ratios = cpu.cpu_ratios(before, cpu.read_cpu_times(tmp_path))
-    assert ratios is not None and ratios.iowait == 0.0
+    # 295 jiffies passed, iowait fell by 5: the reader reports what the counters say.
+    assert ratios is not None and ratios.iowait == pytest.approx(-5 / 295)
+    assert ratios.steal == 0.0
+
+
+def test_cpu_time_going_backwards_has_no_share(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  200 0 200 1100 45 0 0 10 0 0\n")
+    before = cpu.read_cpu_times(tmp_path)
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 5 0 0\n")
+    ratios = cpu.cpu_ratios(before, cpu.read_cpu_times(tmp_path))
+    assert ratios is not None
+    assert math.isnan(ratios.iowait or 0.0) and math.isnan(ratios.steal or 0.0)
+
+
+def test_swap_free_above_the_total_is_negative_use(tmp_path: Path) -> None:
+    write(tmp_path / "meminfo", "MemTotal: 100 kB\nSwapTotal: 10 kB\nSwapFree: 30 kB\n")
+    assert memory.read_meminfo(tmp_path).swap_used_bytes == -20 * 1024
+
+
+def test_disk_busy_time_is_not_clamped_by_the_reader() -> None:
+    before = disks.DiskBusy({"sda": 10.0, "sdb": 5.0})
+    after = disks.DiskBusy({"sda": 12.5, "sdb": 1.0})
+    assert disks.busy_ratios(before, after, 2.0) == {"sda": 1.25, "sdb": -2.0}
 
 
 def test_a_kernel_without_a_steal_column_has_no_steal_ratio(tmp_path: Path) -> None:
@@ -442,3 +466,132 @@ def test_malformed_sysfs_attributes_are_problems_not_exceptions() -> None:
     ("Unknown", None), ("Unknown speed", None), ("3.0 GT/s", None), ("", None)])
 def test_link_generation(speed: str, generation: int | None) -> None:
     assert link_generation(speed) == generation
+
+
+# --- every malformed file: the path and the problem, as the log line shows them ---------------
+def _stat(root: Path) -> object:
+    return cpu.read_cpu_times(root)
+
+
+MALFORMED: list[tuple[str, str, Callable[[Path], object], str]] = [
+    ("stat", "cpu  1 2 3\n", _stat, "short cpu line 'cpu  1 2 3'"),
+    ("stat", "ctxt 5\n", _stat, "no aggregate cpu line"),
+    ("stat", "cpu  1 2 3 x\n", _stat, "'x' is not an integer"),
+    ("stat", "cpu  1 2 3 4\nctxt five\n", _stat, "'five' is not an integer"),
+    ("loadavg", "1.0 2.0\n", cpu.read_loadavg, "fewer than three load averages"),
+    ("loadavg", "1.0 2.0 three\n", cpu.read_loadavg, "'three' is not a number"),
+    ("meminfo", "MemTotal: 5 kB\nSwapFree: 1 kB\n", memory.read_meminfo, "no SwapTotal"),
+    ("meminfo", "MemTotal: 5 kB\n", memory.read_meminfo, "no SwapTotal, SwapFree"),
+    ("meminfo", "SwapTotal: 5 kB\nSwapFree: 1 kB\n", memory.read_meminfo, "no MemTotal"),
+    ("meminfo", "MemTotal: x kB\n", memory.read_meminfo, "'x' is not an integer"),
+    ("vmstat", "pswpin 5\n", memory.read_swap_activity,
+     "pswpin without pswpout or the other way round"),
+    ("vmstat", "pswpin 5\npswpout x\n", memory.read_swap_activity, "'x' is not an integer"),
+    ("diskstats", "8 0 sda 1 2 3\n", disks.read_diskstats, "short line '8 0 sda 1 2 3'"),
+    ("diskstats", "8 0 sda 1 0 0 0 0 0 0 0 0 x 0\n", disks.read_diskstats,
+     "'x' is not an integer"),
+    ("net/dev", "only one line\n", network.read_netdev, "no header"),
+    ("net/dev", "no bar\nheader\n", network.read_netdev, "no header"),
+    ("net/dev", "a|b\nc|d\n  eth0 1 2\n", network.read_netdev,
+     "line without an interface 'eth0 1 2'"),
+    ("net/dev", "a|b\nc|d\n  eth0: 1 2\n", network.read_netdev, "short line for eth0"),
+    ("net/dev", "a|b\nc|d\n  eth0: 1 1 x 0 0 0 0 0 1 1 0 0 0 0 0 0\n", network.read_netdev,
+     "'x' is not an integer"),
+    ("net/dev", "a|b\nc|d\n  eth0: 1 1 0 y 0 0 0 0 1 1 0 0 0 0 0 0\n", network.read_netdev,
+     "'y' is not an integer"),
+    ("pressure/cpu", "some avg10=1 total\n", pressure.read_pressure,
+     "field 'total' is not key=value"),
+    ("pressure/cpu", "some avg10=1=2 total=5\n", pressure.read_pressure, "'1=2' is not a number"),
+    ("pressure/cpu", "some avg10=1 total=5=6\n", pressure.read_pressure,
+     "'5=6' is not an integer"),
+    ("pressure/cpu", "some avg10=1\n", pressure.read_pressure, "avg10 or total missing"),
+    ("pressure/cpu", "some total=1\n", pressure.read_pressure, "avg10 or total missing"),
+    ("pressure/cpu", "full avg10=1 total=1\n", pressure.read_pressure, "no 'some' line"),
+    ("pressure/cpu", "half avg10=1 total=1\n", pressure.read_pressure,
+     "unexpected line 'half avg10=1 total=1'"),
+    ("pressure/cpu", "some avg10=1 total=1.5\n", pressure.read_pressure,
+     "'1.5' is not an integer"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "reader", "problem"), MALFORMED)
+def test_a_malformed_file_names_its_path_and_problem(tmp_path: Path, name: str, text: str,
+                                                     reader: Callable[..., object],
+                                                     problem: str) -> None:
+    write(tmp_path / name, text)
+    args = ("cpu",) if name.startswith("pressure/") else ()
+    with pytest.raises(MalformedFile) as err:
+        reader(tmp_path, *args)
+    assert err.value.problem == problem
+    assert err.value.path == tmp_path / name
+    assert str(err.value) == f"{tmp_path / name}: {problem}"
+
+
+def test_a_cpu_line_cut_short_between_readings_has_no_share_of_the_missing_modes(
+        tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 10 0 0\n")
+    full = cpu.read_cpu_times(tmp_path)
+    write(tmp_path / "stat", "cpu  200 0 200 1100\n")
+    short = cpu.read_cpu_times(tmp_path)
+    assert cpu.cpu_ratios(full, short) == cpu.CpuRatios(None, None)
+    assert cpu.cpu_ratios(short, full) == cpu.CpuRatios(None, None)
+
+
+def test_pressure_values_in_any_order_and_extra_fields(tmp_path: Path) -> None:
+    write(tmp_path / "pressure" / "io", "full total=3000000 avg300=1 avg10=25.00\n"
+                                        "some avg60=2 total=5000000 avg10=50.00\n")
+    p = pressure.read_pressure(tmp_path, "io")
+    assert p.some == pressure.Stall(0.5, 5.0) and p.full == pressure.Stall(0.25, 3.0)
+
+
+def test_a_share_over_a_single_tick(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 10 0 0\n")
+    before = cpu.read_cpu_times(tmp_path, clk_tck=100)
+    write(tmp_path / "stat", "cpu  100 0 100 1000 51 0 0 10 0 0\n")  # 0.01 s, in iowait
+    ratios = cpu.cpu_ratios(before, cpu.read_cpu_times(tmp_path, clk_tck=100))
+    assert ratios is not None
+    assert ratios.iowait == pytest.approx(1.0) and ratios.steal == 0.0
+
+
+def test_blank_lines_anywhere_are_skipped(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "\ncpu  100 0 100 1000 50 0 0 10 0 0\n\nctxt 7\n")
+    assert cpu.read_cpu_times(tmp_path, clk_tck=100).context_switches == 7
+    write(tmp_path / "meminfo", "\nOdd:\nMemTotal: 8 kB\n\nSwapTotal: 4 kB\nSwapFree: 5\n")
+    m = memory.read_meminfo(tmp_path)
+    assert (m.total_bytes, m.swap_total_bytes) == (8192, 4096)
+    assert m.swap_free_bytes == 5  # a value without a unit is taken as written
+    write(tmp_path / "pressure" / "io", "\nsome avg10=1.00 total=1\n\nfull avg10=2.00 total=2\n")
+    assert pressure.read_pressure(tmp_path, "io").full == pressure.Stall(0.02, 2e-6)
+    write(tmp_path / "diskstats", "\n   8  0 sda 1 0 0 0 0 0 0 0 0 5000 0\n\n"
+                                  "   8 16 sdb 1 0 0 0 0 0 0 0 0 7000 0\n")
+    assert disks.read_diskstats(tmp_path).busy_seconds == {"sda": 5.0, "sdb": 7.0}
+    write(tmp_path / "net" / "dev", "a|b\nc|d\n  eth0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n\n"
+                                    "  eth1: 1 1 4 5 0 0 0 0 1 1 0 0 0 0 0 0\n")
+    assert network.read_netdev(tmp_path) == {"eth0": network.ReceiveCounters(2, 3),
+                                             "eth1": network.ReceiveCounters(4, 5)}
+
+
+def test_stat_without_a_ctxt_line_has_no_context_switches(tmp_path: Path) -> None:
+    write(tmp_path / "stat", "cpu  100 0 100 1000 50 0 0 10 0 0\n")
+    assert cpu.read_cpu_times(tmp_path).context_switches is None
+
+
+def test_net_dev_with_no_interfaces_and_with_a_header_of_one_line(tmp_path: Path) -> None:
+    write(tmp_path / "net" / "dev", "Inter-|   Receive\n face |bytes\n")
+    assert network.read_netdev(tmp_path) == {}
+    write(tmp_path / "net" / "dev",
+          "Inter-\n face |bytes\n  eth0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n")
+    with pytest.raises(MalformedFile, match="no header"):
+        network.read_netdev(tmp_path)
+
+
+def test_a_file_longer_than_one_read_and_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    lines = [f"   8 {i} sd{i} 1 0 0 0 0 0 0 0 0 {i} 0\n" for i in range(3000)]  # ~110 KB
+    write(tmp_path / "diskstats", "".join(lines))
+    assert disks.read_diskstats(tmp_path).busy_seconds == {
+        f"sd{i}": i / 1000 for i in range(3000)}
+    assert read_text(tmp_path / "diskstats") == "".join(lines)  # every byte, nothing between
+    (tmp_path / "net").mkdir(exist_ok=True)
+    (tmp_path / "net" / "dev").write_bytes(
+        b"a|b\nc|d\n  eth\xff0: 1 1 2 3 0 0 0 0 1 1 0 0 0 0 0 0\n")
+    assert network.read_netdev(tmp_path) == {"eth\ufffd0": network.ReceiveCounters(2, 3)}

@@ -38,10 +38,11 @@ FLAGS = {"gpu_info", "gpu_up", "gpu_throttle_reason_active", "gpu_ecc_enabled",
          "gpu_row_remap_pending", "gpu_row_remap_failed", "gpu_persistence_mode_enabled"}
 
 
-def test_every_device_reading_has_a_range() -> None:
-    device = {m.name for m in CATALOG if m.collector == "device"}
-    assert device - FLAGS == set(p.BOUNDS), "a device metric without a plausible range"
+def test_every_device_and_host_reading_has_a_range() -> None:
+    checked = {m.name for m in CATALOG if m.collector in ("device", "host")}
+    assert checked - FLAGS == set(p.BOUNDS), "a device or host metric without a range"
     assert set(p.RELATIVE) <= set(p.BOUNDS)
+    assert set(p.SLACK) <= set(p.BOUNDS)
     for low, high in p.BOUNDS.values():
         assert low < high
 
@@ -147,7 +148,7 @@ def test_accept_passes_a_reading_without_a_trace(caplog: pytest.LogCaptureFixtur
     g = gpu()
     with caplog.at_level(logging.WARNING):
         assert p.accept(g, "gpu_power_watts", 300.0, 700.0)
-        assert p.accept_counter(g, "gpu_pcie_replays_total", 3, cache_key="pcie_replays")
+        assert p.accept_slow_counter(g, "gpu_pcie_replays_total", 3, cache_key="pcie_replays")
     assert g.errors == 0 and not caplog.records and not g.warned
 
 
@@ -163,7 +164,7 @@ def test_a_rejected_reading_counts_an_error_and_logs_once_per_series(
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3
     assert messages[0] == ("GPU 3: gpu_temperature_celsius:gpu reads 4294967295.0, which no GPU "
-                           "can report (NVML's 'not available' or a faulty reading); left out "
+                           "can report (a 'not available' value or a faulty reading); left out "
                            "while it does")
     assert "gpu_temperature_celsius:memory" in messages[1]
     assert "gpu_power_watts reads 800.0" in messages[2]
@@ -182,7 +183,7 @@ def test_a_counter_is_remembered_by_its_series() -> None:
 
 def test_a_rejected_counter_not_held_by_a_slow_read_is_just_dropped() -> None:
     g = gpu()
-    assert not p.accept_counter(g, "gpu_pcie_replays_total", U32, cache_key="pcie_replays")
+    assert not p.accept_slow_counter(g, "gpu_pcie_replays_total", U32, cache_key="pcie_replays")
     assert g.errors == 1 and g.slow == {}
 
 
@@ -190,7 +191,7 @@ def test_a_rejected_counter_is_asked_again_next_poll() -> None:
     g = gpu()
     g.slow["pcie_replays"] = (0, U32)
     g.slow["energy"] = (0, 5.0)
-    assert not p.accept_counter(g, "gpu_pcie_replays_total", U32, cache_key="pcie_replays")
+    assert not p.accept_slow_counter(g, "gpu_pcie_replays_total", U32, cache_key="pcie_replays")
     assert "pcie_replays" not in g.slow and "energy" in g.slow
     assert g.errors == 1
     assert not p.accept_counter(g, "gpu_pcie_replays_total", U32)
@@ -365,3 +366,25 @@ def test_volatile_ecc_counts_reset_and_are_exported(
     snap = one.poll(collector)
     assert _values(snap, "gpu_ecc_errors_total", type="corrected", scope="volatile") == [1.0]
     assert collector.errors() == 0
+
+
+def test_a_documented_reset_is_told_by_the_metric_name_before_the_first_colon() -> None:
+    g = gpu()
+    for series in ("gpu_host_network_receive_drops_total:eth0:1",
+                   "gpu_ecc_errors_total:volatile/corrected", "gpu_energy_joules_total"):
+        assert not p.went_backwards(g, series, 10.0)
+        assert not p.went_backwards(g, series, 1.0), series  # a reset: accepted
+        assert g.counters[series] == 1.0
+    for series in ("gpu_ecc_errors_total:aggregate/corrected", "gpu_pcie_replays_total:x:y"):
+        assert not p.went_backwards(g, series, 10.0)
+        assert p.went_backwards(g, series, 1.0), series
+        assert g.counters[series] == 10.0
+
+
+def test_the_energy_counter_is_exported_after_the_driver_resets_it() -> None:
+    g = gpu()
+    g.slow["energy"] = (0, 100.0)
+    assert p.accept_slow_counter(g, "gpu_energy_joules_total", 100.0, cache_key="energy")
+    assert p.accept_slow_counter(g, "gpu_energy_joules_total", 5.0, cache_key="energy")
+    assert g.counters == {"gpu_energy_joules_total": 5.0}
+    assert g.errors == 0 and "energy" in g.slow

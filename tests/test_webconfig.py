@@ -27,7 +27,7 @@ import trustme
 from gpu_exporter.config import ConfigError
 from gpu_exporter.daemon import Exporter
 from gpu_exporter.simulator import SimulatedNode
-from gpu_exporter.web.webconfig import BasicAuth, WebConfigWatcher, load_web_config
+from gpu_exporter.web.webconfig import WebConfigWatcher, load_web_config
 from tests import simnode
 from tests.procs import assert_stops_in_time, free_port, run_cli, start
 
@@ -229,74 +229,6 @@ def test_the_node_page_and_runbook_behind_tls_and_basic_auth(pki: PKI) -> None:
                 assert loads not in body, (path, loads)
             if path == "/":  # and no address elsewhere (the runbook cites NVIDIA's docs)
                 assert b"http://" not in body and b"https://" not in body
-
-
-@pytest.fixture
-def checkpw_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every hash bcrypt is asked to check against, in order."""
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def spy(password: bytes, hashed: bytes) -> bool:
-        calls.append(hashed)
-        return real(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", spy)
-    return calls
-
-
-def header(user: str, password: str) -> str:
-    return basic(user, password)["Authorization"]
-
-
-def test_unknown_users_cost_one_bcrypt_check_like_wrong_passwords(
-        checkpw_calls: list[bytes]) -> None:
-    """No timing difference by construction: an unknown user is checked
-    against a dummy hash of the same cost as the real ones."""
-    auth = BasicAuth({"prom": hash_pw("right", cost=5)})
-    assert not auth.check(header("prom", "wrong"))
-    assert not auth.check(header("nobody", "wrong"))
-    assert len(checkpw_calls) == 2
-    wrong_password, unknown_user = checkpw_calls
-    assert wrong_password[:7] == unknown_user[:7] == b"$2b$05$"
-    assert unknown_user != wrong_password
-    # The dummy hash matches nothing a client could send, its own user name included.
-    assert not auth.check(header("nobody", ""))
-
-
-def test_checks_are_cached_and_wrong_passwords_cannot_evict_a_right_one(
-        checkpw_calls: list[bytes]) -> None:
-    auth = BasicAuth({"prom": hash_pw("right", cost=4)})
-    assert auth.check(header("prom", "right"))
-    assert auth.check(header("prom", "right"))
-    assert auth.check(header("prom", "right"))
-    assert len(checkpw_calls) == 1
-    # A wrong password retried (a stale secret) is checked once, as in the toolkit.
-    assert not auth.check(header("prom", "wrong"))
-    assert not auth.check(header("prom", "wrong"))
-    assert len(checkpw_calls) == 2
-    # A flood of distinct wrong passwords: the right one stays cached.
-    for i in range(200):
-        assert not auth.check(header("prom", f"wrong-{i}"))
-    calls = len(checkpw_calls)
-    assert auth.check(header("prom", "right"))
-    assert len(checkpw_calls) == calls
-    # The cache keys are keyed hashes: no password is kept in memory.
-    assert all(b"right" not in key and b"wrong" not in key
-               for key in [*auth._cache, *auth._failed])
-    assert len(auth._failed) <= 64
-
-
-def test_basic_auth_edge_cases() -> None:
-    auth = BasicAuth({"prom": hash_pw("pa:ss"), "long": hash_pw("x" * 72)})
-    assert auth.check(header("prom", "pa:ss"))  # the password may contain ':'
-    assert not auth.check(header("prom", "pa"))
-    assert not auth.check(None)
-    assert not auth.check("")
-    assert not auth.check("Basic " + b64encode(b"no-colon").decode())
-    # bcrypt reads 72 bytes of a password, as Go's bcrypt does.
-    assert auth.check(header("long", "x" * 80))
-    assert auth.check("basic " + b64encode(b"prom:pa:ss").decode())  # scheme is case-insensitive
 
 
 # --- loading -------------------------------------------------------------------
@@ -682,24 +614,3 @@ def test_sigterm_does_not_wait_for_queued_password_checks(tmp_path: Path) -> Non
             proc.kill()
         for s in socks:
             s.close()
-
-
-def test_password_checks_queue_to_a_limit_off_the_event_loop(
-        checkpw_calls: list[bytes]) -> None:
-    """A cached success is answered without bcrypt; beyond ``limit`` queued
-    checks the answer is None (the gate's 503), never a queue without end."""
-    import asyncio
-
-    auth = BasicAuth({"prom": hash_pw("right", cost=4)})
-
-    async def scenario() -> list[bool | None]:
-        assert await auth.check_async(header("prom", "right"), limit=1) is True
-        calls = len(checkpw_calls)
-        assert await auth.check_async(header("prom", "right"), limit=0) is True  # cached
-        assert len(checkpw_calls) == calls
-        return list(await asyncio.gather(
-            *(auth.check_async(header("prom", f"wrong-{i}"), limit=2) for i in range(5))))
-
-    answers = asyncio.run(scenario())
-    auth.close(cancel=True)
-    assert answers.count(False) == 2 and answers.count(None) == 3

@@ -13,7 +13,7 @@ import logging
 
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.collectors.plausible import accept, accept_counter
+from gpu_exporter.collectors.plausible import accept, accept_slow_counter
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
@@ -171,8 +171,8 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         r.power_default_limit_watts = default_limit
         out.add("gpu_power_default_limit_watts", default_limit, **labels)
     energy = gpu.slow_read("energy", d.energy_joules, every=SLOW_READ_EVERY_POLLS)
-    if energy is not None and accept_counter(gpu, "gpu_energy_joules_total", energy,
-                                             cache_key="energy"):
+    if energy is not None and accept_slow_counter(gpu, "gpu_energy_joules_total", energy,
+                                                  cache_key="energy"):
         out.add("gpu_energy_joules_total", energy, **labels)
 
     for name, code in c.CLOCK_TYPES.items():
@@ -255,8 +255,8 @@ def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBui
                 out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
         elif fid in _PCIE_DIRECTION:
             direction = _PCIE_DIRECTION[fid]
-            if accept_counter(gpu, "gpu_pcie_bytes_total", value, ":" + direction,
-                              cache_key="pcie_byte_fields"):
+            if accept_slow_counter(gpu, "gpu_pcie_bytes_total", value, ":" + direction,
+                                   cache_key="pcie_byte_fields"):
                 out.add("gpu_pcie_bytes_total", value, **labels, direction=direction)
 
 
@@ -276,8 +276,8 @@ def _read_pcie(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str]
         if value is not None:
             out.add(name, value, **labels)
     replays = gpu.slow_read("pcie_replays", d.pcie_replays, every=SLOW_READ_EVERY_POLLS)
-    if replays is not None and accept_counter(gpu, "gpu_pcie_replays_total", replays,
-                                              cache_key="pcie_replays"):
+    if replays is not None and accept_slow_counter(gpu, "gpu_pcie_replays_total", replays,
+                                                   cache_key="pcie_replays"):
         r.pcie_replays = replays
         out.add("gpu_pcie_replays_total", replays, **labels)
 
@@ -311,7 +311,7 @@ def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[
                     else:
                         count = gpu.slow_read(f"ecc_{tname}_{sname}", d.ecc_errors, tcode,
                                               scode, every=every, now=moved)
-                    if count is None or not accept_counter(
+                    if count is None or not accept_slow_counter(
                             gpu, "gpu_ecc_errors_total", count, f":{sname}/{tname}",
                             "" if sname == "volatile" else f"ecc_{tname}_{sname}"):
                         continue
@@ -322,10 +322,11 @@ def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[
     if rows is not None:
         corr, unc, pending, failed = rows
         r.remap_pending, r.remap_failed = pending, failed
-        if accept_counter(gpu, "gpu_remapped_rows_total", corr, ":correctable", "remapped_rows"):
+        if accept_slow_counter(gpu, "gpu_remapped_rows_total", corr, ":correctable",
+                               "remapped_rows"):
             out.add("gpu_remapped_rows_total", corr, **labels, type="correctable")
-        if accept_counter(gpu, "gpu_remapped_rows_total", unc, ":uncorrectable",
-                          "remapped_rows"):
+        if accept_slow_counter(gpu, "gpu_remapped_rows_total", unc, ":uncorrectable",
+                               "remapped_rows"):
             out.add("gpu_remapped_rows_total", unc, **labels, type="uncorrectable")
         out.add("gpu_row_remap_pending", pending, **labels)
         out.add("gpu_row_remap_failed", failed, **labels)

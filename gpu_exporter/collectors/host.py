@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Self, TypeVar
 
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.plausible import accept, accept_counter, accept_share
 from gpu_exporter.host import cpu, disks, memory, network, pressure
 from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
@@ -32,17 +32,13 @@ T = TypeVar("T")
 MAX_DEVICES = 64
 
 
-@dataclass(frozen=True, slots=True)
-class _Previous:
-    at: float
-    cpu: cpu.CpuTimes | None
-    disks: disks.DiskBusy | None
-    swap: memory.SwapActivity | None
-
-
 class _Sources:
     """Reads each source, remembering which are absent or failing so each is
-    logged once (and once more when it recovers), not every poll."""
+    logged once (and once more when it recovers), not every poll. Also the
+    host's tally for collectors/plausible.py: a reading no host can report
+    counts in ``errors`` like a file that cannot be read."""
+
+    label = kind = "host"
 
     def __init__(self, procfs: Path) -> None:
         self.procfs = procfs
@@ -51,6 +47,8 @@ class _Sources:
         self.errors = 0
         self.read_ok = 0
         self.first_error: Exception | None = None
+        self.warned: set[str] = set()
+        self.counters: dict[str, float] = {}
 
     def begin(self) -> None:
         self.errors = self.read_ok = 0
@@ -83,6 +81,13 @@ class _Sources:
 
 
 class HostCollector(Collector):
+    """Every value passes collectors/plausible.py before it is exported or
+    reaches the diagnosis: one the host cannot report (a negative count, a
+    ratio above 1, a counter going backwards, more memory available than
+    there is) leaves its series absent for that poll and counts a read error.
+    A rate or ratio over the interval needs both ends: it is absent for a
+    poll whose reading, or whose previous reading, was rejected."""
+
     name = "host"
     description = ("host CPU iowait/steal, pressure stalls, memory, swap, load, disks, "
                    "network")
@@ -95,7 +100,11 @@ class HostCollector(Collector):
         self._max = max_devices
         self._page_size = page_size
         self._src = _Sources(procfs)
-        self._prev: _Previous | None = None
+        # The last poll's readings the ratios are taken against, with its time.
+        self._cpu_before: tuple[float, cpu.CpuTimes] | None = None
+        self._disks_before: tuple[float, disks.DiskBusy] | None = None
+        # The last accepted counter readings the rates are taken against, by series.
+        self._counted: dict[str, tuple[float, float]] = {}
         self._capped: set[str] = set()
 
     @classmethod
@@ -109,108 +118,168 @@ class HostCollector(Collector):
         src = self._src
         src.begin()
         now = self._mono()
-        prev = self._prev
-        dt = now - prev.at if prev is not None else 0.0
 
         times = src.read("/proc/stat", cpu.read_cpu_times)
-        ratios, ctxt_rate = self._cpu(out, times, prev.cpu if prev else None, dt)
-        stalls = self._pressure(out)
+        iowait, steal, ctxt_rate = self._cpu(out, times, now)
+        stalls = self._pressure(out, now)
         mem = src.read("/proc/meminfo", memory.read_meminfo)
-        if mem is not None:
-            out.add("gpu_host_memory_total_bytes", mem.total_bytes)
-            if mem.available_bytes is not None:
-                out.add("gpu_host_memory_available_bytes", mem.available_bytes)
-            out.add("gpu_host_swap_used_bytes", mem.swap_used_bytes)
+        total, available, swap_used = self._memory(out, mem)
         swap = src.read("/proc/vmstat", memory.read_swap_activity, self._page_size)
-        swap_in, swap_out = self._swap(out, swap, prev.swap if prev else None, dt)
-        load = src.read("/proc/loadavg", cpu.read_loadavg)
-        if load is not None:
-            for window, value in (("1m", load.load1), ("5m", load.load5),
-                                  ("15m", load.load15)):
-                out.add("gpu_host_load_average", value, window=window)
+        swap_in, swap_out = self._swap(out, swap, now)
+        load = self._load(out, src.read("/proc/loadavg", cpu.read_loadavg))
         busy = src.read("/proc/diskstats", disks.read_diskstats)
-        busy_ratios = self._disks(out, busy, prev.disks if prev else None, dt)
-        self._network(out, src.read("/proc/net/dev", network.read_netdev))
+        busy_ratios = self._disks(out, busy, now)
+        self._network(out, src.read("/proc/net/dev", network.read_netdev), now)
 
         if src.read_ok == 0 and src.first_error is not None:
             # Nothing at all could be read: the root is wrong or not mounted.
             raise RuntimeError(f"no host source under {self.procfs} could be read: "
                                f"{src.first_error}")
 
-        self._prev = _Previous(now, times, busy, swap)
         reading = HostReading(
-            iowait_ratio=ratios.iowait if ratios else None,
-            steal_ratio=ratios.steal if ratios else None,
-            pressure=stalls,
-            memory_total_bytes=mem.total_bytes if mem else None,
-            memory_available_bytes=mem.available_bytes if mem else None,
-            swap_used_bytes=mem.swap_used_bytes if mem else None,
+            iowait_ratio=iowait, steal_ratio=steal, pressure=stalls,
+            memory_total_bytes=total, memory_available_bytes=available,
+            swap_used_bytes=swap_used,
             swap_in_bytes_per_s=swap_in, swap_out_bytes_per_s=swap_out,
             context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios)
         out.readings.host = reading
         out.readings.host_signals = _signals(reading)
 
-    @staticmethod
-    def _cpu(out: SnapshotBuilder, times: cpu.CpuTimes | None, before: cpu.CpuTimes | None,
-             dt: float) -> tuple[cpu.CpuRatios | None, float | None]:
+    def _counter(self, out: SnapshotBuilder, name: str, value: float, now: float,
+                 **labels: str) -> float | None:
+        """Export counter ``name`` if plausible.accept_counter() accepts it;
+        its rate per second since its last accepted reading (None on the
+        first one, when rejected, or when no time passed)."""
+        series = _series(labels)
+        if not accept_counter(self._src, name, value, series):
+            return None
+        out.add(name, value, **labels)
+        key = name + series
+        before = self._counted.get(key)
+        self._counted[key] = (now, value)
+        if before is None or now <= before[0]:
+            return None
+        return (value - before[1]) / (now - before[0])
+
+    def _share(self, out: SnapshotBuilder, name: str, value: float | None,
+               **labels: str) -> float | None:
+        """Export a share of the interval if plausible.accept_share() accepts it."""
+        if value is None:
+            return None
+        series = _series(labels)
+        share = accept_share(self._src, name, value, series)
+        if share is not None:
+            out.add(name, share, **labels)
+        return share
+
+    def _gauge(self, out: SnapshotBuilder, name: str, value: float,
+               ceiling: float | None = None, **labels: str) -> bool:
+        """Export a gauge if plausible.accept() accepts it; whether it did."""
+        series = _series(labels)
+        if not accept(self._src, name, value, ceiling, series):
+            return False
+        out.add(name, value, **labels)
+        return True
+
+    def _cpu(self, out: SnapshotBuilder, times: cpu.CpuTimes | None,
+             now: float) -> tuple[float | None, float | None, float | None]:
         """iowait and steal ratios and the context switch rate since the last poll."""
         if times is None:
-            return None, None
-        ratios = cpu.cpu_ratios(before, times) if before is not None else None
-        if ratios is not None and ratios.iowait is not None:
-            out.add("gpu_host_cpu_iowait_ratio", ratios.iowait)
-        if ratios is not None and ratios.steal is not None:
-            out.add("gpu_host_cpu_steal_ratio", ratios.steal)
-        rate = None
+            return None, None, None
+        before, self._cpu_before = self._cpu_before, (now, times)
+        ratios = cpu.cpu_ratios(before[1], times) if before is not None else None
+        iowait = steal = rate = None
+        if ratios is not None:
+            iowait = self._share(out, "gpu_host_cpu_iowait_ratio", ratios.iowait)
+            steal = self._share(out, "gpu_host_cpu_steal_ratio", ratios.steal)
         if times.context_switches is not None:
-            out.add("gpu_host_context_switches_total", times.context_switches)
-            if before is not None and before.context_switches is not None and dt > 0:
-                rate = max(0, times.context_switches - before.context_switches) / dt
-        return ratios, rate
+            rate = self._counter(out, "gpu_host_context_switches_total",
+                                 times.context_switches, now)
+        return iowait, steal, rate
 
-    def _pressure(self, out: SnapshotBuilder) -> dict[str, pressure.Pressure]:
+    def _pressure(self, out: SnapshotBuilder, now: float) -> dict[str, pressure.Pressure]:
+        """Each resource's stalls; a resource whose "some" share is rejected is
+        left out of the reading, a rejected "full" share leaves only "some"."""
         stalls = {}
         for resource in pressure.RESOURCES:
             p = self._src.read(f"/proc/pressure/{resource}", pressure.read_pressure, resource)
             if p is None:
                 continue
-            stalls[resource] = p
+            shown: dict[str, pressure.Stall | None] = {}
             for kind, stall in (("some", p.some), ("full", p.full)):
-                if stall is not None:
-                    out.add("gpu_host_pressure_ratio", stall.avg10, resource=resource, kind=kind)
-                    out.add("gpu_host_pressure_stalled_seconds_total", stall.total_seconds,
-                            resource=resource, kind=kind)
+                if stall is None:
+                    continue
+                if self._gauge(out, "gpu_host_pressure_ratio", stall.avg10,
+                               resource=resource, kind=kind):
+                    shown[kind] = stall
+                self._counter(out, "gpu_host_pressure_stalled_seconds_total",
+                              stall.total_seconds, now, resource=resource, kind=kind)
+            some = shown.get("some")
+            if some is not None:
+                stalls[resource] = pressure.Pressure(some, shown.get("full"))
         return stalls
 
-    @staticmethod
-    def _swap(out: SnapshotBuilder, swap: memory.SwapActivity | None,
-              before: memory.SwapActivity | None, dt: float) -> tuple[float | None, float | None]:
+    def _memory(self, out: SnapshotBuilder, mem: memory.MemInfo | None
+                ) -> tuple[int | None, int | None, int | None]:
+        """Total and available memory, swap in use: each None when rejected."""
+        if mem is None:
+            return None, None, None
+        total = (mem.total_bytes
+                 if self._gauge(out, "gpu_host_memory_total_bytes", mem.total_bytes) else None)
+        available = None
+        if mem.available_bytes is not None and self._gauge(
+                out, "gpu_host_memory_available_bytes", mem.available_bytes, total):
+            available = mem.available_bytes
+        used = mem.swap_used_bytes
+        swap_used = used if self._gauge(out, "gpu_host_swap_used_bytes", used,
+                                        mem.swap_total_bytes) else None
+        return total, available, swap_used
+
+    def _swap(self, out: SnapshotBuilder, swap: memory.SwapActivity | None,
+              now: float) -> tuple[float | None, float | None]:
         """Swap-in and swap-out bytes per second since the last poll."""
         if swap is None:
             return None, None
-        out.add("gpu_host_swap_bytes_total", swap.in_bytes, direction="in")
-        out.add("gpu_host_swap_bytes_total", swap.out_bytes, direction="out")
-        if before is None or dt <= 0:
-            return None, None
-        return (max(0, swap.in_bytes - before.in_bytes) / dt,
-                max(0, swap.out_bytes - before.out_bytes) / dt)
+        swap_in = self._counter(out, "gpu_host_swap_bytes_total", swap.in_bytes, now,
+                                direction="in")
+        swap_out = self._counter(out, "gpu_host_swap_bytes_total", swap.out_bytes, now,
+                                 direction="out")
+        return swap_in, swap_out
+
+    def _load(self, out: SnapshotBuilder,
+              load: cpu.LoadAverage | None) -> cpu.LoadAverage | None:
+        """The load averages; the reading keeps them only when all three pass."""
+        if load is None:
+            return None
+        shown = [self._gauge(out, "gpu_host_load_average", value, window=window)
+                 for window, value in (("1m", load.load1), ("5m", load.load5),
+                                       ("15m", load.load15))]
+        return load if all(shown) else None
 
     def _disks(self, out: SnapshotBuilder, busy: disks.DiskBusy | None,
-               before: disks.DiskBusy | None, dt: float) -> dict[str, float]:
-        if busy is None or before is None:
+               now: float) -> dict[str, float]:
+        if busy is None:
             return {}
-        ratios = disks.busy_ratios(before, busy, dt)
+        before, self._disks_before = self._disks_before, (now, busy)
+        if before is None:
+            return {}
+        ratios = disks.busy_ratios(before[1], busy, now - before[0])
+        shown = {}
         for name in self._cap("block devices", ratios):
-            out.add("gpu_host_disk_busy_ratio", ratios[name], device=name)
-        return ratios
+            share = self._share(out, "gpu_host_disk_busy_ratio", ratios[name], device=name)
+            if share is not None:
+                shown[name] = share
+        return shown
 
-    def _network(self, out: SnapshotBuilder,
-                 net: dict[str, network.ReceiveCounters] | None) -> None:
+    def _network(self, out: SnapshotBuilder, net: dict[str, network.ReceiveCounters] | None,
+                 now: float) -> None:
         if net is None:
             return
         for name in self._cap("network interfaces", net):
-            out.add("gpu_host_network_receive_errors_total", net[name].errors, interface=name)
-            out.add("gpu_host_network_receive_drops_total", net[name].drops, interface=name)
+            self._counter(out, "gpu_host_network_receive_errors_total", net[name].errors, now,
+                          interface=name)
+            self._counter(out, "gpu_host_network_receive_drops_total", net[name].drops, now,
+                          interface=name)
 
     def _cap(self, what: str, by_name: dict[str, T]) -> list[str]:
         names = sorted(by_name)
@@ -219,6 +288,12 @@ class HostCollector(Collector):
             log.warning("%d %s: exporting the first %d by name to bound the number of series",
                         len(names), what, self._max)
         return names[:self._max]
+
+
+def _series(labels: dict[str, str]) -> str:
+    """What tells a series of a metric apart, as plausible.py keys it and the
+    log names it: ``:io/some``, ``:eth0``; nothing for a metric of one series."""
+    return ":" + "/".join(labels.values()) if labels else ""
 
 
 def _signals(f: HostReading) -> HostSignals:

@@ -1,5 +1,6 @@
-"""What a GPU can report: the plausible range of every value the exporter reads
-from NVML, and the check a reading passes before it becomes a sample.
+"""What a GPU and the host can report: the plausible range of every value the
+exporter reads from NVML, /proc and /sys, and the check a reading passes before
+it becomes a sample.
 
 NVML answers SUCCESS with values that are not readings: its "not available"
 sentinels (``NVML_VALUE_NOT_AVAILABLE``: 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, and
@@ -11,6 +12,12 @@ alert at 4.29e9 °C, a rate() that jumps by 1.8e19. A reading outside its range
 leaves its series absent for that poll and counts a read error
 (``gpu_exporter_collector_errors_total``); the first one per GPU and metric is
 logged.
+
+The host's files answer with garbage of their own: a truncated or corrupted
+/proc (a FUSE overlay such as lxcfs, a container runtime's fake file, a kernel
+bug) can hold negative or absurd numbers, a ratio above 100 %, free swap above
+the total, a counter lower than its last reading. The same check holds them
+back; the host collector counts them in its own read errors.
 
 ``BOUNDS`` is the one table of ranges, in the exporter's base units, keyed by
 the metric the reading is exported as. The bounds are generous on purpose: they
@@ -24,6 +31,7 @@ go).
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from gpu_exporter.nvml.session import Gpu
 
@@ -96,6 +104,30 @@ BOUNDS: dict[str, tuple[float, float]] = {
     # Rows an HBM board can remap are counted in the hundreds per bank; the
     # 32-bit sentinel is above a million.
     "gpu_remapped_rows_total": (0.0, 1e6),
+    # --- The host (collectors/host.py), from /proc. ---
+    # Shares of the last interval (CPU time in iowait or steal, time a disk
+    # had I/O in flight) and PSI's avg10 (a percentage of the last 10 s).
+    "gpu_host_cpu_iowait_ratio": (0.0, 1.0),
+    "gpu_host_cpu_steal_ratio": (0.0, 1.0),
+    "gpu_host_disk_busy_ratio": (0.0, 1.0),
+    "gpu_host_pressure_ratio": (0.0, 1.0),
+    # The largest machines sold hold 32-48 TiB; 1 PiB leaves room and
+    # rejects a number no kernel's memory accounting reaches.
+    "gpu_host_memory_total_bytes": (1.0, 2.0**50),
+    "gpu_host_memory_available_bytes": (0.0, 2.0**50),
+    "gpu_host_swap_used_bytes": (0.0, 2.0**50),
+    # The load average counts runnable and waiting tasks, and there are at
+    # most PID_MAX_LIMIT (4,194,304) tasks; NaN and inf parse as floats but
+    # are no load.
+    "gpu_host_load_average": (0.0, 4194304.0),
+    # Kernel counters since boot are 64-bit unsigned; 2**63 is 290 years of
+    # a billion a second, and the same all-ones garbage as on a GPU (a -1
+    # written as unsigned) is above it.
+    "gpu_host_context_switches_total": (0.0, 2.0**63),
+    "gpu_host_swap_bytes_total": (0.0, 2.0**63),
+    "gpu_host_pressure_stalled_seconds_total": (0.0, 2.0**63 / 1e6),  # microseconds
+    "gpu_host_network_receive_errors_total": (0.0, 2.0**63),
+    "gpu_host_network_receive_drops_total": (0.0, 2.0**63),
 }
 
 # metric name -> how far above its ceiling (the board's own figure the
@@ -111,15 +143,59 @@ RELATIVE: dict[str, float] = {
     # boards whose "max" NVML reports below an overclock.
     "gpu_clock_hertz": 1.5,
     "gpu_clock_application_hertz": 1.5,
+    # The host's available memory is part of its total.
+    "gpu_host_memory_available_bytes": 1.0,
+    # Swap in use cannot exceed the swap there is.
+    "gpu_host_swap_used_bytes": 1.0,
 }
 
-# Counters NVML documents as reset: the volatile ECC counts ("reset each time
-# the driver loads", and by a GPU reset) and the energy counter ("since the
-# driver was last reloaded"). Any other counter that goes backwards is not a
-# reading.
-# Keys as went_backwards() sees them, up to a "/".
+# metric name -> how far outside its range a share computed over an interval
+# may land for reasons that are no fault; it is exported at the range's edge,
+# beyond this it is rejected. The kernel's per-CPU iowait and steal step back
+# a little when a task migrates or a hypervisor corrects them, and a disk's
+# busy time is counted by the kernel while the interval is the collector's
+# own clock between two polls, which a delayed poll stretches or shrinks.
+SLACK: dict[str, float] = {
+    "gpu_host_cpu_iowait_ratio": 0.05,
+    "gpu_host_cpu_steal_ratio": 0.05,
+    "gpu_host_disk_busy_ratio": 0.5,
+}
+
+# Counters whose resets are documented: NVML's volatile ECC counts ("reset
+# each time the driver loads", and by a GPU reset) and energy counter ("since
+# the driver was last reloaded"), and a network interface's counters, which
+# restart at 0 when its driver re-creates it under the same name (a module
+# reload, a virtual function re-created). Any other counter that goes
+# backwards is not a reading. Keys as went_backwards() sees them: a metric
+# name (all its series), or a series up to a "/".
 RESETTABLE: frozenset[str] = frozenset({"gpu_ecc_errors_total:volatile",
-                                        "gpu_energy_joules_total"})
+                                        "gpu_energy_joules_total",
+                                        "gpu_host_network_receive_errors_total",
+                                        "gpu_host_network_receive_drops_total"})
+
+
+class Tally(Protocol):
+    """One source of readings (a GPU, the host) as the checks keep it: its
+    read errors this poll, the series already logged, each counter's last
+    accepted reading, and how the log names it."""
+
+    errors: int
+
+    @property
+    def warned(self) -> set[str]: ...
+
+    @property
+    def counters(self) -> dict[str, float]: ...
+
+    @property
+    def label(self) -> str:
+        """How a log line names this source: "GPU 3", "host"."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """What no source of its kind can report: "GPU", "host"."""
+        ...
 
 
 def plausible(name: str, value: float, ceiling: float | None = None) -> bool:
@@ -131,46 +207,73 @@ def plausible(name: str, value: float, ceiling: float | None = None) -> bool:
     return ceiling is None or value <= ceiling * RELATIVE[name]
 
 
-def went_backwards(gpu: Gpu, series: str, value: float) -> bool:
+def went_backwards(t: Tally, series: str, value: float) -> bool:
     """Whether counter ``series`` (a metric name, then ``:`` and what tells
     its series apart, e.g. ``gpu_ecc_errors_total:volatile/corrected``) of
-    ``gpu`` is lower than its last accepted reading and NVML does not document
-    a reset of it; remembers ``value`` when it is accepted."""
-    last = gpu.counters.get(series)
-    if last is not None and value < last and series.partition("/")[0] not in RESETTABLE:
+    ``t`` is lower than its last accepted reading and no reset of it is
+    documented; remembers ``value`` when it is accepted."""
+    last = t.counters.get(series)
+    if last is not None and value < last and not _resettable(series):
         return True
-    gpu.counters[series] = value
+    t.counters[series] = value
     return False
 
 
-def accept(gpu: Gpu, name: str, value: float, ceiling: float | None = None,
+def _resettable(series: str) -> bool:
+    head = series.partition("/")[0]
+    return head in RESETTABLE or head.partition(":")[0] in RESETTABLE
+
+
+def accept(t: Tally, name: str, value: float, ceiling: float | None = None,
            series: str = "") -> bool:
-    """Check a gauge reading of ``gpu``: True to export it; False leaves it
-    absent this poll, counts a read error and logs it once per GPU and series."""
+    """Check a gauge reading of ``t``: True to export it; False leaves it
+    absent this poll, counts a read error and logs it once per source and
+    series."""
     if plausible(name, value, ceiling):
         return True
-    reject(gpu, name + series, value)
+    reject(t, name + series, value)
     return False
 
 
-def accept_counter(gpu: Gpu, name: str, value: float, series: str = "",
-                   cache_key: str = "") -> bool:
+def accept_share(t: Tally, name: str, value: float, series: str = "") -> float | None:
+    """Check a share of an interval (see SLACK): the value to export, moved
+    to the range's edge where it lies just outside; None where it lies
+    farther out (counted and logged as accept() does)."""
+    low, high = BOUNDS[name]
+    slack = SLACK[name]
+    if not low - slack <= value <= high + slack:
+        reject(t, name + series, value)
+        return None
+    return min(high, max(low, value))
+
+
+def accept_counter(t: Tally, name: str, value: float, series: str = "") -> bool:
     """Check a counter reading: in range, and not lower than the last one
-    (unless NVML documents its resets). ``cache_key``: the slow_read key the
-    value came from, asked again next poll when it is rejected."""
+    (unless its resets are documented, RESETTABLE)."""
     key = name + series
-    if plausible(name, value) and not went_backwards(gpu, key, value):
+    if plausible(name, value) and not went_backwards(t, key, value):
         return True
-    reject(gpu, key, value)
+    reject(t, key, value)
+    return False
+
+
+def accept_slow_counter(gpu: Gpu, name: str, value: float, series: str = "",
+                        cache_key: str = "") -> bool:
+    """accept_counter() for a GPU counter held by a slow read: ``cache_key``,
+    the slow_read key the value came from, is asked again next poll when the
+    value is rejected."""
+    if accept_counter(gpu, name, value, series):
+        return True
     if cache_key:
         gpu.slow.pop(cache_key, None)
     return False
 
 
-def reject(gpu: Gpu, series: str, value: float) -> None:
-    gpu.errors += 1
+def reject(t: Tally, series: str, value: float) -> None:
+    t.errors += 1
     tag = "implausible:" + series
-    if tag not in gpu.warned:
-        gpu.warned.add(tag)
-        log.warning("GPU %d: %s reads %r, which no GPU can report (NVML's 'not available' "
-                    "or a faulty reading); left out while it does", gpu.index, series, value)
+    if tag not in t.warned:
+        t.warned.add(tag)
+        log.warning("%s: %s reads %r, which no %s can report (a 'not available' value "
+                    "or a faulty reading); left out while it does", t.label, series, value,
+                    t.kind)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,10 @@ class CpuTimes:
 
 @dataclass(frozen=True, slots=True)
 class CpuRatios:
-    """Share of all CPU time in a mode between two readings, 0-1."""
+    """Share of all CPU time in a mode between two readings, as the counters
+    give it: 0-1 from a sane kernel, a little below 0 where the kernel's
+    iowait stepped back, anything from a broken /proc (the collector holds
+    it against collectors/plausible.py)."""
 
     iowait: float | None
     steal: float | None
@@ -58,18 +62,18 @@ def read_cpu_times(procfs: Path, clk_tck: int = CLK_TCK) -> CpuTimes:
 
 def cpu_ratios(before: CpuTimes, after: CpuTimes) -> CpuRatios | None:
     """iowait and steal over the interval between two readings; None when no
-    CPU time passed (the same reading twice)."""
+    CPU time passed (the same reading twice). Where the total went backwards
+    no share can be told: NaN, which no range holds."""
     total = after.total - before.total
-    if total <= 0:
+    if total == 0:
         return None
 
     def ratio(mode: str) -> float | None:
         if mode not in before.seconds or mode not in after.seconds:
             return None
-        # The kernel's iowait can step back a little when a task migrates
-        # between CPUs; a negative share means none.
-        delta = after.seconds[mode] - before.seconds[mode]
-        return min(1.0, max(0.0, delta / total))
+        if total < 0:
+            return math.nan
+        return (after.seconds[mode] - before.seconds[mode]) / total
 
     return CpuRatios(ratio("iowait"), ratio("steal"))
 

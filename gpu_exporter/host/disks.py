@@ -46,12 +46,15 @@ def read_diskstats(procfs: Path) -> DiskBusy:
 
 
 def busy_ratios(before: DiskBusy, after: DiskBusy, seconds: float) -> dict[str, float]:
-    """Share of ``seconds`` each device was busy; devices seen in both only."""
+    """Share of ``seconds`` each device was busy; devices seen in both only.
+    As the counters give it: a little above 1 where the poll was late, below
+    0 where the device was re-created (the collector holds it against
+    collectors/plausible.py)."""
     if seconds <= 0:
         return {}
     out = {}
     for name, now in after.busy_seconds.items():
         then = before.busy_seconds.get(name)
         if then is not None:
-            out[name] = min(1.0, max(0.0, (now - then) / seconds))
+            out[name] = (now - then) / seconds
     return out

@@ -21,7 +21,9 @@ class MemInfo:
 
     @property
     def swap_used_bytes(self) -> int:
-        return max(0, self.swap_total_bytes - self.swap_free_bytes)
+        """Negative where the file claims more swap free than there is (the
+        collector holds it against collectors/plausible.py)."""
+        return self.swap_total_bytes - self.swap_free_bytes
 
 
 def read_meminfo(procfs: Path) -> MemInfo:

@@ -96,6 +96,13 @@ class Gpu:
     # backwards is no reading (collectors/plausible.py).
     counters: dict[str, float] = field(default_factory=dict)
 
+    # How collectors/plausible.py names this GPU when it rejects a reading.
+    kind = "GPU"
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}"
+
     def read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
         """Call ``fn``; None when the GPU cannot answer this (and remember why).
 
