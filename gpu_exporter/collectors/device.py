@@ -207,13 +207,29 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         out.add("gpu_performance_state", pstate, **labels)
 
     fans = gpu.static_read("fan_count", d.fan_count)
+    if fans is None and "fan_count" in gpu.unsupported:
+        # Drivers before R510 have no nvmlDeviceGetNumFans: count the fans
+        # that answer instead.
+        fans = gpu.static_read("fan_count_probed", _probe_fans, d)
     for fan in range(fans or 0):
         speed = gpu.read(f"fan_{fan}", d.fan_speed_ratio, fan)
         if speed is not None and accept(gpu, "gpu_fan_speed_ratio", speed, series=f":{fan}"):
             out.add("gpu_fan_speed_ratio", speed, **labels, fan=str(fan))
 
-    supported = gpu.static_read("clock_reasons_supported", d.supported_clock_event_reasons)
-    active = gpu.read("clock_reasons", d.clock_event_reasons)
+    # Under the names R535 introduced first, then under the older ones: a
+    # driver before R535 lacks the new calls, and some answer the new supported
+    # mask NOT_SUPPORTED while the rest still answers.
+    supported = gpu.read_first(
+        ("clock_reasons_supported", d.supported_clock_event_reasons),
+        ("clock_reasons_supported_legacy", d.supported_clock_throttle_reasons), static=True)
+    active = gpu.read_first(("clock_reasons", d.clock_event_reasons),
+                            ("clock_reasons_legacy", d.clock_throttle_reasons))
+    if (supported is None and active is not None
+            and "clock_reasons_supported_legacy" in gpu.unsupported):
+        # No call gives the supported mask on this driver: the nine classic
+        # reasons, and any other bit the driver sets (an active bit is never
+        # dropped). A mask that failed only this once is asked for again instead.
+        supported = c.CLASSIC_REASONS_MASK | active
     if supported is not None and active is not None:
         names = set()
         for bit, reason in c.CLOCK_EVENT_REASONS.items():
@@ -232,6 +248,21 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
     if persistence is not None:
         r.persistence_mode = persistence
         out.add("gpu_persistence_mode_enabled", persistence, **labels)
+
+
+_MAX_FANS = 16
+
+
+def _probe_fans(d: Device) -> int:
+    """How many fans answer nvmlDeviceGetFanSpeed_v2, counting from fan 0."""
+    for fan in range(_MAX_FANS):
+        try:
+            d.fan_speed_ratio(fan)
+        except NvmlError as exc:
+            if exc.device_gone:
+                raise
+            return fan
+    return _MAX_FANS
 
 
 def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBuilder,

@@ -142,6 +142,17 @@ class Device:
     def supported_clock_event_reasons(self) -> int:
         return int(pynvml.nvmlDeviceGetSupportedClocksEventReasons(self._h))
 
+    # The same two readings under their names before R535 (deprecated since,
+    # still exported through R580): drivers that lack the new names, or answer
+    # them NOT_SUPPORTED, answer these.
+    @translate("nvmlDeviceGetCurrentClocksThrottleReasons")
+    def clock_throttle_reasons(self) -> int:
+        return int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(self._h))
+
+    @translate("nvmlDeviceGetSupportedClocksThrottleReasons")
+    def supported_clock_throttle_reasons(self) -> int:
+        return int(pynvml.nvmlDeviceGetSupportedClocksThrottleReasons(self._h))
+
     # --- fans ---------------------------------------------------------------
     @translate("nvmlDeviceGetNumFans")
     def fan_count(self) -> int:
@@ -277,6 +288,16 @@ class Device:
     @translate("nvmlDeviceGetGraphicsRunningProcesses_v3")
     def graphics_processes(self) -> list[ProcessEntry]:
         return process_entries(pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3(self._h), True)
+
+    # The lists drivers before R535 export (the _v3 names came in R535; the
+    # struct is the same).
+    @translate("nvmlDeviceGetComputeRunningProcesses_v2")
+    def compute_processes_v2(self) -> list[ProcessEntry]:
+        return process_entries(pynvml.nvmlDeviceGetComputeRunningProcesses_v2(self._h), False)
+
+    @translate("nvmlDeviceGetGraphicsRunningProcesses_v2")
+    def graphics_processes_v2(self) -> list[ProcessEntry]:
+        return process_entries(pynvml.nvmlDeviceGetGraphicsRunningProcesses_v2(self._h), True)
 
     @translate("nvmlDeviceGetProcessUtilization")
     def process_samples(self, last_seen_us: int) -> list[ProcessSample]:

@@ -20,6 +20,10 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x400: "reliability",
 }
 REASON_BITS: dict[str, int] = {name: bit for bit, name in CLOCK_EVENT_REASONS.items()}
+# The nine reasons every driver branch still in fleets defines (R470 on; the
+# R525 reference lists exactly these): the ones exported for a GPU whose
+# supported mask the driver does not give.
+CLASSIC_REASONS_MASK = 0x1FF
 
 # nvmlClockType_t
 CLOCK_GRAPHICS = 0

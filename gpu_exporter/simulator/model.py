@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpu_exporter.config_types import Duration
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.drivers import BY_NAME, NEWEST, DriverBranch
 
 
 class _Strict(BaseModel):
@@ -271,10 +272,36 @@ class Node(_Strict):
     profile: str | dict[str, Any] = "h100-sxm5-80gb"
     driver_version: str = "580.159.04"
     cuda_driver_version: int = 13000
+    # The driver branch whose NVML this node answers with (simulator/drivers.py):
+    # the C symbols it exports, the field ids and struct versions it knows.
+    # Unset: the newest branch. Setting it also sets driver_version and
+    # cuda_driver_version to the branch's unless the scenario names them.
+    driver: str | None = None
     # NVML as a whole: "ok", or the error nvmlInit returns ("library_missing"
     # makes the library itself absent).
     nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission",
                   "lib_rm_version_mismatch"] = "ok"
+
+    @field_validator("driver")
+    @classmethod
+    def _known_branch(cls, v: str | None) -> str | None:
+        if v is not None and v not in BY_NAME:
+            raise ValueError(f"unknown driver branch {v!r}; known: {', '.join(BY_NAME)}")
+        return v
+
+    @model_validator(mode="after")
+    def _branch_versions(self) -> Node:
+        if self.driver is not None:
+            branch = BY_NAME[self.driver]
+            if "driver_version" not in self.model_fields_set:
+                self.driver_version = branch.driver_version
+            if "cuda_driver_version" not in self.model_fields_set:
+                self.cuda_driver_version = branch.cuda_driver_version
+        return self
+
+    @property
+    def branch(self) -> DriverBranch:
+        return NEWEST if self.driver is None else BY_NAME[self.driver]
 
 
 class Expectation(_Strict):
