@@ -93,6 +93,11 @@ GPU_FAULTS = {
                          row="persistence_off/configuration"),
     "numa": Fault("numa", "any", proc={"cpus_allowed": "32-63"},
                   row="numa_misplaced/cpu_affinity"),
+    "recovery": Fault("recovery", "any", timeline=({"at": "5s",
+                                                     "set": {"recovery_action": "gpu_reset"}},),
+                      row="recovery_action/gpu_reset"),
+    "fabric": Fault("fabric", "any", gpu={"fabric_health": "limited_capacity"},
+                    row="fabric_degraded/nvswitch_fabric"),
 }
 
 # Which faults' signals another fault produces: (cause, consequence). Written
@@ -266,6 +271,8 @@ def noise_cases() -> list[Case]:
                                      "pressure_io": {"some": 0.05, "full": 0.0}}},
               {"at": "52s", "host": {"iowait_ratio": 0.4,
                                      "pressure_io": {"some": 0.5, "full": 0.3}}})
+    probing = ({"at": "0s", "set": {"fabric_state": "in_progress"}},
+               {"at": "10s", "set": {"fabric_state": "completed"}})
     table: list[tuple[str, list[Fault], str, tuple[dict[str, Any], ...], set[str]]] = [
         ("swap dips 4 s beside its iowait", [h["swap"], h["io"]], "idle", dip,
          {"memory_held_sm_idle/host_swapping"}),
@@ -278,6 +285,7 @@ def noise_cases() -> list[Case]:
          {"memory_held_sm_idle/data_pipeline_io"}),
         ("power brake beside a capped limit", [g["power_brake"], g["power_cap"]], "busy", (),
          {"throttled_under_load/power_brake", "throttled_under_load/power_cap"}),
+        ("the fabric probe takes 10 s at start", [], "busy", probing, set()),
     ]
     return [Case(f"noise: {name}", "noise", _scenario(name, faults, load, tl),
                  want) for name, faults, load, tl, want in table]

@@ -25,14 +25,21 @@ _GPM = {"gpu_sm_active_ratio", "gpu_sm_occupancy_ratio", "gpu_tensor_active_rati
         "gpu_gpm_pcie_bytes_per_second"}
 _PCIE_BYTES = {"gpu_pcie_bytes_total"}
 # What each branch cannot give on an H100 node, against the newest branch.
+_FABRIC, _RECOVERY = {"gpu_fabric_state"}, {"gpu_recovery_action"}
 LOSES: dict[str, set[str]] = {
-    "R470": _GPM | _PCIE_BYTES | {"gpu_memory_reserved_bytes", "gpu_nvlink_link_up"},
-    "R525": set(_PCIE_BYTES),
-    "R535": set(_PCIE_BYTES),
-    "R550": set(_PCIE_BYTES),
+    "R470": _GPM | _PCIE_BYTES | _FABRIC | _RECOVERY | {"gpu_memory_reserved_bytes",
+                                                         "gpu_nvlink_link_up"},
+    "R525": _PCIE_BYTES | _FABRIC | _RECOVERY,
+    "R535": _PCIE_BYTES | _FABRIC | _RECOVERY,
+    "R550": _PCIE_BYTES | _RECOVERY,
     "R570": set(),
     "R580": set(),
 }
+
+
+# What each branch exports beyond the newest one: the rows it cannot judge say so.
+GAINS: dict[str, set[str]] = {name: {"gpu_diagnosis_not_judged"} if lost else set()
+                              for name, lost in LOSES.items()}
 
 
 def on_branch(scenario: str, branch: str | None, **node: Any) -> Scenario:
@@ -78,7 +85,7 @@ def test_each_branch_exports_exactly_what_it_can_read(branch: str) -> None:
     newest, _ = exported("healthy", NEWEST.name)
     got, text = exported("healthy", branch)
     assert LOSES[branch] <= newest  # what a branch loses is there on the newest one
-    assert set(got) == newest - LOSES[branch]
+    assert set(got) == (newest - LOSES[branch]) | GAINS[branch]
     assert f'driver_version="{BY_NAME[branch].driver_version}"' in text
     # Throttle reasons on every GPU, whichever calls the branch has.
     assert len(re.findall(r'^gpu_throttle_reason_active\{gpu="0"', text, re.M)) == 9

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # Memory temperature is read every poll; the PCIe byte counters cost the
 # driver 0.1-0.3 ms each on an H100 (the field's own latencyUsec), so they are
 # slow reads like the other counters below.
-_FIELDS = (c.FI_DEV_MEMORY_TEMP,)
+_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_GET_GPU_RECOVERY_ACTION)
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
@@ -148,11 +148,11 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
 
     fields = gpu.read("field_values", d.field_values, _FIELDS)
     if fields is not None:
-        _add_fields(gpu, fields, out, labels)
+        _add_fields(gpu, fields, out, labels, r)
     counters = gpu.slow_read("pcie_byte_fields", d.field_values, _PCIE_BYTE_FIELDS,
                              every=SLOW_READ_EVERY_POLLS)
     if counters is not None:
-        _add_fields(gpu, counters, out, labels)
+        _add_fields(gpu, counters, out, labels, r)
 
     # The limit first: power is held against it.
     limit = gpu.read("power_limit", d.power_limit_watts)
@@ -243,6 +243,17 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
     _read_pcie(gpu, d, out, labels, r)
     _read_memory_health(gpu, d, out, labels, r)
 
+    # The fabric probe with its health summary first (R580), else without it
+    # (R550 to R575); boards outside an NVSwitch fabric answer NOT_SUPPORTED.
+    fabric = gpu.slow_read("fabric_info_v3", d.fabric_info_v3, every=SLOW_READ_EVERY_POLLS)
+    if fabric is None and "fabric_info_v3" in gpu.unsupported:
+        fabric = gpu.slow_read("fabric_info_v2", d.fabric_info_v2, every=SLOW_READ_EVERY_POLLS)
+    if fabric is not None:
+        r.fabric_state, r.fabric_status, r.fabric_health = (fabric.state, fabric.status,
+                                                             fabric.health)
+        out.add("gpu_fabric_state", 1, **labels, state=fabric.state,
+                status=fabric.status.lower(), health=fabric.health or "unknown")
+
     persistence = gpu.slow_read("persistence_mode", d.persistence_mode,
                                 every=SLOW_READ_EVERY_POLLS)
     if persistence is not None:
@@ -266,7 +277,7 @@ def _probe_fans(d: Device) -> int:
 
 
 def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBuilder,
-                labels: dict[str, str]) -> None:
+                labels: dict[str, str], r: GpuReading) -> None:
     for fid, value in fields.items():
         key = f"field_{fid}"
         if key in gpu.unsupported:
@@ -281,7 +292,11 @@ def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBui
             else:
                 gpu.errors += 1
             continue
-        if fid == c.FI_DEV_MEMORY_TEMP:
+        if fid == c.FI_DEV_GET_GPU_RECOVERY_ACTION:
+            action = c.RECOVERY_ACTIONS.get(int(value), f"code_{int(value)}")
+            r.recovery_action = action
+            out.add("gpu_recovery_action", 1, **labels, action=action)
+        elif fid == c.FI_DEV_MEMORY_TEMP:
             if accept(gpu, "gpu_temperature_celsius", value, series=":memory"):
                 out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
         elif fid in _PCIE_DIRECTION:

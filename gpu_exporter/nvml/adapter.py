@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -27,6 +28,18 @@ from gpu_exporter.nvml.gpm import GpmSample, gpm_metrics
 from gpu_exporter.nvml.mig import MigDevice
 from gpu_exporter.nvml.processes import ProcessEntry, ProcessSample, process_entries
 from gpu_exporter.nvml.samples import get_samples
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    state: str  # not_started | in_progress | completed
+    status: str  # the probe's NVML return code, by name ("SUCCESS"); only once completed
+    health: str | None  # healthy | unhealthy | limited_capacity; None before R580
+
+
+def _fabric(info: Any, health: str | None) -> FabricInfo:
+    return FabricInfo(c.FABRIC_STATES.get(int(info.state), "unknown"),
+                      NvmlError(int(info.status)).name, health)
 
 
 class Device:
@@ -152,6 +165,21 @@ class Device:
     @translate("nvmlDeviceGetSupportedClocksThrottleReasons")
     def supported_clock_throttle_reasons(self) -> int:
         return int(pynvml.nvmlDeviceGetSupportedClocksThrottleReasons(self._h))
+
+    # --- the GPU fabric (NVSwitch / NVL systems) ------------------------------
+    @translate("nvmlDeviceGetGpuFabricInfoV")
+    def fabric_info_v3(self) -> FabricInfo:
+        """The fabric probe with its health summary (R580 and newer)."""
+        info = pynvml.c_nvmlGpuFabricInfo_v3_t()
+        pynvml.nvmlDeviceGetGpuFabricInfoV(self._h, ctypes.byref(info))
+        return _fabric(info, c.FABRIC_HEALTH_SUMMARIES.get(int(info.healthSummary), "unknown"))
+
+    @translate("nvmlDeviceGetGpuFabricInfoV")
+    def fabric_info_v2(self) -> FabricInfo:
+        """The fabric probe without a health summary (R550 to R575)."""
+        info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+        pynvml.nvmlDeviceGetGpuFabricInfoV(self._h, ctypes.byref(info))
+        return _fabric(info, None)
 
     # --- fans ---------------------------------------------------------------
     @translate("nvmlDeviceGetNumFans")

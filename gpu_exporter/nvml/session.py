@@ -501,7 +501,9 @@ class NvmlSession:
         ident = gpu.identity
         ident.uuid = gpu.read("uuid", d.uuid) or ""
         ident.name = gpu.read("name", d.name) or ""
-        ident.pci_bus_id = (gpu.read("pci_info", d.pci_bus_id) or "").lower()
+        # As NVML, nvidia-smi and DCGM write it (00000000:1A:00.0), so joins across
+        # exporters by bus id match; sysfs lookups normalise it (normalize_bus_id).
+        ident.pci_bus_id = gpu.read("pci_info", d.pci_bus_id) or ""
         ident.serial = gpu.read("serial", d.serial) or ""
         ident.vbios_version = gpu.read("vbios", d.vbios_version) or ""
         ident.architecture = gpu.read("architecture", d.architecture) or ""

@@ -87,6 +87,9 @@ class DeviceProfile(_Strict):
     clock_samples: bool = True
     nvlinks: int = Field(0, ge=0, le=36)
     mig: bool = False
+    # Registers with an NVSwitch fabric (HGX/NVL systems): answers
+    # nvmlDeviceGetGpuFabricInfoV; other boards answer NOT_SUPPORTED.
+    fabric: bool = False
     # nvmlEventType* bits the board supports (Xid 0x8, ECC 0x1/0x2, power source 0x80)
     event_types: int = 0x8B
 
@@ -163,6 +166,15 @@ class GpuCondition(_Strict):
     aer_correctable_per_s: float | None = Field(None, ge=0)
     aer_nonfatal_per_s: float | None = Field(None, ge=0)
     aer_fatal_per_s: float | None = Field(None, ge=0)
+    # The driver's recovery action for the GPU (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION);
+    # unset: none.
+    recovery_action: Literal["none", "gpu_reset", "node_reboot", "drain_p2p",
+                             "drain_and_reset"] | None = None
+    # The GPU's registration with the NVSwitch fabric (boards with ``fabric``):
+    # the probe's state, its error status once completed, the health summary.
+    fabric_state: Literal["not_started", "in_progress", "completed"] | None = None
+    fabric_status: ErrorName | None = None
+    fabric_health: Literal["healthy", "unhealthy", "limited_capacity"] | None = None
     # Fault injection: C function name -> NVML error it returns from now on.
     errors: dict[str, ErrorName] | None = None
     # C function name -> seconds each call blocks before answering (a sick GPU).
@@ -182,6 +194,11 @@ class GpuCondition(_Strict):
         for name in (v or {}).values():
             _check_error_name(name)
         return v
+
+    @field_validator("fabric_status")
+    @classmethod
+    def _fabric_status(cls, v: str | None) -> str | None:
+        return None if v is None else _check_error_name(v)
 
 
 class Pressure(_Strict):

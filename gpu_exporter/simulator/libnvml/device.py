@@ -256,6 +256,9 @@ _LINK_FIELDS: dict[int, Callable[[GpuState, int], int]] = {
 }
 
 
+_RECOVERY_CODES = {name: code for code, name in k.RECOVERY_ACTIONS.items()}
+
+
 @nvml_function("nvmlDeviceGetFieldValues", c_int, P)
 def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
     if not out or count <= 0:
@@ -286,6 +289,11 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
                 continue
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
             fv.value.ullVal = _LINK_FIELDS[fid](st, link)
+            continue
+        if fid == k.FI_DEV_GET_GPU_RECOVERY_ACTION:
+            action = st.condition.get("recovery_action") or "none"
+            fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_INT
+            fv.value.uiVal = _RECOVERY_CODES[action]
             continue
         if fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c
