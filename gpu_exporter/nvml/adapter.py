@@ -38,7 +38,9 @@ class FabricInfo:
 
 
 def _fabric(info: Any, health: str | None) -> FabricInfo:
-    return FabricInfo(c.FABRIC_STATES.get(int(info.state), "unknown"),
+    # The header's state is an unsigned char; pynvml reads it 4 bytes wide, so
+    # only the low byte is the driver's.
+    return FabricInfo(c.FABRIC_STATES.get(int(info.state) & 0xFF, "unknown"),
                       NvmlError(int(info.status)).name, health)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpu_exporter.nvml import constants as k
+
 
 @dataclass(frozen=True)
 class DriverBranch:
@@ -41,7 +43,6 @@ SYMBOL_SINCE: dict[str, int] = {
     # "Changes between v495 and v510"
     "nvmlDeviceGetMemoryInfo_v2": 510,
     "nvmlDeviceGetNumFans": 510,
-    "nvmlDeviceGetGpuInstanceProfileInfoV": 510,
     # "Changes between v515 and v520": the GPM API
     "nvmlGpmQueryDeviceSupport": 520,
     "nvmlGpmSampleAlloc": 520,
@@ -65,10 +66,10 @@ SYMBOL_SINCE: dict[str, int] = {
 # branch answers that field NOT_SUPPORTED in its own nvmlReturn (the change log
 # does not say which code; NOT_SUPPORTED is what every other absent field gets).
 FIELD_SINCE: dict[int, int] = {
-    165: 525,  # NVML_FI_DEV_NVLINK_GET_STATE, "Changes between v520 and v525"
-    197: 555,  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, "Changes between v550 and v555"
-    198: 555,  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, same section
-    230: 565,  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, "Changes between v560 and v565"
+    k.FI_DEV_NVLINK_GET_STATE: 525,  # "Changes between v520 and v525"
+    k.FI_DEV_PCIE_COUNT_TX_BYTES: 555,  # "Changes between v550 and v555"
+    k.FI_DEV_PCIE_COUNT_RX_BYTES: 555,  # same section
+    k.FI_DEV_GET_GPU_RECOVERY_ACTION: 565,  # "Changes between v560 and v565"
 }
 
 # nvmlGpuFabricInfoV_t struct version -> the first branch that accepts it; an
@@ -76,20 +77,6 @@ FIELD_SINCE: dict[int, int] = {
 # nvmlDeviceGetGpuFabricInfoV ("v545 and v550"); v3 (healthSummary) in "v575
 # and v580".
 FABRIC_INFO_VERSION_SINCE: dict[int, int] = {2: 550, 3: 580}
-
-# nvmlDeviceGpuRecoveryAction_t value -> the first branch that can answer it:
-# DRAIN_AND_RESET (4) "v565 and v570"; 0-3 with the field itself.
-RECOVERY_ACTION_SINCE: dict[int, int] = {0: 565, 1: 565, 2: 565, 3: 565, 4: 570}
-
-
-def branch_of(driver_version: str) -> DriverBranch:
-    """The newest branch here not newer than ``driver_version`` ("535.104.05")."""
-    try:
-        major = int(driver_version.split(".")[0])
-    except ValueError:
-        return NEWEST
-    older = [b for b in BRANCHES if b.number <= major]
-    return older[-1] if older else BRANCHES[0]
 
 
 def exports(branch: DriverBranch, symbol: str) -> bool:
