@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from gpu_exporter.alerting.runbook import DIAGNOSIS_MATRIX
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.simulator.model import Scenario
@@ -301,6 +303,9 @@ def reported(case: Case) -> set[str]:
     return {f"{f.row.symptom}/{f.row.cause}" for f in snap.derived(FINDINGS) or ()}
 
 
+# Over 300 cases of a simulated minute each: minutes of CPU on a shared 2-core
+# machine, beyond the suite's per-test limit meant for hangs.
+@pytest.mark.timeout(900)
 def test_confusion_matrix() -> None:
     cases = all_cases()
     matrix: Counter[tuple[str, str]] = Counter()
