@@ -293,7 +293,8 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
         if fid == k.FI_DEV_GET_GPU_RECOVERY_ACTION:
             action = st.condition.get("recovery_action") or "none"
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_INT
-            fv.value.uiVal = _RECOVERY_CODES[action]
+            # A recorded code with no name here replays as "code_N".
+            fv.value.uiVal = _RECOVERY_CODES.get(action) or int(action.removeprefix("code_"))
             continue
         if fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c
