@@ -294,7 +294,8 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
             action = st.condition.get("recovery_action") or "none"
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_INT
             # A recorded code with no name here replays as "code_N".
-            fv.value.uiVal = _RECOVERY_CODES.get(action) or int(action.removeprefix("code_"))
+            fv.value.uiVal = (_RECOVERY_CODES[action] if action in _RECOVERY_CODES
+                              else int(action.removeprefix("code_")))
             continue
         if fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c
