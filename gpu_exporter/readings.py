@@ -48,6 +48,12 @@ class GpuReading:
     remap_pending: bool | None = None
     remap_failed: bool | None = None
     persistence_mode: bool | None = None
+    # The driver's own verdicts: its recovery action for the GPU (RECOVERY_ACTIONS
+    # name), and the GPU's NVSwitch fabric probe (state, status, health summary).
+    recovery_action: str | None = None
+    fabric_state: str | None = None
+    fabric_status: str | None = None
+    fabric_health: str | None = None
 
 
 @dataclass(slots=True)

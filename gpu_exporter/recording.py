@@ -238,6 +238,7 @@ def _profile(g: GpuRec) -> dict[str, Any]:
         "gpm": bool(g.get("gpm_supported", False)),
         "nvlinks": int(g.get("nvlink_count", len(g.get("nvlink_up", {})))),
         "mig": bool(g.get("mig_capable")),
+        "fabric": bool(g.get("fabric_capable")),
         "event_types": g.get("event_types", 0),
     }
 
@@ -277,6 +278,15 @@ def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) 
             g[keys[fid]] = int(value)
         elif fid == c.FI_DEV_NVLINK_LINK_COUNT:
             g["nvlink_count"] = int(value)
+        elif fid == c.FI_DEV_GET_GPU_RECOVERY_ACTION:
+            g["recovery_action"] = c.RECOVERY_ACTIONS.get(int(value), f"code_{int(value)}")
+
+
+def _fabric(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    g["fabric_capable"] = True
+    g["fabric_state"], g["fabric_status"] = v.state, v.status
+    if v.health is not None:
+        g["fabric_health"] = v.health
 
 
 def _scoped(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
@@ -377,6 +387,7 @@ _HANDLERS: dict[str, Handler] = {
     "nvmlDeviceGetTotalEccErrors": _ecc,
     "nvmlDeviceGetRemappedRows": _set("remapped", lambda v: [int(x) for x in v]),
     "nvmlDeviceGetPersistenceMode": _set("persistence"),
+    "nvmlDeviceGetGpuFabricInfoV": _fabric,
     "nvmlDeviceGetComputeRunningProcesses_v3": _procs(False),
     "nvmlDeviceGetGraphicsRunningProcesses_v3": _procs(True),
     "nvmlDeviceGetProcessUtilization": _proc_samples,

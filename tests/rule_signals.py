@@ -28,7 +28,8 @@ def busy_gpu(**changes: Any) -> GpuReading:
         clocks_application_hz={"sm": 1.755e9}, clocks_application_default_hz={"sm": 1.755e9},
         throttle_reasons=frozenset(), pcie_generation=5, pcie_generation_max=5, pcie_width=16,
         pcie_width_max=16, pcie_replays=0.0, ecc_uncorrected_volatile=0.0, remap_pending=False,
-        remap_failed=False, persistence_mode=True)
+        remap_failed=False, persistence_mode=True, recovery_action="none",
+        fabric_state="completed", fabric_status="SUCCESS", fabric_health="healthy")
     return replace(base, **changes)
 
 

@@ -35,7 +35,11 @@ ALERTMANAGER_CONFIG = ROOT / "alerts" / "alertmanager.yml"
 TEST_FILES = sorted((ROOT / TESTS_DIR).glob("*.yml"))
 # An application Xid (GpuXidErrorApplicationFault) never pages: the job's owner acts.
 PAGES = {"GpuLostHardware", "GpuMemoryErrorsEccUncorrectable", "GpuXidErrorDriverReported",
-         "GpuExporterDown", "GpuExporterNvmlDown"}
+         "GpuExporterDown", "GpuExporterNvmlDown",
+         # the driver itself says the GPU or node must be reset or rebooted, or the GPU
+         # is out of its NVSwitch fabric
+         "GpuRecoveryActionGpuReset", "GpuRecoveryActionNodeReboot",
+         "GpuFabricDegradedNvswitchFabric"}
 
 
 def _groups(path: Path) -> list[dict[str, Any]]:

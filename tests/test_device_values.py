@@ -99,6 +99,15 @@ def expected(st: GpuState, one: OneGpu) -> dict[Key, float]:
              ("gpu_remapped_rows_total", {"type": "uncorrectable"}, unc),
              ("gpu_row_remap_pending", {}, float(bool(pending))),
              ("gpu_row_remap_failed", {}, float(bool(failed)))]
+    action = st.condition.get("recovery_action") or "none"
+    rows.append(("gpu_recovery_action", {"action": action}, 1.0))
+    if profile.fabric:
+        rows.append(("gpu_fabric_state", {"state": st.condition.get("fabric_state") or
+                                          "completed",
+                                          "status": (st.condition.get("fabric_status") or
+                                                     "SUCCESS").lower(),
+                                          "health": st.condition.get("fabric_health") or
+                                          "healthy"}, 1.0))
     out = {}
     for name, labels, value in rows:
         if NEEDS.get(name) not in profile.unsupported_calls:
@@ -150,7 +159,11 @@ def expected_reading(st: GpuState, one: OneGpu) -> GpuReading:
         if ecc and st.ecc_enabled else None,
         remap_pending=bool(st.remapped[2]) if remap else None,
         remap_failed=bool(st.remapped[3]) if remap else None,
-        persistence_mode=st.persistence)
+        persistence_mode=st.persistence,
+        recovery_action=st.condition.get("recovery_action") or "none",
+        fabric_state="completed" if profile.fabric else None,
+        fabric_status="SUCCESS" if profile.fabric else None,
+        fabric_health="healthy" if profile.fabric else None)
 
 
 def poll(one: OneGpu, collector: DeviceCollector) -> tuple[Snapshot, GpuReading]:
@@ -256,7 +269,9 @@ def test_a_failing_read_is_named_once_and_only_its_series_go(
                                                         "gpu_remapped_rows_total",
                                                         "gpu_row_remap_pending",
                                                         "gpu_row_remap_failed",
-                                                        "gpu_throttle_reason_active"}
+                                                        "gpu_throttle_reason_active",
+                                                        # read with the memory temperature
+                                                        "gpu_recovery_action"}
 
 
 @pytest.mark.parametrize(("function", "code"), [

@@ -373,3 +373,39 @@ def test_the_latency_model_names_real_functions() -> None:
         assert name in declarations(), key
         assert not kind or (name == "nvmlDeviceGetSamples" and 0 <= int(kind) <= 6), key
         assert cost.us > 0 and cost.source.startswith(("measured", "estimate")), key
+
+
+# --- the driver branches (simulator/drivers.py) --------------------------------------------
+def test_every_symbol_a_branch_lacks_is_one_the_header_declares() -> None:
+    from gpu_exporter.simulator.drivers import SYMBOL_SINCE
+
+    assert not sorted(set(SYMBOL_SINCE) - set(declarations()))
+    assert set(SYMBOL_SINCE) <= set(FUNCTIONS), "a branch fact about a symbol never simulated"
+
+
+@pytest.mark.parametrize("const,define", [
+    ("FI_DEV_NVLINK_GET_STATE", "NVML_FI_DEV_NVLINK_GET_STATE"),
+    ("FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
+])
+def test_branch_field_ids_match_the_header(const: str, define: str) -> None:
+    m = re.search(rf"#define {define}\s+(\d+)", header())
+    assert m and int(m.group(1)) == getattr(constants, const)
+
+
+def test_recovery_actions_and_fabric_words_match_the_header() -> None:
+    for code, name in constants.RECOVERY_ACTIONS.items():
+        m = re.search(rf"NVML_GPU_RECOVERY_ACTION_{name.upper()}\s*=\s*(\d+)", header())
+        assert m and int(m.group(1)) == code, name
+    for version, word in ((2, constants.FABRIC_INFO_V2_VERSION),
+                          (3, constants.FABRIC_INFO_V3_VERSION)):
+        struct = STRUCTS[f"nvmlGpuFabricInfo_v{version}_t"]
+        assert ctypes.sizeof(struct) | version << 24 == word
+        theirs = getattr(pynvml, f"c_nvmlGpuFabricInfo_v{version}_t")
+        assert ctypes.sizeof(struct) == ctypes.sizeof(theirs)
+        # Same offsets; pynvml declares the state 4 bytes wide where the header's
+        # nvmlGpuFabricState_t is an unsigned char (the padding after it makes
+        # the two agree on every member's place).
+        assert [(n, o) for n, o, _ in _layout(struct)] == [
+            (n, o) for n, o, _ in _layout(theirs)]
+        assert "typedef unsigned char nvmlGpuFabricState_t;" in header()
+        assert f"}} nvmlGpuFabricInfo_v{version}_t;" in header()

@@ -35,7 +35,9 @@ def gpu() -> Gpu:
 # Device metrics whose value is a flag or a label carrier (NVML answers them
 # as booleans the binding converts): nothing to range-check.
 FLAGS = {"gpu_info", "gpu_up", "gpu_throttle_reason_active", "gpu_ecc_enabled",
-         "gpu_row_remap_pending", "gpu_row_remap_failed", "gpu_persistence_mode_enabled"}
+         "gpu_row_remap_pending", "gpu_row_remap_failed", "gpu_persistence_mode_enabled",
+         # value 1, the reading is the label (an unknown code is named code_N)
+         "gpu_recovery_action", "gpu_fabric_state"}
 
 
 def test_every_device_and_host_reading_has_a_range() -> None:

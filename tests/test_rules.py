@@ -194,6 +194,29 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
     (t.NUMA_MISPLACED, signals(procs=[proc(affinity_local=False, cpus_allowed="32-63")]), True,
      "pinned to the other socket"),
     (t.NUMA_MISPLACED, signals(), False, "local"),
+    # --- the driver's verdict ------------------------------------------------
+    *[case for row, action in ((t.RECOVERY_GPU_RESET, "gpu_reset"),
+                               (t.RECOVERY_NODE_REBOOT, "node_reboot"),
+                               (t.RECOVERY_DRAIN_P2P, "drain_p2p"),
+                               (t.RECOVERY_DRAIN_AND_RESET, "drain_and_reset"))
+      for case in ((row, signals(busy_gpu(recovery_action=action)), True, "the driver says so"),
+                   (row, signals(), False, "the driver says none"),
+                   (row, signals(busy_gpu(recovery_action="node_reboot" if action != "node_reboot"
+                                          else "gpu_reset")), False, "another action"),
+                   (row, signals(busy_gpu(recovery_action=None)), None,
+                    "a driver before R565: not judged"))],
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_health="unhealthy")), True, "unhealthy"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_health="limited_capacity")), True,
+     "limited capacity"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_state="in_progress")), True,
+     "probe not completed"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_status="UNKNOWN", fabric_health=None)), True,
+     "completed with an error, before R580"),
+    (t.FABRIC_DEGRADED, signals(), False, "registered and healthy"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_health=None)), False,
+     "registered, no health summary before R580"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_state=None)), None,
+     "no NVSwitch fabric: not judged"),
 ]
 
 

@@ -530,6 +530,23 @@ CASES: list[Case] = [
     (t.NUMA_MISPLACED, signals(), CFG, Verdict(False, {"gpu_local_cpus": "0-31"}), "local"),
     (t.NUMA_MISPLACED, signals(procs=[proc(affinity_local=None)]), CFG, Verdict(None),
      "no process's affinity known: not judged"),
+    # --- the driver's verdict ----------------------------------------------------------
+    (t.RECOVERY_GPU_RESET, signals(busy_gpu(recovery_action="gpu_reset")), CFG,
+     Verdict(True, {"recovery_action": "gpu_reset"}), "the driver asks for a reset"),
+    (t.RECOVERY_NODE_REBOOT, signals(busy_gpu(recovery_action="gpu_reset")), CFG,
+     Verdict(False, {"recovery_action": "gpu_reset"}), "a reset is not a reboot"),
+    (t.RECOVERY_DRAIN_P2P, signals(busy_gpu(recovery_action="drain_p2p")), CFG,
+     Verdict(True, {"recovery_action": "drain_p2p"}), "drain P2P"),
+    (t.RECOVERY_DRAIN_AND_RESET, signals(busy_gpu(recovery_action=None)), CFG, Verdict(None),
+     "a driver before R565 does not say: not judged"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_health="limited_capacity")), CFG,
+     Verdict(True, {"fabric_state": "completed", "fabric_status": "SUCCESS",
+                    "fabric_health": "limited_capacity"}), "limited capacity"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_status="NOT_READY", fabric_health=None)), CFG,
+     Verdict(True, {"fabric_state": "completed", "fabric_status": "NOT_READY"}),
+     "probe failed, no health summary before R580"),
+    (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_state=None)), CFG, Verdict(None),
+     "no fabric: not judged"),
 ]
 
 

@@ -93,4 +93,13 @@ METRICS: tuple[Metric, ...] = (
        GPU, "device"),
     _m("gpu_persistence_mode_enabled", "gauge",
        "1 when persistence mode keeps the driver loaded with no clients.", GPU, "device"),
+    _m("gpu_recovery_action", "gauge",
+       "Value 1; action names what the driver says the GPU needs (NVML recovery action): "
+       "none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, ... Drivers before R565 "
+       "do not say.", (*GPU, "action"), "device"),
+    _m("gpu_fabric_state", "gauge",
+       "Value 1; the GPU's registration with the NVSwitch fabric (NVML fabric info, HGX and "
+       "NVL systems): state of the probe (not_started, in_progress, completed), its NVML "
+       f"status once completed, and the health summary (unknown before R580). Read every "
+       f"{SLOW_READ_EVERY_POLLS} polls.", (*GPU, "state", "status", "health"), "device"),
 )

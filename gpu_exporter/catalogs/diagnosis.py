@@ -10,6 +10,12 @@ METRICS: tuple[Metric, ...] = (
        "1 while this row of the symptom -> cause table holds for the GPU (it held for the "
        "whole diagnosis window), else 0; exported for every row and GPU.",
        (*GPU, "symptom", "cause"), "diagnosis"),
+    _m("gpu_diagnosis_not_judged", "gauge",
+       "1 for each row of the symptom -> cause table the exporter cannot judge on this GPU "
+       "this poll (the board, the driver or a missing reader does not give what the rule "
+       "reads, e.g. utilization_inflated without GPM before Hopper): its gpu_diagnosis_active "
+       "0 means unknown, not healthy. Absent for the rows it judges.",
+       (*GPU, "symptom", "cause"), "diagnosis"),
     _m("gpu_diagnosis_input_missing", "gauge",
        "1 for each collector (input) whose readings the diagnosis reads but did not get this poll "
        "(switched off, or failed before reading): the rows that need them are not judged. "

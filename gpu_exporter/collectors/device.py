@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # Memory temperature is read every poll; the PCIe byte counters cost the
 # driver 0.1-0.3 ms each on an H100 (the field's own latencyUsec), so they are
 # slow reads like the other counters below.
-_FIELDS = (c.FI_DEV_MEMORY_TEMP,)
+_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_GET_GPU_RECOVERY_ACTION)
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
@@ -148,11 +148,11 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
 
     fields = gpu.read("field_values", d.field_values, _FIELDS)
     if fields is not None:
-        _add_fields(gpu, fields, out, labels)
+        _add_fields(gpu, fields, out, labels, r)
     counters = gpu.slow_read("pcie_byte_fields", d.field_values, _PCIE_BYTE_FIELDS,
                              every=SLOW_READ_EVERY_POLLS)
     if counters is not None:
-        _add_fields(gpu, counters, out, labels)
+        _add_fields(gpu, counters, out, labels, r)
 
     # The limit first: power is held against it.
     limit = gpu.read("power_limit", d.power_limit_watts)
@@ -207,13 +207,29 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         out.add("gpu_performance_state", pstate, **labels)
 
     fans = gpu.static_read("fan_count", d.fan_count)
+    if fans is None and "fan_count" in gpu.unsupported:
+        # Drivers before R510 have no nvmlDeviceGetNumFans: count the fans
+        # that answer instead.
+        fans = gpu.static_read("fan_count_probed", _probe_fans, d)
     for fan in range(fans or 0):
         speed = gpu.read(f"fan_{fan}", d.fan_speed_ratio, fan)
         if speed is not None and accept(gpu, "gpu_fan_speed_ratio", speed, series=f":{fan}"):
             out.add("gpu_fan_speed_ratio", speed, **labels, fan=str(fan))
 
-    supported = gpu.static_read("clock_reasons_supported", d.supported_clock_event_reasons)
-    active = gpu.read("clock_reasons", d.clock_event_reasons)
+    # Under the names R535 introduced first, then under the older ones: a
+    # driver before R535 lacks the new calls, and some answer the new supported
+    # mask NOT_SUPPORTED while the rest still answers.
+    supported = gpu.read_first(
+        ("clock_reasons_supported", d.supported_clock_event_reasons),
+        ("clock_reasons_supported_legacy", d.supported_clock_throttle_reasons), static=True)
+    active = gpu.read_first(("clock_reasons", d.clock_event_reasons),
+                            ("clock_reasons_legacy", d.clock_throttle_reasons))
+    if (supported is None and active is not None
+            and "clock_reasons_supported_legacy" in gpu.unsupported):
+        # No call gives the supported mask on this driver: the nine classic
+        # reasons, and any other bit the driver sets (an active bit is never
+        # dropped). A mask that failed only this once is asked for again instead.
+        supported = c.CLASSIC_REASONS_MASK | active
     if supported is not None and active is not None:
         names = set()
         for bit, reason in c.CLOCK_EVENT_REASONS.items():
@@ -227,6 +243,17 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
     _read_pcie(gpu, d, out, labels, r)
     _read_memory_health(gpu, d, out, labels, r)
 
+    # The fabric probe with its health summary first (R580), else without it
+    # (R550 to R575); boards outside an NVSwitch fabric answer NOT_SUPPORTED.
+    fabric = gpu.slow_read("fabric_info_v3", d.fabric_info_v3, every=SLOW_READ_EVERY_POLLS)
+    if fabric is None and "fabric_info_v3" in gpu.unsupported:
+        fabric = gpu.slow_read("fabric_info_v2", d.fabric_info_v2, every=SLOW_READ_EVERY_POLLS)
+    if fabric is not None:
+        r.fabric_state, r.fabric_status, r.fabric_health = (fabric.state, fabric.status,
+                                                             fabric.health)
+        out.add("gpu_fabric_state", 1, **labels, state=fabric.state,
+                status=fabric.status.lower(), health=fabric.health or "unknown")
+
     persistence = gpu.slow_read("persistence_mode", d.persistence_mode,
                                 every=SLOW_READ_EVERY_POLLS)
     if persistence is not None:
@@ -234,8 +261,23 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         out.add("gpu_persistence_mode_enabled", persistence, **labels)
 
 
+_MAX_FANS = 16
+
+
+def _probe_fans(d: Device) -> int:
+    """How many fans answer nvmlDeviceGetFanSpeed_v2, counting from fan 0."""
+    for fan in range(_MAX_FANS):
+        try:
+            d.fan_speed_ratio(fan)
+        except NvmlError as exc:
+            if exc.device_gone:
+                raise
+            return fan
+    return _MAX_FANS
+
+
 def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBuilder,
-                labels: dict[str, str]) -> None:
+                labels: dict[str, str], r: GpuReading) -> None:
     for fid, value in fields.items():
         key = f"field_{fid}"
         if key in gpu.unsupported:
@@ -250,7 +292,11 @@ def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBui
             else:
                 gpu.errors += 1
             continue
-        if fid == c.FI_DEV_MEMORY_TEMP:
+        if fid == c.FI_DEV_GET_GPU_RECOVERY_ACTION:
+            action = c.RECOVERY_ACTIONS.get(int(value), f"code_{int(value)}")
+            r.recovery_action = action
+            out.add("gpu_recovery_action", 1, **labels, action=action)
+        elif fid == c.FI_DEV_MEMORY_TEMP:
             if accept(gpu, "gpu_temperature_celsius", value, series=":memory"):
                 out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
         elif fid in _PCIE_DIRECTION:

@@ -131,8 +131,10 @@ class ProcessesCollector(NvmlCollector):
 
     def _list(self, gpu: Gpu, device: Device, found: dict[int, list[_Listed]]) -> None:
         entries: list[ProcessEntry] = []
-        entries += gpu.read("processes_compute", device.compute_processes) or []
-        entries += gpu.read("processes_graphics", device.graphics_processes) or []
+        entries += gpu.read_first(("processes_compute", device.compute_processes),
+                                  ("processes_compute_v2", device.compute_processes_v2)) or []
+        entries += gpu.read_first(("processes_graphics", device.graphics_processes),
+                                  ("processes_graphics_v2", device.graphics_processes_v2)) or []
         listed = _merge(entries)
         if listed:
             self._attribute_sm(gpu, device, listed)

@@ -73,14 +73,27 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "sees no GPU: the driver is not loaded or mismatched.",
         "short", [Q(f"min(gpu_exporter_nvml_up{{{NODE}}})", "NVML", instant=True)],
         Steps(RED, ((1, GREEN),)), Layout(3, 6))).mappings(on_off("DOWN", "OK", GREEN)))
+    b = b.with_panel(single(Common(
+        "Not judged here",
+        "How many rows of the diagnosis table the exporter cannot judge on the selected GPUs "
+        "(gpu_diagnosis_not_judged): the board or driver does not give what the rule reads, "
+        "e.g. no GPM before Hopper for utilization_inflated. Their 0 means unknown, not OK; "
+        "the table beside lists them.",
+        "short", [Q(f"count(gpu_diagnosis_not_judged{{{GPU}}} == 1) or vector(0)",
+                    "not judged", instant=True)],
+        Steps(GREEN, ((1, BLUE),)), Layout(3, 6))))
     b = b.with_panel(grid(Common(
-        "Active diagnoses: what is wrong and why",
-        "Every active row of the diagnosis table: which GPU, the symptom and the cause the "
-        "exporter blames. The alert of the same name and its runbook section say how to "
-        "confirm and fix it.",
-        "short", [Q(f"gpu_diagnosis_active{{{GPU}}} == 1", instant=True, table=True)],
-        Steps(GREEN, ((1, ORANGE),)), Layout(17, 6)),
-        columns={"gpu": "GPU", "symptom": "Symptom", "cause": "Cause"},
+        "Active diagnoses: what is wrong and why, and what is not judged",
+        "Every active row of the diagnosis table (state active): which GPU, the symptom and "
+        "the cause the exporter blames; the alert of the same name and its runbook section "
+        "say how to confirm and fix it. Rows the exporter cannot judge on that GPU show as "
+        "not judged, never as OK.",
+        "short", [Q(f"label_replace(gpu_diagnosis_active{{{GPU}}} == 1, \"state\", "
+                    f"\"active\", \"\", \"\") or label_replace(gpu_diagnosis_not_judged"
+                    f"{{{GPU}}} == 1, \"state\", \"not judged\", \"\", \"\")",
+                    instant=True, table=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(14, 6)),
+        columns={"gpu": "GPU", "symptom": "Symptom", "cause": "Cause", "state": "State"},
         hide=("Time", "Value", "__name__", "job", "instance")))
 
     b = b.with_row(row("GPU $gpu", repeat="gpu"))

@@ -140,6 +140,10 @@ class DiagnosisCollector(Collector):
                 state = self._rows[(sig.index, row.key)] = _RowState(
                     labels=(str(sig.index), sig.uuid, row.symptom, row.cause))
             states.append(state)
+            if verdict.holds is None:
+                # The board, the driver or a missing reader leaves the rule
+                # nothing to judge: its 0 below means unknown, not healthy.
+                out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
             if self._update(state, verdict, row, now, wall):
                 on.append(Candidate(row, state.evidence,
                                     now - state.last_true <= self.cfg.explained_within))

@@ -457,6 +457,41 @@ def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 rule(t.GPU_LOST)(_lost)
 
 
+def _recovery_rule(action: str) -> Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]:
+    """The rule of one recovery action: the driver names it for the GPU now."""
+    def judge(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+        said = s.gpu.recovery_action
+        if said is None:
+            return Verdict(None)  # a driver before R565 does not say
+        return Verdict(said == action, {"recovery_action": said})
+    judge.__name__ = judge.__qualname__ = f"_recovery_{action}"
+    return judge
+
+
+rule(t.RECOVERY_GPU_RESET)(_recovery_rule("gpu_reset"))
+rule(t.RECOVERY_NODE_REBOOT)(_recovery_rule("node_reboot"))
+rule(t.RECOVERY_DRAIN_P2P)(_recovery_rule("drain_p2p"))
+rule(t.RECOVERY_DRAIN_AND_RESET)(_recovery_rule("drain_and_reset"))
+
+# The probe's answers that mean the GPU is out of (or short in) the fabric.
+_FABRIC_UNHEALTHY = frozenset({"unhealthy", "limited_capacity"})
+
+
+def _fabric(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    g = s.gpu
+    if g.fabric_state is None:
+        return Verdict(None)  # no NVSwitch fabric, or a driver before R550
+    ev: Evidence = {"fabric_state": g.fabric_state, "fabric_status": g.fabric_status or ""}
+    if g.fabric_health is not None:
+        ev["fabric_health"] = g.fabric_health
+    degraded = (g.fabric_state != "completed" or g.fabric_status != "SUCCESS"
+                or g.fabric_health in _FABRIC_UNHEALTHY)
+    return Verdict(degraded, ev)
+
+
+rule(t.FABRIC_DEGRADED)(_fabric)
+
+
 def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     used = s.memory_used_ratio
     if used is None:

@@ -307,6 +307,61 @@ NUMA_MISPLACED = Row(
     ("nvidia-smi topo -m", "taskset -cp PID", "numactl --show"),
     "Escalate to the job owner or the scheduler's configuration.")
 
+# The driver's own verdict (NVML recovery action, R565 and newer): more
+# authoritative than any heuristic above, so each action is a row of its own
+# with NVIDIA's instruction for it (A100/H100 GPU memory error management,
+# "Error Recovery and Response Flags").
+_RECOVERY_CONFIRM = ("nvidia-smi -q | grep -iA2 recovery", "dmesg -T | grep -i xid")
+_RECOVERY_EVIDENCE = "NVML's recovery action for the GPU is {action}."
+RECOVERY_GPU_RESET = Row(
+    "recovery_action", "gpu_reset", "critical",
+    "The driver says the GPU must be reset",
+    _RECOVERY_EVIDENCE.format(action="GPU_RESET"),
+    "Drain the node (no new jobs), stop every process on the GPU, then reset it with "
+    "nvidia-smi -r -i GPU; the GPU takes work again once the recovery action reads none.",
+    _RECOVERY_CONFIRM,
+    "Escalate to hardware when the GPU asks for a reset again after one.",
+    immediate=True)
+RECOVERY_NODE_REBOOT = Row(
+    "recovery_action", "node_reboot", "critical",
+    "The driver says the node must be rebooted",
+    _RECOVERY_EVIDENCE.format(action="NODE_REBOOT"),
+    "Drain the node and reboot it: the fault may have left the operating system in an "
+    "inconsistent state, a GPU reset is not enough.",
+    _RECOVERY_CONFIRM,
+    "Escalate to hardware when the node asks for a reboot again after one.",
+    immediate=True)
+RECOVERY_DRAIN_P2P = Row(
+    "recovery_action", "drain_p2p", "warning",
+    "The driver asks for peer-to-peer traffic to be drained",
+    _RECOVERY_EVIDENCE.format(action="DRAIN_P2P"),
+    "Start no new multi-GPU (peer-to-peer / NVLink) jobs on the node and let the running "
+    "ones finish; the action returns to none once P2P traffic has stopped.",
+    _RECOVERY_CONFIRM,
+    "Escalate to hardware when the action does not return to none after P2P work stops.",
+    immediate=True)
+RECOVERY_DRAIN_AND_RESET = Row(
+    "recovery_action", "drain_and_reset", "warning",
+    "The driver asks for the GPU to be drained, then reset",
+    _RECOVERY_EVIDENCE.format(action="DRAIN_AND_RESET"),
+    "Let the running jobs finish, schedule no new ones on the GPU, then reset it with "
+    "nvidia-smi -r -i GPU at the first quiet moment.",
+    _RECOVERY_CONFIRM,
+    "Escalate to hardware when the GPU asks again after a reset.",
+    immediate=True)
+# The GPU's place in the NVSwitch fabric (HGX / NVL systems, R550 and newer).
+FABRIC_DEGRADED = Row(
+    "fabric_degraded", "nvswitch_fabric", "critical",
+    "The GPU is not healthy in the NVSwitch fabric",
+    "NVML's fabric probe for the GPU has not completed, completed with an error, or reports "
+    "the fabric unhealthy or at limited capacity, for {window}.",
+    "Check Fabric Manager (systemctl status nvidia-fabricmanager, its log) and the NVSwitch "
+    "links; restart Fabric Manager on a probe that never completes; drain the node while the "
+    "fabric is degraded, multi-GPU jobs run slow or fail.",
+    ("systemctl status nvidia-fabricmanager", "nvidia-smi -q | grep -iA6 fabric",
+     "nvidia-smi nvlink -s"),
+    "Escalate to hardware when the fabric stays degraded after a Fabric Manager restart.")
+
 ROWS: tuple[Row, ...] = (
     IDLE_DATA_PIPELINE_IO, IDLE_CPU_CONTENTION, IDLE_HOST_SWAPPING, IDLE_PROCESS_STALLED,
     UNDERFED_DATA_PIPELINE_IO, UNDERFED_CPU_CONTENTION, UNDERFED_HOST_SWAPPING,
@@ -314,6 +369,8 @@ ROWS: tuple[Row, ...] = (
     PCIE_DOWNTRAINED, PCIE_ERRORS, ECC_UNCORRECTABLE, ROW_REMAP_PENDING, XID, XID_APPLICATION,
     XID_INFORMATIONAL, GPU_LOST,
     MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
+    RECOVERY_GPU_RESET, RECOVERY_NODE_REBOOT, RECOVERY_DRAIN_P2P, RECOVERY_DRAIN_AND_RESET,
+    FABRIC_DEGRADED,
 )
 
 BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -27,6 +28,20 @@ from gpu_exporter.nvml.gpm import GpmSample, gpm_metrics
 from gpu_exporter.nvml.mig import MigDevice
 from gpu_exporter.nvml.processes import ProcessEntry, ProcessSample, process_entries
 from gpu_exporter.nvml.samples import get_samples
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    state: str  # not_started | in_progress | completed
+    status: str  # the probe's NVML return code, by name ("SUCCESS"); only once completed
+    health: str | None  # healthy | unhealthy | limited_capacity; None before R580
+
+
+def _fabric(info: Any, health: str | None) -> FabricInfo:
+    # The header's state is an unsigned char; pynvml reads it 4 bytes wide, so
+    # only the low byte is the driver's.
+    return FabricInfo(c.FABRIC_STATES.get(int(info.state) & 0xFF, "unknown"),
+                      NvmlError(int(info.status)).name, health)
 
 
 class Device:
@@ -141,6 +156,32 @@ class Device:
     @translate("nvmlDeviceGetSupportedClocksEventReasons")
     def supported_clock_event_reasons(self) -> int:
         return int(pynvml.nvmlDeviceGetSupportedClocksEventReasons(self._h))
+
+    # The same two readings under their names before R535 (deprecated since,
+    # still exported through R580): drivers that lack the new names, or answer
+    # them NOT_SUPPORTED, answer these.
+    @translate("nvmlDeviceGetCurrentClocksThrottleReasons")
+    def clock_throttle_reasons(self) -> int:
+        return int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(self._h))
+
+    @translate("nvmlDeviceGetSupportedClocksThrottleReasons")
+    def supported_clock_throttle_reasons(self) -> int:
+        return int(pynvml.nvmlDeviceGetSupportedClocksThrottleReasons(self._h))
+
+    # --- the GPU fabric (NVSwitch / NVL systems) ------------------------------
+    @translate("nvmlDeviceGetGpuFabricInfoV")
+    def fabric_info_v3(self) -> FabricInfo:
+        """The fabric probe with its health summary (R580 and newer)."""
+        info = pynvml.c_nvmlGpuFabricInfo_v3_t()
+        pynvml.nvmlDeviceGetGpuFabricInfoV(self._h, ctypes.byref(info))
+        return _fabric(info, c.FABRIC_HEALTH_SUMMARIES.get(int(info.healthSummary), "unknown"))
+
+    @translate("nvmlDeviceGetGpuFabricInfoV")
+    def fabric_info_v2(self) -> FabricInfo:
+        """The fabric probe without a health summary (R550 to R575)."""
+        info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+        pynvml.nvmlDeviceGetGpuFabricInfoV(self._h, ctypes.byref(info))
+        return _fabric(info, None)
 
     # --- fans ---------------------------------------------------------------
     @translate("nvmlDeviceGetNumFans")
@@ -277,6 +318,16 @@ class Device:
     @translate("nvmlDeviceGetGraphicsRunningProcesses_v3")
     def graphics_processes(self) -> list[ProcessEntry]:
         return process_entries(pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3(self._h), True)
+
+    # The lists drivers before R535 export (the _v3 names came in R535; the
+    # struct is the same).
+    @translate("nvmlDeviceGetComputeRunningProcesses_v2")
+    def compute_processes_v2(self) -> list[ProcessEntry]:
+        return process_entries(pynvml.nvmlDeviceGetComputeRunningProcesses_v2(self._h), False)
+
+    @translate("nvmlDeviceGetGraphicsRunningProcesses_v2")
+    def graphics_processes_v2(self) -> list[ProcessEntry]:
+        return process_entries(pynvml.nvmlDeviceGetGraphicsRunningProcesses_v2(self._h), True)
 
     @translate("nvmlDeviceGetProcessUtilization")
     def process_samples(self, last_seen_us: int) -> list[ProcessSample]:

@@ -20,6 +20,10 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x400: "reliability",
 }
 REASON_BITS: dict[str, int] = {name: bit for bit, name in CLOCK_EVENT_REASONS.items()}
+# The nine reasons every driver branch still in fleets defines (R470 on; the
+# R525 reference lists exactly these): the ones exported for a GPU whose
+# supported mask the driver does not give.
+CLASSIC_REASONS_MASK = 0x1FF
 
 # nvmlClockType_t
 CLOCK_GRAPHICS = 0
@@ -78,6 +82,27 @@ FI_DEV_NVLINK_ERROR_DL_RECOVERY = 162
 FI_DEV_NVLINK_ERROR_DL_CRC = 163
 FI_DEV_NVLINK_GET_STATE = 165  # per link: 0 inactive, 1 active, 2 sleep, 3 active without traffic
 NVLINK_STATE_ACTIVE = 1
+# The driver's own verdict on what the GPU needs (nvmlDeviceGpuRecoveryAction_t).
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+RECOVERY_ACTIONS: dict[int, str] = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+
+# GPU fabric (NVSwitch / NVL systems): nvmlDeviceGetGpuFabricInfoV.
+FABRIC_STATES: dict[int, str] = {0: "not_supported", 1: "not_started", 2: "in_progress",
+                                 3: "completed"}
+FABRIC_HEALTH_SUMMARIES: dict[int, str] = {0: "not_supported", 1: "healthy", 2: "unhealthy",
+                                           3: "limited_capacity"}
+# NVML_STRUCT_VERSION(GpuFabricInfo, n) = sizeof(nvmlGpuFabricInfo_vn_t) | n << 24
+FABRIC_INFO_V2_VERSION = 0x02000024
+FABRIC_INFO_V3_VERSION = 0x03000028
 
 # nvmlSamplingType_t
 SAMPLING_TOTAL_POWER = 0  # mW

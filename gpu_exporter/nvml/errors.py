@@ -44,8 +44,10 @@ class Return(IntEnum):
 
 
 # Codes after which a capability is treated as absent for that GPU: the series is
-# not exported and the call is not repeated every poll.
-CAPABILITY_ABSENT = frozenset({Return.NOT_SUPPORTED, Return.FUNCTION_NOT_FOUND})
+# not exported and the call is not repeated every poll. ARGUMENT_VERSION_MISMATCH:
+# the driver predates the struct version asked for (an older version may answer).
+CAPABILITY_ABSENT = frozenset({Return.NOT_SUPPORTED, Return.FUNCTION_NOT_FOUND,
+                               Return.ARGUMENT_VERSION_MISMATCH})
 
 # Codes that mean the device itself is gone or unusable until reset.
 DEVICE_GONE = frozenset({Return.GPU_IS_LOST, Return.RESET_REQUIRED, Return.GPU_NOT_FOUND})

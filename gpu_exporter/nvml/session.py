@@ -55,6 +55,29 @@ class NvmlGone(Exception):
         self.error = error
 
 
+class MissingCapabilities:
+    """What NVML on this node cannot answer, said in the log once per
+    capability for the whole node (not once per GPU, not every poll)."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def note(self, index: int, key: str, exc: NvmlError) -> None:
+        with self._lock:
+            if key in self._said:
+                return
+            self._said.add(key)
+        if exc.code == Return.FUNCTION_NOT_FOUND:
+            log.info("NVML on this node has no %s (the driver predates it): %s is read another "
+                     "way where there is one, else its series stay absent; the README's "
+                     "driver table says what each branch lacks", exc.call or key, key)
+        else:
+            log.info("GPU %d: NVML answers %s for %s (%s): read another way where there is "
+                     "one, else its series stay absent; not asked again", index, exc.name,
+                     exc.call or key, key)
+
+
 @dataclass
 class Identity:
     index: int
@@ -95,6 +118,8 @@ class Gpu:
     # Each counter's last accepted reading, by series: a counter that goes
     # backwards is no reading (collectors/plausible.py).
     counters: dict[str, float] = field(default_factory=dict)
+    # Shared by the session's GPUs: a missing capability is logged once per node.
+    missing: MissingCapabilities = field(default_factory=MissingCapabilities)
 
     # How collectors/plausible.py names this GPU when it rejects a reading.
     kind = "GPU"
@@ -115,8 +140,7 @@ class Gpu:
         except NvmlError as exc:
             if exc.capability_absent:
                 self.unsupported.add(key)
-                log.debug("GPU %d: %s not supported (%s); not asking again", self.index, key,
-                          exc.name)
+                self.missing.note(self.index, key, exc)
                 return None
             if exc.device_gone:
                 raise GpuGone(str(exc)) from None
@@ -134,6 +158,16 @@ class Gpu:
                 self.warned.add(key)
                 log.warning("GPU %d: reading %s failed: %s", self.index, key, exc)
             return None
+
+    def read_first(self, *calls: tuple[str, Callable[[], T]], static: bool = False) -> T | None:
+        """The first of ``calls`` (key, function) that answers; the next is tried
+        only where the one before is absent for good (NOT_SUPPORTED, or a symbol
+        this driver lacks): a call under its newer name, then its older one."""
+        for key, fn in calls:
+            value = self.static_read(key, fn) if static else self.read(key, fn)
+            if value is not None or key not in self.unsupported:
+                return value
+        return None
 
     def static_read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
         """Like read(), but the value is remembered after the first answer."""
@@ -251,6 +285,7 @@ class NvmlSession:
         self.gpus: list[Gpu] = []
         self.driver_version = ""
         self.cuda_driver_version = ""
+        self.missing = MissingCapabilities()
         self.last_error: NvmlError | None = None
         # Bumped on every successful init: holders of NVML objects (event sets,
         # GPM samples) re-create them when it changes.
@@ -455,10 +490,11 @@ class NvmlSession:
             device = self.nvml.device(index)
         except NvmlError as exc:
             log.error("GPU %d: cannot get a handle: %s", index, exc)
-            gpu = Gpu(index, None, ident, lost=True, lost_since=self._clock())
+            gpu = Gpu(index, None, ident, lost=True, lost_since=self._clock(),
+                      missing=self.missing)
             gpu.next_recovery_try = self._clock() + LOST_RETRY_S
             return gpu
-        gpu = Gpu(index, device, ident)
+        gpu = Gpu(index, device, ident, missing=self.missing)
         try:
             self._read_identity(gpu, device)
         except GpuGone as exc:
@@ -472,7 +508,9 @@ class NvmlSession:
         ident = gpu.identity
         ident.uuid = gpu.read("uuid", d.uuid) or ""
         ident.name = gpu.read("name", d.name) or ""
-        ident.pci_bus_id = (gpu.read("pci_info", d.pci_bus_id) or "").lower()
+        # As NVML, nvidia-smi and DCGM write it (00000000:1A:00.0), so joins across
+        # exporters by bus id match; sysfs lookups normalise it (normalize_bus_id).
+        ident.pci_bus_id = gpu.read("pci_info", d.pci_bus_id) or ""
         ident.serial = gpu.read("serial", d.serial) or ""
         ident.vbios_version = gpu.read("vbios", d.vbios_version) or ""
         ident.architecture = gpu.read("architecture", d.architecture) or ""

@@ -18,6 +18,7 @@ from __future__ import annotations
 from gpu_exporter.simulator.libnvml import (  # noqa: F401
     device,
     events,
+    fabric,
     gpm,
     mig,
     nvlink,

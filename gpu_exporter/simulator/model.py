@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpu_exporter.config_types import Duration
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.drivers import BY_NAME, NEWEST, DriverBranch
 
 
 class _Strict(BaseModel):
@@ -86,6 +87,9 @@ class DeviceProfile(_Strict):
     clock_samples: bool = True
     nvlinks: int = Field(0, ge=0, le=36)
     mig: bool = False
+    # Registers with an NVSwitch fabric (HGX/NVL systems): answers
+    # nvmlDeviceGetGpuFabricInfoV; other boards answer NOT_SUPPORTED.
+    fabric: bool = False
     # nvmlEventType* bits the board supports (Xid 0x8, ECC 0x1/0x2, power source 0x80)
     event_types: int = 0x8B
 
@@ -162,6 +166,15 @@ class GpuCondition(_Strict):
     aer_correctable_per_s: float | None = Field(None, ge=0)
     aer_nonfatal_per_s: float | None = Field(None, ge=0)
     aer_fatal_per_s: float | None = Field(None, ge=0)
+    # The driver's recovery action for the GPU (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION);
+    # unset: none.
+    recovery_action: Literal["none", "gpu_reset", "node_reboot", "drain_p2p",
+                             "drain_and_reset"] | None = None
+    # The GPU's registration with the NVSwitch fabric (boards with ``fabric``):
+    # the probe's state, its error status once completed, the health summary.
+    fabric_state: Literal["not_started", "in_progress", "completed"] | None = None
+    fabric_status: ErrorName | None = None
+    fabric_health: Literal["healthy", "unhealthy", "limited_capacity"] | None = None
     # Fault injection: C function name -> NVML error it returns from now on.
     errors: dict[str, ErrorName] | None = None
     # C function name -> seconds each call blocks before answering (a sick GPU).
@@ -181,6 +194,11 @@ class GpuCondition(_Strict):
         for name in (v or {}).values():
             _check_error_name(name)
         return v
+
+    @field_validator("fabric_status")
+    @classmethod
+    def _fabric_status(cls, v: str | None) -> str | None:
+        return None if v is None else _check_error_name(v)
 
 
 class Pressure(_Strict):
@@ -271,10 +289,36 @@ class Node(_Strict):
     profile: str | dict[str, Any] = "h100-sxm5-80gb"
     driver_version: str = "580.159.04"
     cuda_driver_version: int = 13000
+    # The driver branch whose NVML this node answers with (simulator/drivers.py):
+    # the C symbols it exports, the field ids and struct versions it knows.
+    # Unset: the newest branch. Setting it also sets driver_version and
+    # cuda_driver_version to the branch's unless the scenario names them.
+    driver: str | None = None
     # NVML as a whole: "ok", or the error nvmlInit returns ("library_missing"
     # makes the library itself absent).
     nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission",
                   "lib_rm_version_mismatch"] = "ok"
+
+    @field_validator("driver")
+    @classmethod
+    def _known_branch(cls, v: str | None) -> str | None:
+        if v is not None and v not in BY_NAME:
+            raise ValueError(f"unknown driver branch {v!r}; known: {', '.join(BY_NAME)}")
+        return v
+
+    @model_validator(mode="after")
+    def _branch_versions(self) -> Node:
+        if self.driver is not None:
+            branch = BY_NAME[self.driver]
+            if "driver_version" not in self.model_fields_set:
+                self.driver_version = branch.driver_version
+            if "cuda_driver_version" not in self.model_fields_set:
+                self.cuda_driver_version = branch.cuda_driver_version
+        return self
+
+    @property
+    def branch(self) -> DriverBranch:
+        return NEWEST if self.driver is None else BY_NAME[self.driver]
 
 
 class Expectation(_Strict):

@@ -59,6 +59,12 @@ def _apply_replay(st: GpuState, rec: dict[str, Any]) -> None:
         st.persistence = bool(rec["persistence"])
     if "remapped" in rec:
         st.remapped = tuple(int(x) for x in rec["remapped"])  # type: ignore[assignment]
+    # The driver's verdicts are read from the condition, as a scenario sets them.
+    verdicts: dict[str, Any] = {
+        key: rec[key] for key in ("recovery_action", "fabric_state", "fabric_status",
+                                  "fabric_health") if key in rec}
+    if verdicts:
+        st.condition = {**st.condition, **verdicts}
     st.lost = bool(rec.get("lost", False))
     st.errors.update({name: int(Return[code]) for name, code in rec.get("errors", {}).items()})
     st.field_errors = {int(k): int(Return[v]) for k, v in rec.get("field_errors", {}).items()}

@@ -8,6 +8,7 @@ from ctypes import c_int, c_uint, c_ulonglong
 
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.drivers import knows_field
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     FakeNvmlLibrary,
@@ -193,6 +194,18 @@ def _supported_reasons(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
     return put(out, c_ulonglong, st.supported_reasons)
 
 
+# The same answers under the names every branch before R535 knows (and R535
+# through R580 still export, deprecated).
+@nvml_function("nvmlDeviceGetCurrentClocksThrottleReasons", P)
+def _throttle_reasons(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    return put(out, c_ulonglong, st.reasons)
+
+
+@nvml_function("nvmlDeviceGetSupportedClocksThrottleReasons", P)
+def _supported_throttle_reasons(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    return put(out, c_ulonglong, st.supported_reasons)
+
+
 # --- fans ----------------------------------------------------------------------
 @nvml_function("nvmlDeviceGetNumFans", P)
 def _num_fans(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
@@ -243,6 +256,9 @@ _LINK_FIELDS: dict[int, Callable[[GpuState, int], int]] = {
 }
 
 
+_RECOVERY_CODES = {name: code for code, name in k.RECOVERY_ACTIONS.items()}
+
+
 @nvml_function("nvmlDeviceGetFieldValues", c_int, P)
 def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
     if not out or count <= 0:
@@ -254,6 +270,9 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
         fv.timestamp, fv.latencyUsec = now_us, 0
         fid = int(fv.fieldId)
         value: int | None = None
+        if not knows_field(lib.branch, fid):
+            fv.nvmlReturn = int(Return.NOT_SUPPORTED)  # a field newer than the driver
+            continue
         if fid in st.field_errors:
             fv.nvmlReturn = st.field_errors[fid]
             continue
@@ -270,6 +289,13 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
                 continue
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
             fv.value.ullVal = _LINK_FIELDS[fid](st, link)
+            continue
+        if fid == k.FI_DEV_GET_GPU_RECOVERY_ACTION:
+            action = st.condition.get("recovery_action") or "none"
+            fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_INT
+            # A recorded code with no name here replays as "code_N".
+            fv.value.uiVal = (_RECOVERY_CODES[action] if action in _RECOVERY_CODES
+                              else int(action.removeprefix("code_")))
             continue
         if fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c

@@ -46,6 +46,18 @@ def _graphics_procs(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) ->
     return _process_list(st, True, count, out)
 
 
+# The lists under the names drivers before R535 export; the struct is the same
+# (nvmlProcessInfo_v2_t: pid, usedGpuMemory, gpuInstanceId, computeInstanceId).
+@nvml_function("nvmlDeviceGetComputeRunningProcesses_v2", P, P)
+def _compute_procs_v2(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
+    return _process_list(st, False, count, out)
+
+
+@nvml_function("nvmlDeviceGetGraphicsRunningProcesses_v2", P, P)
+def _graphics_procs_v2(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
+    return _process_list(st, True, count, out)
+
+
 # NVML keeps per-process samples from the driver's sampling; the simulator
 # produces one per second of scenario time for each process that has a value.
 _SAMPLE_PERIOD_S = 1.0

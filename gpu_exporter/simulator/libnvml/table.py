@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.drivers import exports
 from gpu_exporter.simulator.world import GpuState, World
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,11 @@ class FakeNvmlLibrary:
         # the state to use (a bad value is a tampered copy).
         self.inject_error: Callable[[str, int | None], int | None] | None = None
         self.inject_state: Callable[[str, GpuState], GpuState] | None = None
+        # The driver branch decides which symbols the library exports at all.
+        self.branch = world.scenario.node.branch
         for name, (argtypes, impl, device) in FUNCTIONS.items():
+            if not exports(self.branch, name):
+                continue
             full = (H, *argtypes) if device else argtypes
             proto = CFUNCTYPE(c_int, *full)
             fn = proto(self._make(name, impl, device))

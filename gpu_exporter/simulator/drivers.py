@@ -1,0 +1,87 @@
+"""The driver branches fleets still run, as data: what each one's NVML answers.
+
+A branch differs from the newest one by the C symbols its ``libnvidia-ml.so.1``
+does not export (pynvml then raises FUNCTION_NOT_FOUND), the field ids it does
+not know, and the struct versions it accepts. Everything the simulator
+implements that is not listed below is in every branch here: NVIDIA's change
+log lists every addition since R470, and none of the others is among them.
+
+Source of every fact, unless a line says otherwise: NVIDIA's NVML change log,
+https://docs.nvidia.com/deploy/nvml-api/change-log.html (section "Changes
+between vA and vB": the function or field is first in branch B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_exporter.nvml import constants as k
+
+
+@dataclass(frozen=True)
+class DriverBranch:
+    name: str  # "R535"
+    number: int  # 535
+    driver_version: str  # a real release of the branch
+    cuda_driver_version: int  # the CUDA version the branch ships (nvmlSystemGetCudaDriverVersion)
+
+
+# Oldest first. The versions are published releases of each branch.
+BRANCHES: tuple[DriverBranch, ...] = (
+    DriverBranch("R470", 470, "470.256.02", 11040),
+    DriverBranch("R525", 525, "525.147.05", 12000),
+    DriverBranch("R535", 535, "535.247.01", 12020),
+    DriverBranch("R550", 550, "550.163.01", 12040),
+    DriverBranch("R570", 570, "570.158.01", 12080),
+    DriverBranch("R580", 580, "580.159.04", 13000),
+)
+BY_NAME: dict[str, DriverBranch] = {b.name: b for b in BRANCHES}
+NEWEST = BRANCHES[-1]
+
+# C symbol -> the first branch that exports it.
+SYMBOL_SINCE: dict[str, int] = {
+    # "Changes between v495 and v510"
+    "nvmlDeviceGetMemoryInfo_v2": 510,
+    "nvmlDeviceGetNumFans": 510,
+    # "Changes between v515 and v520": the GPM API
+    "nvmlGpmQueryDeviceSupport": 520,
+    "nvmlGpmSampleAlloc": 520,
+    "nvmlGpmSampleFree": 520,
+    "nvmlGpmSampleGet": 520,
+    "nvmlGpmMetricsGet": 520,
+    # Not listed on its own; taken to come with the rest of the GPM API.
+    "nvmlGpmMigSampleGet": 520,
+    # "Changes between v530 and v535": ClockEventReasons introduced (the
+    # ThrottleReasons calls deprecated, still exported through R580), and the
+    # _v3 process lists.
+    "nvmlDeviceGetCurrentClocksEventReasons": 535,
+    "nvmlDeviceGetSupportedClocksEventReasons": 535,
+    "nvmlDeviceGetComputeRunningProcesses_v3": 535,
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": 535,
+    # "Changes between v545 and v550"
+    "nvmlDeviceGetGpuFabricInfoV": 550,
+}
+
+# nvmlDeviceGetFieldValues field id -> the first branch that knows it. An older
+# branch answers that field NOT_SUPPORTED in its own nvmlReturn (the change log
+# does not say which code; NOT_SUPPORTED is what every other absent field gets).
+FIELD_SINCE: dict[int, int] = {
+    k.FI_DEV_NVLINK_GET_STATE: 525,  # "Changes between v520 and v525"
+    k.FI_DEV_PCIE_COUNT_TX_BYTES: 555,  # "Changes between v550 and v555"
+    k.FI_DEV_PCIE_COUNT_RX_BYTES: 555,  # same section
+    k.FI_DEV_GET_GPU_RECOVERY_ACTION: 565,  # "Changes between v560 and v565"
+}
+
+# nvmlGpuFabricInfoV_t struct version -> the first branch that accepts it; an
+# older one answers ARGUMENT_VERSION_MISMATCH. v2 (healthMask) came with
+# nvmlDeviceGetGpuFabricInfoV ("v545 and v550"); v3 (healthSummary) in "v575
+# and v580".
+FABRIC_INFO_VERSION_SINCE: dict[int, int] = {2: 550, 3: 580}
+
+
+def exports(branch: DriverBranch, symbol: str) -> bool:
+    return SYMBOL_SINCE.get(symbol, 0) <= branch.number
+
+
+def knows_field(branch: DriverBranch, field_id: int) -> bool:
+    return FIELD_SINCE.get(field_id, 0) <= branch.number
