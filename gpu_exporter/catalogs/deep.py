@@ -20,6 +20,19 @@ METRICS: tuple[Metric, ...] = (
        "Share of time any tensor core pipe was active (NVML GPM).", GPU, "gpm"),
     _m("gpu_dram_active_ratio", "gauge",
        "Share of peak device memory bandwidth in use (NVML GPM).", GPU, "gpm"),
+    _m("gpu_sm_active_seconds_total", "counter",
+       "SM-active time: the GPM SM activity of each interval between two GPM samples times "
+       "its length, summed since the exporter started (NVML GPM, Hopper and newer). rate() "
+       "of it is the mean SM activity of any window, whatever the scrape interval.",
+       GPU, "gpm"),
+    _m("gpu_tensor_active_seconds_total", "counter",
+       "Tensor-active time: the GPM tensor activity of each interval times its length, "
+       "summed since the exporter started; rate() of it is the mean tensor activity of any "
+       "window.", GPU, "gpm"),
+    _m("gpu_dram_active_seconds_total", "counter",
+       "DRAM-active time: the GPM share of peak memory bandwidth in use in each interval "
+       "times its length, summed since the exporter started; rate() of it is the mean "
+       "memory bandwidth use of any window.", GPU, "gpm"),
     _m("gpu_gpm_pcie_bytes_per_second", "gauge",
        "PCIe traffic rate over the last GPM interval (NVML GPM).", (*GPU, "direction"), "gpm"),
     _m("gpu_gpm_nvlink_bytes_per_second", "gauge",
@@ -33,6 +46,12 @@ METRICS: tuple[Metric, ...] = (
        "GPM tensor activity of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
     _m("gpu_mig_dram_active_ratio", "gauge",
        "GPM memory bandwidth use of one MIG GPU instance.", (*GPU, "gpu_instance"), "gpm"),
+    _m("gpu_busy_seconds_total", "counter",
+       "Time at least one kernel was running on the GPU, integrated from NVML's sub-second "
+       "utilization samples (each sample's busy share times the time since the one before) "
+       "since the exporter started; rate() of it is the GPU's utilization over any window, "
+       "with nothing lost between scrapes. Lags the newest sample by up to "
+       f"{SAMPLES_EVERY_S:g} s (the buffer's read cadence).", GPU, "samples"),
     _m("gpu_utilization_samples_ratio", "gauge",
        "Minimum, mean and maximum of NVML's sub-second GPU utilization samples (taken every "
        f"200 ms) since the last read, every {SAMPLES_EVERY_S:g} s: a wide min-max spread with "

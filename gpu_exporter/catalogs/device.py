@@ -63,6 +63,13 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_throttle_reason_active", "gauge",
        "1 while this reason holds the GPU's clocks below their maximum (NVML clock event "
        "reasons), one series per reason the GPU supports.", (*GPU, "reason"), "device"),
+    _m("gpu_throttle_seconds_total", "counter",
+       "Time this reason held the GPU's clocks down, from NVML's per-reason clock event "
+       "counters (nvmlDeviceGetFieldValues NVML_FI_DEV_CLOCKS_EVENT_REASON_* and "
+       "NVML_FI_DEV_PERF_POLICY_*, nanoseconds since the driver was loaded); rate() of it is "
+       "the share of any window the reason held. Only the reasons the driver counts: "
+       "sw_power_cap, sync_boost, sw_thermal, hw_thermal, hw_power_brake, board_limit, "
+       "reliability.", (*GPU, "reason"), "device"),
     _m("gpu_pcie_link_generation", "gauge",
        "PCIe generation the link is trained at now; idle GPUs downshift to save power.",
        GPU, "device"),

@@ -13,6 +13,17 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_host_cpu_steal_ratio", "gauge",
        "Share of all CPU time the hypervisor gave to other guests over the last poll "
        "interval, from /proc/stat.", (), "host"),
+    _m("gpu_host_cpu_seconds_total", "counter",
+       "CPU time of all CPUs together in every mode since boot, from the aggregate cpu line "
+       "of /proc/stat: the denominator of the iowait and steal shares over any window.", (),
+       "host"),
+    _m("gpu_host_cpu_iowait_seconds_total", "counter",
+       "CPU time all CPUs together spent idle while waiting for I/O since boot, from "
+       "/proc/stat; rate() of it over rate() of gpu_host_cpu_seconds_total is the iowait "
+       "share of any window, whatever the scrape interval.", (), "host"),
+    _m("gpu_host_cpu_steal_seconds_total", "counter",
+       "CPU time the hypervisor gave to other guests since boot, all CPUs together, from "
+       "/proc/stat.", (), "host"),
     _m("gpu_host_context_switches_total", "counter",
        "Context switches on all CPUs since boot, from /proc/stat.", (), "host"),
     _m("gpu_host_pressure_ratio", "gauge",
@@ -40,6 +51,10 @@ METRICS: tuple[Metric, ...] = (
        "Share of the last poll interval in which the block device had I/O in flight, from "
        "io_ticks in /proc/diskstats (whole devices; partitions, loop and RAM devices left "
        "out).", ("device",), "host"),
+    _m("gpu_host_disk_busy_seconds_total", "counter",
+       "Time the block device had I/O in flight since boot, from io_ticks in /proc/diskstats "
+       "(whole devices; partitions, loop and RAM devices left out); rate() of it is the busy "
+       "share of any window.", ("device",), "host"),
     _m("gpu_host_network_receive_errors_total", "counter",
        "Receive errors on the network interface since boot, from /proc/net/dev (loopback and "
        "container virtual interfaces left out).", ("interface",), "host"),

@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 # Memory temperature is read every poll; the PCIe byte counters cost the
 # driver 0.1-0.3 ms each on an H100 (the field's own latencyUsec), so they are
 # slow reads like the other counters below.
-_FIELDS = (c.FI_DEV_MEMORY_TEMP,)
+# The per-reason throttle time counters ride in the same call: one
+# nvmlDeviceGetFieldValues answers them all, and a counter read every poll
+# lets rate() see every nanosecond a reason held, whatever the scrape interval.
+_FIELDS = (c.FI_DEV_MEMORY_TEMP, *c.THROTTLE_TIME_FIELDS)
+_NS = 1e-9
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
@@ -253,6 +257,10 @@ def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBui
         if fid == c.FI_DEV_MEMORY_TEMP:
             if accept(gpu, "gpu_temperature_celsius", value, series=":memory"):
                 out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
+        elif fid in c.THROTTLE_TIME_FIELDS:
+            reason = c.THROTTLE_TIME_FIELDS[fid]
+            if accept_counter(gpu, "gpu_throttle_seconds_total", value * _NS, ":" + reason):
+                out.add("gpu_throttle_seconds_total", value * _NS, **labels, reason=reason)
         elif fid in _PCIE_DIRECTION:
             direction = _PCIE_DIRECTION[fid]
             if accept_counter(gpu, "gpu_pcie_bytes_total", value, ":" + direction,

@@ -156,6 +156,13 @@ class HostCollector(Collector):
         """iowait and steal ratios and the context switch rate since the last poll."""
         if times is None:
             return None, None
+        # The counters carry every second between scrapes; the ratios below
+        # are the last poll's share, for the diagnosis's now-value.
+        out.add("gpu_host_cpu_seconds_total", times.total)
+        for mode, name in (("iowait", "gpu_host_cpu_iowait_seconds_total"),
+                           ("steal", "gpu_host_cpu_steal_seconds_total")):
+            if mode in times.seconds:
+                out.add(name, times.seconds[mode])
         ratios = cpu.cpu_ratios(before, times) if before is not None else None
         if ratios is not None and ratios.iowait is not None:
             out.add("gpu_host_cpu_iowait_ratio", ratios.iowait)
@@ -197,7 +204,11 @@ class HostCollector(Collector):
 
     def _disks(self, out: SnapshotBuilder, busy: disks.DiskBusy | None,
                before: disks.DiskBusy | None, dt: float) -> dict[str, float]:
-        if busy is None or before is None:
+        if busy is None:
+            return {}
+        for name in self._cap("block devices", busy.busy_seconds):
+            out.add("gpu_host_disk_busy_seconds_total", busy.busy_seconds[name], device=name)
+        if before is None:
             return {}
         ratios = disks.busy_ratios(before, busy, dt)
         for name in self._cap("block devices", ratios):

@@ -90,6 +90,9 @@ BOUNDS: dict[str, tuple[float, float]] = {
     # A 64-bit byte counter: 2**63 bytes is 290 years at 1 TB/s; the 64-bit
     # sentinel (as the double NVML's field value becomes) is above it.
     "gpu_pcie_bytes_total": (0.0, 2.0**63),
+    # Throttle time per reason, a 64-bit count of nanoseconds: 1e10 s is 300
+    # years; the 64-bit sentinel (1.8e10 s) is above it.
+    "gpu_throttle_seconds_total": (0.0, 1e10),
     # ECC counts: a board with four billion ECC errors has been retired long
     # before; the 32- and 64-bit sentinels are at or above it.
     "gpu_ecc_errors_total": (0.0, U32_NA - 1),
