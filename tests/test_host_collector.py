@@ -185,7 +185,7 @@ def test_host_exposition_matches_golden(tmp_path: Path) -> None:
 
 # --- end to end ------------------------------------------------------------------------
 def test_simulated_healthy_node_shows_the_scenarios_host() -> None:
-    with SimRun("healthy") as run:
+    with SimRun("healthy", metrics={"detail": True}) as run:
         snap = run.poll(3)
     # HOST_DEFAULTS of the simulator: the healthy scenario keeps them.
     assert snap.get("gpu_host_cpu_iowait_ratio") == pytest.approx(0.002, abs=1e-3)
