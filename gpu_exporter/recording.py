@@ -277,6 +277,8 @@ def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) 
             g[keys[fid]] = int(value)
         elif fid == c.FI_DEV_NVLINK_LINK_COUNT:
             g["nvlink_count"] = int(value)
+        elif fid in c.THROTTLE_TIME_FIELDS:  # nanoseconds, as NVML answers
+            g.setdefault("throttle_ns", {})[c.THROTTLE_TIME_FIELDS[fid]] = int(value)
 
 
 def _scoped(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:

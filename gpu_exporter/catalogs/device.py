@@ -64,7 +64,10 @@ METRICS: tuple[Metric, ...] = (
        "cooled boards.", (*GPU, "fan"), "device"),
     _m("gpu_throttle_reason_active", "gauge",
        "1 while this reason holds the GPU's clocks below their maximum (NVML clock event "
-       "reasons), one series per reason the GPU supports.", (*GPU, "reason"), "device"),
+       "reasons), one series per reason the GPU supports. A reason NVML also counts the time "
+       "of (gpu_throttle_seconds_total) has this series with --metrics.detail only: the "
+       "counter's rate says when and how long it held, between scrapes too.",
+       (*GPU, "reason"), "device"),
     _m("gpu_throttle_seconds_total", "counter",
        "Time this reason held the GPU's clocks down, from NVML's per-reason clock event "
        "counters (nvmlDeviceGetFieldValues NVML_FI_DEV_CLOCKS_EVENT_REASON_* and "

@@ -10,15 +10,18 @@ A lost GPU exports ``gpu_up 0`` while the others keep reporting.
 from __future__ import annotations
 
 import logging
+from typing import Self
 
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.plausible import accept, accept_counter
+from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone
+from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone, NvmlSession
 from gpu_exporter.readings import GpuReading
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -50,10 +53,27 @@ _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BY
 # blocks 20 ms) is never called: PCIe bytes come from the field-value counters.
 
 
+# Reasons with a time counter the GPU answers for: their state gauge is detail
+# (the counter's rate says when and how much they held, between scrapes too).
+_COUNTED = {reason: fid for fid, reason in c.THROTTLE_TIME_FIELDS.items()}
+
+
 class DeviceCollector(NvmlCollector):
     name = "device"
     description = ("NVML device metrics: utilization, memory, power, clocks, throttle reasons, "
                    "PCIe, ECC")
+    settings = ("metrics.detail",)
+
+    def __init__(self, session: NvmlSession, detail: bool = False) -> None:
+        super().__init__(session)
+        self.detail = detail
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.session, rt.settings.metrics.detail)
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.detail = settings.metrics.detail
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -96,7 +116,8 @@ class DeviceCollector(NvmlCollector):
         gpu.errors = 0
         gpu.polls += 1
         try:
-            self.session.run(gpu, lambda: _read_device(gpu, device, scratch, labels, r))
+            self.session.run(gpu, lambda: _read_device(gpu, device, scratch, labels, r,
+                                                       self.detail))
         except (GpuGone, GpuHung) as exc:
             if isinstance(exc, GpuGone):
                 self.session.mark_lost(gpu, str(exc))
@@ -111,7 +132,7 @@ class DeviceCollector(NvmlCollector):
 
 
 def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
-                 r: GpuReading) -> None:
+                 r: GpuReading, detail: bool = False) -> None:
     # Every reading passes collectors/plausible.py before it is exported or
     # handed to the diagnosis: NVML's "not available" sentinels and impossible
     # values leave the series absent for this poll and count a read error.
@@ -225,7 +246,9 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
                 on = bool(active & bit)
                 if on:
                     names.add(reason)
-                out.add("gpu_throttle_reason_active", on, **labels, reason=reason)
+                counted = reason in _COUNTED and f"field_{_COUNTED[reason]}" not in gpu.unsupported
+                if detail or not counted:
+                    out.add("gpu_throttle_reason_active", on, **labels, reason=reason)
         r.throttle_reasons = frozenset(names)
 
     _read_pcie(gpu, d, out, labels, r)

@@ -60,6 +60,9 @@ def _apply_replay(st: GpuState, rec: dict[str, Any]) -> None:
         st.persistence = bool(rec["persistence"])
     if "remapped" in rec:
         st.remapped = tuple(int(x) for x in rec["remapped"])  # type: ignore[assignment]
+    # A recording holds the throttle time counters only where it read them;
+    # without them NVML's answer is unknown, so the fields answer NOT_SUPPORTED.
+    st.throttle_ns = {str(k): int(v) for k, v in rec.get("throttle_ns", {}).items()}
     st.lost = bool(rec.get("lost", False))
     st.errors.update({name: int(Return[code]) for name, code in rec.get("errors", {}).items()})
     st.field_errors = {int(k): int(Return[v]) for k, v in rec.get("field_errors", {}).items()}
