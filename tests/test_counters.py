@@ -151,3 +151,17 @@ def test_host_counters_rate_to_the_host_shares() -> None:
     assert near(0.2)(rate(points, "gpu_host_cpu_iowait_seconds_total") / total)
     assert near(0.05)(rate(points, "gpu_host_cpu_steal_seconds_total") / total)
     assert near(0.3)(rate(points, "gpu_host_disk_busy_seconds_total", device="nvme0n1"))
+
+
+def test_busy_time_skips_gaps_and_impossible_samples() -> None:
+    from gpu_exporter.collectors.samples import SamplesCollector
+    from gpu_exporter.nvml.session import NvmlSession
+
+    collector = SamplesCollector(NvmlSession())
+    uuid = "GPU-x"
+    collector._integrate_busy(uuid, None, [(1_000_000, 100.0)])  # the starting point
+    assert collector._busy_s[uuid] == 0.0
+    # 0.2 s at 100 %, 0.2 s at 50 %; a 255 % sentinel and a 20 s gap count nothing.
+    collector._integrate_busy(uuid, 1_000_000, [(1_200_000, 100.0), (1_400_000, 50.0),
+                                                (1_600_000, 255.0), (21_600_000, 100.0)])
+    assert collector._busy_s[uuid] == pytest.approx(0.3)

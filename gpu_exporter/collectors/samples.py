@@ -120,7 +120,9 @@ class SamplesCollector(NvmlCollector):
         prev = last_seen_us
         for ts, percent in sorted(raw):
             span = (ts - prev) / 1e6
-            if 0 < span <= MAX_SAMPLE_GAP_S:
-                total += min(100.0, max(0.0, percent)) / 100.0 * span
+            # A share outside 0-100 % is NVML's "not available" (or a faulty
+            # sample): its span is left out, never counted as busy.
+            if 0 < span <= MAX_SAMPLE_GAP_S and 0.0 <= percent <= 100.0:
+                total += percent / 100.0 * span
             prev = max(prev, ts)
         self._busy_s[uuid] = total
