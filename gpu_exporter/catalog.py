@@ -22,6 +22,8 @@ CATALOG: tuple[Metric, ...] = (
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOG}
+# Families exported only with --metrics.detail.
+DETAIL: frozenset[str] = frozenset(m.name for m in CATALOG if m.detail)
 if len(BY_NAME) != len(CATALOG):  # pragma: no cover - a programming error
     raise RuntimeError("duplicate metric name in catalog")
 
@@ -39,8 +41,9 @@ def metrics_markdown() -> str:
              "|---|---|---|---|---|"]
     for m in CATALOG:
         labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
-        lines.append(f"| `{m.name}` | {m.kind} | {labels} | {m.collector} | {m.help} |")
+        detail = " Exported with `--metrics.detail` only." if m.detail else ""
+        lines.append(f"| `{m.name}` | {m.kind} | {labels} | {m.collector} | {m.help}{detail} |")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BY_NAME", "CATALOG", "GPU", "Kind", "Metric", "metric", "metrics_markdown"]
+__all__ = ["BY_NAME", "CATALOG", "DETAIL", "GPU", "Kind", "Metric", "metric", "metrics_markdown"]

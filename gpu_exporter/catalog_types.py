@@ -17,6 +17,11 @@ class Metric:
     help: str
     labels: tuple[str, ...]
     collector: str
+    # Exported only with --metrics.detail: detail a fleet rarely needs (per-link
+    # NVLink counters, sample min/max, host series node_exporter already has),
+    # kept out of the default series budget. The readings behind it are taken
+    # either way, so the diagnosis sees the same.
+    detail: bool = False
 
     def __post_init__(self) -> None:
         if self.kind == "counter" and not self.name.endswith("_total"):
@@ -26,5 +31,5 @@ class Metric:
 
 
 def metric_spec(name: str, kind: Kind, help: str, labels: tuple[str, ...],
-                collector: str) -> Metric:
-    return Metric(name, kind, help, labels, collector)
+                collector: str, *, detail: bool = False) -> Metric:
+    return Metric(name, kind, help, labels, collector, detail)

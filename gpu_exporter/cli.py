@@ -94,6 +94,9 @@ def _daemon_parser() -> _Parser:
                    help="YAML configuration file.")
     for flag, dest, text, metavar in _FLAGS:
         p.add_argument(flag, dest=dest, metavar=metavar, help=text, default=argparse.SUPPRESS)
+    p.add_argument("--metrics.detail", dest="metrics.detail",
+                   action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                   help=METRICS_DETAIL_HELP)
     for name, info in COLLECTORS.items():
         state = "enabled" if info.default else "disabled"
         # --collector.X and --no-collector.X, both shown in --help.
@@ -102,6 +105,11 @@ def _daemon_parser() -> _Parser:
                        help=f"Enable or disable the {name} collector ({info.description}; "
                        f"{state} by default).")
     return p
+
+
+METRICS_DETAIL_HELP = ("Also export the detail series: per-link NVLink counters, the min/mean/max "
+                       "of NVML's sub-second samples, GPM byte rates and the host series "
+                       "node_exporter already exports (default off: the series budget).")
 
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:

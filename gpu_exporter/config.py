@@ -86,6 +86,12 @@ class ProcessesConfig(_Section):
     max_per_gpu: int = Field(32, ge=0, le=4096)
 
 
+class MetricsConfig(_Section):
+    # Also export the detail families (catalog ``detail``): per-link NVLink
+    # counters, sample min/mean/max, host series node_exporter already exports.
+    detail: bool = False
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
                                       extra="forbid", frozen=True)
@@ -95,6 +101,7 @@ class Settings(BaseSettings):
     log: LogConfig = LogConfig()
     path: PathConfig = PathConfig()
     processes: ProcessesConfig = ProcessesConfig()
+    metrics: MetricsConfig = MetricsConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()
     baseline_file: Path | None = None
     collectors: dict[str, bool] = Field(default_factory=dict)

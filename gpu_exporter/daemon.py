@@ -71,7 +71,8 @@ class Exporter:
                                watch_udev=simulation is None)
         self.collectors = pipeline.build(self.runtime)
         self.poller = Poller(self.collectors, settings.poll.interval, self.session,
-                             wall_clock=wall_clock, monotonic=monotonic)
+                             wall_clock=wall_clock, monotonic=monotonic,
+                             detail=settings.metrics.detail)
         if simulation is not None:
             self.poller.before_poll.append(simulation.refresh)
         # The last 15 minutes of each GPU for the node page's charts, kept in a

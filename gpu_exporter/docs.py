@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 from gpu_exporter.catalog import metrics_markdown
-from gpu_exporter.cli import _FLAGS
+from gpu_exporter.cli import _FLAGS, METRICS_DETAIL_HELP
 from gpu_exporter.pipeline import COLLECTORS
+from gpu_exporter.series_budget import series_markdown
 
 
 def flags_markdown() -> str:
@@ -16,6 +17,8 @@ def flags_markdown() -> str:
     for flag, dest, text, _metavar in _FLAGS:
         env = "GPU_EXPORTER_" + dest.replace(".", "__").upper()
         lines.append(f"| `{flag}` | `{dest}` | `{env}` | {text} |")
+    lines.append("| `--[no-]metrics.detail` | `metrics.detail` | `GPU_EXPORTER_METRICS__DETAIL` "
+                 f"| {METRICS_DETAIL_HELP} |")
     for name, info in COLLECTORS.items():
         state = "on" if info.default else "off"
         env = f"GPU_EXPORTER_COLLECTORS__{name.upper()}"
@@ -24,7 +27,7 @@ def flags_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATED = {"metrics": metrics_markdown, "flags": flags_markdown}
+GENERATED = {"metrics": metrics_markdown, "flags": flags_markdown, "series": series_markdown}
 _BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (\w+) -->\n)(.*?)(<!-- END GENERATED -->)", re.S)
 
 

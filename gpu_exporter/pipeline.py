@@ -17,6 +17,7 @@ from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.mig import MigCollector
 from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.collectors.pcie import PcieCollector
+from gpu_exporter.collectors.process_series import ProcessSeriesCollector
 from gpu_exporter.collectors.processes import ProcessesCollector
 from gpu_exporter.collectors.samples import SamplesCollector
 from gpu_exporter.collectors.xid import XidCollector
@@ -25,7 +26,7 @@ from gpu_exporter.runtime import Runtime
 
 READERS: tuple[type[Collector], ...] = (
     DeviceCollector, MigCollector, GpmCollector, SamplesCollector, NvlinkCollector,
-    XidCollector, ProcessesCollector, HostCollector, PcieCollector,
+    XidCollector, ProcessesCollector, ProcessSeriesCollector, HostCollector, PcieCollector,
 )
 DERIVATIONS: tuple[type[Collector], ...] = (DiagnosisCollector, BaselineCollector)
 

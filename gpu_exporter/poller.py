@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpu_exporter import __version__
+from gpu_exporter.catalog import DETAIL
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import Settings
 from gpu_exporter.nvml.session import NvmlSession
@@ -51,8 +52,11 @@ class Poller:
         session: NvmlSession | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        detail: bool = False,
     ) -> None:
         self.collectors = list(collectors)
+        # Whether the detail families (catalog DETAIL) are exported too.
+        self.detail = detail
         self.interval = interval
         self.session = session
         self._wall = wall_clock
@@ -134,6 +138,7 @@ class Poller:
             except Exception:
                 log.exception("reconfiguring collector %s failed", c.name)
         self.interval = pending.settings.poll.interval
+        self.detail = pending.settings.metrics.detail
         if self.session is not None and self.session.call_timeout is not None:
             self.session.call_timeout = pending.settings.poll.timeout
 
@@ -177,6 +182,10 @@ class Poller:
             out.add("gpu_exporter_collector_errors_total", self._errors_total[collector.name],
                     collector=collector.name)
         self._add_self(out, self._mono() - start)
+        if not self.detail:
+            # The collectors read them anyway (the aggregates and the diagnosis
+            # are made from them); only the series stay out.
+            out.discard(DETAIL.__contains__)
         snap = out.build()
         self._latest = snap
         for listener in self.listeners:

@@ -280,6 +280,8 @@ def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) 
             g["nvlink_count"] = int(value)
         elif fid == c.FI_DEV_GET_GPU_RECOVERY_ACTION:
             g["recovery_action"] = c.RECOVERY_ACTIONS.get(int(value), f"code_{int(value)}")
+        elif fid in c.THROTTLE_TIME_FIELDS:  # nanoseconds, as NVML answers
+            g.setdefault("throttle_ns", {})[c.THROTTLE_TIME_FIELDS[fid]] = int(value)
 
 
 def _fabric(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:

@@ -21,7 +21,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from gpu_exporter.alerting.config import load_config
 from gpu_exporter.alerting.generate import RULES
 from gpu_exporter.alerting.promql import metric_names
-from gpu_exporter.catalog import BY_NAME
+from gpu_exporter.catalog import BY_NAME, DETAIL
 from gpu_exporter.dashboards.generate import FLEET, NODE, differences
 from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
 from tests.tools import tool
@@ -110,6 +110,14 @@ def test_every_query_parses_and_names_known_metrics(name: str) -> None:
                             "nor a recording rule"
 
 
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_dashboards_need_no_detail_series(name: str) -> None:
+    # What a panel shows must be there at the default settings: a family only
+    # --metrics.detail exports would leave it empty on most nodes.
+    used = _metrics_of(name) & DETAIL
+    assert not used, f"{name}: {sorted(used)} are exported with --metrics.detail only"
+
+
 def test_substitute_fills_every_variable() -> None:
     assert substitute('rate(x{a=~"$job"}[$__rate_interval]) * ${gpu}', VARIABLES) == \
         'rate(x{a=~"gpu-exporter"}[1m]) * .+'
@@ -127,7 +135,8 @@ def _metrics_of(name: str) -> set[str]:
 def test_node_dashboard_shows_what_the_on_call_needs() -> None:
     metrics = _metrics_of("node")
     for needed in (
-            "gpu_diagnosis_active", "gpu_utilization_ratio", "gpu_sm_active_ratio",
+            "gpu_diagnosis_active", "gpu_busy_seconds_total", "gpu_sm_active_seconds_total",
+            "gpu_throttle_seconds_total",
             "gpu_memory_used_bytes", "gpu_power_watts", "gpu_power_limit_watts",
             "gpu_clock_hertz", "gpu_clock_max_hertz", "gpu_throttle_reason_active",
             "gpu_temperature_celsius", "gpu_temperature_threshold_celsius",
@@ -138,7 +147,8 @@ def test_node_dashboard_shows_what_the_on_call_needs() -> None:
             "gpu_xid_errors_all_total",
             "gpu_process_memory_used_bytes", "gpu_process_sm_utilization_ratio",
             "gpu_process_cpu_seconds_total", "gpu_process_run_queue_wait_seconds_total",
-            "gpu_host_cpu_iowait_ratio", "gpu_host_pressure_ratio",
+            "gpu_host_cpu_iowait_seconds_total", "gpu_host_cpu_seconds_total",
+            "gpu_host_pressure_ratio",
             "gpu_host_swap_used_bytes"):
         assert needed in metrics, needed
     dash = _load("node")

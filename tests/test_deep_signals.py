@@ -25,7 +25,7 @@ def by_gpu(snap: Snapshot, name: str, **labels: str) -> dict[str, float]:
 
 
 def test_healthy_h100s_export_the_four_gpm_families() -> None:
-    with SimRun("healthy") as run:
+    with SimRun("healthy", metrics={"detail": True}) as run:
         snap = run.poll(5)
     for name in GPM:
         assert len(by_gpu(snap, name)) == 8, name
@@ -54,7 +54,7 @@ def test_a100_exports_no_gpm_and_no_error() -> None:
 
 
 def test_utilization_inflated_gpu_is_busy_but_its_sms_are_not() -> None:
-    with SimRun("utilization-inflated") as run:
+    with SimRun("utilization-inflated", metrics={"detail": True}) as run:
         snap = run.poll(5)
     assert by_gpu(snap, "gpu_utilization_ratio")["4"] > 0.9
     assert by_gpu(snap, "gpu_sm_active_ratio")["4"] < 0.35
@@ -62,7 +62,7 @@ def test_utilization_inflated_gpu_is_busy_but_its_sms_are_not() -> None:
 
 
 def test_gpm_samples_closer_than_100ms_wait_for_a_later_poll() -> None:
-    with SimRun("healthy") as run:
+    with SimRun("healthy", metrics={"detail": True}) as run:
         run.poll(1)
         snap = run.poll(0.5, interval=0.05)
     # Rates still come, from samples at least 100 ms apart.
@@ -70,7 +70,7 @@ def test_gpm_samples_closer_than_100ms_wait_for_a_later_poll() -> None:
 
 
 def test_bursty_input_shows_in_sub_second_samples() -> None:
-    with SimRun("bursty-input") as run:
+    with SimRun("bursty-input", metrics={"detail": True}) as run:
         snap = run.poll(5)
     stats = {lab["stat"]: v for lab, v in snap.series("gpu_utilization_samples_ratio")
              if lab["gpu"] == "2"}
@@ -143,7 +143,7 @@ def test_xid_thread_delivers_events_in_real_time() -> None:
 def test_nvlink_links_errors_and_traffic_on_h100() -> None:
     scenario = Scenario(name="nvl", node={"gpus": 2}, state={"utilization": 0.9},
                         gpus={1: {"nvlink_down": [3], "nvlink_crc_errors_per_s": 2.0}})
-    with SimRun(scenario) as run:
+    with SimRun(scenario, metrics={"detail": True}) as run:
         snap = run.poll(10)
     up = {(lab["gpu"], lab["link"]): v for lab, v in snap.series("gpu_nvlink_link_up")}
     assert len(up) == 36 and up[("1", "3")] == 0.0 and sum(up.values()) == 35
@@ -165,7 +165,7 @@ def test_nvlink_field_errors_skip_absent_count_others_and_lost_means_gone() -> N
             return dataclasses.replace(st, field_errors=dict(errors))
         return st
 
-    with SimRun(scenario) as run:
+    with SimRun(scenario, metrics={"detail": True}) as run:
         run.poll(2)
         run.node.library.inject_state = tamper
         errors.update({c.FI_DEV_NVLINK_ERROR_DL_CRC: int(Return.NOT_SUPPORTED),

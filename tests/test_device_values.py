@@ -83,8 +83,15 @@ def expected(st: GpuState, one: OneGpu) -> dict[Key, float]:
                      st.default_app_clocks_mhz[code] * 1e6))
     for fan, pct in enumerate(st.fans_pct):
         rows.append(("gpu_fan_speed_ratio", {"fan": str(fan)}, pct / 100))
+    counted = set()
+    for fid, reason in c.THROTTLE_TIME_FIELDS.items():
+        if reason in st.throttle_ns and fid not in profile.unsupported_fields:
+            counted.add(reason)
+            rows.append(("gpu_throttle_seconds_total", {"reason": reason},
+                         st.throttle_ns[reason] * 1e-9))
     for bit, reason in c.CLOCK_EVENT_REASONS.items():
-        if st.supported_reasons & bit:
+        # A counted reason's state gauge is exported with --metrics.detail only.
+        if st.supported_reasons & bit and reason not in counted:
             rows.append(("gpu_throttle_reason_active", {"reason": reason},
                          float(bool(st.reasons & bit))))
     rows.append(("gpu_ecc_enabled", {}, float(st.ecc_enabled)))
@@ -261,6 +268,7 @@ def test_a_failing_read_is_named_once_and_only_its_series_go(
         assert len([m for m in failed if f"reading {key} failed" in m]) == 1
         assert len(snap.samples.get(absent, ())) < len(good.samples[absent])
         assert set(snap.samples) >= set(good.samples) - {absent, "gpu_temperature_celsius",
+                                                        "gpu_throttle_seconds_total",
                                                         "gpu_memory_controller_utilization_ratio",
                                                         "gpu_memory_total_bytes",
                                                         "gpu_memory_used_bytes",

@@ -1,7 +1,9 @@
 """Every driver branch a fleet still runs (simulator/drivers.py): the exporter
 exports exactly what that branch's NVML can answer, reads throttle reasons
 through the older calls where the newer ones are missing or unsupported, and
-the throttling diagnoses work on every branch."""
+the throttling diagnoses work on every branch. The nodes run with
+--metrics.detail: the question is what a branch can read, the detail
+families included."""
 
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ from gpu_exporter.simulator.drivers import BRANCHES, BY_NAME, NEWEST
 from gpu_exporter.simulator.model import Scenario
 from tests.simnode import SimRun
 
+DETAIL = {"detail": True}
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 _GPM = {"gpu_sm_active_ratio", "gpu_sm_occupancy_ratio", "gpu_tensor_active_ratio",
         "gpu_dram_active_ratio", "gpu_gpm_nvlink_bytes_per_second",
-        "gpu_gpm_pcie_bytes_per_second"}
+        "gpu_gpm_pcie_bytes_per_second", "gpu_sm_active_seconds_total",
+        "gpu_tensor_active_seconds_total", "gpu_dram_active_seconds_total"}
 _PCIE_BYTES = {"gpu_pcie_bytes_total"}
 # What each branch cannot give on an H100 node, against the newest branch.
 _FABRIC, _RECOVERY = {"gpu_fabric_state"}, {"gpu_recovery_action"}
@@ -56,7 +60,7 @@ def families(text: str) -> set[str]:
 
 @cache
 def exported(scenario: str, branch: str) -> tuple[frozenset[str], str]:
-    with SimRun(on_branch(scenario, branch)) as run:
+    with SimRun(on_branch(scenario, branch), metrics=DETAIL) as run:
         run.poll(40)
         text = run.scrape()
     return frozenset(families(text)), text
@@ -104,7 +108,7 @@ def test_throttling_diagnoses_on_every_branch(branch: str, scenario: str, cause:
 
 def test_processes_listed_through_the_older_calls() -> None:
     """Drivers before R535 have only the _v2 process lists."""
-    with SimRun(on_branch("memory-held-sm-idle-cpu-contention", "R525")) as run:
+    with SimRun(on_branch("memory-held-sm-idle-cpu-contention", "R525"), metrics=DETAIL) as run:
         run.poll(5)
         text = run.scrape()
         asked = run.node.library.missing
@@ -118,7 +122,7 @@ def test_supported_mask_not_supported_falls_back_to_the_older_call(
     the older one and the active reasons answer: the reasons stay exported."""
     sc = on_branch("throttled-under-load-power-cap", None)
     sc.state.errors = {"nvmlDeviceGetSupportedClocksEventReasons": "NOT_SUPPORTED"}
-    with caplog.at_level(logging.INFO), SimRun(sc) as run:
+    with caplog.at_level(logging.INFO), SimRun(sc, metrics=DETAIL) as run:
         run.poll(40)
         text = run.scrape()
         calls = run.node.library.calls
@@ -136,7 +140,7 @@ def test_active_bits_exported_without_any_supported_mask() -> None:
     exported from the active mask, so throttling is still seen."""
     sc = on_branch("throttled-under-load-power-cap", "R525")
     sc.state.errors = {"nvmlDeviceGetSupportedClocksThrottleReasons": "NOT_SUPPORTED"}
-    with SimRun(sc) as run:
+    with SimRun(sc, metrics=DETAIL) as run:
         run.poll(40)
         text = run.scrape()
     reasons = re.findall(r'^gpu_throttle_reason_active\{gpu="0",reason="(\w+)"', text, re.M)
@@ -152,7 +156,7 @@ def test_fans_counted_without_nvmlDeviceGetNumFans() -> None:
 
 
 def exported_profile(profile: str, branch: str) -> str:
-    with SimRun(on_branch("healthy", branch, profile=profile)) as run:
+    with SimRun(on_branch("healthy", branch, profile=profile), metrics=DETAIL) as run:
         run.poll(5)
         return run.scrape()
 

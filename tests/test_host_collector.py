@@ -194,10 +194,11 @@ def test_the_cap_is_said_once_per_kind_when_it_bites(tmp_path: Path, count: int,
     warnings = [r.getMessage() for r in caplog.records if "bound the number" in r.getMessage()]
     if count == 3:
         assert warnings == []
-    else:  # interfaces from the first poll, disks from the second (the first with a ratio)
+    else:  # both from the first poll (disks' busy seconds are exported from the first)
         assert warnings == [
-            "4 network interfaces: exporting the first 3 by name to bound the number of series",
-            "4 block devices: exporting the first 3 by name to bound the number of series"]
+            "4 block devices: exporting the first 3 by name to bound the number of series",
+            "4 network interfaces: exporting the first 3 by name to bound the number of series"]
+    assert len(values(snap, "gpu_host_disk_busy_seconds_total")) == 3
 
 
 def test_host_exposition_matches_golden(tmp_path: Path) -> None:
@@ -210,7 +211,7 @@ def test_host_exposition_matches_golden(tmp_path: Path) -> None:
 
 # --- end to end ------------------------------------------------------------------------
 def test_simulated_healthy_node_shows_the_scenarios_host() -> None:
-    with SimRun("healthy") as run:
+    with SimRun("healthy", metrics={"detail": True}) as run:
         snap = run.poll(3)
     # HOST_DEFAULTS of the simulator: the healthy scenario keeps them.
     assert snap.get("gpu_host_cpu_iowait_ratio") == pytest.approx(0.002, abs=1e-3)

@@ -108,7 +108,7 @@ def test_malformed_per_process_files_are_counted_not_fatal() -> None:
 # --- unreadable and malformed host files ----------------------------------------------------
 @pytest.mark.parametrize("fault", ["directory", "symlink-loop", "garbage", "empty"])
 def test_a_host_file_that_cannot_be_read_is_counted_and_the_rest_exported(fault: str) -> None:
-    with SimRun(_node()) as run:
+    with SimRun(_node(), metrics={"detail": True}) as run:
         run.poll()
         run.exporter.poller.before_poll.clear()
         meminfo = run.node.procfs / "meminfo"

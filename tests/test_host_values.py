@@ -85,6 +85,8 @@ def test_iowait_stepping_back_a_little_is_none_farther_is_rejected(
     assert snap.get("gpu_host_cpu_iowait_ratio") == 0.0
     assert snap.readings.host.iowait_ratio == 0.0
     assert host.collector.errors() == 0
+    # The iowait seconds counter holds its last reading rather than step back.
+    assert snap.get("gpu_host_cpu_iowait_seconds_total") == 0.5
     # 300 jiffies passed, iowait fell by 30: no kernel does that
     write(host, "stat", stat(user=733, iowait=17))
     with caplog.at_level(logging.WARNING):
@@ -132,8 +134,11 @@ def test_cpu_time_going_backwards_leaves_both_shares_absent(
     assert snap.series("gpu_host_cpu_iowait_ratio") == []
     assert snap.series("gpu_host_cpu_steal_ratio") == []
     assert snap.readings.host.steal_ratio is None
-    assert host.collector.errors() == 2
-    assert [m.split(" reads ")[1][:3] for m in rejected(caplog)] == ["nan", "nan"]
+    assert snap.series("gpu_host_cpu_seconds_total") == []  # a counter going backwards
+    assert host.collector.errors() == 3
+    messages = rejected(caplog)
+    assert messages[0].startswith("host: gpu_host_cpu_seconds_total reads 12.6")
+    assert [m.split(" reads ")[1][:3] for m in messages[1:]] == ["nan", "nan"]
 
 
 def test_context_switches_negative_or_going_backwards(
@@ -375,7 +380,7 @@ def test_two_polls_at_the_same_instant_have_no_rate_and_no_ratio(tmp_path: Path)
     host.collect()
     snap = host.one_second_later()
     assert snap.readings.host.context_switches_per_s == 40000
-    (host.root / "stat").write_text(stat(user=10**7, iowait=10**6, ctxt=10**10))
+    (host.root / "stat").write_text(stat(user=10**7, iowait=10**6, steal=10**5, ctxt=10**10))
     again = host.collect()  # the clock did not move
     facts = again.readings.host
     assert facts.context_switches_per_s is None and facts.swap_in_bytes_per_s is None

@@ -144,6 +144,29 @@ def test_field_ids_match_the_header(const: str, define: str) -> None:
     assert m and int(m.group(1)) == getattr(constants, const)
 
 
+def _define(name: str) -> int:
+    """A numeric #define of nvml.h, following aliases to another define."""
+    m = re.search(rf"#define {name}\s+(\w+)", header())
+    assert m, name
+    value = m.group(1)
+    return int(value) if value.isdigit() else _define(value)
+
+
+@pytest.mark.parametrize("const", [
+    "FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP", "FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST",
+    "FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN", "FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
+    "FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN", "FI_DEV_PERF_POLICY_BOARD_LIMIT",
+    "FI_DEV_PERF_POLICY_RELIABILITY"])
+def test_throttle_time_field_ids_match_the_header(const: str) -> None:
+    assert _define("NVML_" + const) == getattr(constants, const)
+    # Each counts a reason of the clock event bits, under the same label.
+    assert constants.THROTTLE_TIME_FIELDS[getattr(constants, const)] in \
+        constants.CLOCK_EVENT_REASONS.values()
+    # The header documents them in nanoseconds (or as perf policy counters).
+    line = re.search(rf"#define NVML_{const}\b[^\n]*", header())
+    assert line and ("in ns" in line.group(0) or "Perf Policy Counter" in line.group(0))
+
+
 def test_memory_v2_version_word_matches_the_struct_size() -> None:
     # NVML_STRUCT_VERSION(Memory, 2) = sizeof(nvmlMemory_v2_t) | 2 << 24
     import ctypes

@@ -217,7 +217,7 @@ def test_no_udev_monitor_for_a_sysfs_that_is_not_the_hosts(
 
 # --- the simulated node ------------------------------------------------------------------
 def test_simulated_node_shows_numa_and_links_of_every_gpu() -> None:
-    with SimRun("healthy") as run:
+    with SimRun("healthy", metrics={"detail": True}) as run:
         snap = run.poll(2)
     numa = {labels["gpu"]: (labels["numa_node"], labels["local_cpulist"])
             for labels, _ in snap.series("gpu_numa_info")}
@@ -233,7 +233,7 @@ def test_simulated_node_shows_numa_and_links_of_every_gpu() -> None:
 
 
 def test_simulated_downtrained_link_shows_on_the_gpu_and_its_upstream_port() -> None:
-    with SimRun("pcie-downtrained-link-degraded") as run:
+    with SimRun("pcie-downtrained-link-degraded", metrics={"detail": True}) as run:
         snap = run.poll(2)
     assert by_port(snap, "gpu_pcie_sysfs_link_width", "3") == {"gpu": 8, "upstream": 8}
     assert by_port(snap, "gpu_pcie_sysfs_link_width", "2") == {"gpu": 16, "upstream": 16}

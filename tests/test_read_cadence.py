@@ -42,7 +42,7 @@ def test_costly_counters_are_read_every_ten_polls_and_exported_every_poll() -> N
 
 
 def test_utilization_samples_every_five_seconds_power_samples_every_poll() -> None:
-    with SimRun("utilization-bursty-input-starvation") as run:
+    with SimRun("utilization-bursty-input-starvation", metrics={"detail": True}) as run:
         run.poll()
         before = Counter(run.node.library.calls)
         snaps = [run.poll(1) for _ in range(20)]

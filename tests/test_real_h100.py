@@ -39,7 +39,7 @@ def recorded_at(t: float) -> dict[str, Any]:
 
 
 def test_a_real_h100s_answers_become_metrics_in_base_units() -> None:
-    with SimRun(load_scenario(str(RECORDING))) as run:
+    with SimRun(load_scenario(str(RECORDING)), metrics={"detail": True}) as run:
         snap = run.poll(3)
     rec, first = recorded_at(3.0), recorded_at(0.0)
     uuid = rec["uuid"]

@@ -12,9 +12,11 @@ from gpu_exporter.snapshot import Snapshot
 from tests.procs import run_cli
 from tests.simnode import SimRun
 
-# Not recorded: the sub-second sample buffers, the host side, the exporter itself.
+# Not recorded: the sub-second sample buffers (and the busy time integrated
+# from them), the host side, the exporter itself.
 SKIP = ("gpu_exporter_", "gpu_utilization_samples", "gpu_power_samples",
-        "gpu_sm_clock_samples", "gpu_host_", "gpu_process_", "gpu_pcie_aer", "gpu_numa")
+        "gpu_sm_clock_samples", "gpu_busy_seconds", "gpu_host_", "gpu_process_", "gpu_pcie_aer",
+        "gpu_numa")
 
 
 def comparable(snap: Snapshot) -> dict[tuple[str, tuple[str, ...]], float]:

@@ -126,7 +126,7 @@ def _own_metrics_only(snap: Snapshot) -> None:
     assert not from_nvml
     assert snap.get("gpu_exporter_collector_success", collector="device") == 1.0
     assert snap.get("gpu_exporter_collector_success", collector="host") == 1.0
-    assert snap.series("gpu_host_memory_total_bytes")
+    assert snap.series("gpu_host_cpu_seconds_total")
 
 
 @pytest.mark.parametrize("scenario,hint", [
@@ -239,7 +239,7 @@ def test_no_permission_on_process_queries_degrades_to_no_process_series(
     # Everything else is still exported.
     assert {v for _, v in snap.series("gpu_up")} == {1.0}
     for name in ("gpu_power_watts", "gpu_utilization_ratio", "gpu_memory_used_bytes",
-                 "gpu_clock_hertz", "gpu_host_memory_total_bytes"):
+                 "gpu_clock_hertz", "gpu_host_cpu_seconds_total"):
         assert snap.series(name), name
     assert listed == 8  # asked once per GPU, not every poll
     warnings = _messages(caplog, "no permission to read processes_compute")

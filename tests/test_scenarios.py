@@ -15,7 +15,8 @@ REQUIRED = [
     "gpu_memory_used_bytes", "gpu_memory_total_bytes", "gpu_memory_reserved_bytes",
     "gpu_temperature_celsius", "gpu_temperature_threshold_celsius", "gpu_power_watts",
     "gpu_power_limit_watts", "gpu_power_default_limit_watts", "gpu_energy_joules_total",
-    "gpu_clock_hertz", "gpu_clock_max_hertz", "gpu_clock_application_hertz",
+    "gpu_clock_hertz", "gpu_clock_max_hertz", "gpu_throttle_seconds_total",
+    "gpu_busy_seconds_total", "gpu_nvlink_links_active", "gpu_nvlink_bytes_all_links_total",
     "gpu_performance_state", "gpu_throttle_reason_active", "gpu_pcie_link_generation",
     "gpu_pcie_link_generation_max", "gpu_pcie_link_width", "gpu_pcie_link_width_max",
     "gpu_pcie_replays_total", "gpu_pcie_bytes_total", "gpu_ecc_enabled", "gpu_ecc_errors_total",
@@ -95,17 +96,20 @@ def test_gpu_lost_turns_one_gpu_down_and_the_rest_keep_reporting() -> None:
 
 
 def test_power_capped_gpu_shows_sw_power_cap_and_lower_limit() -> None:
-    with SimRun("power-capped") as run:
+    with SimRun("power-capped", metrics={"detail": True}) as run:
         snap = run.poll(5)
     cap = values(snap, "gpu_throttle_reason_active", reason="sw_power_cap")
     assert cap["2"] == 1.0 and sum(cap.values()) == 1.0
+    # The time counter: the whole 5 s on GPU 2, none on the others.
+    held = values(snap, "gpu_throttle_seconds_total", reason="sw_power_cap")
+    assert held["2"] == pytest.approx(5.0) and sum(held.values()) == pytest.approx(5.0)
     assert values(snap, "gpu_power_limit_watts")["2"] == 450.0
     assert values(snap, "gpu_power_default_limit_watts")["2"] == 700.0
     assert values(snap, "gpu_clock_hertz", clock="sm")["2"] < 0.9 * 1.98e9
 
 
 def test_thermal_throttle_gpu_is_over_its_slowdown_threshold() -> None:
-    with SimRun("thermal-throttle") as run:
+    with SimRun("thermal-throttle", metrics={"detail": True}) as run:
         snap = run.poll(5)
     temps = values(snap, "gpu_temperature_celsius", sensor="gpu")
     assert temps["6"] >= 89.0

@@ -289,6 +289,20 @@ def _exporter_cases(by: dict[str, AlertRule]) -> list[Case]:
     return cases
 
 
+def busy_seconds(labels: dict[str, str], iv: float,
+                 shares: list[tuple[float, int]]) -> Series:
+    """gpu_busy_seconds_total of a GPU busy ``share`` of each of ``count``
+    scrape intervals of ``iv`` seconds, piece by piece: the counter the
+    exporter exports, so the rules take its rate as they would in Prometheus."""
+    values = ["0"]
+    total = 0.0
+    for share, count in shares:
+        for _ in range(count):
+            total += share * iv
+            values.append(f"{total:.10g}")
+    return Series("gpu_busy_seconds_total", labels, " ".join(values))
+
+
 # --- fleet rules -------------------------------------------------------------
 
 
@@ -299,18 +313,17 @@ def _straggler_case(rule: AlertRule, config: AlertConfig) -> Case:
     pre, post = steps(iv, onset) - 1, steps(iv, end - onset)
     series: list[Series] = []
 
-    def four(name: str, siblings: float, last: str) -> None:
+    def four(name: str, siblings: float, last: list[tuple[float, int]]) -> None:
         for i in range(3):
-            series.append(Series("gpu_utilization_ratio", gpu(name, i),
-                                 f"{siblings:g}x{pre + post + 1}"))
-        series.append(Series("gpu_utilization_ratio", gpu(name, 3), last))
+            series.append(busy_seconds(gpu(name, i), iv, [(siblings, pre + post + 1)]))
+        series.append(busy_seconds(gpu(name, 3), iv, last))
 
-    four("node-a", 0.95, f"0.95x{pre} 0.2x{post}")  # the straggler
-    four("node-b", 0.95, f"0.95x{pre} 0.6x{post}")  # lower, but not far below
-    four("node-c", 0.6, f"0.6x{pre} 0.1x{post}")  # siblings not busy
-    four("node-d", 0.95, f"0.95x{pre} 0.1 0.95x{post - 1}")  # a 5 s dip
+    four("node-a", 0.95, [(0.95, pre), (0.2, post)])  # the straggler
+    four("node-b", 0.95, [(0.95, pre), (0.6, post)])  # lower, but not far below
+    four("node-c", 0.6, [(0.6, pre), (0.1, post)])  # siblings not busy
+    four("node-d", 0.95, [(0.95, pre), (0.1, 1), (0.95, post - 1)])  # a 5 s dip
     for i in range(2):  # an idle node: nothing to straggle behind
-        series.append(Series("gpu_utilization_ratio", gpu("node-e", i), f"0x{pre + post + 1}"))
+        series.append(busy_seconds(gpu("node-e", i), iv, [(0.0, pre + post + 1)]))
     fire = Fire(gpu("node-a", 3), 0.2)
     return Case("GpuStraggler: a GPU far below its busy siblings; not a milder gap, idle "
                 "siblings or a dip", iv, series, [
@@ -437,7 +450,7 @@ def _quiet_case(name: str, rules: list[AlertRule], busy: bool) -> Case:
         g = gpu("node-a", i)
         series += [
             Series("gpu_info", {**g, "driver_version": "580.159.04"}, f"1x{n}"),
-            Series("gpu_utilization_ratio", g, f"0.96x{n}" if busy else f"0x{n}"),
+            busy_seconds(g, iv, [(0.96 if busy else 0.0, n)]),
             Series("gpu_memory_used_bytes", g,
                    f"{62 * GIB}x{n}" if busy else f"{GIB // 2}x{n}"),
             Series("gpu_memory_total_bytes", g, f"{80 * GIB}x{n}"),

@@ -248,9 +248,17 @@ def _exporter_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
 # --- fleet rules -------------------------------------------------------------
 
 
+# The window the utilization recording rules take the rate of the GPUs' busy
+# time over: at least four scrapes at a 30 s interval, short enough that a
+# straggler shows within two minutes.
+UTILIZATION_RATE_WINDOW = "2m"
+
+
 def recording_rules(config: AlertConfig) -> list[RecordingRule]:
     x = Exprs(config)
-    util = x.m("gpu_utilization_ratio")
+    # Utilization as the rate of the busy-time counter: every second between
+    # two scrapes counts, where the gauge keeps one poll in each scrape.
+    util = f"rate({x.m('gpu_busy_seconds_total')}[{UTILIZATION_RATE_WINDOW}])"
     per_gpu_diag = x.m("gpu_diagnosis_active")
     severity_of: dict[Severity, list[Row]] = {"critical": [], "warning": [], "info": []}
     for row in ROWS:

@@ -51,10 +51,12 @@ METRICS: tuple[Metric, ...] = (
        (*GPU, "clock"), "device"),
     _m("gpu_clock_application_hertz", "gauge",
        "Application clock target set by the administrator (nvidia-smi -ac), from NVML.",
-       (*GPU, "clock"), "device"),
+       (*GPU, "clock"), "device",
+       detail=True),
     _m("gpu_clock_application_default_hertz", "gauge",
        "Application clock the GPU ships with; GPU Boost runs above it. An application clock "
-       "set lower holds the GPU back.", (*GPU, "clock"), "device"),
+       "set lower holds the GPU back.", (*GPU, "clock"), "device",
+       detail=True),
     _m("gpu_performance_state", "gauge",
        "Performance state (P-state): 0 is maximum performance, 15 minimum.", GPU, "device"),
     _m("gpu_fan_speed_ratio", "gauge",
@@ -62,7 +64,17 @@ METRICS: tuple[Metric, ...] = (
        "cooled boards.", (*GPU, "fan"), "device"),
     _m("gpu_throttle_reason_active", "gauge",
        "1 while this reason holds the GPU's clocks below their maximum (NVML clock event "
-       "reasons), one series per reason the GPU supports.", (*GPU, "reason"), "device"),
+       "reasons), one series per reason the GPU supports. A reason NVML also counts the time "
+       "of (gpu_throttle_seconds_total) has this series with --metrics.detail only: the "
+       "counter's rate says when and how long it held, between scrapes too.",
+       (*GPU, "reason"), "device"),
+    _m("gpu_throttle_seconds_total", "counter",
+       "Time this reason held the GPU's clocks down, from NVML's per-reason clock event "
+       "counters (nvmlDeviceGetFieldValues NVML_FI_DEV_CLOCKS_EVENT_REASON_* and "
+       "NVML_FI_DEV_PERF_POLICY_*, nanoseconds since the driver was loaded); rate() of it is "
+       "the share of any window the reason held. Only the reasons the driver counts: "
+       "sw_power_cap, sync_boost, sw_thermal, hw_thermal, hw_power_brake, board_limit, "
+       "reliability.", (*GPU, "reason"), "device"),
     _m("gpu_pcie_link_generation", "gauge",
        "PCIe generation the link is trained at now; idle GPUs downshift to save power.",
        GPU, "device"),

@@ -14,16 +14,20 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_pcie_sysfs_link_generation", "gauge",
        "PCIe generation the link runs at as the kernel reports it (current_link_speed in "
        "sysfs), for the GPU (port=gpu) and for the bridge or switch port above it "
-       "(port=upstream).", (*GPU, "port"), "pcie"),
+       "(port=upstream).", (*GPU, "port"), "pcie",
+       detail=True),
     _m("gpu_pcie_sysfs_link_generation_max", "gauge",
        "Highest PCIe generation the port supports (max_link_speed in sysfs), for the GPU and "
-       "the port above it.", (*GPU, "port"), "pcie"),
+       "the port above it.", (*GPU, "port"), "pcie",
+       detail=True),
     _m("gpu_pcie_sysfs_link_width", "gauge",
        "PCIe lanes the link runs with as the kernel reports it (current_link_width in sysfs), "
-       "for the GPU and the port above it.", (*GPU, "port"), "pcie"),
+       "for the GPU and the port above it.", (*GPU, "port"), "pcie",
+       detail=True),
     _m("gpu_pcie_sysfs_link_width_max", "gauge",
        "Most PCIe lanes the port supports (max_link_width in sysfs), for the GPU and the port "
-       "above it.", (*GPU, "port"), "pcie"),
+       "above it.", (*GPU, "port"), "pcie",
+       detail=True),
     _m("gpu_pcie_aer_errors_total", "counter",
        "PCIe Advanced Error Reporting errors the kernel counted for the GPU since boot, by "
        "severity (correctable, nonfatal, fatal), from aer_dev_* in sysfs.",

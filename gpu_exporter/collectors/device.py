@@ -10,15 +10,18 @@ A lost GPU exports ``gpu_up 0`` while the others keep reporting.
 from __future__ import annotations
 
 import logging
+from typing import Self
 
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.collectors.plausible import accept, accept_slow_counter
+from gpu_exporter.collectors.plausible import accept, accept_counter, accept_slow_counter
+from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone
+from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone, NvmlSession
 from gpu_exporter.readings import GpuReading
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -26,7 +29,11 @@ log = logging.getLogger(__name__)
 # Memory temperature is read every poll; the PCIe byte counters cost the
 # driver 0.1-0.3 ms each on an H100 (the field's own latencyUsec), so they are
 # slow reads like the other counters below.
-_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_GET_GPU_RECOVERY_ACTION)
+# The per-reason throttle time counters ride in the same call: one
+# nvmlDeviceGetFieldValues answers them all, and a counter read every poll
+# lets rate() see every nanosecond a reason held, whatever the scrape interval.
+_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_GET_GPU_RECOVERY_ACTION, *c.THROTTLE_TIME_FIELDS)
+_NS = 1e-9
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
@@ -46,10 +53,27 @@ _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BY
 # blocks 20 ms) is never called: PCIe bytes come from the field-value counters.
 
 
+# Reasons with a time counter the GPU answers for: their state gauge is detail
+# (the counter's rate says when and how much they held, between scrapes too).
+_COUNTED = {reason: fid for fid, reason in c.THROTTLE_TIME_FIELDS.items()}
+
+
 class DeviceCollector(NvmlCollector):
     name = "device"
     description = ("NVML device metrics: utilization, memory, power, clocks, throttle reasons, "
                    "PCIe, ECC")
+    settings = ("metrics.detail",)
+
+    def __init__(self, session: NvmlSession, detail: bool = False) -> None:
+        super().__init__(session)
+        self.detail = detail
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.session, rt.settings.metrics.detail)
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.detail = settings.metrics.detail
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -92,7 +116,8 @@ class DeviceCollector(NvmlCollector):
         gpu.errors = 0
         gpu.polls += 1
         try:
-            self.session.run(gpu, lambda: _read_device(gpu, device, scratch, labels, r))
+            self.session.run(gpu, lambda: _read_device(gpu, device, scratch, labels, r,
+                                                       self.detail))
         except (GpuGone, GpuHung) as exc:
             if isinstance(exc, GpuGone):
                 self.session.mark_lost(gpu, str(exc))
@@ -107,7 +132,7 @@ class DeviceCollector(NvmlCollector):
 
 
 def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
-                 r: GpuReading) -> None:
+                 r: GpuReading, detail: bool = False) -> None:
     # Every reading passes collectors/plausible.py before it is exported or
     # handed to the diagnosis: NVML's "not available" sentinels and impossible
     # values leave the series absent for this poll and count a read error.
@@ -237,7 +262,9 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
                 on = bool(active & bit)
                 if on:
                     names.add(reason)
-                out.add("gpu_throttle_reason_active", on, **labels, reason=reason)
+                counted = reason in _COUNTED and f"field_{_COUNTED[reason]}" not in gpu.unsupported
+                if detail or not counted:
+                    out.add("gpu_throttle_reason_active", on, **labels, reason=reason)
         r.throttle_reasons = frozenset(names)
 
     _read_pcie(gpu, d, out, labels, r)
@@ -299,6 +326,10 @@ def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBui
         elif fid == c.FI_DEV_MEMORY_TEMP:
             if accept(gpu, "gpu_temperature_celsius", value, series=":memory"):
                 out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
+        elif fid in c.THROTTLE_TIME_FIELDS:
+            reason = c.THROTTLE_TIME_FIELDS[fid]
+            if accept_counter(gpu, "gpu_throttle_seconds_total", value * _NS, ":" + reason):
+                out.add("gpu_throttle_seconds_total", value * _NS, **labels, reason=reason)
         elif fid in _PCIE_DIRECTION:
             direction = _PCIE_DIRECTION[fid]
             if accept_slow_counter(gpu, "gpu_pcie_bytes_total", value, ":" + direction,

@@ -39,6 +39,13 @@ _RATES: dict[int, tuple[str, str]] = {
     c.GPM_NVLINK_TOTAL_RX_PER_SEC: ("gpu_gpm_nvlink_bytes_per_second", "rx"),
     c.GPM_NVLINK_TOTAL_TX_PER_SEC: ("gpu_gpm_nvlink_bytes_per_second", "tx"),
 }
+# metric id -> counter of the activity's time: the ratio of each interval
+# times its length, so rate() over any window is the window's mean activity.
+_ACTIVE_SECONDS: dict[int, str] = {
+    c.GPM_SM_UTIL: "gpu_sm_active_seconds_total",
+    c.GPM_ANY_TENSOR_UTIL: "gpu_tensor_active_seconds_total",
+    c.GPM_DRAM_BW_UTIL: "gpu_dram_active_seconds_total",
+}
 DEVICE_METRICS = tuple(_RATIOS) + tuple(_RATES)
 MIG_METRICS = tuple(_RATIOS)
 
@@ -52,6 +59,7 @@ class _Pair:
     prev_at: float | None = None
     unsupported: set[int] = field(default_factory=set)
     last: dict[int, float] | None = None  # the newest rates, kept for too-close polls
+    last_interval_s: float = 0.0  # the length of the interval ``last`` covers
 
     def close(self) -> None:
         for s in (self.prev, self.cur):
@@ -68,6 +76,9 @@ class GpmCollector(NvmlCollector):
         self._mono = monotonic
         self._pairs: dict[tuple[int, int | None], _Pair] = {}
         self._generation = -1
+        # (GPU UUID, metric id) -> active seconds so far. Keyed by UUID and kept
+        # across NVML sessions and lost GPUs: the counter only ever grows.
+        self._active_s: dict[tuple[str, int], float] = {}
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -100,7 +111,14 @@ class GpmCollector(NvmlCollector):
                 return
             # Label values in catalog order (GPU first), for add_values.
             base = (str(gpu.index), gpu.identity.uuid)
+            key = (gpu.index, None)
+            before = self._pairs[key].prev_at if key in self._pairs else None
             values = self._sample(gpu, None, DEVICE_METRICS)
+            pair = self._pairs.get(key)
+            if values is not None and pair is not None and pair.prev_at != before:
+                # A new interval was measured this poll: add its active time.
+                self._integrate(gpu.identity.uuid, values, pair.last_interval_s)
+            self._export_active(gpu.identity.uuid, out, base)
             if values is not None:
                 readings[gpu.index] = self._export(values, out, base)
             for inst in mig.get(gpu.index, []):
@@ -149,6 +167,7 @@ class GpmCollector(NvmlCollector):
                             self._errors += 1
                         continue
                     result[mid] = value
+            pair.last_interval_s = 0.0 if pair.prev_at is None else now - pair.prev_at
             pair.prev, pair.cur, pair.prev_at = pair.cur, pair.prev, now
             pair.last = result
             return result
@@ -161,6 +180,19 @@ class GpmCollector(NvmlCollector):
                 return None
             self._errors += 1
             return None
+
+    def _integrate(self, uuid: str, values: dict[int, float], interval_s: float) -> None:
+        for mid in _ACTIVE_SECONDS:
+            if mid in values:
+                ratio = min(1.0, max(0.0, values[mid] / 100.0))
+                self._active_s[(uuid, mid)] = (self._active_s.get((uuid, mid), 0.0)
+                                               + ratio * interval_s)
+
+    def _export_active(self, uuid: str, out: SnapshotBuilder, base: tuple[str, str]) -> None:
+        for mid, name in _ACTIVE_SECONDS.items():
+            total = self._active_s.get((uuid, mid))
+            if total is not None:
+                out.add_values(name, base, total)
 
     @staticmethod
     def _export(values: dict[int, float], out: SnapshotBuilder,

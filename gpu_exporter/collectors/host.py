@@ -161,6 +161,15 @@ class HostCollector(Collector):
             return None
         return (value - before[1]) / (now - before[0])
 
+    def _held(self, name: str, value: float) -> float:
+        """A CPU time that stepped back held at its last accepted reading. The
+        kernel's iowait count may decrease (proc(5): "not reliable"; it is kept
+        per CPU and a task moves between CPUs): the step back is the kernel's
+        own, not a faulty reading, and a counter exported lower would read as a
+        reset to rate()."""
+        last = self._counted.get(name)
+        return max(value, last[1]) if last is not None else value
+
     def _share(self, out: SnapshotBuilder, name: str, value: float | None,
                **labels: str) -> float | None:
         """Export a share of the interval if plausible.accept_share() accepts it."""
@@ -186,6 +195,13 @@ class HostCollector(Collector):
         """iowait and steal ratios and the context switch rate since the last poll."""
         if times is None:
             return None, None, None
+        # The counters carry every second between scrapes; the ratios below
+        # are the last poll's share, for the diagnosis's now-value.
+        self._counter(out, "gpu_host_cpu_seconds_total", times.total, now)
+        for mode, name in (("iowait", "gpu_host_cpu_iowait_seconds_total"),
+                           ("steal", "gpu_host_cpu_steal_seconds_total")):
+            if mode in times.seconds:
+                self._counter(out, name, self._held(name, times.seconds[mode]), now)
         before, self._cpu_before = self._cpu_before, (now, times)
         ratios = cpu.cpu_ratios(before[1], times) if before is not None else None
         iowait = steal = rate = None
@@ -260,6 +276,9 @@ class HostCollector(Collector):
                now: float) -> dict[str, float]:
         if busy is None:
             return {}
+        for name in self._cap("block devices", busy.busy_seconds):
+            self._counter(out, "gpu_host_disk_busy_seconds_total", busy.busy_seconds[name], now,
+                          device=name)
         before, self._disks_before = self._disks_before, (now, busy)
         if before is None:
             return {}

@@ -1,5 +1,9 @@
 """NVLink, on GPUs that have it: per-link state, error counters (CRC, replay,
-recovery) and data throughput counters."""
+recovery) and data throughput counters.
+
+By default only each GPU's totals over its links are exported (7 series per
+GPU instead of 108 on an 18-link H100): a fleet alerts on a GPU's links, and
+the per-link series are one flag away (``--metrics.detail``)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone
+from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
 from gpu_exporter.readings import NvlinkReading
 from gpu_exporter.snapshot import SnapshotBuilder
 
@@ -55,6 +59,8 @@ class _LinkPlan:
     request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
     # (field id, link) -> (metric, label values, scale; None for the link state)
     targets: dict[tuple[int, int], tuple[str, tuple[str, ...], float | None]]
+    # field id of a counter -> (the all-links metric, its label values)
+    totals: dict[int, tuple[str, tuple[str, ...]]]
 
 
 def _plan(gpu: Gpu, links: int) -> _LinkPlan:
@@ -73,14 +79,27 @@ def _plan(gpu: Gpu, links: int) -> _LinkPlan:
             targets[fid, link] = ("gpu_nvlink_errors_total", (*base, str(link), detail), 1.0)
         else:  # NVML counts NVLink throughput in KiB
             targets[fid, link] = ("gpu_nvlink_bytes_total", (*base, str(link), detail), 1024.0)
-    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets)
+    totals: dict[int, tuple[str, tuple[str, ...]]] = {}
+    for fid, (kind, detail) in _PER_LINK.items():
+        if kind == "errors":
+            totals[fid] = ("gpu_nvlink_errors_all_links_total", (*base, detail))
+        elif kind == "bytes":
+            totals[fid] = ("gpu_nvlink_bytes_all_links_total", (*base, detail))
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets, totals)
     gpu.static["nvlink_plan"] = plan
     return plan
 
 
 class NvlinkCollector(NvmlCollector):
     name = "nvlink"
-    description = "NVLink per-link state, errors and throughput"
+    description = "NVLink state, errors and throughput, per GPU (per link with --metrics.detail)"
+
+    def __init__(self, session: NvmlSession) -> None:
+        super().__init__(session)
+        # (GPU UUID, field id, link) -> the link counter's last good reading: a
+        # link whose read fails one poll keeps its share of the all-links total,
+        # so the total never dips (a dip would read as a counter reset).
+        self._last: dict[tuple[str, int, int], float] = {}
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -113,4 +132,14 @@ class NvlinkCollector(NvmlCollector):
                 add(name, labels, value == active)
             else:
                 add(name, labels, value * scale)
+                self._last[(plan.uuid, *key)] = value * scale
+        base = (str(gpu.index), plan.uuid)
+        add("gpu_nvlink_links", base, links)
+        if values is not None:
+            add("gpu_nvlink_links_active", base, up)
+        for fid, (name, labels) in plan.totals.items():
+            read = [self._last[k] for link in range(links)
+                    if (k := (plan.uuid, fid, link)) in self._last]
+            if read:
+                add(name, labels, sum(read))
         found[gpu.index] = NvlinkReading(links, up)

@@ -98,6 +98,9 @@ BOUNDS: dict[str, tuple[float, float]] = {
     # A 64-bit byte counter: 2**63 bytes is 290 years at 1 TB/s; the 64-bit
     # sentinel (as the double NVML's field value becomes) is above it.
     "gpu_pcie_bytes_total": (0.0, 2.0**63),
+    # Throttle time per reason, a 64-bit count of nanoseconds: 1e10 s is 300
+    # years; the 64-bit sentinel (1.8e10 s) is above it.
+    "gpu_throttle_seconds_total": (0.0, 1e10),
     # ECC counts: a board with four billion ECC errors has been retired long
     # before; the 32- and 64-bit sentinels are at or above it.
     "gpu_ecc_errors_total": (0.0, U32_NA - 1),
@@ -124,6 +127,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     # a billion a second, and the same all-ones garbage as on a GPU (a -1
     # written as unsigned) is above it.
     "gpu_host_context_switches_total": (0.0, 2.0**63),
+    # CPU time in USER_HZ ticks (64-bit) and disk busy time in milliseconds.
+    "gpu_host_cpu_seconds_total": (0.0, 2.0**63 / 100),
+    "gpu_host_cpu_iowait_seconds_total": (0.0, 2.0**63 / 100),
+    "gpu_host_cpu_steal_seconds_total": (0.0, 2.0**63 / 100),
+    "gpu_host_disk_busy_seconds_total": (0.0, 2.0**64 / 1000),
     "gpu_host_swap_bytes_total": (0.0, 2.0**63),
     "gpu_host_pressure_stalled_seconds_total": (0.0, 2.0**63 / 1e6),  # microseconds
     "gpu_host_network_receive_errors_total": (0.0, 2.0**63),
@@ -165,13 +173,15 @@ SLACK: dict[str, float] = {
 # each time the driver loads", and by a GPU reset) and energy counter ("since
 # the driver was last reloaded"), and a network interface's counters, which
 # restart at 0 when its driver re-creates it under the same name (a module
-# reload, a virtual function re-created). Any other counter that goes
+# reload, a virtual function re-created), and a disk's busy time, which older
+# kernels print as 32-bit milliseconds (a wrap every 49.7 days). Any other counter that goes
 # backwards is not a reading. Keys as went_backwards() sees them: a metric
 # name (all its series), or a series up to a "/".
 RESETTABLE: frozenset[str] = frozenset({"gpu_ecc_errors_total:volatile",
                                         "gpu_energy_joules_total",
                                         "gpu_host_network_receive_errors_total",
-                                        "gpu_host_network_receive_drops_total"})
+                                        "gpu_host_network_receive_drops_total",
+                                        "gpu_host_disk_busy_seconds_total"})
 
 
 class Tally(Protocol):

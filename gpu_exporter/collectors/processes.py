@@ -6,6 +6,10 @@ on CPUs outside the GPU's NUMA node, and its container and pod.
 At most ``--processes.max-per-gpu`` processes per GPU are exported, those with
 the most GPU memory first; the rest are counted. A process that is gone next
 poll is simply not in the next snapshot.
+
+This reader only publishes the per-process series (``PROCESS_SERIES``); the
+``process_series`` collector exports them. Switched off, no per-process series
+is exported while the readings the diagnosis judges stay the same.
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ from gpu_exporter.nvml.processes import ProcessEntry
 from gpu_exporter.nvml.session import Gpu, NvmlSession, normalize_bus_id
 from gpu_exporter.readings import ProcessReading
 from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
 log = logging.getLogger(__name__)
+
+# This poll's per-process series, for the process_series collector to export.
+PROCESS_SERIES: Slot[SnapshotBuilder] = Slot("process_series")
 
 
 @dataclass(slots=True)
@@ -174,6 +181,11 @@ class ProcessesCollector(NvmlCollector):
     def collect(self, out: SnapshotBuilder) -> None:
         readings: list[ProcessReading] = []
         out.readings.processes = readings
+        series = SnapshotBuilder(out.timestamp)
+        out.publish(PROCESS_SERIES, series)
+        self._collect(series, readings)
+
+    def _collect(self, out: SnapshotBuilder, readings: list[ProcessReading]) -> None:
         if not self.session.up:
             self._errors = 0
             return

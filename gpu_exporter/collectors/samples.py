@@ -32,6 +32,12 @@ _KINDS: dict[int, tuple[str, float, float]] = {
 }
 
 
+# A gap between two utilization samples longer than this is not one sample's
+# span (the exporter stalled past the buffer's 14 s, or the GPU was reset): the
+# time is left out of the busy counter rather than guessed.
+MAX_SAMPLE_GAP_S = 15.0
+
+
 class SamplesCollector(NvmlCollector):
     name = "samples"
     description = "min/mean/max of NVML's sub-second utilization, power and SM clock samples"
@@ -43,6 +49,9 @@ class SamplesCollector(NvmlCollector):
         # (gpu index, sampling type) -> (when it was last read, its summary then)
         self._held: dict[tuple[int, int], tuple[float, SampleStats | None]] = {}
         self._generation = -1
+        # GPU UUID -> busy seconds integrated from the utilization samples; kept
+        # across NVML sessions so the counter never goes back.
+        self._busy_s: dict[str, float] = {}
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -70,6 +79,9 @@ class SamplesCollector(NvmlCollector):
                     st = self._read(gpu, device, key, scale)
                     if not starting:  # after the starting point, read again next poll
                         self._held[key] = (now, st)
+                if kind == c.SAMPLING_GPU_UTILIZATION and gpu.identity.uuid in self._busy_s:
+                    out.add_values("gpu_busy_seconds_total", base,
+                                   self._busy_s[gpu.identity.uuid])
                 if st is None:
                     continue
                 stats.setdefault(gpu.index, {})[name] = st
@@ -87,6 +99,8 @@ class SamplesCollector(NvmlCollector):
         if not raw:
             self._last_seen.setdefault(key, 0)
             return None
+        if key[1] == c.SAMPLING_GPU_UTILIZATION:
+            self._integrate_busy(gpu.identity.uuid, self._last_seen.get(key), raw)
         self._last_seen[key] = max(ts for ts, _ in raw)
         if first:
             # The first read returns the driver's whole buffer, from before
@@ -94,3 +108,21 @@ class SamplesCollector(NvmlCollector):
             return None
         values = [v * scale for _, v in raw]
         return SampleStats(len(values), min(values), sum(values) / len(values), max(values))
+
+    def _integrate_busy(self, uuid: str, last_seen_us: int | None,
+                        raw: list[tuple[int, float]]) -> None:
+        """Add the busy time the samples newer than ``last_seen_us`` cover: each
+        sample's share (percent) holds for the time since the sample before it.
+        The first read only sets the starting point (the counter starts at 0)."""
+        total = self._busy_s.setdefault(uuid, 0.0)
+        if not last_seen_us:
+            return
+        prev = last_seen_us
+        for ts, percent in sorted(raw):
+            span = (ts - prev) / 1e6
+            # A share outside 0-100 % is NVML's "not available" (or a faulty
+            # sample): its span is left out, never counted as busy.
+            if 0 < span <= MAX_SAMPLE_GAP_S and 0.0 <= percent <= 100.0:
+                total += percent / 100.0 * span
+            prev = max(prev, ts)
+        self._busy_s[uuid] = total

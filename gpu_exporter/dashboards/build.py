@@ -101,10 +101,12 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "Utilization beside SM activity",
         "NVML utilization is the share of time any kernel ran; SM active and occupancy "
         "(GPM, Hopper and newer) say how much of the chip worked. High utilization with "
-        "low SM activity means small kernels or sync points, not a busy GPU.",
+        "low SM activity means small kernels or sync points, not a busy GPU. Utilization "
+        "and SM activity are rates of their time counters: every second between two "
+        "scrapes counts, not one poll's view.",
         "percentunit", [
-            Q(f"gpu_utilization_ratio{{{GPU}}}", "utilization"),
-            Q(f"gpu_sm_active_ratio{{{GPU}}}", "SM active"),
+            Q(f"rate(gpu_busy_seconds_total{{{GPU}}}[$__rate_interval])", "utilization"),
+            Q(f"rate(gpu_sm_active_seconds_total{{{GPU}}}[$__rate_interval])", "SM active"),
             Q(f"gpu_sm_occupancy_ratio{{{GPU}}}", "SM occupancy"),
         ], Steps(RED, ((d.idle_utilization, ORANGE), (d.busy_utilization, GREEN))),
         Layout(8), min=0, max=1)))
@@ -144,6 +146,14 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "cost performance.",
         "short", [Q(f"gpu_throttle_reason_active{{{GPU}}}", "{{reason}}")],
         Steps(GREEN, ((1, ORANGE),)), Layout(8)), on_off("off", "active", ORANGE)))
+    b = b.with_panel(graph(Common(
+        "Time throttled per reason",
+        "Share of each interval a reason held the clocks down, from NVML's per-reason "
+        "clock event time counters: a throttle that comes and goes between scrapes shows "
+        "at its true share, where the reasons panel sees only the polls Prometheus kept.",
+        "percentunit", [
+            Q(f"rate(gpu_throttle_seconds_total{{{GPU}}}[$__rate_interval])", "{{reason}}"),
+        ], Steps(GREEN, ((0.1, ORANGE), (0.5, RED))), Layout(8), min=0, max=1)))
     b = b.with_panel(graph(Common(
         "Temperature against its slowdown threshold",
         "GPU and memory temperature beside the GPU's own slowdown and shutdown thresholds "
@@ -236,16 +246,19 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
     b = b.with_row(row("Host beside GPU idle time"))
     b = b.with_panel(graph(Common(
         "GPU idle time",
-        "Share of time each selected GPU ran no kernel (1 - utilization). Read it against "
-        "the host panels: idle GPUs while the host waits on I/O, CPU or swap point at the "
-        "input pipeline.",
-        "percentunit", [Q(f"1 - gpu_utilization_ratio{{{GPU}}}", "GPU {{gpu}}")],
+        "Share of time each selected GPU ran no kernel (1 - the rate of its busy time). "
+        "Read it against the host panels: idle GPUs while the host waits on I/O, CPU or "
+        "swap point at the input pipeline.",
+        "percentunit", [Q(f"1 - rate(gpu_busy_seconds_total{{{GPU}}}[$__rate_interval])",
+                          "GPU {{gpu}}")],
         Steps(GREEN, ((0.5, ORANGE), (1 - d.idle_utilization, RED))), Layout(6), 0, 1)))
     b = b.with_panel(graph(Common(
         "Host CPU iowait",
-        "Share of CPU time spent waiting on I/O. High iowait while GPUs idle: the data "
-        "pipeline waits on storage.",
-        "percentunit", [Q(f"gpu_host_cpu_iowait_ratio{{{NODE}}}", "iowait")],
+        "Share of CPU time spent waiting on I/O over each interval (rates of the CPU time "
+        "counters). High iowait while GPUs idle: the data pipeline waits on storage.",
+        "percentunit", [Q(f"rate(gpu_host_cpu_iowait_seconds_total{{{NODE}}}[$__rate_interval])"
+                          f" / rate(gpu_host_cpu_seconds_total{{{NODE}}}[$__rate_interval])",
+                          "iowait")],
         Steps(GREEN, ((d.iowait_high, ORANGE),)), Layout(6), 0, 1), thresholds_line=True))
     b = b.with_panel(graph(Common(
         "Host pressure (PSI)",

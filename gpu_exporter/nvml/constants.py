@@ -104,6 +104,28 @@ FABRIC_HEALTH_SUMMARIES: dict[int, str] = {0: "not_supported", 1: "healthy", 2: 
 FABRIC_INFO_V2_VERSION = 0x02000024
 FABRIC_INFO_V3_VERSION = 0x03000028
 
+# Per-reason clock event ("throttle") time counters, in nanoseconds since the
+# driver loaded: NVML_FI_DEV_CLOCKS_EVENT_REASON_* (the power cap and sync boost
+# ones are the older NVML_FI_DEV_PERF_POLICY_* ids under a new name) and the
+# perf-policy counters nvmlDeviceGetViolationStatus's deprecation maps to field
+# values. Field id -> the reason's label in CLOCK_EVENT_REASONS.
+FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = 74
+FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = 76
+FI_DEV_PERF_POLICY_BOARD_LIMIT = 77
+FI_DEV_PERF_POLICY_RELIABILITY = 79
+FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269
+FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270
+FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 271
+THROTTLE_TIME_FIELDS: dict[int, str] = {
+    FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: "sw_power_cap",
+    FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: "sync_boost",
+    FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: "sw_thermal",
+    FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: "hw_thermal",
+    FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: "hw_power_brake",
+    FI_DEV_PERF_POLICY_BOARD_LIMIT: "board_limit",
+    FI_DEV_PERF_POLICY_RELIABILITY: "reliability",
+}
+
 # nvmlSamplingType_t
 SAMPLING_TOTAL_POWER = 0  # mW
 SAMPLING_GPU_UTILIZATION = 1  # percent

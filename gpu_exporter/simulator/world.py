@@ -10,9 +10,10 @@ import threading
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
-from gpu_exporter.nvml.constants import REASON_BITS
+from gpu_exporter.nvml.constants import REASON_BITS, THROTTLE_TIME_FIELDS
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.model import (
     DeviceProfile,
@@ -65,6 +66,9 @@ def _apply_replay(st: GpuState, rec: dict[str, Any]) -> None:
                                   "fabric_health") if key in rec}
     if verdicts:
         st.condition = {**st.condition, **verdicts}
+    # A recording holds the throttle time counters only where it read them;
+    # without them NVML's answer is unknown, so the fields answer NOT_SUPPORTED.
+    st.throttle_ns = {str(k): int(v) for k, v in rec.get("throttle_ns", {}).items()}
     st.lost = bool(rec.get("lost", False))
     st.errors.update({name: int(Return[code]) for name, code in rec.get("errors", {}).items()})
     st.field_errors = {int(k): int(Return[v]) for k, v in rec.get("field_errors", {}).items()}
@@ -198,6 +202,9 @@ class GpuState:
     nvlink_tx_kib: list[int] = field(default_factory=list)
     nvlink_rx_kib: list[int] = field(default_factory=list)
     mig: list[MigState] = field(default_factory=list)
+    # Per-reason clock event time (ns since the driver loaded), for the reasons
+    # NVML counts (THROTTLE_TIME_FIELDS) that the board supports.
+    throttle_ns: dict[str, int] = field(default_factory=dict)
     t: float = 0.0
     condition: dict[str, Any] = field(default_factory=dict)
 
@@ -212,6 +219,7 @@ class _Counters:
     gpm: dict[str, float] = field(default_factory=dict)
     nvlink: dict[tuple[int, str], float] = field(default_factory=dict)
     mig_active: dict[int, float] = field(default_factory=dict)
+    throttle_ns: dict[str, float] = field(default_factory=dict)  # reason -> ns held
 
 
 # NVLink error counter ids (nvmlNvLinkErrorCounter_t) and the condition rate that drives each.
@@ -506,7 +514,14 @@ class World:
             memory_used=int(float(m["memory_used_ratio"]) * int(m["memory_total_mib"]) * MIB),
             sm_active_s=cnt.mig_active.get(int(m["gpu_instance"]), 0.0)) for m in mig_conf]
 
+        supported = 0
+        for r in p.supported_clock_reasons:
+            supported |= REASON_BITS[r]
+        counted = [r for r in THROTTLE_TIME_FIELDS.values() if supported & REASON_BITS[r]]
+        for r in counted:
+            cnt.throttle_ns.setdefault(r, 0.0)
         if dt > 0:
+            self._add_throttle_time(i, cnt, cnt.last_t, t, counted)
             cnt.last_t = t
         ecc_on = bool(c.get("ecc_enabled", p.ecc))
         cv = int(c.get("ecc_corrected_volatile", 0))
@@ -518,9 +533,6 @@ class World:
             ratio = float(c.get("fan_ratio", 0.3 + 0.45 * util))
             fans = [round(ratio * 100)] * p.fans
 
-        supported = 0
-        for r in p.supported_clock_reasons:
-            supported |= REASON_BITS[r]
         mask = 0
         for r in reasons:
             mask |= REASON_BITS[r]
@@ -577,6 +589,7 @@ class World:
             nvlink_tx_kib=[int(cnt.nvlink.get((link, "tx"), 0.0) / 1024) for link in range(links)],
             nvlink_rx_kib=[int(cnt.nvlink.get((link, "rx"), 0.0) / 1024) for link in range(links)],
             mig=mig_states,
+            throttle_ns={r: int(ns) for r, ns in cnt.throttle_ns.items()},
             t=t,
             condition=c,
         )
@@ -584,6 +597,18 @@ class World:
             _apply_replay(st, rec)
         return st
 
+
+    def _add_throttle_time(self, i: int, cnt: _Counters, t0: float, t1: float,
+                           counted: list[str]) -> None:
+        """Add the time each counted reason held in (t0, t1]. The interval is cut
+        at the timeline's steps, so a reason set for part of it counts for that
+        part only, as the driver's counters do, however seldom NVML is asked."""
+        cuts = [t0, *(s.at for s in self._steps if t0 < s.at < t1), t1]
+        for a, b in pairwise(cuts):
+            held = set(self.condition(i, a).get("throttle_reasons", ()))
+            for r in counted:
+                if r in held:
+                    cnt.throttle_ns[r] += (b - a) * 1e9
 
     # --- sub-second samples ----------------------------------------------------
     def instant_utilization(self, index: int, t: float) -> float:

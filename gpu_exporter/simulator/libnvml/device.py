@@ -297,7 +297,10 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
             fv.value.uiVal = (_RECOVERY_CODES[action] if action in _RECOVERY_CODES
                               else int(action.removeprefix("code_")))
             continue
-        if fid == k.FI_DEV_MEMORY_TEMP:
+        if fid in k.THROTTLE_TIME_FIELDS:
+            # NOT_SUPPORTED for a reason the board does not have (no entry).
+            value = st.throttle_ns.get(k.THROTTLE_TIME_FIELDS[fid])
+        elif fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c
         elif fid == k.FI_DEV_PCIE_COUNT_TX_BYTES:
             value = st.pcie_tx_bytes
