@@ -75,8 +75,9 @@ def expected(st: GpuState, one: OneGpu) -> dict[Key, float]:
         if value and name in c.TEMPERATURE_THRESHOLDS:
             rows.append(("gpu_temperature_threshold_celsius", {"threshold": name}, value))
     for name, code in CLOCKS.items():
-        rows.append(("gpu_clock_hertz", {"clock": name}, st.clocks_mhz[code] * 1e6))
-        rows.append(("gpu_clock_max_hertz", {"clock": name}, st.max_clocks_mhz[code] * 1e6))
+        if name != "graphics":  # the graphics clock's series are detail
+            rows.append(("gpu_clock_hertz", {"clock": name}, st.clocks_mhz[code] * 1e6))
+            rows.append(("gpu_clock_max_hertz", {"clock": name}, st.max_clocks_mhz[code] * 1e6))
         rows.append(("gpu_clock_application_hertz", {"clock": name},
                      st.app_clocks_mhz[code] * 1e6))
         rows.append(("gpu_clock_application_default_hertz", {"clock": name},

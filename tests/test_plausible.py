@@ -230,6 +230,7 @@ def node() -> Iterator[tuple[OneGpu, DeviceCollector, Tamper]]:
         one.node.library.inject_state = tamper
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
+        collector.detail = True  # every series, the detail ones included
         yield one, collector, tamper
 
 

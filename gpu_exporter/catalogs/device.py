@@ -45,9 +45,11 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_energy_joules_total", "counter",
        "Energy consumed by the GPU since the driver was loaded, from NVML; read every "
        f"{SLOW_READ_EVERY_POLLS} polls (a read costs milliseconds of CPU).", GPU, "device"),
-    _m("gpu_clock_hertz", "gauge", "Current clock frequency, from NVML.", (*GPU, "clock"),
+    _m("gpu_clock_hertz", "gauge", "Current clock frequency, from NVML (clock sm and memory; "
+       "graphics, in step with sm, with --metrics.detail).", (*GPU, "clock"),
        "device"),
-    _m("gpu_clock_max_hertz", "gauge", "Highest clock frequency this GPU supports, from NVML.",
+    _m("gpu_clock_max_hertz", "gauge", "Highest clock frequency this GPU supports, from NVML "
+       "(graphics with --metrics.detail).",
        (*GPU, "clock"), "device"),
     _m("gpu_clock_application_hertz", "gauge",
        "Application clock target set by the administrator (nvidia-smi -ac), from NVML.",

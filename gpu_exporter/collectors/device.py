@@ -202,17 +202,23 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
 
     for name, code in c.CLOCK_TYPES.items():
         series = ":" + name
+        # The graphics clock runs in step with the SM clock on the boards a
+        # fleet runs (one clock domain): its series are detail, its reading
+        # is kept either way.
+        shown = detail or name != "graphics"
         # The maximum first: the clocks are held against it.
         top = gpu.static_read(f"clock_max_{name}", d.max_clock_hz, code)
         if top is not None and not accept(gpu, "gpu_clock_max_hertz", top, series=series):
             top = None
         if top is not None:
             r.clocks_max_hz[name] = top
-            out.add("gpu_clock_max_hertz", top, **labels, clock=name)
+            if shown:
+                out.add("gpu_clock_max_hertz", top, **labels, clock=name)
         cur = gpu.read(f"clock_{name}", d.clock_hz, code)
         if cur is not None and accept(gpu, "gpu_clock_hertz", cur, top, series):
             r.clocks_hz[name] = cur
-            out.add("gpu_clock_hertz", cur, **labels, clock=name)
+            if shown:
+                out.add("gpu_clock_hertz", cur, **labels, clock=name)
         app = gpu.slow_read(f"clock_app_{name}", d.application_clock_hz, code,
                             every=SLOW_READ_EVERY_POLLS)
         if app is not None and accept(gpu, "gpu_clock_application_hertz", app, top, series):
