@@ -48,6 +48,7 @@ def measure(scenario: str, seconds: float, scrape_every: float) -> Cost:
     acc = SimulatorCpu()
     acc.install(node)  # before the exporter hooks node.refresh into its polls
     exporter = Exporter(settings, node)
+    exporter.freeze_after_first_poll()  # as the daemon's run() does
     exporter.start()
     url = f"http://127.0.0.1:{exporter.port}{settings.web.telemetry_path}"
     try:

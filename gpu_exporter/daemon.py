@@ -3,6 +3,7 @@ simulated node), the enabled collectors, the poller, and the HTTP endpoints."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
@@ -27,14 +29,15 @@ from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
-from gpu_exporter.simulator import SimulatedNode
-from gpu_exporter.simulator.clock import VirtualClock
-from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.landing import gpu_table
 from gpu_exporter.web.reference import SnapshotCollector
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 from gpu_exporter.web.webconfig import WebConfigWatcher
+
+if TYPE_CHECKING:
+    # Only named: a daemon on real GPUs never loads the simulator.
+    from gpu_exporter.simulator import SimulatedNode
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +222,21 @@ class Exporter:
         if background_poll:
             self.poller.start()
 
+    def freeze_after_first_poll(self) -> None:
+        """After the first poll, move every object alive then (modules, settings,
+        the collectors with their static reads and caches) out of the cyclic
+        garbage collector's reach: they live as long as the process, and each
+        collection would otherwise walk them all again (about 1 ms a poll)."""
+        frozen = False
+
+        def freeze(_snapshot: object) -> None:
+            nonlocal frozen
+            if not frozen:
+                frozen = True
+                gc.freeze()
+
+        self.poller.listeners.append(freeze)
+
     def stop(self) -> None:
         if self.server is not None:
             self.server.shutdown()
@@ -229,26 +247,6 @@ class Exporter:
         if self.simulation is not None:
             self.simulation.uninstall()
             self.simulation.close()
-
-
-def one_shot_on_simulated_node(settings: Settings,
-                                scenario: Scenario) -> tuple[Exporter, VirtualClock]:
-    """An exporter for a one-shot command (diagnose, record, baseline capture) on
-    a simulated node, on a virtual clock that starts now: the command advances
-    it, so a minute of scenario takes milliseconds. Each poll is watched as in
-    the daemon: a call that hangs (in real time, as a sick GPU's does) costs
-    --poll.timeout once, then the GPU is skipped until it returns, so a hung-call
-    scenario still ends in seconds."""
-    clock = VirtualClock(time.time())
-    node = SimulatedNode(scenario, clock=clock)
-    try:
-        exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock,
-                            synchronous=True)
-    except BaseException:
-        node.close()
-        raise
-    exporter.session.call_timeout = settings.poll.timeout
-    return exporter, clock
 
 
 def run(settings: Settings, simulation: SimulatedNode | None = None,
@@ -265,6 +263,7 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
                     "user (see docs/deploy.md)")
     _raise_fd_limit(settings.web.max_connections)
     exporter = Exporter(settings, simulation)
+    exporter.freeze_after_first_poll()
     exporter.bind(web_config)
     # Signal handlers only note the signal; the main thread acts on it. A
     # handler runs between two bytecodes of the main thread, which may hold any
