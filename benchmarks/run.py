@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,11 +68,15 @@ class Plan:
     # nvitop-exporter's polls cost more: fewer keep the full run near 15 minutes.
     drift_polls_nvitop: int = 1_000
     drift_configs: tuple[Config, ...] = (TARGET,)
+    # The headline node is measured this many times, the exporters taking
+    # turns, and each figure is the median: on a shared machine one run's
+    # figures move by tens of percent.
+    headline_repeats: int = 5
 
     @classmethod
     def quick(cls) -> Plan:
         return cls(warmup=2, polls=8, cached_scrapes=10, fresh_scrapes=5, rounds_32=1,
-                   drift_polls=200, drift_polls_nvitop=50)
+                   drift_polls=200, drift_polls_nvitop=50, headline_repeats=3)
 
 
 # --- the worker process ------------------------------------------------------------
@@ -210,6 +215,7 @@ class Result:
     rss_mib: float = 0.0
     drift: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    repeats: int = 1  # runs this result is the median of
 
     def cpu_per_s_ms(self, own: bool = False) -> float:
         """CPU milliseconds per second of running at the measured interval,
@@ -298,6 +304,20 @@ def measure(exporter: str, config: Config, plan: Plan, latency: bool, log: IO[st
     finally:
         worker.close()
     return r
+
+
+def median_result(runs: list[Result]) -> Result:
+    """One result whose every number is the median of ``runs`` (same exporter
+    and node); the first run's call counts, breakdown and drift are kept."""
+    ok = [r for r in runs if not r.error]
+    if not ok:
+        return runs[0]
+    out = Result(**{**ok[0].__dict__})
+    for name, value in ok[0].__dict__.items():
+        if isinstance(value, float) and not isinstance(value, bool):
+            setattr(out, name, statistics.median(getattr(r, name) for r in ok))
+    out.repeats = len(ok)
+    return out
 
 
 # --- reporting -------------------------------------------------------------------------------
@@ -407,7 +427,9 @@ def report(results: list[Result], plan: Plan, argv: list[str], latency: bool,
              f"Latency model: {'on (gpu_exporter/simulator/latency.py)' if latency else 'off'}; "
              f"{plan.polls} measured polls after {plan.warmup} warm-up, "
              f"{plan.cached_scrapes} cached and {plan.fresh_scrapes} fresh single scrapes, "
-             f"{plan.rounds_32} rounds of {plan.concurrency} concurrent scrapes.", ""]
+             f"{plan.rounds_32} rounds of {plan.concurrency} concurrent scrapes; the "
+             f"{HEADLINE.name} node {plan.headline_repeats} times, exporters taking turns, "
+             "medians shown.", ""]
     head = headline_rows(results)
     if head is not None:
         lines += [f"### {HEADLINE_TITLE}", "",
@@ -580,17 +602,22 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.NamedTemporaryFile("w+", prefix="bench-workers-", suffix=".log",
                                      delete=False) as log:
         for config in configs:
-            for exporter in exporters:
-                t0 = time.perf_counter()
-                try:
-                    r = measure(exporter, config, plan, args.latency, log,
-                                drift=config in plan.drift_configs, interval=args.interval)
-                except (RuntimeError, OSError) as exc:
-                    r = Result(exporter, config.name, config.gpus, config.processes,
-                               config.mig, args.latency, error=str(exc))
-                results.append(r)
-                print(f"# {exporter:7s} {config.name:14s} {time.perf_counter() - t0:6.1f} s"
-                      f"{'  FAILED: ' + r.error if r.error else ''}", file=sys.stderr)
+            repeats = plan.headline_repeats if config == HEADLINE else 1
+            runs: dict[str, list[Result]] = {e: [] for e in exporters}
+            for repeat in range(repeats):
+                for exporter in exporters:  # taking turns: both see the same load
+                    t0 = time.perf_counter()
+                    try:
+                        r = measure(exporter, config, plan, args.latency, log,
+                                    drift=config in plan.drift_configs and repeat == 0,
+                                    interval=args.interval)
+                    except (RuntimeError, OSError) as exc:
+                        r = Result(exporter, config.name, config.gpus, config.processes,
+                                   config.mig, args.latency, error=str(exc))
+                    runs[exporter].append(r)
+                    print(f"# {exporter:7s} {config.name:14s} {time.perf_counter() - t0:6.1f} s"
+                          f"{'  FAILED: ' + r.error if r.error else ''}", file=sys.stderr)
+            results += [median_result(runs[e]) for e in exporters]
     elapsed = time.perf_counter() - started
 
     print(text_table([row(r) for r in results], COLUMNS))
