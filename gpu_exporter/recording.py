@@ -270,11 +270,15 @@ def _memory(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) 
 def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
     keys = {c.FI_DEV_MEMORY_TEMP: "mem_temp_c", c.FI_DEV_PCIE_COUNT_TX_BYTES: "pcie_tx_bytes",
             c.FI_DEV_PCIE_COUNT_RX_BYTES: "pcie_rx_bytes"}
+    ecc = {c.FI_DEV_ECC_SBE_VOL_TOTAL: c.ECC_CORRECTED,
+           c.FI_DEV_ECC_DBE_VOL_TOTAL: c.ECC_UNCORRECTED}
     for fid, value in v.items():
         if isinstance(value, NvmlError):
             g.setdefault("field_errors", {})[fid] = value.name
         elif fid in keys:
             g[keys[fid]] = int(value)
+        elif fid in ecc:  # as nvmlDeviceGetTotalEccErrors(type, volatile) is recorded
+            g.setdefault("ecc", {})[f"{ecc[fid]}/{c.ECC_VOLATILE}"] = int(value)
         elif fid == c.FI_DEV_NVLINK_LINK_COUNT:
             g["nvlink_count"] = int(value)
 

@@ -23,10 +23,13 @@ from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
-# Memory temperature is read every poll; the PCIe byte counters cost the
-# driver 0.1-0.3 ms each on an H100 (the field's own latencyUsec), so they are
-# slow reads like the other counters below.
-_FIELDS = (c.FI_DEV_MEMORY_TEMP,)
+# Memory temperature and the volatile ECC totals are read every poll, in one
+# call (the ECC totals took two nvmlDeviceGetTotalEccErrors calls); the PCIe
+# byte counters cost the driver 0.1-0.3 ms each on an H100 (the field's own
+# latencyUsec), so they are slow reads like the other counters below.
+_ECC_VOLATILE_FIELDS = {"corrected": c.FI_DEV_ECC_SBE_VOL_TOTAL,
+                        "uncorrected": c.FI_DEV_ECC_DBE_VOL_TOTAL}
+_FIELDS = (c.FI_DEV_MEMORY_TEMP, *_ECC_VOLATILE_FIELDS.values())
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
@@ -225,7 +228,7 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         r.throttle_reasons = frozenset(names)
 
     _read_pcie(gpu, d, out, labels, r)
-    _read_memory_health(gpu, d, out, labels, r)
+    _read_memory_health(gpu, d, out, labels, r, fields)
 
     persistence = gpu.slow_read("persistence_mode", d.persistence_mode,
                                 every=SLOW_READ_EVERY_POLLS)
@@ -287,8 +290,23 @@ def _link(gpu: Gpu, name: str, value: int | None) -> int | None:
     return value if value is not None and accept(gpu, name, value) else None
 
 
+def _volatile_ecc(gpu: Gpu, d: Device, fields: dict[int, float | NvmlError] | None,
+                  tname: str, tcode: int) -> int | None:
+    """A volatile ECC total from this poll's field values; where the driver has
+    no such field (or the field-values call itself is not there), from
+    nvmlDeviceGetTotalEccErrors. None after the field's own error (counted
+    with the fields)."""
+    fid = _ECC_VOLATILE_FIELDS[tname]
+    value = None if fields is None else fields.get(fid)
+    if value is not None and not isinstance(value, NvmlError):
+        return int(value)
+    if fields is None or value is None or f"field_{fid}" in gpu.unsupported:
+        return gpu.read(f"ecc_{tname}_volatile", d.ecc_errors, tcode, c.ECC_SCOPES["volatile"])
+    return None
+
+
 def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
-                        r: GpuReading) -> None:
+                        r: GpuReading, fields: dict[int, float | NvmlError] | None) -> None:
     every = SLOW_READ_EVERY_POLLS
     mode = gpu.slow_read("ecc_mode", d.ecc_mode, every=every)
     # A volatile ECC counter that moved since the last poll may have retired a
@@ -298,8 +316,7 @@ def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[
         r.ecc_enabled = mode[0]
         out.add("gpu_ecc_enabled", mode[0], **labels)
         if mode[0]:
-            volatile = {tname: gpu.read(f"ecc_{tname}_volatile", d.ecc_errors, tcode,
-                                        c.ECC_SCOPES["volatile"])
+            volatile = {tname: _volatile_ecc(gpu, d, fields, tname, tcode)
                         for tname, tcode in c.ECC_TYPES.items()}
             before = gpu.slow.get("ecc_volatile_seen")
             moved = before is not None and before[1] != volatile

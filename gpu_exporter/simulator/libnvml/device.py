@@ -243,6 +243,11 @@ _LINK_FIELDS: dict[int, Callable[[GpuState, int], int]] = {
 }
 
 
+# Volatile ECC total fields -> the error type they count.
+_ECC_VOLATILE_FIELDS = {k.FI_DEV_ECC_SBE_VOL_TOTAL: k.ECC_CORRECTED,
+                        k.FI_DEV_ECC_DBE_VOL_TOTAL: k.ECC_UNCORRECTED}
+
+
 @nvml_function("nvmlDeviceGetFieldValues", c_int, P)
 def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
     if not out or count <= 0:
@@ -270,6 +275,16 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
                 continue
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
             fv.value.ullVal = _LINK_FIELDS[fid](st, link)
+            continue
+        if fid in _ECC_VOLATILE_FIELDS:
+            # As nvmlDeviceGetTotalEccErrors: not supported with ECC off (or
+            # where a replayed recording holds no such counter).
+            errors = st.ecc.get((_ECC_VOLATILE_FIELDS[fid], k.ECC_VOLATILE))
+            if not st.ecc_enabled or errors is None or fid in unsupported:
+                fv.nvmlReturn = int(Return.NOT_SUPPORTED)
+            else:
+                fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
+                fv.value.ullVal = errors
             continue
         if fid == k.FI_DEV_MEMORY_TEMP:
             value = st.mem_temp_c
