@@ -33,11 +33,11 @@ from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.landing import gpu_table
 from gpu_exporter.web.reference import SnapshotCollector
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
-from gpu_exporter.web.webconfig import WebConfigWatcher
 
 if TYPE_CHECKING:
     # Only named: a daemon on real GPUs never loads the simulator.
     from gpu_exporter.simulator import SimulatedNode
+    from gpu_exporter.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +194,8 @@ class Exporter:
         """Create the server; with a web config file, TLS and auth come from it."""
         web = self.settings.web
         host, port = parse_listen_address(web.listen_address)
-        if web_config is None and web.config_file is not None:
-            web_config = WebConfigWatcher(web.config_file, max_checks=web.max_requests)
+        if web_config is None:
+            web_config = load_web_config(self.settings)
         self.web_config = web_config
         self.server = ExporterHTTPServer(
             (host, port), self.app,
@@ -249,14 +249,24 @@ class Exporter:
             self.simulation.close()
 
 
+def load_web_config(settings: Settings) -> WebConfigWatcher | None:
+    """The web config file's watcher, or None without --web.config.file. Its
+    module (TLS, bcrypt, the file's schema) is loaded only then: an exporter
+    serving plain HTTP never holds it in memory (about 0.5 MiB)."""
+    if settings.web.config_file is None:
+        return None
+    from gpu_exporter.web.webconfig import WebConfigWatcher
+
+    return WebConfigWatcher(settings.web.config_file, max_checks=settings.web.max_requests)
+
+
 def run(settings: Settings, simulation: SimulatedNode | None = None,
         load_settings: Callable[[], Settings] | None = None) -> int:
     """Run until SIGTERM or SIGINT; SIGHUP reloads the configuration (with
     ``load_settings``: flags, environment and --config.file again) and re-reads
     the web config file. The process's exit status."""
     # A bad web config is a usage error: report it before anything starts.
-    web_config = (WebConfigWatcher(settings.web.config_file, max_checks=settings.web.max_requests)
-                  if settings.web.config_file is not None else None)
+    web_config = load_web_config(settings)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         log.warning("running as root: the exporter needs no privileges beyond read access to "
                     "the NVIDIA device nodes and the host's /proc; run it as an unprivileged "
