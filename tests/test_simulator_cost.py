@@ -6,6 +6,7 @@ asserts only with a wide margin."""
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -103,3 +104,28 @@ def test_simulate_healthy_costs_a_few_percent_of_a_core() -> None:
     assert cost.scrapes >= 4
     assert 0 < cost.simulator_core_pct < SIMULATOR_CORE_PCT_LIMIT, cost
     assert time.monotonic() - started < 60
+
+
+def test_after_the_first_poll_the_daemon_freezes_what_lives_and_collects_less_often() -> None:
+    from gpu_exporter.config import Settings
+    from gpu_exporter.daemon import YOUNG_GC_THRESHOLD, Exporter
+
+    threshold = gc.get_threshold()
+    node = SimulatedNode(_scenario(), clock=VirtualClock(0.0))
+    exporter = Exporter(Settings(), node, monotonic=node.world.clock,
+                        wall_clock=node.world.clock, synchronous=True)
+    try:
+        exporter.freeze_after_first_poll()
+        gc.unfreeze()
+        assert gc.get_freeze_count() == 0
+        exporter.poller.poll_once()
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000  # modules, settings, collectors: all that lives on
+        assert gc.get_threshold()[0] == YOUNG_GC_THRESHOLD
+        exporter.poller.poll_once()
+        # Once, not at every poll (frozen objects freed since only lower the count).
+        assert gc.get_freeze_count() <= frozen
+    finally:
+        exporter.stop()
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
