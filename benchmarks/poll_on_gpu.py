@@ -112,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     n = args.polls
     walls.sort()
     gpus = len(exporter.session.gpus)
+    per_second = (f"{cpu_ms / args.interval:.2f} ms per second" if args.interval > 0
+                  else "polled back to back")
     print(f"{n} polls of {gpus} GPU(s), {args.interval:g} s apart: process CPU per poll "
           f"{cpu_ms:.2f} ms (all threads), {cpu_ms / max(1, gpus):.2f} ms per GPU, "
-          f"{cpu_ms / args.interval:.2f} ms per second; poll wall median "
+          f"{per_second}; poll wall median "
           f"{walls[n // 2] * 1e3:.2f} ms, p90 {walls[int(0.9 * (n - 1))] * 1e3:.2f} ms\n")
     print("| collector | CPU ms per poll |\n|---|---|")
     for name, spent in sorted(own.items(), key=lambda kv: -kv[1]):
