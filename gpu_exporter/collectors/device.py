@@ -34,7 +34,7 @@ _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
 # Facts that change rarely, and counters that are costly to read, are re-read
-# every SLOW_READ_EVERY_POLLS polls (10 s at the default 1 s interval; see
+# every SLOW_READ_EVERY_POLLS polls (20 s at the default 2 s interval; see
 # gpu_exporter/cadence.py) and exported from
 # the last read in between: ECC mode (changes only across a reset), ECC
 # aggregate counters and remapped rows (re-read at once when a volatile ECC
@@ -44,7 +44,7 @@ _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BY
 # call: energy 3.8-4.2 ms (the field-value route costs the same), PCIe replay
 # counter 0.15 ms, ECC mode 0.15 ms, application clock 0.9-1.3 ms, while
 # utilization, power, clocks and throttle reasons cost 1-10 us; reading the
-# counters every 10 s instead of every second takes most of a poll's CPU away
+# counters every 10 polls instead of every poll takes most of a poll's CPU away
 # and a rate() over them is unchanged. nvmlDeviceGetPcieThroughput (which
 # blocks 20 ms) is never called: PCIe bytes come from the field-value counters.
 
