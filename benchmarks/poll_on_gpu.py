@@ -27,6 +27,8 @@ from typing import Any
 
 import pynvml
 
+from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
+
 
 def _wrap_pynvml(times: dict[str, list[float]]) -> None:
     """Time every pynvml function from now on (before the exporter imports it)."""
@@ -53,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--polls", type=int, default=60)
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
+    parser.add_argument("--interval", type=float, default=DEFAULT_POLL_INTERVAL_S,
+                        help="seconds between polls (default: the daemon's, "
+                             f"{DEFAULT_POLL_INTERVAL_S:g})")
     parser.add_argument("--simulate", metavar="SCENARIO",
                         help="on a simulated node instead (to try the script)")
     args = parser.parse_args(argv)
@@ -71,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(web={"listen_address": "127.0.0.1:0"},
                         poll={"interval": max(args.interval, 0.1)})
     exporter = Exporter(settings, simulation)
+    exporter.freeze_after_first_poll()  # as the daemon's run() does
     exporter.poller.poll()
     if not exporter.session.up or not exporter.session.gpus:
         exporter.stop()
@@ -107,9 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     n = args.polls
     walls.sort()
     gpus = len(exporter.session.gpus)
+    per_second = (f"{cpu_ms / args.interval:.2f} ms per second" if args.interval > 0
+                  else "polled back to back")
     print(f"{n} polls of {gpus} GPU(s), {args.interval:g} s apart: process CPU per poll "
-          f"{cpu_ms:.2f} ms (all threads); poll wall median {walls[n // 2] * 1e3:.2f} ms, "
-          f"p90 {walls[int(0.9 * (n - 1))] * 1e3:.2f} ms\n")
+          f"{cpu_ms:.2f} ms (all threads), {cpu_ms / max(1, gpus):.2f} ms per GPU, "
+          f"{per_second}; poll wall median "
+          f"{walls[n // 2] * 1e3:.2f} ms, p90 {walls[int(0.9 * (n - 1))] * 1e3:.2f} ms\n")
     print("| collector | CPU ms per poll |\n|---|---|")
     for name, spent in sorted(own.items(), key=lambda kv: -kv[1]):
         print(f"| {name} | {spent / n * 1e3:.2f} |")

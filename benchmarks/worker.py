@@ -6,8 +6,9 @@ another exporter is counted) and lets nvitop-exporter run with the simulator
 installed underneath its pynvml before it is imported.
 
 Polls run on a virtual clock: the runner asks for N polls and each advances
-the node by one interval, so 10,000 polls of a 1 s interval take minutes, not
-hours, while the HTTP server answers real scrapes on loopback in between.
+the node by one interval (each exporter's default unless ``--interval`` says
+otherwise), so 10,000 polls take minutes, not hours, while the HTTP server
+answers real scrapes on loopback in between.
 
 Commands: ``{"cmd": "poll", "n": N}``, ``{"cmd": "state"}``,
 ``{"cmd": "drift", "n": N, "samples": K, "scrape_every": S}``, ``{"cmd": "quit"}``.
@@ -59,6 +60,7 @@ class Target:
     """What the worker drives: one exporter on the node."""
 
     port = 0
+    interval = 1.0
 
     def poll(self) -> None:
         raise NotImplementedError
@@ -75,18 +77,20 @@ class Target:
 
 class Ours(Target):
     def __init__(self, node: SimulatedNode, clock: VirtualClock, acc: SimulatorCpu,
-                 interval: float) -> None:
+                 interval: float | None) -> None:
         from gpu_exporter.config import Settings
         from gpu_exporter.daemon import Exporter
         from gpu_exporter.web.server import serve_in_thread
 
-        self.clock, self.interval = clock, interval
-        settings = Settings(web={"listen_address": "127.0.0.1:0"},
-                            poll={"interval": interval})
+        # No interval given: the exporter's default, as a user runs it.
+        poll = {} if interval is None else {"interval": interval}
+        settings = Settings(web={"listen_address": "127.0.0.1:0"}, poll=poll)
+        self.clock, self.interval = clock, settings.poll.interval
         # synchronous=False: each GPU's reads run on its own guarded worker
         # thread, exactly as in the daemon; only the clock is virtual.
         self.exporter = Exporter(settings, node, monotonic=clock, wall_clock=clock,
                                  synchronous=False)
+        self.exporter.freeze_after_first_poll()  # as the daemon's run() does
         server = self.exporter.bind()
         serve_in_thread(server)
         self.port = self.exporter.port
@@ -124,8 +128,14 @@ class Nvitop(Target):
     """nvitop-exporter 1.x: PrometheusExporter.collect()'s loop body is one
     poll (update_host, then update_device for each device)."""
 
-    def __init__(self, node: SimulatedNode, clock: VirtualClock, interval: float) -> None:
+    # nvitop-exporter's own default (--interval 1.0).
+    DEFAULT_INTERVAL_S = 1.0
+
+    def __init__(self, node: SimulatedNode, clock: VirtualClock,
+                 interval: float | None) -> None:
         import psutil
+
+        interval = self.DEFAULT_INTERVAL_S if interval is None else interval
 
         # The simulator goes underneath pynvml before nvitop is imported, just
         # as it does underneath ours.
@@ -229,7 +239,8 @@ class Worker:
 
     def state(self) -> dict[str, Any]:
         return {"cpu_s": time.process_time(), "sim_cpu_s": self.acc.total_s,
-                "rss_bytes": rss_bytes(), "wall_s": time.perf_counter()}
+                "rss_bytes": rss_bytes(), "wall_s": time.perf_counter(),
+                "interval_s": self.target.interval}
 
     def poll(self, n: int) -> dict[str, Any]:
         calls0 = self.node.library.calls.copy()
@@ -298,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exporter", choices=["ours", "nvitop"], default="ours")
     parser.add_argument("--config", default="8gpu/64p")
     parser.add_argument("--latency", action="store_true")
-    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--interval", type=float,
+                        help="seconds between polls (default: each exporter's own default)")
     args = parser.parse_args(argv)
     try:
         worker = Worker(args)

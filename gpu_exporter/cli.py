@@ -15,6 +15,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from gpu_exporter import __version__
+from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, Settings, load
 
 PROG = "gpu-exporter"
@@ -57,7 +58,8 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--web.max-connections", "web.max_connections",
      "Most open connections; at the limit the one idle the longest is closed to make room "
      "(default 1024).", "N"),
-    ("--poll.interval", "poll.interval", "Time between polls of GPUs and host (default 1s).",
+    ("--poll.interval", "poll.interval",
+     f"Time between polls of GPUs and host (default {DEFAULT_POLL_INTERVAL_S:g}s).",
      "DURATION"),
     ("--poll.timeout", "poll.timeout",
      "How long one GPU's NVML reads may take before it counts as hung and is skipped until "
@@ -140,13 +142,15 @@ def settings_loader(argv: Sequence[str]) -> Callable[[], Settings]:
 
 def _run_daemon(argv: Sequence[str]) -> int:
     from gpu_exporter import daemon, logs
-    from gpu_exporter.simulator import ScenarioError, SimulatedNode
 
     load_settings = settings_loader(argv)
     settings = load_settings()
     logs.setup(settings.log.level, settings.log.format)
     simulation = None
     if settings.simulate:
+        # Loaded only when asked for: a daemon on real GPUs never imports it.
+        from gpu_exporter.simulator import ScenarioError, SimulatedNode
+
         try:
             simulation = SimulatedNode.from_name(settings.simulate)
         except ScenarioError as exc:

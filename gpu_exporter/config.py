@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
     Duration,
     check_telemetry_path,
@@ -66,7 +67,7 @@ class WebConfig(_Section):
 
 
 class PollConfig(_Section):
-    interval: Duration = Field(1.0, ge=0.05, le=3600)
+    interval: Duration = Field(DEFAULT_POLL_INTERVAL_S, ge=0.05, le=3600)
     # How long one GPU's reads may take before the GPU counts as hung and is
     # skipped (its series absent, gpu_up 0) until the stuck call returns.
     timeout: Duration = Field(2.0, gt=0, le=600)

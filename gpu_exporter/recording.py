@@ -271,11 +271,15 @@ def _memory(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) 
 def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
     keys = {c.FI_DEV_MEMORY_TEMP: "mem_temp_c", c.FI_DEV_PCIE_COUNT_TX_BYTES: "pcie_tx_bytes",
             c.FI_DEV_PCIE_COUNT_RX_BYTES: "pcie_rx_bytes"}
+    ecc = {c.FI_DEV_ECC_SBE_VOL_TOTAL: c.ECC_CORRECTED,
+           c.FI_DEV_ECC_DBE_VOL_TOTAL: c.ECC_UNCORRECTED}
     for fid, value in v.items():
         if isinstance(value, NvmlError):
             g.setdefault("field_errors", {})[fid] = value.name
         elif fid in keys:
             g[keys[fid]] = int(value)
+        elif fid in ecc:  # as nvmlDeviceGetTotalEccErrors(type, volatile) is recorded
+            g.setdefault("ecc", {})[f"{ecc[fid]}/{c.ECC_VOLATILE}"] = int(value)
         elif fid == c.FI_DEV_NVLINK_LINK_COUNT:
             g["nvlink_count"] = int(value)
         elif fid == c.FI_DEV_GET_GPU_RECOVERY_ACTION:
@@ -407,7 +411,8 @@ _HANDLERS: dict[str, Handler] = {
 def record(duration: float, interval: float, out: Path, simulate: str | None) -> int:
     """Poll for ``duration`` and write the recording; the number of polls."""
     from gpu_exporter.config import load
-    from gpu_exporter.daemon import Exporter, one_shot_on_simulated_node
+    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.one_shot import one_shot_on_simulated_node
     from gpu_exporter.pipeline import COLLECTORS
     from gpu_exporter.simulator import load_scenario
 

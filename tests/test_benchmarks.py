@@ -9,8 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.run import BEGIN, COLUMNS, END
-from benchmarks.scenarios import ALL, Config, scenario
+from benchmarks.run import (
+    BEGIN,
+    COLUMNS,
+    END,
+    SCRAPE_EVERY_S,
+    Result,
+    headline_rows,
+    median_result,
+)
+from benchmarks.scenarios import ALL, HEADLINE, Config, scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,3 +99,46 @@ def test_poll_on_gpu_says_so_when_no_gpu_answers() -> None:
     assert result.returncode == 2
     assert "poll_on_gpu: no GPU answered through NVML on this node" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _result(exporter: str, **numbers: float) -> Result:
+    r = Result(exporter, HEADLINE.name, HEADLINE.gpus, HEADLINE.processes, HEADLINE.mig,
+               latency=False)
+    for name, value in numbers.items():
+        setattr(r, name, value)
+    return r
+
+
+def test_cpu_per_second_is_the_poll_over_the_interval_plus_a_scrape_every_15_s() -> None:
+    r = _result("ours", interval_s=2.0, cpu_ms=12.0, own_ms=8.0, scrape_cpu_fresh_ms=3.0)
+    assert r.cpu_per_s_ms() == 12.0 / 2 + 3.0 / SCRAPE_EVERY_S
+    assert r.cpu_per_s_ms(own=True) == 8.0 / 2 + 3.0 / SCRAPE_EVERY_S
+
+
+def test_headline_judges_each_ratio_against_its_target() -> None:
+    ours = _result("ours", interval_s=2.0, own_ms=6.0, cpu_ms=9.0, rss_mib=40.0,
+                   p99_32_ms=20.0)
+    ours.series = 8 * 90
+    nvitop = _result("nvitop", interval_s=1.0, own_ms=6.0, cpu_ms=8.0, rss_mib=41.0,
+                     p99_32_ms=2000.0)
+    nvitop.series = 8 * 65
+    rows = {row[0]: row for row in headline_rows([ours, nvitop]) or []}
+    cpu = rows["CPU ms/s, exporter's own (simulator subtracted)"]
+    assert cpu[3] == "0.50" and cpu[5] == "met"  # 3.0 / 6.0 ms/s, no scrape CPU
+    assert rows["RSS MiB"][5] == "met"
+    assert rows["series per GPU"][1] == "90.0" and rows["series per GPU"][5] == "met"
+    ours.rss_mib, ours.series, ours.own_ms = 42.0, 8 * 101, 6.2
+    rows = {row[0]: row for row in headline_rows([ours, nvitop]) or []}
+    assert rows["RSS MiB"][5] == "**missed**"
+    assert rows["series per GPU"][5] == "**missed**"
+    assert rows["CPU ms/s, exporter's own (simulator subtracted)"][5] == "**missed**"
+    assert headline_rows([ours]) is None  # nothing to compare with
+
+
+def test_repeats_report_the_median_of_every_figure() -> None:
+    runs = [_result("ours", own_ms=v, rss_mib=r) for v, r in ((5.0, 50.0), (9.0, 48.0),
+                                                              (6.0, 49.0))]
+    runs[0].drift = {"polls": 10}
+    m = median_result(runs)
+    assert (m.own_ms, m.rss_mib, m.repeats) == (6.0, 49.0, 3)
+    assert m.drift == {"polls": 10}

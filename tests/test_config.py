@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.cli import parse_settings
 from gpu_exporter.config import ConfigError, parse_duration
 
@@ -15,7 +16,7 @@ def test_defaults() -> None:
     s = parse_settings([])
     assert s.web.listen_address == ":9835"
     assert s.web.telemetry_path == "/metrics"
-    assert s.poll.interval == 1.0
+    assert s.poll.interval == DEFAULT_POLL_INTERVAL_S == 2.0
     assert s.log.format == "logfmt"
     assert s.collector_enabled("device", True)
 

@@ -239,7 +239,7 @@ FAILING = [
     ("nvmlDeviceGetCurrPcieLinkWidth", "pcie_width", "gpu_pcie_link_width"),
     ("nvmlDeviceGetPcieReplayCounter", "pcie_replays", "gpu_pcie_replays_total"),
     ("nvmlDeviceGetEccMode", "ecc_mode", "gpu_ecc_enabled"),
-    ("nvmlDeviceGetTotalEccErrors", "ecc_corrected_volatile", "gpu_ecc_errors_total"),
+    ("nvmlDeviceGetTotalEccErrors", "ecc_corrected_aggregate", "gpu_ecc_errors_total"),
     ("nvmlDeviceGetRemappedRows", "remapped_rows", "gpu_remapped_rows_total"),
     ("nvmlDeviceGetPersistenceMode", "persistence_mode", "gpu_persistence_mode_enabled"),
 ]
@@ -450,3 +450,40 @@ def test_a_field_answering_gpu_lost_takes_the_gpu_down() -> None:
         snap, reading = poll(one, collector)
         assert snap.series("gpu_up")[0][1] == 0.0 and not reading.up
         assert "gpu_power_watts" not in snap.samples
+
+
+def _ecc_series(snap: Snapshot) -> dict[tuple[str, str], float]:
+    return {(lab["scope"], lab["type"]): v for lab, v in snap.series("gpu_ecc_errors_total")}
+
+
+def test_volatile_ecc_totals_come_with_the_field_values_not_a_call_each() -> None:
+    with OneGpu(utilization=0.5, ecc_corrected_volatile=7, ecc_uncorrected_volatile=2) as one:
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        poll(one, collector)  # the first poll also takes the slow (aggregate) reads
+        before = one.node.library.calls["nvmlDeviceGetTotalEccErrors"]
+        snap, reading = poll(one, collector)
+        assert one.node.library.calls["nvmlDeviceGetTotalEccErrors"] == before
+        ecc = _ecc_series(snap)
+        assert ecc[("volatile", "corrected")] == 7 and ecc[("volatile", "uncorrected")] == 2
+        assert reading.ecc_uncorrected_volatile == 2
+
+
+def test_without_the_ecc_fields_the_volatile_totals_are_asked_for_one_by_one() -> None:
+    # A driver without these field ids answers NOT_SUPPORTED for them alone.
+    with OneGpu(utilization=0.5, ecc_corrected_volatile=7, ecc_uncorrected_volatile=2) as one:
+        one.node.library.inject_state = lambda name, st: dataclasses.replace(
+            st, field_errors={c.FI_DEV_ECC_SBE_VOL_TOTAL: int(Return.NOT_SUPPORTED),
+                              c.FI_DEV_ECC_DBE_VOL_TOTAL: int(Return.NOT_SUPPORTED)})
+        collector = one.build(DeviceCollector)
+        assert isinstance(collector, DeviceCollector)
+        for _ in range(2):
+            before = one.node.library.calls["nvmlDeviceGetTotalEccErrors"]
+            snap, _ = poll(one, collector)
+            assert one.node.library.calls["nvmlDeviceGetTotalEccErrors"] >= before + 2
+            ecc = _ecc_series(snap)
+            assert ecc[("volatile", "corrected")] == 7
+            assert ecc[("volatile", "uncorrected")] == 2
+        assert collector.errors() == 0
+        assert [lab["sensor"] for lab, _ in snap.series("gpu_temperature_celsius")] == \
+            ["gpu", "memory"]

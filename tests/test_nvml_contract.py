@@ -136,6 +136,8 @@ def test_clock_reason_bits_match_the_header() -> None:
 
 @pytest.mark.parametrize("const,define", [
     ("FI_DEV_MEMORY_TEMP", "NVML_FI_DEV_MEMORY_TEMP"),
+    ("FI_DEV_ECC_SBE_VOL_TOTAL", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    ("FI_DEV_ECC_DBE_VOL_TOTAL", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"),
     ("FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_TX_BYTES"),
     ("FI_DEV_PCIE_COUNT_RX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES"),
 ])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.catalog import metric
 from gpu_exporter.config import Settings, load
 from gpu_exporter.daemon import Exporter
@@ -304,16 +305,16 @@ def _reload_in_process(path: Path, caplog: pytest.LogCaptureFixture) -> None:
         started = first.get("gpu_exporter_config_last_reload_success_timestamp_seconds")
         assert first.get("gpu_exporter_collector_success", collector="gpm") == 1.0
         assert len(first.series("gpu_process_info")) == 8
-        path.write_text("poll: {interval: 2s, timeout: 1s}\nlog: {level: debug}\n"
+        path.write_text("poll: {interval: 3s, timeout: 1s}\nlog: {level: debug}\n"
                         "processes: {max_per_gpu: 0}\ndiagnosis: {window: 5s}\n"
                         "collectors: {gpm: false}\nweb: {max_requests: 4}\n")
         assert exporter.reload(_loader(path))
         reloaded_at = run.clock()
-        snap = run.poll(2, interval=2)
+        snap = run.poll(2, interval=3)
         assert snap.get("gpu_exporter_config_last_reload_success") == 1.0
         assert snap.get("gpu_exporter_config_last_reload_success_timestamp_seconds") == \
             reloaded_at > started  # type: ignore[operator]
-        assert exporter.poller.interval == 2.0
+        assert exporter.poller.interval == 3.0
         assert logging.getLogger().level == logging.DEBUG
         logging.getLogger().addHandler(caplog.handler)
         assert snap.get("gpu_exporter_collector_success", collector="gpm") is None
@@ -330,11 +331,11 @@ def _reload_in_process(path: Path, caplog: pytest.LogCaptureFixture) -> None:
         caplog.clear()
         path.write_text("poll: {interval: never}\n")
         assert not exporter.reload(_loader(path))
-        snap = run.poll(2, interval=2)
+        snap = run.poll(2, interval=3)
         assert snap.get("gpu_exporter_config_last_reload_success") == 0.0
         assert snap.get("gpu_exporter_config_last_reload_success_timestamp_seconds") == \
             reloaded_at
-        assert exporter.poller.interval == 2.0
+        assert exporter.poller.interval == 3.0  # the running configuration kept
         failed = _messages(caplog, "configuration reload failed")
         assert len(failed) == 1 and "poll.interval" in failed[0] and "\n" not in failed[0]
 
@@ -345,7 +346,7 @@ def _reload_in_process(path: Path, caplog: pytest.LogCaptureFixture) -> None:
         assert snap.get("gpu_exporter_config_last_reload_success") == 1.0
         assert snap.get("gpu_exporter_collector_success", collector="gpm") == 1.0
         assert len(snap.series("gpu_process_info")) == 8
-        assert exporter.poller.interval == 1.0
+        assert exporter.poller.interval == DEFAULT_POLL_INTERVAL_S
 
 
 def test_sighup_reloads_the_config_file_of_a_running_process(tmp_path: Path) -> None:
@@ -394,7 +395,8 @@ def test_sigterm_stops_within_5s_even_while_an_nvml_call_hangs(tmp_path: Path) -
                   "--poll.interval", "0.2s", "--poll.timeout", "0.3s"])
     url = f"http://127.0.0.1:{port}/metrics"
     try:
-        _wait_metrics(url, lambda t: 'gpu_exporter_nvml_timeouts_total{gpu="2"}' in t)
+        # The series is there (at 0) from the first poll: wait for the timeout itself.
+        _wait_metrics(url, lambda t: 'gpu_exporter_nvml_timeouts_total{gpu="2"} 1.0' in t)
     finally:
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()

@@ -19,7 +19,7 @@ def test_reload_reconfigures_running_collectors_between_polls() -> None:
     before = _by_name(run)
     assert run.exporter.reload(lambda: settings(processes={"max_per_gpu": 1},
                                                 diagnosis={"window": "5s"},
-                                                poll={"interval": "2s"}))
+                                                poll={"interval": "3s"}))
     # Nothing changes under a poll: only the next one applies it.
     procs = before["processes"]
     assert isinstance(procs, ProcessesCollector) and procs.max_per_gpu == 32
@@ -29,7 +29,7 @@ def test_reload_reconfigures_running_collectors_between_polls() -> None:
     diag = after["diagnosis"]
     assert isinstance(diag, DiagnosisCollector) and diag.cfg.window == 5.0
     assert procs.max_per_gpu == 1
-    assert run.exporter.poller.interval == 2.0
+    assert run.exporter.poller.interval == 3.0
     assert len(snap.series("gpu_process_info")) == 8  # one process per GPU, 8 GPUs
 
 
@@ -48,7 +48,7 @@ def test_reloads_before_a_poll_build_once_and_close_what_they_drop() -> None:
     first.close = close  # type: ignore[method-assign]
     # The same settings again: the pending collector is reused, not built twice.
     assert run.exporter.reload(lambda: settings(collectors={"gpm": True},
-                                                poll={"interval": "2s"}))
+                                                poll={"interval": "3s"}))
     assert {c.name: c for c in run.exporter.poller.planned()}["gpm"] is first
     assert closed == []
     # Switched off before it ever ran: closed at once.

@@ -26,19 +26,23 @@ from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
-# Memory temperature is read every poll; the PCIe byte counters cost the
-# driver 0.1-0.3 ms each on an H100 (the field's own latencyUsec), so they are
-# slow reads like the other counters below.
+# Memory temperature and the volatile ECC totals are read every poll, in one
+# call (the ECC totals took two nvmlDeviceGetTotalEccErrors calls); the PCIe
+# byte counters cost the driver 0.1-0.3 ms each on an H100 (the field's own
+# latencyUsec), so they are slow reads like the other counters below.
 # The per-reason throttle time counters ride in the same call: one
 # nvmlDeviceGetFieldValues answers them all, and a counter read every poll
 # lets rate() see every nanosecond a reason held, whatever the scrape interval.
-_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_GET_GPU_RECOVERY_ACTION, *c.THROTTLE_TIME_FIELDS)
+_ECC_VOLATILE_FIELDS = {"corrected": c.FI_DEV_ECC_SBE_VOL_TOTAL,
+                        "uncorrected": c.FI_DEV_ECC_DBE_VOL_TOTAL}
+_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_GET_GPU_RECOVERY_ACTION, *c.THROTTLE_TIME_FIELDS,
+           *_ECC_VOLATILE_FIELDS.values())
 _NS = 1e-9
 _PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
 _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
 # Facts that change rarely, and counters that are costly to read, are re-read
-# every SLOW_READ_EVERY_POLLS polls (10 s at the default 1 s interval; see
+# every SLOW_READ_EVERY_POLLS polls (20 s at the default 2 s interval; see
 # gpu_exporter/cadence.py) and exported from
 # the last read in between: ECC mode (changes only across a reset), ECC
 # aggregate counters and remapped rows (re-read at once when a volatile ECC
@@ -48,7 +52,7 @@ _PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BY
 # call: energy 3.8-4.2 ms (the field-value route costs the same), PCIe replay
 # counter 0.15 ms, ECC mode 0.15 ms, application clock 0.9-1.3 ms, while
 # utilization, power, clocks and throttle reasons cost 1-10 us; reading the
-# counters every 10 s instead of every second takes most of a poll's CPU away
+# counters every 10 polls instead of every poll takes most of a poll's CPU away
 # and a rate() over them is unchanged. nvmlDeviceGetPcieThroughput (which
 # blocks 20 ms) is never called: PCIe bytes come from the field-value counters.
 
@@ -274,7 +278,7 @@ def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, st
         r.throttle_reasons = frozenset(names)
 
     _read_pcie(gpu, d, out, labels, r)
-    _read_memory_health(gpu, d, out, labels, r)
+    _read_memory_health(gpu, d, out, labels, r, fields)
 
     # The fabric probe with its health summary first (R580), else without it
     # (R550 to R575); boards outside an NVSwitch fabric answer NOT_SUPPORTED.
@@ -370,8 +374,23 @@ def _link(gpu: Gpu, name: str, value: int | None) -> int | None:
     return value if value is not None and accept(gpu, name, value) else None
 
 
+def _volatile_ecc(gpu: Gpu, d: Device, fields: dict[int, float | NvmlError] | None,
+                  tname: str, tcode: int) -> int | None:
+    """A volatile ECC total from this poll's field values; where the driver has
+    no such field (or the field-values call itself is not there), from
+    nvmlDeviceGetTotalEccErrors. None after the field's own error (counted
+    with the fields)."""
+    fid = _ECC_VOLATILE_FIELDS[tname]
+    value = None if fields is None else fields.get(fid)
+    if value is not None and not isinstance(value, NvmlError):
+        return int(value)
+    if fields is None or value is None or f"field_{fid}" in gpu.unsupported:
+        return gpu.read(f"ecc_{tname}_volatile", d.ecc_errors, tcode, c.ECC_SCOPES["volatile"])
+    return None
+
+
 def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
-                        r: GpuReading) -> None:
+                        r: GpuReading, fields: dict[int, float | NvmlError] | None) -> None:
     every = SLOW_READ_EVERY_POLLS
     mode = gpu.slow_read("ecc_mode", d.ecc_mode, every=every)
     # A volatile ECC counter that moved since the last poll may have retired a
@@ -381,8 +400,7 @@ def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[
         r.ecc_enabled = mode[0]
         out.add("gpu_ecc_enabled", mode[0], **labels)
         if mode[0]:
-            volatile = {tname: gpu.read(f"ecc_{tname}_volatile", d.ecc_errors, tcode,
-                                        c.ECC_SCOPES["volatile"])
+            volatile = {tname: _volatile_ecc(gpu, d, fields, tname, tcode)
                         for tname, tcode in c.ECC_TYPES.items()}
             before = gpu.slow.get("ecc_volatile_seen")
             moved = before is not None and before[1] != volatile

@@ -36,7 +36,7 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
              baseline_file: Path | None = None) -> dict[str, Any]:
     """Run the scenario through the real exporter on a virtual clock and return
     what /diagnosis would answer at the end."""
-    from gpu_exporter.daemon import one_shot_on_simulated_node
+    from gpu_exporter.one_shot import one_shot_on_simulated_node
     from gpu_exporter.simulator import ScenarioError, load_scenario
 
     overrides: dict[str, Any] = {}

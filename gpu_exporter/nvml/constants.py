@@ -72,6 +72,10 @@ ARCHITECTURES: dict[int, str] = {
 # Field ids (nvmlDeviceGetFieldValues). pynvml does not define the PCIe byte
 # counters, so they live here.
 FI_DEV_MEMORY_TEMP = 82
+# Volatile ECC totals: what nvmlDeviceGetTotalEccErrors answers for
+# (corrected|uncorrected, volatile), single-bit being the corrected errors.
+FI_DEV_ECC_SBE_VOL_TOTAL = 3
+FI_DEV_ECC_DBE_VOL_TOTAL = 4
 FI_DEV_PCIE_COUNT_TX_BYTES = 197
 FI_DEV_PCIE_COUNT_RX_BYTES = 198
 FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, per link (scopeId)

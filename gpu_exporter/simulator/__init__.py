@@ -171,18 +171,29 @@ def load_scenario(name_or_path: str) -> Scenario:
     return scenario
 
 
+# How long a simulated GPU's readings stand on a real clock: a real driver
+# refreshes power every 20 ms and utilization every 200 ms; 50 ms keeps the
+# readings of one poll consistent and computes each GPU about once a poll.
+REAL_CLOCK_TICK_S = 0.05
+
+
 def _missing_library(name: str) -> object:
     raise OSError(f"{name}: cannot open shared object file: No such file or directory")
 
 
 class SimulatedNode:
-    """A scenario running on a clock, installed underneath pynvml."""
+    """A scenario running on a clock, installed underneath pynvml. On the real
+    clock (the default) the GPUs' readings stand for ``REAL_CLOCK_TICK_S``; on
+    any other clock (a virtual one) they follow every move of it."""
 
     def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic,
-                 latency_us: dict[str, float] | None = None) -> None:
+                 latency_us: dict[str, float] | None = None,
+                 tick_s: float | None = None) -> None:
         self.scenario = scenario
         self.profile = load_profile(scenario.node.profile)
-        self.world = World(scenario, self.profile, clock)
+        if tick_s is None:
+            tick_s = REAL_CLOCK_TICK_S if clock is time.monotonic else 0.0
+        self.world = World(scenario, self.profile, clock, tick_s)
         self.library = FakeNvmlLibrary(self.world, latency_us)
         self._root = Path(tempfile.mkdtemp(prefix="gpu-exporter-sim-"))
         atexit.register(self.close)  # however the process ends, leave no files behind

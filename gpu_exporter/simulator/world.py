@@ -5,6 +5,7 @@ counters (energy, PCIe bytes, replays) integrated over time.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import uuid as uuidlib
@@ -235,11 +236,19 @@ UTILIZATION_SAMPLES = (0.2, 71)
 
 
 class World:
+    """``tick_s``: how long the GPUs' state stands once computed. 0 (the
+    default) computes it again whenever the clock has moved, which a virtual
+    clock (tests) needs; on a real clock every NVML call would otherwise
+    compute every GPU again. A real driver also refreshes its readings on a
+    period (power every 20 ms, utilization every 200 ms), so a state that
+    stands for a few tens of milliseconds is what a real GPU answers too."""
+
     def __init__(self, scenario: Scenario, profile: DeviceProfile,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], tick_s: float = 0.0) -> None:
         self.scenario = scenario
         self.profile = profile
         self.clock = clock
+        self.tick_s = tick_s
         self._lock = threading.Lock()
         self._t0 = clock()
         self.gpu_count = scenario.node.gpus
@@ -249,6 +258,11 @@ class World:
         self._counters = [_Counters(0.0, energy_mj=3.6e9 * (1 + 0.1 * i))
                           for i in range(self.gpu_count)]
         self._steps = sorted(scenario.timeline, key=lambda s: s.at)
+        self._step_times = [s.at for s in self._steps]
+        # Conditions are constant between two timeline steps: resolved once per
+        # (GPU or host, steps in force), not at every call (model_dump is costly).
+        self._conditions: dict[tuple[int, int], dict[str, Any]] = {}
+        self._host_conditions: dict[int, dict[str, Any]] = {}
         # When NVML as a whole changes (node-level faults), in time order.
         self.nvml_changes: list[tuple[float, str]] = [
             (s.at, s.nvml) for s in self._steps if s.nvml is not None]
@@ -292,7 +306,19 @@ class World:
                 mode = changed
         return mode
 
+    def _steps_in_force(self, t: float) -> int:
+        """How many timeline steps have begun at t."""
+        return bisect.bisect_right(self._step_times, t)
+
     def condition(self, index: int, t: float) -> dict[str, Any]:
+        """GPU ``index``'s condition at t (a copy: callers may change it)."""
+        key = (index, self._steps_in_force(t))
+        cached = self._conditions.get(key)
+        if cached is None:
+            cached = self._conditions[key] = self._resolve_condition(index, key[1])
+        return dict(cached)
+
+    def _resolve_condition(self, index: int, steps: int) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         errors: dict[str, str] = {}
         hangs: dict[str, float] = {}
@@ -307,9 +333,7 @@ class World:
         apply(self.scenario.state)
         if index in self.scenario.gpus:
             apply(self.scenario.gpus[index])
-        for step in self._steps:
-            if step.at > t:
-                break
+        for step in self._steps[:steps]:
             if step.gpus == "all" or index in step.gpus:
                 apply(step.set)
         merged["errors"] = errors
@@ -317,16 +341,22 @@ class World:
         return merged
 
     def host_condition(self, t: float) -> dict[str, Any]:
-        """The host's condition at t: defaults, the scenario's, then its steps."""
+        """The host's condition at t: defaults, the scenario's, then its steps
+        (a copy: callers may change it)."""
+        steps = self._steps_in_force(t)
+        cached = self._host_conditions.get(steps)
+        if cached is None:
+            cached = self._host_conditions[steps] = self._resolve_host(steps)
+        return dict(cached)
+
+    def _resolve_host(self, steps: int) -> dict[str, Any]:
         merged = dict(HOST_DEFAULTS)
 
         def apply(cond: HostCondition) -> None:
             merged.update(cond.model_dump(exclude_none=True))
 
         apply(self.scenario.host)
-        for step in self._steps:
-            if step.at > t:
-                break
+        for step in self._steps[:steps]:
             if step.host is not None:
                 apply(step.host)
         return merged
@@ -361,7 +391,7 @@ class World:
         """Every GPU's state now; counters advance with the clock."""
         with self._lock:
             t = self.elapsed()
-            if self._cache is not None and self._cache[0] == t:
+            if self._cache is not None and 0.0 <= t - self._cache[0] <= self.tick_s:
                 return self._cache[1]
             states = [self._state(i, t) for i in range(self.gpu_count)]
             self._cache = (t, states)

@@ -257,6 +257,9 @@ _LINK_FIELDS: dict[int, Callable[[GpuState, int], int]] = {
 
 
 _RECOVERY_CODES = {name: code for code, name in k.RECOVERY_ACTIONS.items()}
+# Volatile ECC total fields -> the error type they count.
+_ECC_VOLATILE_FIELDS = {k.FI_DEV_ECC_SBE_VOL_TOTAL: k.ECC_CORRECTED,
+                        k.FI_DEV_ECC_DBE_VOL_TOTAL: k.ECC_UNCORRECTED}
 
 
 @nvml_function("nvmlDeviceGetFieldValues", c_int, P)
@@ -296,6 +299,16 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
             # A recorded code with no name here replays as "code_N".
             fv.value.uiVal = (_RECOVERY_CODES[action] if action in _RECOVERY_CODES
                               else int(action.removeprefix("code_")))
+            continue
+        if fid in _ECC_VOLATILE_FIELDS:
+            # As nvmlDeviceGetTotalEccErrors: not supported with ECC off (or
+            # where a replayed recording holds no such counter).
+            errors = st.ecc.get((_ECC_VOLATILE_FIELDS[fid], k.ECC_VOLATILE))
+            if not st.ecc_enabled or errors is None or fid in unsupported:
+                fv.nvmlReturn = int(Return.NOT_SUPPORTED)
+            else:
+                fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
+                fv.value.ullVal = errors
             continue
         if fid in k.THROTTLE_TIME_FIELDS:
             # NOT_SUPPORTED for a reason the board does not have (no entry).

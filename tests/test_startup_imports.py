@@ -1,0 +1,56 @@
+"""The daemon loads only what it runs: a fresh interpreter that starts the
+exporter as ``gpu-exporter`` does (settings from flags, one poll) has not
+imported the simulator, the generators, the one-shot commands or the web
+config file's module (TLS and bcrypt), which cost memory on every node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter.alerting", "gpu_exporter.dashboards",
+                "gpu_exporter.one_shot", "gpu_exporter.recording",
+                "gpu_exporter.baseline_command", "gpu_exporter.diagnosis.command",
+                "gpu_exporter.web.webconfig", "bcrypt")
+
+START = """
+import json, sys
+from gpu_exporter.cli import settings_loader
+from gpu_exporter.daemon import Exporter
+settings = settings_loader(sys.argv[1:])()
+exporter = Exporter(settings)
+exporter.bind()
+exporter.poller.poll_once()
+exporter.stop()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _modules_after_start(*flags: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", START, "--web.listen-address", "127.0.0.1:0",
+                           "--log.level", "error", *flags],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return modules
+
+
+def _loaded(modules: list[str], prefix: str) -> bool:
+    return any(m == prefix or m.startswith(prefix + ".") for m in modules)
+
+
+def test_the_daemon_starts_without_what_it_does_not_run() -> None:
+    modules = _modules_after_start()
+    assert _loaded(modules, "gpu_exporter.collectors.device")  # it did build the pipeline
+    assert [p for p in NOT_AT_START if _loaded(modules, p)] == []
+
+
+def test_a_web_config_file_loads_its_module(tmp_path: Path) -> None:
+    config = tmp_path / "web.yml"
+    config.write_text("basic_auth_users: {}\n")
+    modules = _modules_after_start("--web.config.file", str(config))
+    assert _loaded(modules, "gpu_exporter.web.webconfig")
