@@ -12,7 +12,8 @@ NVML_BUS_ID = re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]")
 
 
 def test_gpu_info_carries_nvmls_bus_id_and_sysfs_joins_still_match() -> None:
-    with SimRun("healthy") as run:
+    # The sysfs link views are detail series.
+    with SimRun("healthy", metrics={"detail": True}) as run:
         run.poll(3)
         text = run.scrape()
     ids = re.findall(r'^gpu_info\{[^}]*pci_bus_id="([^"]+)"', text, re.M)

@@ -8,6 +8,7 @@ import tracemalloc
 import pytest
 
 import gpu_exporter.history as history_module
+from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.history import MAX_GPUS, SERIES, History, slots_for
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
@@ -25,11 +26,12 @@ def test_ten_thousand_polls_keep_the_same_bytes_and_the_last_window() -> None:
                     state=GpuCondition(utilization=0.9), timeline=[], noise=True)
     with SimRun(busy, collectors=_ONLY_DEVICE) as run:
         hist = run.exporter.history
-        assert hist.capacity == 900  # 15 minutes at the default 1 s interval
-        run.poll(hist.capacity - 1)  # the first poll and 899 more: the ring is full
+        # 15 minutes at the default interval
+        assert hist.capacity == 900 / DEFAULT_POLL_INTERVAL_S
+        run.poll(hist.capacity - 1)  # the first poll and the rest: the ring is full
         full = hist.nbytes()
         # One shared timestamp ring (8 bytes a slot) and one float32 per series and slot.
-        assert full == 900 * 8 + 900 * 4 * len(SERIES)
+        assert full == hist.capacity * 8 + hist.capacity * 4 * len(SERIES)
         run.poll(9_000 - hist.capacity)
         # Whatever the ring module still holds from the last 1,000 polls is growth.
         tracemalloc.start()
@@ -44,9 +46,9 @@ def test_ten_thousand_polls_keep_the_same_bytes_and_the_last_window() -> None:
         assert hist.nbytes() == full
         window = hist.window(0)
         assert window is not None
-        assert len(window.times) == 900
+        assert len(window.times) == hist.capacity  # the polls come 1 s apart here
         now = run.clock()
-        assert window.times[-1] == now and window.times[0] == now - 899
+        assert window.times[-1] == now and window.times[0] == now - (hist.capacity - 1)
         assert list(window.times) == sorted(window.times)
         assert all(v is not None and 0.5 < v <= 1.0 for v in window.series["utilization"])
         assert set(window.series["power_limit_watts"]) == {700.0}
