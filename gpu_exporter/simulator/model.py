@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpu_exporter.config_types import Duration
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.tenants import Tenants
 
 
 class _Strict(BaseModel):
@@ -313,6 +314,9 @@ class Scenario(_Strict):
     # What the diagnosis must find, and nothing else; None: not declared.
     expect: list[Expectation] | None = None
     replay: Replay | None = None
+    # Who runs on the node: pods the simulated kubelet serves, Slurm jobs, and
+    # each workload's own cgroup signals (its processes are in ``processes``).
+    tenants: Tenants | None = None
 
     @model_validator(mode="after")
     def _indices(self) -> Scenario:
