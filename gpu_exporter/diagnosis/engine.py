@@ -23,6 +23,7 @@ from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.readings import GpuOwner
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
@@ -39,18 +40,23 @@ class Finding:
     evidence: Evidence
     since: float  # unix time the row turned on
     explains: tuple[Explained, ...] = ()
+    # Whose the GPU is: the containers it is allocated to, its Slurm jobs.
+    owners: tuple[GpuOwner, ...] = ()
 
     def as_dict(self, runbook_base: str = "docs/runbook.md") -> dict[str, object]:
         """The chain for /diagnosis and ``diagnose --json``: symptom <- cause <-
         evidence; ``explained`` lists the rows whose signals this cause
         produces (each with its own evidence and why), and the evidence holds
-        one ``explains_<cause>`` line per such row for readers of evidence only."""
+        one ``explains_<cause>`` line per such row for readers of evidence only;
+        ``owners`` names the pods' containers (namespace, pod, container) or
+        the Slurm jobs the GPU belongs to, where known."""
         return {"gpu": str(self.gpu), "uuid": self.uuid, "symptom": self.row.symptom,
                 "cause": self.row.cause, "severity": self.row.severity,
                 "summary": self.row.summary, "evidence": dict(self.evidence),
                 "explained": [{"symptom": e.row.symptom, "cause": e.row.cause,
                                "evidence": dict(e.evidence), "why": e.by.why}
                               for e in self.explains],
+                "owners": [o.as_dict() for o in self.owners],
                 "fix": self.row.fix, "runbook": f"{runbook_base}#{self.row.anchor}",
                 "since": self.since}
 
@@ -155,7 +161,7 @@ class DiagnosisCollector(Collector):
                 key = f"explains_{item.row.symptom}_{item.row.cause}"
                 evidence[key] = explanation(item, state.evidence)
             findings.append(Finding(sig.index, sig.uuid, row, evidence, state.since,
-                                    tuple(explained)))
+                                    tuple(explained), sig.owners))
         return findings
 
     def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:

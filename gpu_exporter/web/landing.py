@@ -25,8 +25,12 @@ def gpu_table(snap: Snapshot | None) -> str:
         wrong.setdefault(f.gpu, []).append(
             f'<span class="{"bad" if f.row.severity == "critical" else "warn"}">'
             f"{html.escape(f.row.summary)}</span>")
+    owners = snap.readings.attribution.owners if snap.readings.attribution else {}
     rows = []
     for r in sorted(gpus.values(), key=lambda g: g.index):
+        # Pod, namespace and container names come from the kubelet, job ids
+        # from cgroup paths: escaped like every other external string.
+        owner = "<br>".join(html.escape(o.describe()) for o in owners.get(r.index, ())) or "-"
         state = '<span class="ok">up</span>' if r.up else '<span class="bad">lost</span>'
         mem = "-"
         if r.memory_used_bytes is not None and r.memory_total_bytes:
@@ -39,7 +43,9 @@ def gpu_table(snap: Snapshot | None) -> str:
         rows.append(
             f"<tr><td>{r.index}</td><td>{html.escape(r.name)}</td><td>{state}</td>"
             f"<td>{_pct(r.utilization)}</td><td>{mem}</td><td>{power}</td><td>{temp}</td>"
-            f"<td>{link}</td><td>{'<br>'.join(wrong.get(r.index, [])) or 'nothing'}</td></tr>")
+            f"<td>{link}</td><td>{owner}</td>"
+            f"<td>{'<br>'.join(wrong.get(r.index, [])) or 'nothing'}</td></tr>")
     return ("<h2>GPUs</h2><table><tr><th>GPU</th><th>Name</th><th>State</th>"
             "<th>Utilization</th><th>Memory</th><th>Power</th><th>Temperature</th>"
-            "<th>PCIe</th><th>What is wrong</th></tr>" + "".join(rows) + "</table>")
+            "<th>PCIe</th><th>Owner</th><th>What is wrong</th></tr>" + "".join(rows)
+            + "</table>")
