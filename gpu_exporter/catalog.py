@@ -9,12 +9,22 @@ this module joins them in exposition order.
 from __future__ import annotations
 
 from gpu_exporter.catalog_types import GPU, Kind, Metric
-from gpu_exporter.catalogs import deep, device, diagnosis, exporter, host, pcie, processes
+from gpu_exporter.catalogs import (
+    attribution,
+    deep,
+    device,
+    diagnosis,
+    exporter,
+    host,
+    pcie,
+    processes,
+)
 
 CATALOG: tuple[Metric, ...] = (
     *device.METRICS,
     *deep.METRICS,
     *processes.METRICS,
+    *attribution.METRICS,
     *pcie.METRICS,
     *host.METRICS,
     *diagnosis.METRICS,

@@ -70,6 +70,10 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--path.sysfs", "path.sysfs", "Mount point of the host's /sys (default /sys).", "PATH"),
     ("--processes.max-per-gpu", "processes.max_per_gpu",
      "Most GPU processes exported per GPU, largest memory first (default 32).", "N"),
+    ("--kubernetes.pod-resources-socket", "kubernetes.pod_resources_socket",
+     "The kubelet's PodResources socket, read for the pod, namespace and container each GPU "
+     "is allocated to; attribution is off while no socket is there, and an empty value "
+     "switches it off (default /var/lib/kubelet/pod-resources/kubelet.sock).", "PATH"),
     ("--baseline.file", "baseline_file",
      "Node baseline (from `gpu-exporter baseline capture`) to compare every poll with; "
      "drifts are exported as gpu_baseline_drift.", "FILE"),

@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
+    DEFAULT_POD_RESOURCES_SOCKET,
     Duration,
     check_telemetry_path,
     parse_duration,
@@ -93,6 +94,21 @@ class MetricsConfig(_Section):
     detail: bool = False
 
 
+class KubernetesConfig(_Section):
+    # The kubelet's PodResources socket; attribution is off while no socket is
+    # there, and "" switches it off without looking.
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+
+    @field_validator("pod_resources_socket")
+    @classmethod
+    def _socket(cls, v: str) -> str:
+        if v and not v.startswith("/"):
+            raise ValueError("must be an absolute path (or empty to switch it off)")
+        if "\0" in v:
+            raise ValueError("must not contain a NUL byte")
+        return v
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
                                       extra="forbid", frozen=True)
@@ -103,6 +119,7 @@ class Settings(BaseSettings):
     path: PathConfig = PathConfig()
     processes: ProcessesConfig = ProcessesConfig()
     metrics: MetricsConfig = MetricsConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()
     baseline_file: Path | None = None
     collectors: dict[str, bool] = Field(default_factory=dict)

@@ -53,6 +53,10 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     return host, port
 
 
+# Where the kubelet serves its PodResources API (v1) on every Kubernetes node.
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
 # Served whatever the settings say; --web.telemetry-path may not take one.
 FIXED_PATHS = ("/", "/-/healthy", "/-/ready", "/diagnosis")
 

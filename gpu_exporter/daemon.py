@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 # Settings a reload cannot apply to a running exporter: they take effect at the
 # next start. (The web config file's contents are re-read on SIGHUP as well.)
-RESTART_SETTINGS = ("web", "path", "simulate", "baseline_file")
+RESTART_SETTINGS = ("web", "path", "kubernetes", "simulate", "baseline_file")
 # Allocations between two collections of the youngest generation, once the
 # daemon runs (Python's default is 700; see Exporter.freeze_after_first_poll).
 YOUNG_GC_THRESHOLD = 20_000
@@ -106,9 +106,13 @@ class Exporter:
     def _effective(self, settings: Settings) -> Settings:
         if self.simulation is None:
             return settings
-        # The host readers run unchanged on the simulated node's /proc and /sys.
-        return settings.model_copy(update={"path": settings.path.model_copy(
-            update={"procfs": self.simulation.procfs, "sysfs": self.simulation.sysfs})})
+        # The host readers run unchanged on the simulated node's /proc and /sys,
+        # and attribution asks the simulated node's kubelet.
+        return settings.model_copy(update={
+            "path": settings.path.model_copy(
+                update={"procfs": self.simulation.procfs, "sysfs": self.simulation.sysfs}),
+            "kubernetes": settings.kubernetes.model_copy(
+                update={"pod_resources_socket": self.simulation.pod_resources_socket})})
 
     # --- configuration reload (SIGHUP) -------------------------------------
     def reload(self, load: Callable[[], Settings]) -> bool:

@@ -4,12 +4,14 @@ derivations that read their readings (the diagnosis, the baseline).
 This module only orders them: each collector declares its name, default,
 description, settings and how it reloads in its own module (see
 ``gpu_exporter.collectors.base``). Within the readers, MIG comes before GPM,
-which samples each MIG instance the MIG reader found.
+which samples each MIG instance the MIG reader found; attribution comes after
+the processes (it reads their cgroups) and MIG (it places MIG allocations).
 """
 
 from __future__ import annotations
 
 from gpu_exporter.baseline import BaselineCollector
+from gpu_exporter.collectors.attribution import AttributionCollector
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.gpm import GpmCollector
@@ -26,7 +28,8 @@ from gpu_exporter.runtime import Runtime
 
 READERS: tuple[type[Collector], ...] = (
     DeviceCollector, MigCollector, GpmCollector, SamplesCollector, NvlinkCollector,
-    XidCollector, ProcessesCollector, ProcessSeriesCollector, HostCollector, PcieCollector,
+    XidCollector, ProcessesCollector, ProcessSeriesCollector, AttributionCollector, HostCollector,
+    PcieCollector,
 )
 DERIVATIONS: tuple[type[Collector], ...] = (DiagnosisCollector, BaselineCollector)
 

@@ -105,6 +105,9 @@ class MigReading:
     uuid: str
     memory_total_bytes: int
     memory_used_bytes: int
+    # The MIG device's index on its GPU (NVML's slot; the device plugin's
+    # "<gpu>:<index>" IDs name it); None where not known.
+    index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,3 +169,56 @@ class PollReadings:
     # pcie: per GPU index, the GPU's PCI device in sysfs, and the kernel's view of it
     pcie: dict[int, PciDevice] | None = None
     pcie_view: dict[int, PcieKernelView] | None = None
+    # attribution: who holds each GPU, and its workloads' own signals
+    attribution: AttributionReading | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOwner:
+    """Whose a GPU is: a container of a Kubernetes pod the kubelet allocated
+    it to, or a Slurm job with a process on it. Empty strings where not known."""
+
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    slurm_job_id: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        if self.slurm_job_id:
+            return {"scheduler": "slurm", "slurm_job_id": self.slurm_job_id}
+        return {"namespace": self.namespace, "pod": self.pod, "container": self.container}
+
+    def describe(self) -> str:
+        """``ml/train-a/trainer`` or ``slurm job 4242``, for people (not escaped)."""
+        if self.slurm_job_id:
+            return f"slurm job {self.slurm_job_id}"
+        return f"{self.namespace}/{self.pod}/{self.container}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSignals:
+    """One workload's own cgroup signals (a container's or a Slurm job's),
+    keyed as its series are; each None where it could not be read."""
+
+    pod_uid: str
+    container_id: str
+    slurm_job_id: str
+    cpu_pressure_some: float | None = None
+    io_pressure_some: float | None = None
+    memory_pressure_full: float | None = None
+    # Share of CPU-limit periods since the last read in which the limit
+    # throttled it; None without a limit or before a second read.
+    cpu_throttled_ratio: float | None = None
+    cpu_limit_cores: float | None = None
+
+
+@dataclass(slots=True)
+class AttributionReading:
+    """Who holds each GPU and how its workloads fare (attribution reader)."""
+
+    # GPU index -> its owners (allocations, then Slurm jobs), each once
+    owners: dict[int, tuple[GpuOwner, ...]] = field(default_factory=dict)
+    # GPU index -> the workloads of its processes, with their own signals
+    workloads: dict[int, tuple[WorkloadSignals, ...]] = field(default_factory=dict)
+    # Whether the kubelet's allocations are known (it answered at least once)
+    allocations_known: bool = False

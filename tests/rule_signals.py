@@ -10,7 +10,14 @@ from gpu_exporter.diagnosis.rules import RULES, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
-from gpu_exporter.readings import GpuReading, HostSignals, PcieKernelView, ProcessReading
+from gpu_exporter.readings import (
+    GpuOwner,
+    GpuReading,
+    HostSignals,
+    PcieKernelView,
+    ProcessReading,
+    WorkloadSignals,
+)
 
 CFG = DiagnosisConfig()
 NOW = 1_790_000_000.0
@@ -43,6 +50,18 @@ def proc(**changes: Any) -> ProcessReading:
 def quiet_host(**changes: Any) -> HostSignals:
     return replace(HostSignals(iowait_ratio=0.01, io_pressure_some=0.0, cpu_pressure_some=0.02,
                                memory_pressure_full=0.0, swap_bytes_per_s=0.0), **changes)
+
+
+POD = GpuOwner("ml", "train-a", "trainer")
+
+
+def workload(**changes: Any) -> WorkloadSignals:
+    """A container of a pod with a 4-CPU limit, its own cgroup quiet."""
+    base = WorkloadSignals("6f1d3c2a-9b7e-4c1d-8e2f-0a1b2c3d4e5f", "c0ffee", "",
+                           cpu_pressure_some=0.01, io_pressure_some=0.0,
+                           memory_pressure_full=0.0, cpu_throttled_ratio=0.0,
+                           cpu_limit_cores=4.0)
+    return replace(base, **changes)
 
 
 def signals(gpu: GpuReading | None = None, host: HostSignals | None = None,

@@ -4,6 +4,7 @@ reproducible."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.exposition import generate_latest
@@ -35,12 +36,17 @@ class SimRun:
     """An exporter on a simulated node, polled by hand on a virtual clock."""
 
     def __init__(self, scenario: str | Scenario, clock: VirtualClock | None = None,
-                 synchronous: bool = True, **setting_overrides: Any) -> None:
+                 synchronous: bool = True,
+                 prepare: Callable[[SimulatedNode], None] | None = None,
+                 **setting_overrides: Any) -> None:
         """``synchronous=False`` runs the exporter's own threads (the NVML event
-        thread, the per-GPU call deadline) as in production, on the virtual clock."""
+        thread, the per-GPU call deadline) as in production, on the virtual clock.
+        ``prepare`` is called with the node before the exporter starts on it."""
         self.clock = clock or VirtualClock()
         sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.node = SimulatedNode(sc, clock=self.clock)
+        if prepare is not None:
+            prepare(self.node)
         self.exporter = Exporter(settings(**setting_overrides), self.node,
                                  monotonic=self.clock, wall_clock=self.clock,
                                  synchronous=synchronous)
@@ -75,3 +81,14 @@ class SimRun:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DetailRun(SimRun):
+    """A SimRun with --metrics.detail: every row of the diagnosis table is
+    exported for every GPU, at 0 where it does not hold (for tests of the
+    rows' own timing and of what is exported where)."""
+
+    def __init__(self, scenario: str | Scenario, clock: VirtualClock | None = None,
+                 synchronous: bool = True, **setting_overrides: Any) -> None:
+        setting_overrides.setdefault("metrics", {"detail": True})
+        super().__init__(scenario, clock, synchronous, **setting_overrides)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_exporter.alerting import templates
 from gpu_exporter.alerting.config import AlertConfigError, load_config
 from gpu_exporter.alerting.generate import (
     PROMETHEUS_RULE,
@@ -24,7 +25,11 @@ from gpu_exporter.alerting.generate import (
 from gpu_exporter.alerting.promql import metric_names
 from gpu_exporter.alerting.render import ANNOTATIONS
 from gpu_exporter.alerting.rules import alert_rules
-from gpu_exporter.alerting.templates import duration, humanize1024, humanize_percentage
+from gpu_exporter.alerting.templates import (
+    duration,
+    humanize1024,
+    humanize_percentage,
+)
 from gpu_exporter.catalog import BY_NAME
 from gpu_exporter.config_types import parse_duration
 from gpu_exporter.diagnosis.table import ROWS, XID, XID_APPLICATION, XID_INFORMATIONAL, Row
@@ -97,7 +102,8 @@ def test_one_alert_per_table_row_named_from_the_table() -> None:
         assert alert["annotations"]["runbook_url"].endswith(f"/docs/runbook.md#{row.anchor}")
         assert f'symptom="{row.symptom}"' in alert["expr"]
         assert f'cause="{row.cause}"' in alert["expr"]
-        assert alert["expr"].endswith("== 1")
+        # Both branches of the owner join (owned, unowned) fire on the row alone.
+        assert alert["expr"].count(f'cause="{row.cause}"}} == 1') == 2
 
 
 def test_names_severities_and_pages() -> None:
@@ -140,7 +146,9 @@ def test_every_metric_a_rule_reads_exists() -> None:
     for group in _groups(ROOT / RULES):
         for rule in group["rules"]:
             for name in metric_names(rule["expr"]):
-                assert name in BY_NAME or name in records or name == "up", \
+                # up: Prometheus' own; kube_pod_info: kube-state-metrics', for
+                # the pod of each process where the kubelet's socket is not read.
+                assert name in BY_NAME or name in records or name in ("up", "kube_pod_info"), \
                     f"{rule.get('alert') or rule.get('record')}: unknown metric {name}"
 
 
@@ -281,3 +289,13 @@ def test_alertmanager_groups_per_node() -> None:
     assert config["route"]["group_by"] == ["instance"]
     for route in config["route"].get("routes", []):
         assert "group_by" not in route  # every route groups per node
+
+
+def test_the_owner_is_said_only_where_it_is_known() -> None:
+    template = ("GPU 0" + templates.with_label("owner", f" (allocated to {templates.DOT})")
+                + ": stalled")
+    templates.check(template)
+    assert templates.render(template, {"owner": "ml/train-a/trainer"}, 1) == \
+        "GPU 0 (allocated to ml/train-a/trainer): stalled"
+    assert templates.render(template, {"owner": ""}, 1) == "GPU 0: stalled"
+    assert templates.render(template, {}, 1) == "GPU 0: stalled"

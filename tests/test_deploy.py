@@ -777,3 +777,32 @@ def test_nothing_runs_as_root_by_default() -> None:
     for path in DEPLOY.rglob("*"):
         if path.suffix in (".yaml", ".yml") and path.is_file():
             assert not re.search(r"^\s*privileged:\s*true", path.read_text(), re.M), path
+
+
+def test_daemonset_reads_the_kubelets_pod_resources_socket_read_only_without_rbac() -> None:
+    pod, c = pod_spec(), container()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    socket_dir = mounts["/var/lib/kubelet/pod-resources"]
+    assert socket_dir["readOnly"] is True
+    assert volumes[socket_dir["name"]]["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    settings = parse_settings(c["args"])
+    assert settings.kubernetes.pod_resources_socket.startswith(socket_dir["mountPath"] + "/")
+    # A local API of the kubelet: no token, and nothing to grant.
+    assert pod["automountServiceAccountToken"] is False
+    kinds = {d["kind"] for _, d in manifests()}
+    assert not kinds & {"ServiceAccount", "Role", "ClusterRole", "RoleBinding",
+                        "ClusterRoleBinding"}
+    # The owner labels are the exporter's, not renamed exported_*.
+    [endpoint] = by_kind("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+
+
+def test_the_root_component_changes_only_the_user() -> None:
+    component = yaml.safe_load((K8S / "pod-resources-as-root" / "kustomization.yaml")
+                               .read_text())
+    assert component["kind"] == "Component"
+    [patch] = component["patches"]
+    ops = yaml.safe_load(patch["patch"])
+    assert {op["path"].rsplit("/", 1)[1] for op in ops} == {"runAsUser", "runAsNonRoot"}
+    assert {op["op"] for op in ops} == {"replace"}

@@ -15,7 +15,7 @@ from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
-from tests.simnode import SimRun
+from tests.simnode import DetailRun
 
 DECLARED = [n for n in builtin_scenarios() if load_scenario(n).expect is not None]
 
@@ -24,7 +24,7 @@ def findings(snap: Snapshot) -> set[tuple[int, str, str]]:
 
 
 def run_long_enough(scenario: str | Scenario, seconds: float = 45) -> Snapshot:
-    with SimRun(scenario) as run:
+    with DetailRun(scenario) as run:
         return run.poll(seconds)
 
 
@@ -62,7 +62,7 @@ def test_mixed_exports_every_row_for_every_gpu_with_exactly_the_declared_ones_on
 
 
 def test_a_condition_must_hold_for_the_window_before_it_turns_on() -> None:
-    with SimRun("throttled-under-load-power-cap") as run:
+    with DetailRun("throttled-under-load-power-cap") as run:
         assert run.poll(20).get("gpu_diagnosis_active", gpu="2", symptom="throttled_under_load",
                                 cause="power_cap") == 0.0
         assert run.poll(15).get("gpu_diagnosis_active", gpu="2", symptom="throttled_under_load",
@@ -75,7 +75,7 @@ def test_a_finding_clears_only_after_the_condition_stayed_clear() -> None:
         gpus={0: {"power_limit_w": 450, "throttle_reasons": ["sw_power_cap"]}},
         timeline=[{"at": "60s", "set": {"power_limit_w": 700, "throttle_reasons": []}}])
     args = {"gpu": "0", "symptom": "throttled_under_load", "cause": "power_cap"}
-    with SimRun(scenario) as run:
+    with DetailRun(scenario) as run:
         assert run.poll(59).get("gpu_diagnosis_active", **args) == 1.0
         assert run.poll(20).get("gpu_diagnosis_active", **args) == 1.0  # 19 s clear
         assert run.poll(15).get("gpu_diagnosis_active", **args) == 0.0  # 34 s clear
@@ -88,7 +88,7 @@ def test_an_alternating_condition_does_not_flap() -> None:
     scenario = Scenario(name="flap", node={"gpus": 1},
                         state={"utilization": 0.95, "power_limit_w": 450}, timeline=steps)
     seen = []
-    with SimRun(scenario) as run:
+    with DetailRun(scenario) as run:
         for _ in range(120):
             seen.append(run.poll(1).get("gpu_diagnosis_active", gpu="0",
                                         symptom="throttled_under_load", cause="power_cap"))
@@ -177,7 +177,7 @@ def test_swap_stopped_but_iowait_persists_reports_both() -> None:
         name="swap-then-io", node={"gpus": 1},
         state={"utilization": 0.03, "memory_used_ratio": 0.75}, host=swap,
         timeline=[{"at": "60s", "host": {"swap_in_bytes_per_s": 0}}])
-    with SimRun(scenario) as run:
+    with DetailRun(scenario) as run:
         assert findings(run.poll(59)) == {(0, "memory_held_sm_idle", "host_swapping")}
         # Swap stopped 15 s ago: it no longer explains the iowait, which is
         # reported on its own while the swapping row clears.

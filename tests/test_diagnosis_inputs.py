@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
-from tests.simnode import SimRun
+from tests.simnode import DetailRun
 
 
 def test_every_input_read_nothing_missing() -> None:
-    run = SimRun("healthy")
+    run = DetailRun("healthy")
     snap = run.poll(3)
     assert snap.derived(INPUTS_MISSING) == ()
     assert snap.series("gpu_diagnosis_input_missing") == []
@@ -22,9 +22,9 @@ def test_every_input_read_nothing_missing() -> None:
 def test_device_off_is_visible_not_silent() -> None:
     # The scenario has a finding with every reader on; with the device reader
     # off the diagnosis cannot see any GPU, and must say so instead of "healthy".
-    on = SimRun("thermal-throttle")
+    on = DetailRun("thermal-throttle")
     assert on.poll(60).derived(FINDINGS)
-    run = SimRun("thermal-throttle", collectors={"device": False})
+    run = DetailRun("thermal-throttle", collectors={"device": False})
     snap = run.poll(60)
     assert snap.readings.gpus is None
     assert snap.get("gpu_diagnosis_input_missing", input="device") == 1.0
@@ -35,7 +35,7 @@ def test_device_off_is_visible_not_silent() -> None:
 
 @pytest.mark.parametrize("reader", ["processes", "host", "pcie", "gpm", "samples", "xid"])
 def test_each_reader_off_is_named(reader: str) -> None:
-    run = SimRun("healthy", collectors={reader: False})
+    run = DetailRun("healthy", collectors={reader: False})
     snap = run.poll(2)
     assert [labels["input"] for labels, _ in
             snap.series("gpu_diagnosis_input_missing")] == [reader]
@@ -48,8 +48,8 @@ def test_process_rows_not_judged_without_the_process_reader() -> None:
     # The stalled-process row needs the processes' states: with the process
     # reader off it yields no verdict, so the row stays off.
     scenario = "memory-held-sm-idle-process-stalled"
-    snap = SimRun(scenario, collectors={"processes": False}).poll(60)
+    snap = DetailRun(scenario, collectors={"processes": False}).poll(60)
     assert "processes" in (snap.derived(INPUTS_MISSING) or ())
-    on = {(f.gpu, f.row.key) for f in SimRun(scenario).poll(60).derived(FINDINGS) or ()}
+    on = {(f.gpu, f.row.key) for f in DetailRun(scenario).poll(60).derived(FINDINGS) or ()}
     off = {(f.gpu, f.row.key) for f in snap.derived(FINDINGS) or ()}
     assert off < on

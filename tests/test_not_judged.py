@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.simnode import SimRun
+from tests.simnode import DetailRun
 from tests.test_driver_branches import on_branch
 
 
@@ -16,13 +16,19 @@ def not_judged(text: str, gpu: str = "0") -> set[str]:
 
 
 def scrape(scenario: str, branch: str | None = None, **node: str) -> str:
-    with SimRun(on_branch(scenario, branch, **node)) as run:
+    with DetailRun(on_branch(scenario, branch, **node)) as run:
         run.poll(40)
         return run.scrape()
 
 
+# Rows that judge a GPU's owner (the kubelet's allocations, a job's cgroup):
+# a node with neither has nothing there to judge.
+OWNER_ROWS = {"memory_held_sm_idle/cpu_limit_throttled", "gpu_allocated_unused/no_process"}
+
+
 def test_an_h100_on_the_newest_driver_judges_every_row_it_has_inputs_for() -> None:
-    assert not_judged(scrape("healthy")) == set()
+    assert not_judged(scrape("healthy")) == OWNER_ROWS
+    assert not_judged(scrape("two-tenant-node")) == set()
 
 
 def test_no_gpm_before_hopper_leaves_utilization_inflated_unjudged() -> None:

@@ -22,7 +22,7 @@ import yaml
 
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import Scenario
-from tests.simnode import SimRun
+from tests.simnode import DetailRun
 
 RECORDING = Path(__file__).parent / "fixtures" / "recordings" / "h100-80gb-hbm3-power-capped.yaml"
 
@@ -39,7 +39,7 @@ def recorded_at(t: float) -> dict[str, Any]:
 
 
 def test_a_real_h100s_answers_become_metrics_in_base_units() -> None:
-    with SimRun(load_scenario(str(RECORDING)), metrics={"detail": True}) as run:
+    with DetailRun(load_scenario(str(RECORDING)), metrics={"detail": True}) as run:
         snap = run.poll(3)
     rec, first = recorded_at(3.0), recorded_at(0.0)
     uuid = rec["uuid"]
@@ -71,7 +71,7 @@ def test_a_real_h100s_answers_become_metrics_in_base_units() -> None:
 
 
 def _findings(scenario: Scenario, seconds: float) -> set[tuple[str, str]]:
-    with SimRun(scenario) as run:
+    with DetailRun(scenario) as run:
         snap = run.poll(seconds)
     return {(labels["symptom"], labels["cause"])
             for labels, value in snap.series("gpu_diagnosis_active") if value == 1.0}
@@ -87,7 +87,7 @@ def test_the_same_h100_with_its_limit_lowered_is_reported_as_power_capped() -> N
     for poll in recording.replay.polls:
         if "limit_mw" in poll.gpus[0]:
             poll.gpus[0]["limit_mw"] = 450_000
-    with SimRun(recording) as run:
+    with DetailRun(recording) as run:
         early = run.poll(10)
         assert early.get("gpu_diagnosis_active", gpu="0", symptom="throttled_under_load",
                          cause="power_cap") == 0.0  # not yet held for the 30 s window

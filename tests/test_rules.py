@@ -14,17 +14,19 @@ from gpu_exporter.diagnosis.precedence import PRECEDENCE, Candidate, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
-from gpu_exporter.readings import HostSignals, PcieKernelView
+from gpu_exporter.readings import GpuOwner, HostSignals, PcieKernelView
 from tests.rule_signals import (
     GIB,
     MIB,
     NOW,
+    POD,
     busy_gpu,
     held,
     judge,
     proc,
     quiet_host,
     signals,
+    workload,
 )
 
 IDLE, UNDERFED, BUSY = 0.03, 0.15, 0.95
@@ -217,6 +219,68 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
      "registered, no health summary before R580"),
     (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_state=None)), None,
      "no NVSwitch fabric: not judged"),
+    # --- the job's own cgroup judges before the host ---------------------------
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), quiet_host(iowait_ratio=0.01),
+                                      workloads=(workload(io_pressure_some=0.45),)), True,
+     "the job starves on its own reads while the host's iowait is low"),
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), quiet_host(iowait_ratio=0.5),
+                                      workloads=(workload(io_pressure_some=0.02),)), False,
+     "a neighbour's reads raise the host's iowait: not this job's cause"),
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), None,
+                                      workloads=(workload(io_pressure_some=0.2),)), True,
+     "no host view: the job's own pressure at the threshold decides"),
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), quiet_host(iowait_ratio=0.5),
+                                      workloads=(workload(io_pressure_some=None),)), True,
+     "the job's cgroup has no io.pressure: the host judges"),
+    (t.IDLE_CPU_CONTENTION, signals(held(IDLE), quiet_host(cpu_pressure_some=0.05),
+                                    [proc(run_queue_wait_ratio=0.5)],
+                                    workloads=(workload(cpu_pressure_some=0.5),)), True,
+     "the job's own CPU pressure and run-queue wait, the host's low"),
+    (t.IDLE_CPU_CONTENTION, signals(held(IDLE), quiet_host(cpu_pressure_some=0.6),
+                                    [proc(run_queue_wait_ratio=0.5)],
+                                    workloads=(workload(cpu_pressure_some=0.05),)), False,
+     "the host is busy but this job is not short of CPU"),
+    (t.IDLE_HOST_SWAPPING, signals(held(IDLE), quiet_host(memory_pressure_full=0.0),
+                                   workloads=(workload(memory_pressure_full=0.1),)), True,
+     "the job stalls on its own memory (its limit), the host does not"),
+    # --- the container's CPU limit ---------------------------------------------
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(cpu_throttled_ratio=0.6),)), True, "throttled in 60 % of periods, host idle"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(cpu_throttled_ratio=0.25),)), True, "at the threshold"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(cpu_throttled_ratio=0.24),)), False, "just below the threshold"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(BUSY), workloads=(
+        workload(cpu_throttled_ratio=0.9),)), False, "throttled but the GPU is busy"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), quiet_host(cpu_pressure_some=0.5),
+                                         workloads=(workload(cpu_throttled_ratio=0.9),)),
+     False, "the host itself is short of CPUs: contention, not the limit"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(cpu_throttled_ratio=None, cpu_limit_cores=None),)), None,
+     "no CPU limit: not judged"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE)), None, "no workload cgroup: not judged"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(cpu_throttled_ratio=0.0), workload(container_id="b", cpu_throttled_ratio=0.7))),
+     True, "two containers on one GPU: the throttled one decides"),
+    # --- an allocated GPU nobody uses --------------------------------------------
+    (t.ALLOCATED_UNUSED, signals(busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[],
+                                 owners=(POD,), allocations_known=True), True,
+     "allocated, no process, idle, empty"),
+    (t.ALLOCATED_UNUSED, signals(busy_gpu(utilization=0.0, memory_used_bytes=0.0),
+                                 owners=(POD,), allocations_known=True), False,
+     "a process holds a context on it"),
+    (t.ALLOCATED_UNUSED, signals(busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[],
+                                 owners=(), allocations_known=True), False,
+     "not allocated: a free GPU idling is fine"),
+    (t.ALLOCATED_UNUSED, signals(held(IDLE), procs=[], owners=(POD,), allocations_known=True),
+     False, "memory held with no process listed: one the exporter cannot see"),
+    (t.ALLOCATED_UNUSED, signals(busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[],
+                                 owners=(POD,), allocations_known=False), None,
+     "the kubelet never answered: not judged"),
+    (t.ALLOCATED_UNUSED, signals(busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[],
+                                 owners=(GpuOwner(slurm_job_id="4242"),),
+                                 allocations_known=True), False,
+     "a Slurm job is known only through its processes: never without one"),
 ]
 
 
@@ -265,6 +329,12 @@ def roots(cands: list[Candidate]) -> set[str]:
 
 
 PRECEDENCE_CASES: list[tuple[list[Candidate], set[Row], str]] = [
+    (on(t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_CPU_CONTENTION, t.IDLE_PROCESS_STALLED),
+     {t.IDLE_CPU_LIMIT_THROTTLED}, "a container at its CPU limit is short of CPU by its "
+     "limit: one cause, one fix"),
+    (on(t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_DATA_PIPELINE_IO),
+     {t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_DATA_PIPELINE_IO},
+     "throttling does not make reads slow: two causes"),
     (on(t.IDLE_HOST_SWAPPING, t.IDLE_DATA_PIPELINE_IO), {t.IDLE_HOST_SWAPPING},
      "swapping explains iowait"),
     (on(t.IDLE_HOST_SWAPPING, t.IDLE_DATA_PIPELINE_IO, stale=(t.IDLE_HOST_SWAPPING,)),

@@ -23,12 +23,14 @@ from tests.rule_signals import (
     GIB,
     MIB,
     NOW,
+    POD,
     busy_gpu,
     held,
     proc,
     quiet_host,
     signals,
     verdict,
+    workload,
 )
 
 IDLE, UNDERFED, BUSY = 0.03, 0.15, 0.95
@@ -547,6 +549,24 @@ CASES: list[Case] = [
      "probe failed, no health summary before R580"),
     (t.FABRIC_DEGRADED, signals(busy_gpu(fabric_state=None)), CFG, Verdict(None),
      "no fabric: not judged"),
+    # --- the job's own cgroup --------------------------------------------------------
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), quiet_host(iowait_ratio=0.04,
+                                                             io_pressure_some=0.06),
+                                      workloads=(workload(io_pressure_some=0.45678),)), CFG,
+     Verdict(True, {**held_ev(IDLE), "workload_io_pressure_some_ratio": 0.457,
+                    "host_cpu_iowait_ratio": 0.04, "host_io_pressure_some_ratio": 0.06}),
+     "the job's own I/O pressure first, the host's figures beside it"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(cpu_throttled_ratio=0.7, cpu_limit_cores=2.5),)), CFG,
+     Verdict(True, {**held_ev(IDLE), "workload_cpu_throttled_ratio": 0.7,
+                    "workload_cpu_limit_cores": 2.5, "host_cpu_pressure_some_ratio": 0.02}),
+     "the throttled share and the limit, with the host's CPU pressure"),
+    (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(BUSY), workloads=(workload(),)), CFG,
+     Verdict(False, held_ev(BUSY)), "a busy GPU: cleared on the GPU's own figures"),
+    (t.ALLOCATED_UNUSED, signals(busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[],
+                                 owners=(POD,), allocations_known=True), CFG,
+     Verdict(True, {"gpu_processes": 0, "gpu_utilization_ratio": 0.0,
+                    "gpu_memory_used_ratio": 0.0}), "no process, idle, empty"),
 ]
 
 

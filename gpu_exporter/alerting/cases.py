@@ -118,13 +118,24 @@ def _row_case(rule: AlertRule) -> Case:
         # GPU 2 holds it for a while, but less than the alert's for:.
         Series("gpu_diagnosis_active", {**gpu("node-a", 2), **rowlabels},
                f"0x{before} 1x{max(steps(interval, rule.for_s) - 3, 0)} 0x{after}"),
+        # GPU 0 is shared by two pods (time-slicing): one alert names each.
+        *(Series("gpu_allocation_info", {**gpu("node-a", 0), "gpu_instance": "",
+                                         "compute_instance": "", "namespace": "ml",
+                                         "pod": pod, "container": "trainer",
+                                         "resource": "nvidia.com/gpu"}, f"1x{before + after}")
+          for pod in ("train-a", "train-b")),
+        # ... and runs a Slurm job's process: an owner of another kind.
+        Series("gpu_job_info", {**gpu("node-a", 0), "scheduler": "slurm",
+                                "slurm_job_id": "4242", "slurm_uid": "1001",
+                                "slurm_step": "0"}, f"1x{before + after}"),
     ]
-    fire = Fire({**gpu("node-a", 0), **rowlabels}, 1)
+    fires = tuple(Fire({**gpu("node-a", 0), **rowlabels, "owner": owner}, 1)
+                  for owner in ("ml/train-a/trainer", "ml/train-b/trainer", "slurm job 4242"))
     return Case(f"{rule.name}: fires after its for:, not on a dip or a shorter spell",
                 interval, series, [
                     Check(onset + max(rule.for_s - 60, 0), rule.name),
-                    Check(onset + rule.for_s + 60, rule.name, (fire,)),
-                    Check(end - 60, rule.name, (fire,)),
+                    Check(onset + rule.for_s + 60, rule.name, fires),
+                    Check(end - 60, rule.name, fires),
                 ])
 
 

@@ -20,12 +20,15 @@ from typing import Literal
 from gpu_exporter.alerting.config import AlertConfig, AlertConfigError
 from gpu_exporter.alerting.templates import (
     BYTES1024,
+    DOT,
     PERCENT,
     duration,
     fixed,
     label,
     prose_duration,
+    with_label,
 )
+from gpu_exporter.attribution.rules import POD_OF_PROCESS_EXPR, POD_OF_PROCESS_RECORD
 from gpu_exporter.diagnosis.table import ROWS, Row, Severity
 
 Scope = Literal["gpu", "node", "fleet"]
@@ -111,6 +114,31 @@ def row_matchers(row: Row) -> str:
     return f'symptom="{row.symptom}", cause="{row.cause}"'
 
 
+OWNER_RECORD = "gpu:gpu_owner:info"
+
+
+def owner_rule(x: Exprs) -> RecordingRule:
+    """One series per GPU and owner, its ``owner`` label naming whose GPU it
+    is: ``namespace/pod/container`` from gpu_allocation_info (each container
+    holding it), or ``slurm job <id>`` from gpu_job_info."""
+    pods = (f'label_join({x.m("gpu_allocation_info")}, "owner", "/", "namespace", "pod", '
+            f'"container")')
+    slurm = (f'label_replace({x.m("gpu_job_info")}, "owner", "slurm job $1", "slurm_job_id", '
+             f'"(.+)")')
+    return RecordingRule(OWNER_RECORD, f"max by ({x.gpu_key}, owner) (\n  {pods}\n  or {slurm}\n)",
+                         "Whose each GPU is: one series per container it is allocated to or "
+                         "Slurm job on it, the owner label naming it.")
+
+
+def with_owner(x: Exprs, expr: str) -> str:
+    """``expr`` (at most one series per GPU) once per owner of the GPU, with
+    its ``owner`` label; a GPU with no known owner keeps its series as it is.
+    The owners are the many side of the join, so a GPU shared by several pods
+    gives one alert per pod and never a join error."""
+    return (f"{OWNER_RECORD} * on ({x.gpu_key}) group_left (symptom, cause) (\n  {expr}\n)\n"
+            f"or (\n  {expr}\n) unless on ({x.gpu_key}) {OWNER_RECORD}")
+
+
 def _row_alert(config: AlertConfig, x: Exprs, row: Row) -> AlertRule:
     name = row.alert_name
     severity = _row_severity(config, row)
@@ -120,13 +148,14 @@ def _row_alert(config: AlertConfig, x: Exprs, row: Row) -> AlertRule:
                  f"({config.diagnosis.prose()['window']})")
     evidence = row.evidence_text(config.diagnosis)
     description = (
-        f"{WHERE_GPU}: {evidence} The exporter's diagnosis "
+        f"{WHERE_GPU}{with_label('owner', f' (allocated to {DOT})')}: {evidence} The "
+        f"exporter's diagnosis "
         f"gpu_diagnosis_active{{symptom=\"{row.symptom}\", cause=\"{row.cause}\"}} is "
         f"{fixed(0)}: {held}, then for {prose_duration(for_s)} here.")
     cause = row.cause.replace("_", " ")
     return AlertRule(
         name=name, group=GROUP_DIAGNOSIS, severity=severity,
-        expr=f"{x.m('gpu_diagnosis_active', row_matchers(row))} == 1",
+        expr=with_owner(x, f"{x.m('gpu_diagnosis_active', row_matchers(row))} == 1"),
         for_s=for_s, summary=row.summary, description=description,
         likely_cause=f"{cause}: {evidence}",
         fix=row.fix, anchor=row.anchor, scope="gpu",
@@ -321,6 +350,13 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
             "fleet:gpu_driver_versions:count",
             f"count by ({x.cluster}) (driver_version:gpu_info:count)",
             "Distinct driver versions in each cluster."),
+        # Where the exporter cannot read the kubelet's socket, kube-state-metrics
+        # names the pod of each GPU process by its UID (docs/attribution.md).
+        owner_rule(x),
+        RecordingRule(
+            POD_OF_PROCESS_RECORD, POD_OF_PROCESS_EXPR,
+            "Each GPU process with the namespace and name of its pod, joined by pod UID with "
+            "kube-state-metrics' kube_pod_info (empty without kube-state-metrics)."),
     ]
     return rules
 

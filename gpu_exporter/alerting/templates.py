@@ -3,7 +3,9 @@ Python too, so the promtool unit tests can expect exact annotations without
 anyone copying them by hand.
 
 Supported actions: ``{{ $labels.NAME }}``, ``{{ $value }}`` with one of the
-pipes ``humanizePercentage`` or ``humanize1024``, and ``{{ printf "%.Nf" $value }}``.
+pipes ``humanizePercentage`` or ``humanize1024``, ``{{ printf "%.Nf" $value }}``,
+and ``{{ with $labels.NAME }}...{{ . }}...{{ end }}`` (the text only where the
+label is set, ``{{ . }}`` its value).
 Anything else is a programming error here, so a template Prometheus would
 render differently can never slip into the rules.
 """
@@ -18,6 +20,17 @@ _ACTION = re.compile(r"\{\{(.*?)\}\}")
 _LABEL = re.compile(r"^\s*\$labels\.([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _PIPE = re.compile(r"^\s*\$value\s*\|\s*(humanizePercentage|humanize1024)\s*$")
 _PRINTF = re.compile(r'^\s*printf\s+"%\.(\d)f"\s+\$value\s*$')
+_WITH = re.compile(r"\{\{\s*with\s+\$labels\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}(.*?)"
+                   r"\{\{\s*end\s*\}\}", re.S)
+_DOT = re.compile(r"\{\{\s*\.\s*\}\}")
+
+
+def with_label(name: str, text: str) -> str:
+    """``text`` only where label ``name`` is set; ``{{ . }}`` in it is the value."""
+    return "{{ with $labels." + name + " }}" + text + "{{ end }}"
+
+
+DOT = "{{ . }}"
 
 
 def label(name: str) -> str:
@@ -61,6 +74,7 @@ def humanize1024(v: float) -> str:
 
 def check(template: str) -> None:
     """Raise ValueError on an action this module cannot render."""
+    template = _WITH.sub(lambda m: _DOT.sub("", m.group(2)), template)
     for action in _ACTION.findall(template):
         if not (_LABEL.match(action) or _PIPE.match(action) or _PRINTF.match(action)):
             raise ValueError(f"unsupported template action {{{{{action}}}}} in {template!r}")
@@ -68,6 +82,10 @@ def check(template: str) -> None:
 
 def render(template: str, labels: Mapping[str, str], value: float) -> str:
     """What Prometheus renders for ``template`` on an alert with these labels and value."""
+    # Go's "with" skips its block for an empty value; "{{ . }}" in it is the
+    # label's value (the cases here carry no "{{" in label values).
+    template = _WITH.sub(lambda m: "" if not labels.get(m.group(1)) else
+                         _DOT.sub(lambda _: labels[m.group(1)], m.group(2)), template)
 
     def one(match: re.Match[str]) -> str:
         action = match.group(1)

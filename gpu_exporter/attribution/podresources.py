@@ -30,10 +30,11 @@ import grpc
 
 from gpu_exporter.attribution.devices import DeviceRef, is_gpu_resource, parse_device_id
 from gpu_exporter.attribution.podresources_v1 import api_pb2, api_pb2_grpc
+from gpu_exporter.config_types import DEFAULT_POD_RESOURCES_SOCKET
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_SOCKET = DEFAULT_POD_RESOURCES_SOCKET
 # The kubelet's own PodResources client allows 16 MiB answers; a node with
 # hundreds of pods and their CPU and memory lists needs more than gRPC's 4 MiB.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024

@@ -3,9 +3,9 @@ exporter cannot read the kubelet's socket: ``gpu_process_info`` carries the
 pod's UID from the process's cgroup, and kube-state-metrics' ``kube_pod_info``
 carries the same UID (label ``uid``) with the namespace and name.
 
-The one definition of the rule: docs/attribution.md quotes it and a test
-runs it through promtool on sample series. The rules generator takes it from
-here when attribution is wired in.
+The one definition of the rule: docs/attribution.md quotes it, a test runs it
+through promtool on sample series, and the rules generator
+(``gpu_exporter.alerting``) ships it with the recording rules.
 """
 
 from __future__ import annotations

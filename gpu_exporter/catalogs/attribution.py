@@ -7,8 +7,6 @@ keyed by the ids ``gpu_process_info`` already carries (``pod_uid``,
 ``container_id``) or by ``slurm_job_id``; exactly one of the two keys is set
 on a series, the other is "". No label is named ``job`` or ``instance``:
 Prometheus sets those at scrape.
-
-Joined into ``gpu_exporter.catalog`` when the collector that exports them is.
 """
 
 from __future__ import annotations

@@ -8,13 +8,14 @@ from gpu_exporter.catalog_types import metric_spec as _m
 METRICS: tuple[Metric, ...] = (
     _m("gpu_diagnosis_active", "gauge",
        "1 while this row of the symptom -> cause table holds for the GPU (it held for the "
-       "whole diagnosis window), else 0; exported for every row and GPU.",
+       "whole diagnosis window) and it is a root cause; the rows that do not hold are "
+       "exported at 0 with --metrics.detail only.",
        (*GPU, "symptom", "cause"), "diagnosis"),
     _m("gpu_diagnosis_not_judged", "gauge",
        "1 for each row of the symptom -> cause table the exporter cannot judge on this GPU "
        "this poll (the board, the driver or a missing reader does not give what the rule "
-       "reads, e.g. utilization_inflated without GPM before Hopper): its gpu_diagnosis_active "
-       "0 means unknown, not healthy. Absent for the rows it judges.",
+       "reads, e.g. utilization_inflated without GPM before Hopper): no finding there means "
+       "unknown, not healthy. Absent for the rows it judges.",
        (*GPU, "symptom", "cause"), "diagnosis"),
     _m("gpu_diagnosis_input_missing", "gauge",
        "1 for each collector (input) whose readings the diagnosis reads but did not get this poll "

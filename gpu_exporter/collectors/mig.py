@@ -26,7 +26,7 @@ def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
             mig = d.mig_device(slot)
             total, used = mig.memory()
             out.append(MigReading(mig.gpu_instance(), mig.compute_instance(), mig.uuid(),
-                                  total, used))
+                                  total, used, slot))
         except NvmlError as exc:
             if exc.code in (Return.NOT_FOUND, Return.INVALID_ARGUMENT):
                 break  # past the last configured instance

@@ -38,6 +38,20 @@ THROTTLE_MATCH = "|".join(THROTTLE_SYMPTOMS)
 TAGS = ["gpu", "gpu-exporter", "nvidia"]
 
 
+def with_owner(expr: str, sel: str, key: str) -> str:
+    """``expr`` with whose GPU it is: the namespace, pod and container the
+    kubelet allocated the GPU (or MIG device, with ``key`` naming it) to, or
+    the Slurm job on it; rows with no known owner stay as they are. A GPU
+    shared by several pods names one of them (bottomk keeps one allocation
+    per GPU, so the join never fails on a shared GPU)."""
+    alloc = f"gpu_allocation_info{{{sel}}}"
+    jobs = f"gpu_job_info{{{sel}}}"
+    return (f"({expr}) * on ({key}) group_left (namespace, pod, container) "
+            f"bottomk by ({key}) (1, {alloc})"
+            f" or ({expr}) * on ({key}) group_left (slurm_job_id) bottomk by ({key}) (1, {jobs})"
+            f" or (({expr}) unless on ({key}) ({alloc} or {jobs}))")
+
+
 def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
     return db.Dashboard(title).uid(uid).description(description).tags(TAGS) \
         .time("now-6h", "now").refresh("30s").timezone("browser").editable() \
@@ -85,15 +99,18 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
     b = b.with_panel(grid(Common(
         "Active diagnoses: what is wrong and why, and what is not judged",
         "Every active row of the diagnosis table (state active): which GPU, the symptom and "
-        "the cause the exporter blames; the alert of the same name and its runbook section "
-        "say how to confirm and fix it. Rows the exporter cannot judge on that GPU show as "
-        "not judged, never as OK.",
-        "short", [Q(f"label_replace(gpu_diagnosis_active{{{GPU}}} == 1, \"state\", "
-                    f"\"active\", \"\", \"\") or label_replace(gpu_diagnosis_not_judged"
-                    f"{{{GPU}}} == 1, \"state\", \"not judged\", \"\", \"\")",
+        "the cause the exporter blames, and whose GPU it is when known; the alert of the same "
+        "name and its runbook section say how to confirm and fix it. Rows the exporter cannot "
+        "judge on that GPU show as not judged, never as OK.",
+        "short", [Q(with_owner(f"label_replace(gpu_diagnosis_active{{{GPU}}} == 1, \"state\", "
+                               f"\"active\", \"\", \"\") or label_replace(gpu_diagnosis_not_judged"
+                               f"{{{GPU}}} == 1, \"state\", \"not judged\", \"\", \"\")",
+                               GPU, GPU_KEY),
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(14, 6)),
-        columns={"gpu": "GPU", "symptom": "Symptom", "cause": "Cause", "state": "State"},
+        columns={"gpu": "GPU", "symptom": "Symptom", "cause": "Cause", "state": "State",
+                 "namespace": "Namespace", "pod": "Pod", "container": "Container",
+                 "slurm_job_id": "Slurm job"},
         hide=("Time", "Value", "__name__", "job", "instance")))
 
     b = b.with_row(row("GPU $gpu", repeat="gpu"))
@@ -234,14 +251,19 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
               table=True),
             Q(f"rate(gpu_process_run_queue_wait_seconds_total{{{GPU}}}[$__rate_interval])",
               instant=True, table=True),
+            Q(with_owner(f"gpu_process_info{{{GPU}}}", GPU,
+                         f"{GPU_KEY}, gpu_instance, compute_instance"),
+              instant=True, table=True),
         ], Steps(GREEN, ((d.run_queue_wait_high, ORANGE),)), Layout(24, 9)),
         columns={"gpu": "GPU", "pid": "PID", "comm": "process",
+                 "namespace": "namespace", "pod": "pod", "container": "container",
+                 "slurm_job_id": "Slurm job",
                  "Value #A": "GPU memory", "Value #B": "SM", "Value #C": "CPU (cores)",
                  "Value #D": "run-queue wait (s/s)"},
         units={"Value #A": "bytes", "Value #B": "percentunit", "Value #C": "short",
                "Value #D": "s"},
         hide=("Time", "__name__", "job", "instance", "uuid", "gpu_instance",
-              "compute_instance")))
+              "compute_instance", "Value #E", "type", "container_id", "pod_uid")))
 
     b = b.with_row(row("Host beside GPU idle time"))
     b = b.with_panel(graph(Common(
@@ -359,11 +381,13 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
         "Throttled GPUs",
         "Each throttled GPU and the cause the exporter blames "
         f"({THROTTLE_CAUSES}).",
-        "short", [Q(f'gpu_diagnosis_active{{{FLEET_GPU}, '
-                    f'symptom=~"{THROTTLE_MATCH}"}} == 1',
+        "short", [Q(with_owner(f'gpu_diagnosis_active{{{FLEET_GPU}, '
+                               f'symptom=~"{THROTTLE_MATCH}"}} == 1', FLEET_GPU, GPU_KEY),
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(8, 8)),
-        columns={f.cluster: "cluster", "instance": "node", "gpu": "GPU", "cause": "cause"},
+        columns={f.cluster: "cluster", "instance": "node", "gpu": "GPU", "cause": "cause",
+                 "namespace": "namespace", "pod": "pod", "container": "container",
+                 "slurm_job_id": "Slurm job"},
         hide=("Time", "Value", "__name__", "job", "uuid", "symptom")))
     down = f'(gpu_diagnosis_active{{{FLEET_GPU}, symptom="pcie_downtrained"}} == 1)'
     b = b.with_panel(grid(Common(

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.config import ConfigError, load, parse_duration
 from gpu_exporter.diagnosis.report import (
     EXIT_UNREACHABLE,
@@ -49,10 +50,12 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
         raise ConfigError(str(exc)) from None
     exporter, clock = one_shot_on_simulated_node(settings, sc)
     if duration is None:
-        # Long enough for the last change in the scenario and every window after it.
+        # Long enough for the last change in the scenario, the slowest read to
+        # see it (every SLOW_READ_EVERY_POLLS polls) and every window after it.
         last = max((step.at for step in sc.timeline), default=0.0)
         cfg = settings.diagnosis
-        duration = last + max(cfg.window, 1.0) + 5.0
+        slowest = SLOW_READ_EVERY_POLLS * settings.poll.interval
+        duration = last + slowest + max(cfg.window, 1.0) + 5.0
     try:
         interval = settings.poll.interval
         exporter.poller.poll()

@@ -3,9 +3,11 @@ answers into steady findings: a condition must hold for the diagnosis window
 before its row turns on, and stay clear for ``clear_after`` before it turns
 off, so nothing flaps. Of the rows that are on, causal precedence
 (``precedence.py``) keeps the root causes and files the consequences they
-explain under them. ``gpu_diagnosis_active`` is exported for every row and GPU
-(1 for a root cause that is on, else 0), so dashboards and alerts never see
-gaps and never page for a consequence."""
+explain under them. ``gpu_diagnosis_active`` is 1 for each root cause that is
+on, so alerts never page for a consequence. The rows that are off are
+exported at 0 with --metrics.detail only: one zero series per row and GPU grew
+with every row of the table (35 of a GPU's 100-series budget), and alerts and
+dashboards ask for ``== 1`` either way."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.readings import GpuOwner
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
@@ -39,18 +42,23 @@ class Finding:
     evidence: Evidence
     since: float  # unix time the row turned on
     explains: tuple[Explained, ...] = ()
+    # Whose the GPU is: the containers it is allocated to, its Slurm jobs.
+    owners: tuple[GpuOwner, ...] = ()
 
     def as_dict(self, runbook_base: str = "docs/runbook.md") -> dict[str, object]:
         """The chain for /diagnosis and ``diagnose --json``: symptom <- cause <-
         evidence; ``explained`` lists the rows whose signals this cause
         produces (each with its own evidence and why), and the evidence holds
-        one ``explains_<cause>`` line per such row for readers of evidence only."""
+        one ``explains_<cause>`` line per such row for readers of evidence only;
+        ``owners`` names the pods' containers (namespace, pod, container) or
+        the Slurm jobs the GPU belongs to, where known."""
         return {"gpu": str(self.gpu), "uuid": self.uuid, "symptom": self.row.symptom,
                 "cause": self.row.cause, "severity": self.row.severity,
                 "summary": self.row.summary, "evidence": dict(self.evidence),
                 "explained": [{"symptom": e.row.symptom, "cause": e.row.cause,
                                "evidence": dict(e.evidence), "why": e.by.why}
                               for e in self.explains],
+                "owners": [o.as_dict() for o in self.owners],
                 "fix": self.row.fix, "runbook": f"{runbook_base}#{self.row.anchor}",
                 "since": self.since}
 
@@ -91,11 +99,12 @@ class _RowState:
 class DiagnosisCollector(Collector):
     name = "diagnosis"
     description = "the symptom -> cause table evaluated per GPU (gpu_diagnosis_active)"
-    settings = ("diagnosis",)
+    settings = ("diagnosis", "metrics.detail")
 
     def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
-                 wall_clock: Callable[[], float]) -> None:
+                 wall_clock: Callable[[], float], detail: bool = False) -> None:
         self.cfg = cfg
+        self.detail = detail
         self._mono = monotonic
         self._wall = wall_clock
         self._rows: dict[tuple[int, str], _RowState] = {}
@@ -105,10 +114,12 @@ class DiagnosisCollector(Collector):
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
-        return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock)
+        return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock,
+                   rt.settings.metrics.detail)
 
     def reconfigure(self, settings: Settings) -> None:
         self.cfg = settings.diagnosis
+        self.detail = settings.metrics.detail
 
     def errors(self) -> int:
         return self._errors
@@ -151,15 +162,17 @@ class DiagnosisCollector(Collector):
         findings = []
         for row, state in zip(ROWS, states, strict=True):
             explained = roots.get(row)
-            out.add_values("gpu_diagnosis_active", state.labels, explained is not None)
             if explained is None:
+                if self.detail:
+                    out.add_values("gpu_diagnosis_active", state.labels, False)
                 continue
+            out.add_values("gpu_diagnosis_active", state.labels, True)
             evidence = dict(state.evidence)
             for item in explained:
                 key = f"explains_{item.row.symptom}_{item.row.cause}"
                 evidence[key] = explanation(item, state.evidence)
             findings.append(Finding(sig.index, sig.uuid, row, evidence, state.since,
-                                    tuple(explained)))
+                                    tuple(explained), sig.owners))
         return findings
 
     def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:

@@ -56,9 +56,12 @@ _HOST_CAUSES = (
     (t.IDLE_CPU_CONTENTION, t.UNDERFED_CPU_CONTENTION),
     (t.IDLE_HOST_SWAPPING, t.UNDERFED_HOST_SWAPPING),
 )
-_IO_CITES = ("host_cpu_iowait_ratio", "host_io_pressure_some_ratio")
-_CPU_CITES = ("host_cpu_pressure_some_ratio", "process_run_queue_wait_seconds_per_second")
-_SWAP_CITES = ("host_swap_bytes_per_second", "host_memory_pressure_full_ratio")
+_IO_CITES = ("workload_io_pressure_some_ratio", "host_cpu_iowait_ratio",
+             "host_io_pressure_some_ratio")
+_CPU_CITES = ("host_cpu_pressure_some_ratio", "workload_cpu_pressure_some_ratio",
+              "process_run_queue_wait_seconds_per_second")
+_SWAP_CITES = ("host_swap_bytes_per_second", "host_memory_pressure_full_ratio",
+               "workload_memory_pressure_full_ratio")
 _ECC_XIDS = frozenset({48, 63, 64, 92, 94, 95})
 
 
@@ -89,7 +92,9 @@ def _edges() -> tuple[Explains, ...]:
                     (t.UNDERFED_DATA_PIPELINE_IO, t.UNDERFED_CPU_CONTENTION)):
         out.append(Explains(io, cpu, "dataloader workers waking from slow reads pile onto the "
                             "CPUs; without the process's own run-queue wait the CPU pressure "
-                            "cannot be told apart", ("host_cpu_pressure_some_ratio",), _IO_CITES,
+                            "cannot be told apart",
+                            ("host_cpu_pressure_some_ratio", "workload_cpu_pressure_some_ratio"),
+                            _IO_CITES,
                             independent=_run_queue_measured))
     for cause, _ in _HOST_CAUSES:
         cites = {t.IDLE_DATA_PIPELINE_IO: _IO_CITES, t.IDLE_CPU_CONTENTION: _CPU_CITES,
@@ -107,6 +112,21 @@ def _edges() -> tuple[Explains, ...]:
                              t.UNDERFED_DATA_PIPELINE_IO: _IO_CITES,
                              t.IDLE_CPU_CONTENTION: _CPU_CITES,
                              t.UNDERFED_CPU_CONTENTION: _CPU_CITES}.get(cause, _SWAP_CITES)))
+    # A container held at its CPU limit stalls in CPU pressure of its own,
+    # and its loaders sleep waiting for their next slice.
+    for cpu in (t.IDLE_CPU_CONTENTION, t.UNDERFED_CPU_CONTENTION):
+        out.append(Explains(t.IDLE_CPU_LIMIT_THROTTLED, cpu, "a workload held at its CPU limit "
+                            "waits for CPU time it is not allowed to take",
+                            ("workload_cpu_pressure_some_ratio",),
+                            ("workload_cpu_throttled_ratio", "workload_cpu_limit_cores")))
+    out.append(Explains(t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_PROCESS_STALLED, "a process "
+                        "throttled by its CPU limit sleeps between its slices",
+                        ("process_pid", "process_state", "process_cpu_ratio"),
+                        ("workload_cpu_throttled_ratio", "workload_cpu_limit_cores")))
+    out.append(Explains(t.IDLE_CPU_LIMIT_THROTTLED, t.BURSTY_INPUT, "a starved input "
+                        "pipeline makes the GPU alternate between waiting and full speed",
+                        ("utilization_samples_min_ratio", "utilization_samples_max_ratio"),
+                        ("workload_cpu_throttled_ratio",)))
     out.append(Explains(t.POWER_BRAKE, t.HW_SLOWDOWN, "the driver sets hw_slowdown with "
                         "hw_power_brake", ("hw_slowdown_active",), ("hw_power_brake_active",)))
     out.append(Explains(t.THERMAL, t.HW_SLOWDOWN, "the driver sets hw_slowdown for high "

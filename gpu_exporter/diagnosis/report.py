@@ -9,7 +9,16 @@ from typing import Any
 
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
+from gpu_exporter.readings import GpuOwner
 from gpu_exporter.safetext import terminal_safe
+
+
+def owner_text(owner: Mapping[str, Any]) -> str:
+    """``ml/train-a/trainer`` or ``slurm job 4242``, from a finding's owner
+    in its JSON form (not yet escaped for any destination)."""
+    return GpuOwner(**{k: str(owner.get(k, "")) for k in
+                       ("namespace", "pod", "container", "slurm_job_id")}).describe()
+
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
@@ -36,6 +45,9 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
             head = _COLORS[sev] + head + _RESET
         lines.append(f"{head}  {safe(f['symptom'])} -> {safe(f['cause'])}")
         lines.append(f"  {safe(f['summary'])}")
+        owners = [owner_text(o) for o in f.get("owners") or ()]
+        if owners:
+            lines.append(f"  owner:    {safe(', '.join(owners))}")
         evidence = dict(f.get("evidence") or {})
         # A consequence this cause explains is listed beneath it, not as evidence.
         explained = {f"explains_{e['symptom']}_{e['cause']}": e

@@ -98,17 +98,34 @@ def _held_underfed(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Ev
     return _held_below(s, cfg, cfg.busy_utilization)
 
 
+def _own(s: GpuSignals, signal: str) -> float | None:
+    """The highest of ``signal`` among the GPU's workloads that have it (their
+    own cgroup's), or None when none does: then the host's counters judge."""
+    values = [v for w in s.workloads if (v := getattr(w, signal)) is not None]
+    return max(values) if values else None
+
+
 def _io_bound(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    # The workload's own I/O pressure, where it has one, judges: one job
+    # starving on its reads raises little host-wide on a large node, and a
+    # neighbour's reads must not be blamed on this GPU.
     h = s.host
+    own = _own(s, "io_pressure_some")
+    ev: Evidence = {}
+    if own is not None:
+        ev["workload_io_pressure_some_ratio"] = round(own, 3)
+    if h is not None and h.iowait_ratio is not None:
+        ev["host_cpu_iowait_ratio"] = round(h.iowait_ratio, 3)
+    if h is not None and h.io_pressure_some is not None:
+        ev["host_io_pressure_some_ratio"] = round(h.io_pressure_some, 3)
+    if own is not None:
+        return own >= cfg.io_pressure_high, ev
     if h is None or (h.iowait_ratio is None and h.io_pressure_some is None):
         return None, {}
-    ev: Evidence = {}
     hit = False
     if h.iowait_ratio is not None:
-        ev["host_cpu_iowait_ratio"] = round(h.iowait_ratio, 3)
         hit = h.iowait_ratio >= cfg.iowait_high
     if h.io_pressure_some is not None:
-        ev["host_io_pressure_some_ratio"] = round(h.io_pressure_some, 3)
         hit |= h.io_pressure_some >= cfg.io_pressure_high
     return hit, ev
 
@@ -116,16 +133,20 @@ def _io_bound(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidenc
 def _cpu_starved(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
     h = s.host
     waits = [p.run_queue_wait_ratio for p in s.processes if p.run_queue_wait_ratio is not None]
-    pressure = None if h is None else h.cpu_pressure_some
+    own = _own(s, "cpu_pressure_some")
+    pressure = own if own is not None else None if h is None else h.cpu_pressure_some
     if pressure is None and not waits:
         return None, {}
     ev: Evidence = {}
-    if pressure is not None:
+    if own is not None:
+        ev["workload_cpu_pressure_some_ratio"] = round(own, 3)
+    elif pressure is not None:
         ev["host_cpu_pressure_some_ratio"] = round(pressure, 3)
     if waits:
         ev["process_run_queue_wait_seconds_per_second"] = round(max(waits), 3)
-    # Each measure that the kernel offers must agree: CPU pressure where it has
-    # PSI, and where it keeps schedstat the GPU's own process must be waiting.
+    # Each measure that the kernel offers must agree: CPU pressure (the
+    # workload's own where known, else the host's) where it has PSI, and where
+    # it keeps schedstat the GPU's own process must be waiting.
     pressure_hit = pressure >= cfg.cpu_pressure_high if pressure is not None else True
     wait_hit = max(waits) >= cfg.run_queue_wait_high if waits else True
     return pressure_hit and wait_hit, ev
@@ -133,16 +154,20 @@ def _cpu_starved(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evid
 
 def _swapping(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
     h = s.host
-    if h is None or (h.swap_bytes_per_s is None and h.memory_pressure_full is None):
+    own = _own(s, "memory_pressure_full")
+    full = own if own is not None else None if h is None else h.memory_pressure_full
+    swap = None if h is None else h.swap_bytes_per_s
+    if swap is None and full is None:
         return None, {}
     ev: Evidence = {}
     hit = False
-    if h.swap_bytes_per_s is not None:
-        ev["host_swap_bytes_per_second"] = round(h.swap_bytes_per_s)
-        hit = h.swap_bytes_per_s >= cfg.swap_bytes_per_s
-    if h.memory_pressure_full is not None:
-        ev["host_memory_pressure_full_ratio"] = round(h.memory_pressure_full, 3)
-        hit |= h.memory_pressure_full > cfg.memory_pressure_full
+    if swap is not None:
+        ev["host_swap_bytes_per_second"] = round(swap)
+        hit = swap >= cfg.swap_bytes_per_s
+    if full is not None:
+        key = "workload" if own is not None else "host"
+        ev[f"{key}_memory_pressure_full_ratio"] = round(full, 3)
+        hit |= full > cfg.memory_pressure_full
     return hit, ev
 
 
@@ -538,6 +563,46 @@ def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 
 
 rule(t.NUMA_MISPLACED)(_numa)
+
+
+def _cpu_limit_throttled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    held, ev = _held_idle(s, cfg)
+    limited = [w for w in s.workloads
+               if w.cpu_limit_cores is not None and w.cpu_throttled_ratio is not None]
+    if held is None or not limited:
+        return Verdict(None)
+    if not held:
+        return Verdict(False, ev)
+    worst = max(limited, key=lambda w: w.cpu_throttled_ratio or 0.0)
+    throttled = worst.cpu_throttled_ratio or 0.0
+    ev["workload_cpu_throttled_ratio"] = round(throttled, 3)
+    ev["workload_cpu_limit_cores"] = round(worst.cpu_limit_cores or 0.0, 3)
+    host = None if s.host is None else s.host.cpu_pressure_some
+    if host is not None:
+        ev["host_cpu_pressure_some_ratio"] = round(host, 3)
+    # The limit is the cause only while the node has CPUs to give: a host
+    # short of CPUs is contention, whatever the limit says.
+    spare = host is None or host < cfg.cpu_pressure_high
+    return Verdict(throttled >= cfg.cpu_throttled_high and spare, ev)
+
+
+rule(t.IDLE_CPU_LIMIT_THROTTLED)(_cpu_limit_throttled)
+
+
+def _allocated_unused(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    pods = [o for o in s.owners if not o.slurm_job_id]
+    used, util = s.memory_used_ratio, s.gpu.utilization
+    if not s.allocations_known or not s.processes_known or used is None or util is None:
+        return Verdict(None)
+    ev: Evidence = {"gpu_processes": len(s.processes), "gpu_utilization_ratio": util,
+                    "gpu_memory_used_ratio": round(used, 3)}
+    # Memory held with no process listed is a process the exporter cannot
+    # see (another PID namespace, no permission), not an unused GPU.
+    return Verdict(bool(pods) and not s.processes and util < cfg.idle_utilization
+                   and used < cfg.memory_held_ratio, ev)
+
+
+rule(t.ALLOCATED_UNUSED)(_allocated_unused)
 
 
 def _check_every_row_has_a_rule() -> None:

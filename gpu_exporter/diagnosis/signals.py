@@ -7,16 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpu_exporter.readings import (
+    GpuOwner,
     GpuReading,
     HostSignals,
     PcieKernelView,
     PollReadings,
     ProcessReading,
+    WorkloadSignals,
 )
 
 # The readers (by collector name) whose readings the rules read, and whether
 # each was read this poll: a reader switched off leaves its rows unjudged.
-INPUTS = ("device", "processes", "host", "pcie", "gpm", "samples", "xid")
+INPUTS = ("device", "processes", "host", "pcie", "gpm", "samples", "xid", "attribution")
 
 
 def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
@@ -29,6 +31,7 @@ def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
         "gpm": readings.gpm is not None,
         "samples": readings.samples is not None,
         "xid": readings.xid is not None,
+        "attribution": readings.attribution is not None,
     }
     return tuple(name for name in INPUTS if not present[name])
 
@@ -45,6 +48,12 @@ class GpuSignals:
     util_samples: tuple[float, float, float] | None = None  # min, mean, max
     xids: list[tuple[float, int]] = field(default_factory=list)  # (unix time, xid)
     processes_known: bool = False  # the process collector ran this poll
+    # Whose the GPU is (allocations, Slurm jobs), and the own cgroup signals
+    # of the workloads of its processes: preferred over the host's.
+    owners: tuple[GpuOwner, ...] = ()
+    workloads: tuple[WorkloadSignals, ...] = ()
+    # The kubelet's allocations are known (None: attribution not read)
+    allocations_known: bool | None = None
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -63,6 +72,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
     gpm = readings.gpm or {}
     samples = readings.samples or {}
     xids = readings.xid or []
+    attribution = readings.attribution
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))
@@ -76,5 +86,9 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         if util is not None:
             sig.util_samples = (util.min, util.mean, util.max)
         sig.xids = [(e.at, e.xid) for e in xids if e.gpu == index]
+        if attribution is not None:
+            sig.owners = attribution.owners.get(index, ())
+            sig.workloads = attribution.workloads.get(index, ())
+            sig.allocations_known = attribution.allocations_known
         out.append(sig)
     return out

@@ -72,13 +72,18 @@ _HELD = "GPU memory is held (more than {memory_held_ratio} used)"
 _IDLE_GPU = f"{_HELD} but the GPU does almost no work (utilization below {{idle_utilization}})"
 _UNDERFED_GPU = (f"{_HELD} and the GPU works below its busy threshold (utilization under "
                  "{busy_utilization})")
-_IO = "the host waits on I/O (iowait at least {iowait_high} or I/O pressure at least " \
-    "{io_pressure_high})"
-_CPU = "CPU pressure is at least {cpu_pressure_high} (where the kernel has PSI) and the " \
-    "GPU's process waits on the run queue at least {run_queue_wait_high} (where it keeps " \
-    "schedstat)"
+# Where the exporter reads the cgroup of the GPU's workload (its container or
+# Slurm job), the workload's own pressure judges instead of the host's: on a
+# shared node host-wide counters blame the wrong job.
+_OWN = "the job's own where its cgroup is read, else the host's"
+_IO = "I/O waits: the job's own I/O pressure is at least {io_pressure_high}, or, where " \
+    "its cgroup is not read, the host's iowait is at least {iowait_high} or its I/O " \
+    "pressure at least {io_pressure_high}"
+_CPU = "CPU pressure (" + _OWN + ") is at least {cpu_pressure_high} (where the kernel has " \
+    "PSI) and the GPU's process waits on the run queue at least {run_queue_wait_high} " \
+    "(where it keeps schedstat)"
 _SWAP = "the host swaps pages in or out at {swap_bytes_per_s} or more, or memory pressure " \
-    "(full) is above {memory_pressure_full}"
+    "(full; " + _OWN + ") is above {memory_pressure_full}"
 _IO_FIX = ("Shard or pack small files into larger records, stage the dataset to local NVMe, "
            "prefetch (DataLoader prefetch_factor), and check the shared filesystem.")
 _IO_CONFIRM = ("mpstat -P ALL 1 3", "iostat -xz 1 3", "cat /proc/pressure/io")
@@ -306,6 +311,32 @@ NUMA_MISPLACED = Row(
     "--membind=N, or the job scheduler's topology settings).",
     ("nvidia-smi topo -m", "taskset -cp PID", "numactl --show"),
     "Escalate to the job owner or the scheduler's configuration.")
+# Rows that judge a GPU by its own workload (the container's or Slurm job's
+# cgroup) and by whom it is allocated to.
+IDLE_CPU_LIMIT_THROTTLED = Row(
+    "memory_held_sm_idle", "cpu_limit_throttled", "warning",
+    "GPU holds memory but sits idle while its container is throttled by its CPU limit",
+    f"{_IDLE_GPU}, while the workload of its processes (its container's or Slurm job's "
+    "cgroup) has a CPU limit and was throttled in at least {cpu_throttled_high} of its "
+    "CPU periods, and the host is not short of CPUs (CPU pressure below "
+    "{cpu_pressure_high}). The limit starves the job's data loaders, not the node.",
+    "Raise the container's CPU limit (resources.limits.cpu) or the job's CPUs, or run fewer "
+    "data loader workers than the limit allows; the node has CPUs to spare.",
+    ("cat /sys/fs/cgroup/<workload cgroup>/cpu.stat", "cat /sys/fs/cgroup/<workload "
+     "cgroup>/cpu.max", "kubectl describe pod -n NAMESPACE POD"),
+    "Escalate to the job owner (the pod or job named in the finding).")
+ALLOCATED_UNUSED = Row(
+    "gpu_allocated_unused", "no_process", "warning",
+    "GPU allocated to a pod but no process uses it",
+    "The kubelet has allocated the GPU to a container, and for the whole diagnosis window "
+    "({window}) no process held a context on it, its utilization stayed below "
+    "{idle_utilization} and its memory below {memory_held_ratio}: a reserved GPU doing "
+    "nothing. A job between phases looks the same for a while.",
+    "Ask the pod's owner whether it still needs the GPU; delete idle notebooks and "
+    "finished jobs that keep their pods, or let an idle-culling policy do it.",
+    ("kubectl get pod -n NAMESPACE POD -o wide", "nvidia-smi",
+     "kubectl logs -n NAMESPACE POD -c CONTAINER --tail=50"),
+    "Escalate to the team that owns the namespace when the GPU stays reserved for hours.")
 
 # The driver's own verdict (NVML recovery action, R565 and newer): more
 # authoritative than any heuristic above, so each action is a row of its own
@@ -371,6 +402,7 @@ ROWS: tuple[Row, ...] = (
     MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
     RECOVERY_GPU_RESET, RECOVERY_NODE_REBOOT, RECOVERY_DRAIN_P2P, RECOVERY_DRAIN_AND_RESET,
     FABRIC_DEGRADED,
+    IDLE_CPU_LIMIT_THROTTLED, ALLOCATED_UNUSED,
 )
 
 BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}

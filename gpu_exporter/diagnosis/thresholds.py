@@ -33,6 +33,8 @@ class DiagnosisConfig(BaseModel):
     swap_bytes_per_s: float = Field(1024 * 1024, ge=0)
     memory_pressure_full: float = Field(0.0, ge=0, le=1)
     stalled_cpu_ratio: float = Field(0.05, ge=0)  # CPUs' worth of time
+    # Share of its CPU-limit periods in which a workload was throttled.
+    cpu_throttled_high: float = Field(0.25, ge=0, le=1)
     burst_low: float = Field(0.10, ge=0, le=1)
     burst_high: float = Field(0.90, ge=0, le=1)
     thermal_margin_celsius: float = Field(3.0, ge=0)

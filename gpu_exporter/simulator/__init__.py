@@ -4,6 +4,7 @@ tests and the fixture of the benchmarks. See ``clib`` for how it plugs in."""
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 import time
@@ -16,9 +17,12 @@ import yaml
 from pydantic import ValidationError
 
 from gpu_exporter.nvml import binding
+from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement, write_tenants
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
 from gpu_exporter.simulator.hostfs import HostFs
-from gpu_exporter.simulator.model import DeviceProfile, Scenario
+from gpu_exporter.simulator.kubelet import PodResourcesServer
+from gpu_exporter.simulator.model import DeviceProfile, ProcessCondition, Scenario
+from gpu_exporter.simulator.tenants import Tenants
 from gpu_exporter.simulator.world import World
 
 
@@ -181,14 +185,48 @@ def _missing_library(name: str) -> object:
     raise OSError(f"{name}: cannot open shared object file: No such file or directory")
 
 
+def _tenant_cgroups(tenants: Tenants) -> dict[int, str]:
+    """PID -> its /proc/PID/cgroup text (without the last newline), where the
+    container runtime or slurmd puts each tenant's processes."""
+    found: dict[int, str] = {}
+    for pod in tenants.pods:
+        for c in pod.containers:
+            text = pod_placement(pod, c).proc_cgroup.rstrip("\n")
+            found.update((pid, text) for pid in c.pids)
+    for job in tenants.slurm_jobs:
+        text = slurm_placement(job).proc_cgroup.rstrip("\n")
+        found.update((pid, text) for pid in job.pids)
+    return found
+
+
+def _placed(scenario: Scenario) -> Scenario:
+    """The scenario with each tenant's processes in their workload's cgroup."""
+    if scenario.tenants is None:
+        return scenario
+    cgroups = _tenant_cgroups(scenario.tenants)
+
+    def place(procs: list[ProcessCondition]) -> list[ProcessCondition]:
+        return [p.model_copy(update={"cgroup": cgroups[p.pid]}) if p.pid in cgroups else p
+                for p in procs]
+
+    return scenario.model_copy(update={
+        "processes": place(scenario.processes),
+        "timeline": [s if s.processes is None else
+                     s.model_copy(update={"processes": place(s.processes)})
+                     for s in scenario.timeline]})
+
+
 class SimulatedNode:
     """A scenario running on a clock, installed underneath pynvml. On the real
     clock (the default) the GPUs' readings stand for ``REAL_CLOCK_TICK_S``; on
-    any other clock (a virtual one) they follow every move of it."""
+    any other clock (a virtual one) they follow every move of it. With
+    ``tenants:`` its kubelet serves their pods on ``pod_resources_socket``
+    and each workload's cgroup files are under ``sysfs``/fs/cgroup."""
 
     def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic,
                  latency_us: dict[str, float] | None = None,
                  tick_s: float | None = None) -> None:
+        scenario = _placed(scenario)
         self.scenario = scenario
         self.profile = load_profile(scenario.node.profile)
         if tick_s is None:
@@ -200,13 +238,28 @@ class SimulatedNode:
         self.hostfs = HostFs(self.world, self._root)
         self.procfs = self.hostfs.procfs
         self.sysfs = self.hostfs.sysfs
+        # Where the node's kubelet serves its PodResources API: nothing listens
+        # there unless the scenario declares pods.
+        self.pod_resources_socket = str(self._root / "pod-resources" / "kubelet.sock")
+        self.kubelet: PodResourcesServer | None = None
+        tenants = scenario.tenants
+        if tenants is not None and (tenants.pods or tenants.free_devices):
+            os.makedirs(os.path.dirname(self.pod_resources_socket), exist_ok=True)
+            self.kubelet = PodResourcesServer(self.pod_resources_socket, tenants).start()
         self.refresh()
 
     def refresh(self) -> None:
         """Bring the simulated /proc and /sys up to the clock's time."""
-        self.hostfs.render(self.world.elapsed())
+        elapsed = self.world.elapsed()
+        self.hostfs.render(elapsed)
+        if self.scenario.tenants is not None:
+            write_tenants(self.scenario.tenants, self.procfs, self.sysfs / "fs" / "cgroup",
+                          elapsed)
 
     def close(self) -> None:
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
         self.hostfs.close()  # its files may live in memory (/dev/shm): free them now
         shutil.rmtree(self._root, ignore_errors=True)
         atexit.unregister(self.close)

@@ -17,6 +17,7 @@ from gpu_exporter.config_types import Duration
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.drivers import BY_NAME, NEWEST, DriverBranch
+from gpu_exporter.simulator.tenants import Tenants
 
 
 class _Strict(BaseModel):
@@ -357,6 +358,9 @@ class Scenario(_Strict):
     # What the diagnosis must find, and nothing else; None: not declared.
     expect: list[Expectation] | None = None
     replay: Replay | None = None
+    # Who runs on the node: pods the simulated kubelet serves, Slurm jobs, and
+    # each workload's own cgroup signals (its processes are in ``processes``).
+    tenants: Tenants | None = None
 
     @model_validator(mode="after")
     def _indices(self) -> Scenario:

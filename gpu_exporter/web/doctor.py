@@ -303,6 +303,13 @@ class NodePage:
                           f"{f.row.severity}</span>" for f in findings[:1])
         head = (f"<header><h2>GPU {r.index}</h2><span>{_text(r.name) or 'unnamed'}</span>"
                 f"<span>{state}</span>{worst}</header>")
+        # Pod, namespace and container names come from the kubelet, job ids
+        # from cgroup paths: escaped like every other external string.
+        attribution = snap.readings.attribution
+        owners = attribution.owners.get(r.index, ()) if attribution is not None else ()
+        if owners:
+            head += ('<p class="owner">Allocated to '
+                     + ", ".join(_text(o.describe()) for o in owners) + "</p>")
         if not r.up:
             facts = ('<p class="bad">NVML cannot reach this GPU: it reads nothing from it '
                      "until it answers again. Its last readings are in the charts below.</p>")

@@ -1,0 +1,250 @@
+"""Whose GPU it is, and how that workload fares by its own signals.
+
+Three sources, one reader:
+
+* the kubelet's PodResources API (``--kubernetes.pod-resources-socket``): the
+  GPUs and MIG devices allocated to each container, as ``gpu_allocation_info``;
+* the GPU processes' cgroups: the Slurm job of each, as ``gpu_job_info``;
+* the cgroup (v2) of each workload with a process on a GPU: its own pressure,
+  CPU-limit throttling and OOM kills, one set per workload (not per process).
+
+The kubelet is asked off the poll path: a ``PodResourcesWatcher`` refreshes on
+its own thread with a bounded deadline, and a poll only takes its last
+snapshot, so a missing, unreadable or hung kubelet never delays a poll (its
+state and failures are self metrics, each change of state one log line).
+Under a virtual clock (tests, ``diagnose --simulate``) the refresh runs inside
+collect() every ``refresh_every`` seconds of that clock instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Self
+
+from gpu_exporter.attribution.cgroup_pressure import RESOURCES, CgroupSignals
+from gpu_exporter.attribution.gpu_owners import (
+    GpuIdentity,
+    MigIdentity,
+    allocation_rows,
+    job_rows,
+)
+from gpu_exporter.attribution.grouping import (
+    Workload,
+    group_by_workload,
+    read_cgroups,
+    workload_of,
+    workload_signals,
+)
+from gpu_exporter.attribution.podresources import Allocations, PodResourcesWatcher, Status
+from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
+from gpu_exporter.collectors.base import Collector
+from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.readings import (
+    AttributionReading,
+    GpuOwner,
+    PollReadings,
+    WorkloadSignals,
+)
+from gpu_exporter.runtime import Runtime
+from gpu_exporter.snapshot import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+# How often the kubelet is asked, and how long one call may take. Pods come
+# and go over seconds to minutes; a 2 s deadline is far beyond a healthy
+# kubelet's few milliseconds and still ends a hung call well before the next.
+REFRESH_EVERY_S = 10.0
+CALL_TIMEOUT_S = 2.0
+
+
+def _opt(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+class AttributionCollector(Collector):
+    name = "attribution"
+    description = ("who holds each GPU (kubelet PodResources, Slurm cgroups) and each "
+                   "workload's own cgroup pressure and CPU throttling")
+    settings = ("kubernetes.pod_resources_socket", "path.procfs", "path.sysfs")
+
+    def __init__(self, session: NvmlSession, socket_path: str, procfs: Path,
+                 cgroup_root: Path, monotonic: Callable[[], float],
+                 synchronous: bool = False, refresh_every: float = REFRESH_EVERY_S,
+                 call_timeout: float = CALL_TIMEOUT_S) -> None:
+        self.session = session
+        self.procfs = procfs
+        self.cgroup_root = cgroup_root
+        self._mono = monotonic
+        self._synchronous = synchronous
+        self._refresh_every = refresh_every
+        self._next_refresh: float | None = None
+        self.watcher: PodResourcesWatcher | None = None
+        if socket_path:
+            self.watcher = PodResourcesWatcher(socket_path, refresh_every, call_timeout,
+                                               clock=monotonic)
+        # workload cgroup -> (nr_periods, nr_throttled) at the last read
+        self._cpu_before: dict[str, tuple[int, int]] = {}
+        self._errors = 0
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        s = rt.settings
+        return cls(rt.session, s.kubernetes.pod_resources_socket, s.path.procfs,
+                   s.path.sysfs / "fs" / "cgroup", rt.monotonic, rt.synchronous)
+
+    def errors(self) -> int:
+        return self._errors
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+
+    def collect(self, out: SnapshotBuilder) -> None:
+        self._errors = 0
+        reading = AttributionReading()
+        out.readings.attribution = reading
+        owners: dict[int, dict[GpuOwner, None]] = {}
+        if self.watcher is not None:
+            self._allocations(out, self._kubelet(out), owners, reading)
+        procs = out.readings.processes
+        if procs:
+            self._processes(out, out.readings, owners, reading)
+        reading.owners = {gpu: tuple(found) for gpu, found in sorted(owners.items())}
+
+    # --- the kubelet ------------------------------------------------------------
+    def _kubelet(self, out: SnapshotBuilder) -> Allocations:
+        assert self.watcher is not None
+        if not self._synchronous:
+            # Started by the first poll, not when built: an exporter that fails
+            # to start (a port in use) never asks the kubelet.
+            self.watcher.start()
+        else:
+            now = self._mono()
+            if self._next_refresh is None or now >= self._next_refresh:
+                self._next_refresh = now + self._refresh_every
+                self.watcher.refresh()
+        snap = self.watcher.snapshot()
+        for state in Status:
+            out.add("gpu_exporter_pod_resources_state", snap.status == state, state=state.value)
+        out.add("gpu_exporter_pod_resources_failures_total", snap.failures)
+        return snap
+
+    def _identities(self, readings: PollReadings) -> list[GpuIdentity]:
+        mig = readings.mig or {}
+        return [GpuIdentity(gpu.index, gpu.identity.uuid, tuple(
+                    MigIdentity(m.uuid, m.index if m.index is not None else slot,
+                                m.gpu_instance, m.compute_instance)
+                    for slot, m in enumerate(mig.get(gpu.index, []))))
+                for gpu in self.session.gpus]
+
+    def _allocations(self, out: SnapshotBuilder, snap: Allocations,
+                     owners: dict[int, dict[GpuOwner, None]],
+                     reading: AttributionReading) -> None:
+        reading.allocations_known = snap.updated_at is not None
+        if not snap.allocations:
+            return
+        rows, _unplaced = allocation_rows(snap.allocations, self._identities(out.readings))
+        for row in rows:
+            p, o = row.placement, row.owner
+            out.add("gpu_allocation_info", 1, gpu=str(p.gpu), uuid=p.uuid,
+                    gpu_instance=_opt(p.gpu_instance), compute_instance=_opt(p.compute_instance),
+                    namespace=o.namespace, pod=o.pod, container=o.container,
+                    resource=row.resource)
+            owners.setdefault(p.gpu, {})[GpuOwner(o.namespace, o.pod, o.container)] = None
+
+    # --- the GPU processes' jobs and workloads ------------------------------------
+    def _processes(self, out: SnapshotBuilder, readings: PollReadings,
+                   owners: dict[int, dict[GpuOwner, None]],
+                   reading: AttributionReading) -> None:
+        procs = readings.processes or []
+        uuids = {gpu.index: gpu.identity.uuid for gpu in self.session.gpus}
+        process_gpus: dict[int, set[tuple[int, str]]] = {}
+        for p in procs:
+            if p.gpu in uuids:
+                process_gpus.setdefault(p.pid, set()).add((p.gpu, uuids[p.gpu]))
+        cgroups = read_cgroups(self.procfs, process_gpus)
+        jobs = self._jobs(cgroups, process_gpus)
+        for row in job_rows(process_gpus, jobs):
+            out.add("gpu_job_info", 1, gpu=str(row.gpu), uuid=row.uuid, scheduler="slurm",
+                    slurm_job_id=row.job_id, slurm_uid=_opt(row.uid),
+                    slurm_step=row.step or "")
+            owners.setdefault(row.gpu, {})[GpuOwner(slurm_job_id=row.job_id)] = None
+        groups = group_by_workload(cgroups)
+        signals = workload_signals(self.cgroup_root, groups)
+        seen: dict[str, tuple[int, int]] = {}
+        per_gpu: dict[int, dict[WorkloadSignals, None]] = {}
+        for workload, pids in groups.items():
+            found = signals.get(workload)
+            if found is None:
+                continue
+            own = self._export_workload(out, workload, found, seen)
+            for pid in pids:
+                for gpu, _uuid in process_gpus.get(pid, ()):
+                    per_gpu.setdefault(gpu, {})[own] = None
+        self._cpu_before = seen
+        reading.workloads = {gpu: tuple(w) for gpu, w in sorted(per_gpu.items())}
+
+    def _jobs(self, cgroups: dict[int, str],
+              pids: Iterable[int]) -> dict[int, SlurmJob]:
+        """Each process's Slurm job. The environment is read only for a
+        process whose cgroup names no container (a container's processes are
+        the kubelet's, and their environment is theirs alone)."""
+        jobs: dict[int, SlurmJob] = {}
+        for pid in pids:
+            text = cgroups.get(pid)
+            if text is not None and job_from_cgroup(text) is None and workload_of(text):
+                continue
+            job = read_job(self.procfs, pid)
+            if job is not None:
+                jobs[pid] = job
+        return jobs
+
+    def _export_workload(self, out: SnapshotBuilder, workload: Workload,
+                         sig: CgroupSignals,
+                         seen: dict[str, tuple[int, int]]) -> WorkloadSignals:
+        if workload.kind == "slurm_job":
+            keys = {"pod_uid": "", "container_id": "", "slurm_job_id": workload.id}
+        else:
+            keys = {"pod_uid": workload.pod_uid, "container_id": workload.id,
+                    "slurm_job_id": ""}
+        for resource in RESOURCES:
+            pressure = getattr(sig, resource)
+            if pressure is None:
+                continue
+            for kind, stall in (("some", pressure.some), ("full", pressure.full)):
+                if stall is not None:
+                    out.add("gpu_workload_pressure_ratio", stall.avg10, **keys,
+                            resource=resource, kind=kind)
+                    out.add("gpu_workload_pressure_stalled_seconds_total",
+                            stall.total_seconds, **keys, resource=resource, kind=kind)
+        throttled_ratio = None
+        stat = sig.cpu_stat
+        if stat is not None:
+            if stat.nr_periods is not None:
+                out.add("gpu_workload_cpu_periods_total", stat.nr_periods, **keys)
+            if stat.nr_throttled is not None:
+                out.add("gpu_workload_cpu_throttled_periods_total", stat.nr_throttled, **keys)
+            if stat.throttled_seconds is not None:
+                out.add("gpu_workload_cpu_throttled_seconds_total", stat.throttled_seconds,
+                        **keys)
+            if stat.nr_periods is not None and stat.nr_throttled is not None:
+                now = (stat.nr_periods, stat.nr_throttled)
+                seen[sig.cgroup] = now
+                before = self._cpu_before.get(sig.cgroup)
+                if before is not None and now[0] > before[0] and now[1] >= before[1]:
+                    throttled_ratio = min(1.0, (now[1] - before[1]) / (now[0] - before[0]))
+        limit = sig.cpu_limit.cores if sig.cpu_limit is not None else None
+        if limit is not None:
+            out.add("gpu_workload_cpu_limit_cores", limit, **keys)
+        if sig.oom_kills is not None:
+            out.add("gpu_workload_oom_kills_total", sig.oom_kills, **keys)
+        return WorkloadSignals(
+            keys["pod_uid"], keys["container_id"], keys["slurm_job_id"],
+            cpu_pressure_some=sig.cpu.some.avg10 if sig.cpu else None,
+            io_pressure_some=sig.io.some.avg10 if sig.io else None,
+            memory_pressure_full=(sig.memory.full.avg10
+                                  if sig.memory and sig.memory.full else None),
+            cpu_throttled_ratio=throttled_ratio if limit is not None else None,
+            cpu_limit_cores=limit)
