@@ -27,7 +27,7 @@ from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 LABEL = "k8s_cluster"
-SELECTOR = 'job=~"dcgm-gpu|gpu-exporter", namespace="gpu-monitoring"'
+SELECTOR = 'job=~"dcgm-gpu|gpu-exporter", service="gpu-monitoring"'
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def _rule_exprs(root: Path) -> list[tuple[str, str]]:
 
 
 def test_selector_labels() -> None:
-    assert selector_labels(SELECTOR) == {"job": "dcgm-gpu", "namespace": "gpu-monitoring"}
+    assert selector_labels(SELECTOR) == {"job": "dcgm-gpu", "service": "gpu-monitoring"}
     assert selector_labels('job="a", env!="dev", x=~"(a|b)+"') == {"job": "a"}
     assert selector_labels('job="a\\"b"') == {"job": 'a"b'}
 
@@ -66,7 +66,7 @@ def test_every_aggregation_keeps_the_configured_cluster_label(generated: Path) -
                 assert LABEL in labels, f"{name}: {clause!r} drops {LABEL}"
         assert not re.search(r"\bcluster\b", expr), f"{name}: still names 'cluster'"
         if "gpu_info{" in expr or "up{" in expr:
-            assert 'namespace="gpu-monitoring"' in expr, f"{name}: selector not applied"
+            assert 'service="gpu-monitoring"' in expr, f"{name}: selector not applied"
     assert keys >= 15  # the fleet rules are many; a regex that found none proves nothing
 
 
@@ -74,7 +74,7 @@ def test_the_promtool_tests_use_the_new_labels_and_pass(generated: Path) -> None
     files = sorted((generated / TESTS_DIR).glob("*.yml"))
     assert len(files) >= 5
     text = "\n".join(f.read_text() for f in files)
-    assert f'{LABEL}="cluster-a"' in text and 'namespace="gpu-monitoring"' in text
+    assert f'{LABEL}="cluster-a"' in text and 'service="gpu-monitoring"' in text
     assert 'job="dcgm-gpu"' in text and 'job="gpu-exporter"' not in text
     check = subprocess.run([tool("promtool"), "check", "rules", str(generated / RULES)],
                            capture_output=True, text=True, timeout=120, check=False)

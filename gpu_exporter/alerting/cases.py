@@ -129,7 +129,7 @@ def _row_case(rule: AlertRule) -> Case:
                                 "slurm_job_id": "4242", "slurm_uid": "1001",
                                 "slurm_step": "0"}, f"1x{before + after}"),
     ]
-    fires = tuple(Fire({**gpu("node-a", 0), **rowlabels, "owner": owner}, 1)
+    fires = tuple(Fire({**gpu("node-a", 0), **rowlabels, "owner": owner}, 1, keyed=True)
                   for owner in ("ml/train-a/trainer", "ml/train-b/trainer", "slurm job 4242"))
     return Case(f"{rule.name}: fires after its for:, not on a dip or a shorter spell",
                 interval, series, [

@@ -286,8 +286,12 @@ UTILIZATION_RATE_WINDOW = "2m"
 def recording_rules(config: AlertConfig) -> list[RecordingRule]:
     x = Exprs(config)
     # Utilization as the rate of the busy-time counter: every second between
-    # two scrapes counts, where the gauge keeps one poll in each scrape.
-    util = f"rate({x.m('gpu_busy_seconds_total')}[{UTILIZATION_RATE_WINDOW}])"
+    # two scrapes counts, where the gauge keeps one poll in each scrape. Only
+    # for GPUs still exported ("and" the counter now): the rate of a GPU that
+    # vanished keeps falling for a window over its last samples, and would
+    # read as a straggler.
+    busy = x.m('gpu_busy_seconds_total')
+    util = f"(rate({busy}[{UTILIZATION_RATE_WINDOW}]) and {busy})"
     per_gpu_diag = x.m("gpu_diagnosis_active")
     severity_of: dict[Severity, list[Row]] = {"critical": [], "warning": [], "info": []}
     for row in ROWS:

@@ -100,6 +100,9 @@ class Gpu:
     # Capability keys NVML answered NOT_SUPPORTED (or lacks the function) for:
     # never asked again, their series stay absent.
     unsupported: set[str] = field(default_factory=set)
+    # Keys NVML refused (NO_PERMISSION): not asked again, and never a reason
+    # to try an older call, which the driver refuses the same way.
+    denied: set[str] = field(default_factory=set)
     # Facts read once at discovery (limits, maxima, thresholds...), by key.
     static: dict[str, object] = field(default_factory=dict)
     lost: bool = False
@@ -148,6 +151,7 @@ class Gpu:
                 raise NvmlGone(exc) from None
             if exc.code == Return.NO_PERMISSION:
                 self.unsupported.add(key)
+                self.denied.add(key)
                 if key not in self.warned:
                     self.warned.add(key)
                     log.warning("GPU %d: no permission to read %s (%s); run with access to "
@@ -165,7 +169,7 @@ class Gpu:
         this driver lacks): a call under its newer name, then its older one."""
         for key, fn in calls:
             value = self.static_read(key, fn) if static else self.read(key, fn)
-            if value is not None or key not in self.unsupported:
+            if value is not None or key not in self.unsupported or key in self.denied:
                 return value
         return None
 
