@@ -15,6 +15,7 @@ the fixtures; every wait is bounded.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -349,9 +350,34 @@ def test_alertmanager_inhibits_and_groups_per_node(stack: Stack) -> None:
     assert ("GpuXidErrorApplicationFault", "0") in by_receiver["job-owner"]
 
 
-def _check_arrived(stack: Stack, alertname: str, labels: dict[str, str], value: float) -> None:
+_VALUE_ACTION = re.compile(r"\{\{[^}]*\$value[^}]*\}\}")
+_NUMBER = r"(-?[0-9.]+(?:e[-+][0-9]+)?)(%|ki|Mi|Gi|Ti|Pi|Ei|Zi|Yi)?"
+_UNIT = {"%": 0.01, "ki": 1024.0, "Mi": 1024.0**2, "Gi": 1024.0**3, "Ti": 1024.0**4}
+_MARK = "VALUE0MARK"
+
+
+def _sent_values(template: str, labels: dict[str, str], text: str) -> list[float]:
+    """The values Prometheus rendered into ``text`` from ``template``: the
+    template with every ``$value`` action turned into a number pattern must
+    match the whole text."""
+    literal = render(_VALUE_ACTION.sub(_MARK, template), labels, 0.0)
+    pattern = re.escape(literal).replace(_MARK, _NUMBER)
+    match = re.fullmatch(pattern, text, re.DOTALL)
+    assert match, f"{text!r} is not what {template!r} renders to"
+    groups = match.groups()
+    return [float(n) * _UNIT.get(unit or "", 1.0)
+            for n, unit in zip(groups[::2], groups[1::2], strict=True)]
+
+
+def _check_arrived(stack: Stack, alertname: str, labels: dict[str, str], value: float,
+                   *, measured: bool = False) -> None:
     """The alert is firing in Prometheus and Alertmanager holds it with the
-    right labels and exactly the annotations its templates render to."""
+    right labels and exactly the annotations its templates render to.
+
+    A ``measured`` value (a rate) moves at every rule evaluation, while
+    Alertmanager keeps the annotations of the evaluation that last sent the
+    alert (Prometheus resends once a minute): those annotations must then be
+    the template rendered with one value, close to the current one."""
     rule = RULES[alertname]
     am = stack.am_alerts(alertname=alertname, **labels)
     assert am, f"{alertname} {labels} did not reach Alertmanager"
@@ -359,6 +385,15 @@ def _check_arrived(stack: Stack, alertname: str, labels: dict[str, str], value: 
     assert got["labels"]["severity"] == rule.severity
     for k, v in labels.items():
         assert got["labels"][k] == v
+    if measured:
+        templates = alert_annotations(CONFIG, rule)
+        sent = {v for key, text in got["annotations"].items()
+                for v in _sent_values(templates[key], got["labels"], text)}
+        assert len(sent) <= 1, f"{alertname} annotations carry different values: {sent}"
+        if sent:
+            (was,) = sent
+            assert abs(was - value) <= 0.5 * abs(value) + 1e-9, (alertname, was, value)
+            value = was
     assert got["annotations"] == expected_annotations(alertname, got["labels"], value)
 
 
@@ -440,7 +475,7 @@ def test_exporter_health_and_fleet_alerts_fire(stack: Stack, background: dict[st
         value = float(alert["value"])
         wait_for(f"{name} at Alertmanager",
                  lambda n=name, lb=labels: stack.am_alerts(alertname=n, **lb), 15)
-        _check_arrived(stack, name, labels, value)
+        _check_arrived(stack, name, labels, value, measured=True)
     # The dead target is down, not merely slow.
     assert stack.query(f'up{{instance="{background["dead"]}"}}')[0]["value"][1] == "0"
 
