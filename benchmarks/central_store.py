@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpu_exporter.fleet import Fleet, FleetNode, free_port
+from gpu_exporter.fleet import Fleet, FleetNode, free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CENTRAL_STORE = ROOT / "deploy" / "central-store"
@@ -37,13 +37,7 @@ class Proc:
     log: Path
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-        try:
-            self.popen.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(timeout=10)
+        stop_process(self.popen, grace_s=20)
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""

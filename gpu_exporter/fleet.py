@@ -199,6 +199,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process(process: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """SIGTERM (unless it has already exited), up to ``grace_s`` to exit, then
+    SIGKILL: a node that ignores SIGTERM must not outlive the fleet."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def _cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a running process (Linux /proc)."""
     try:
@@ -277,7 +289,8 @@ class Fleet:
         for rn in self.nodes:
             if rn.node.kind.loses_gpus and not rn.changed:
                 rn.cpu_before = rn.cpu_seconds()
-                self._stop(rn)
+                if rn.process is not None:
+                    stop_process(rn.process)
                 rn.changed = True
                 self._launch(rn)
                 changed.append(rn.node.name)
@@ -312,24 +325,13 @@ class Fleet:
             total += n - (rn.node.kind.loses_gpus if rn.changed else 0)
         return total
 
-    @staticmethod
-    def _stop(rn: RunningNode) -> None:
-        if rn.process is None:
-            return
-        if rn.process.poll() is None:
-            rn.process.terminate()
-        try:
-            rn.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rn.process.kill()
-            rn.process.wait(timeout=10)
-
     def stop(self) -> None:
         for rn in self.nodes:  # all asked at once, then awaited
             if rn.process is not None and rn.process.poll() is None:
                 rn.process.terminate()
         for rn in self.nodes:
-            self._stop(rn)
+            if rn.process is not None:
+                stop_process(rn.process)
 
 
 def cpu_line(fleet: Fleet, cpu: float, wall: float) -> str:

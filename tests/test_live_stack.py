@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -30,6 +28,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from benchmarks.central_store import Proc, spawn
 from gpu_exporter.alerting.config import load_config
 from gpu_exporter.alerting.render import alert_annotations
 from gpu_exporter.alerting.rules import alert_rules
@@ -37,6 +36,7 @@ from gpu_exporter.alerting.templates import render
 from gpu_exporter.dashboards.generate import FLEET, NODE
 from gpu_exporter.dashboards.queries import panel_queries, substitute
 from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.fleet import free_port
 from gpu_exporter.simulator import load_scenario
 from tests.tools import tool
 
@@ -49,12 +49,6 @@ T = TypeVar("T")
 EXPORTER_CONFIG = {"diagnosis": {"window": "4s", "clear_after": "4s"},
                    "poll": {"interval": "2s"}}
 BATCH = 5  # fault scenarios run at once (2 cores: each exporter polls 8 GPUs)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_json(url: str, data: object = None, timeout: float = 5) -> Any:
@@ -80,33 +74,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float,
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout:g}s waiting for {what}"
                 + (f" (last error: {last_error})" if last_error else ""))
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-        if self.popen.returncode is None:
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
-
-
-def spawn(name: str, args: list[str], workdir: Path) -> Proc:
-    log = workdir / f"{name}.log"
-    with log.open("wb") as out:
-        popen = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
-    return Proc(name, popen, log)
 
 
 @dataclass
