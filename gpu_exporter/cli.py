@@ -237,7 +237,7 @@ def _baseline(argv: Sequence[str]) -> int:
 
 
 def _diagnose(argv: Sequence[str]) -> int:
-    from gpu_exporter.diagnosis.command import main as diagnose_main
+    from gpu_exporter.diagnose_command import main as diagnose_main
 
     return diagnose_main(argv, _Parser)
 

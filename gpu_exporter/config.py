@@ -28,7 +28,7 @@ from gpu_exporter.config_types import (
     parse_duration,
     parse_listen_address,
 )
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.thresholds import DiagnosisConfig
 
 
 class ConfigError(Exception):

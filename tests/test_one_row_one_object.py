@@ -18,7 +18,7 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.rules import RULES, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, SCENARIOS, Row
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.thresholds import DiagnosisConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

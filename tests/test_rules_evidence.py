@@ -16,8 +16,8 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 from gpu_exporter.readings import GpuReading, HostSignals, PcieKernelView, ProcessReading
+from gpu_exporter.thresholds import DiagnosisConfig
 from tests.rule_signals import (
     CFG,
     GIB,

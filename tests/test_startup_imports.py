@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter.alerting", "gpu_exporter.dashboards",
                 "gpu_exporter.one_shot", "gpu_exporter.recording",
-                "gpu_exporter.baseline_command", "gpu_exporter.diagnosis.command",
+                "gpu_exporter.baseline_command", "gpu_exporter.diagnose_command",
                 "gpu_exporter.web.webconfig", "bcrypt")
 
 START = """

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_exporter.config_types import Duration
 from gpu_exporter.diagnosis.table import Severity
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
+from gpu_exporter.thresholds import DiagnosisConfig
 
 # Where a source checkout keeps it, relative to the directory the generator runs in.
 CONFIG_PATH = Path("alerts/config.yaml")

@@ -18,7 +18,7 @@ from gpu_exporter.alerting.templates import duration
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.precedence import PRECEDENCE
 from gpu_exporter.diagnosis.rules import SPECIFIC_SLOWDOWN_REASONS, THERMAL_REASONS
-from gpu_exporter.diagnosis.xids import BY_CODE, CATALOG_URL, TIERS, XidTier
+from gpu_exporter.xids import BY_CODE, CATALOG_URL, TIERS, XidTier
 
 _TITLES = {
     GROUP_DIAGNOSIS: ("Diagnoses", "One alert per row of the exporter's symptom → cause table. "
@@ -86,7 +86,7 @@ _WHO: dict[XidTier, str] = {
 
 def _xids_by_who_must_act(config: AlertConfig, rules: list[AlertRule]) -> list[str]:
     """Each tier's codes, what they mean and the first action, from the tier
-    table (diagnosis/xids.py) as the configuration places the codes."""
+    table (xids.py) as the configuration places the codes."""
     d = config.diagnosis
     by_tier = {r.row.xid_tier: r for r in rules if r.row is not None and r.row.xid_tier}
     out = [

@@ -24,10 +24,10 @@ from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
 from gpu_exporter.readings import GpuOwner
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
+from gpu_exporter.thresholds import DiagnosisConfig
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
-from gpu_exporter.diagnosis.xids import XidTier
+from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.xids import XidTier
 
 Evidence = dict[str, float | str]
 # NVML's reason bits (nvmlClocksEventReasons): hw_thermal and sw_thermal name
@@ -457,7 +457,7 @@ rule(t.ROW_REMAP_PENDING)(_remap_pending)
 
 
 def _xid_rule(tier: XidTier) -> Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]:
-    """The rule of one Xid tier: an Xid of that tier (diagnosis/xids.py, as the
+    """The rule of one Xid tier: an Xid of that tier (xids.py, as the
     configuration places it) within the hold."""
     def judge(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         recent = [(at, x) for at, x in s.xids

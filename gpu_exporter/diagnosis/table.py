@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpu_exporter.diagnosis.thresholds import DiagnosisConfig
-from gpu_exporter.diagnosis.xids import XidTier
+from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.xids import XidTier
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
@@ -39,7 +39,7 @@ class Row:
     # Facts, not trends (a lost GPU, an ECC error): on at once, without the
     # diagnosis window.
     immediate: bool = False
-    # The Xid rows: which tier of diagnosis/xids.py the row reports (who must
+    # The Xid rows: which tier of xids.py the row reports (who must
     # act); the alert carries it as its ``xid_tier`` label for routing.
     xid_tier: XidTier | None = None
 

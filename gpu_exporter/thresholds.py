@@ -10,7 +10,7 @@ from annotated_types import Le
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpu_exporter.config_types import Duration
-from gpu_exporter.diagnosis.xids import XidTier, codes
+from gpu_exporter.xids import XidTier, codes
 
 
 class DiagnosisConfig(BaseModel):
@@ -43,7 +43,7 @@ class DiagnosisConfig(BaseModel):
     memory_near_full_ratio: float = Field(0.95, gt=0, le=1)
     inflated_utilization: float = Field(0.80, ge=0, le=1)
     inflated_sm_active: float = Field(0.30, ge=0, le=1)
-    # Xids by who must act (diagnosis/xids.py is the table these default to): a
+    # Xids by who must act (xids.py is the table these default to): a
     # site may move a code to another tier; a code in no list is informational.
     hardware_xids: tuple[int, ...] = codes("hardware")
     application_xids: tuple[int, ...] = codes("application")
