@@ -19,6 +19,7 @@ import pynvml
 
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml import fields as field_values_area
+from gpu_exporter.nvml import mig as mig_area
 from gpu_exporter.nvml import samples as samples_area
 from gpu_exporter.nvml.binding import Recorder, install_library, set_recorder, text, translate
 from gpu_exporter.nvml.errors import NvmlError, Return
@@ -293,6 +294,21 @@ class Device:
     @translate("nvmlDeviceGetMigDeviceHandleByIndex")
     def mig_device(self, slot: int) -> MigDevice:
         return MigDevice(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(self._h, slot))
+
+    def gpu_instance_profile_id(self, gpu_instance: int) -> int:
+        """The profile ID of one of the GPU's GPU instances (a privileged read)."""
+        return mig_area.gpu_instance_profile_id(mig_area.gpu_instance(self._h, gpu_instance))
+
+    def gpu_instance_profiles(self) -> dict[int, str]:
+        """Profile ID -> name ("1g.10gb") of the GPU's GPU instance profiles."""
+        return mig_area.gpu_instance_profiles(self._h)
+
+    # --- NVLink -------------------------------------------------------------
+    @translate("nvmlDeviceGetNvLinkState")
+    def nvlink_active(self, link: int) -> bool:
+        """Whether the link is active: the per-link call every branch has (the
+        state field came in R525)."""
+        return bool(pynvml.nvmlDeviceGetNvLinkState(self._h, link))
 
     # --- ECC, row remapping, persistence ------------------------------------
     @translate("nvmlDeviceGetEccMode")

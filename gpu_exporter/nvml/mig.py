@@ -1,13 +1,28 @@
-"""MIG: a MIG instance's own device handle."""
+"""MIG: a MIG instance's own device handle, and the GPU instance profiles of
+its parent (the ``1g.10gb`` people search for)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pynvml
 
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.binding import text, translate
+from gpu_exporter.nvml.errors import Return
+
+# A GPU instance profile as NVML writes it: "MIG 1g.10gb" in the profile info's
+# name, "<board> MIG 1g.10gb" as a MIG device's name, "<board> MIG 1c.3g.40gb"
+# where the compute instance is smaller than its GPU instance. Suffixes name the
+# media engines or graphics (+me, -me, +gfx).
+_PROFILE = re.compile(r"(?:^|\bMIG )(?:\d+c\.)?(\d+g\.\d+gb(?:[+-][a-z]+)*)$")
+
+
+def profile_name(name: str) -> str:
+    """The GPU instance profile in an NVML name (``1g.10gb``); "" where there is none."""
+    found = _PROFILE.search(name.strip())
+    return found.group(1) if found else ""
 
 
 class MigDevice:
@@ -19,6 +34,11 @@ class MigDevice:
     @translate("nvmlDeviceGetUUID")
     def uuid(self) -> str:
         return text(pynvml.nvmlDeviceGetUUID(self._h))
+
+    @translate("nvmlDeviceGetName")
+    def name(self) -> str:
+        """The MIG device's name: the board's, then its profile ("... MIG 1g.10gb")."""
+        return text(pynvml.nvmlDeviceGetName(self._h))
 
     @translate("nvmlDeviceGetGpuInstanceId")
     def gpu_instance(self) -> int:
@@ -33,3 +53,41 @@ class MigDevice:
         """(total, used) bytes of the instance."""
         m = pynvml.nvmlDeviceGetMemoryInfo(self._h, version=c.MEMORY_V2_VERSION)
         return int(m.total), int(m.used)
+
+
+@translate("nvmlDeviceGetGpuInstanceById")
+def gpu_instance(parent: Any, gpu_instance_id: int) -> Any:
+    """The GPU instance's handle (NVML asks for a privileged user)."""
+    return pynvml.nvmlDeviceGetGpuInstanceById(parent, gpu_instance_id)
+
+
+@translate("nvmlGpuInstanceGetInfo")
+def gpu_instance_profile_id(instance: Any) -> int:
+    """The profile ID the GPU instance was created with."""
+    return int(pynvml.nvmlGpuInstanceGetInfo(instance).profileId)
+
+
+@translate("nvmlDeviceGetGpuInstanceProfileInfoV")
+def gpu_instance_profiles(parent: Any) -> dict[int, str]:
+    """Profile ID -> profile name of every GPU instance profile the GPU has.
+
+    The v2 struct (R510 and newer; every later branch accepts it) is the first
+    with the name. Asked by NVML_GPU_INSTANCE_PROFILE_* value: the board lacks
+    the ones answered NOT_SUPPORTED, the driver knows none past the first
+    answered INVALID_ARGUMENT. By ID (nvmlDeviceGetGpuInstanceProfileInfoByIdV)
+    only R580 can answer; this runs once per GPU.
+    """
+    found: dict[int, str] = {}
+    for profile in range(c.GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile, version=2)
+        except pynvml.NVMLError as exc:
+            if exc.value == Return.NOT_SUPPORTED:
+                continue
+            if exc.value == Return.INVALID_ARGUMENT:
+                break
+            raise
+        name = profile_name(text(info.name))
+        if name:
+            found[int(info.id)] = name
+    return found
