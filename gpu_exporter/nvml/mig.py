@@ -78,11 +78,13 @@ def gpu_instance_profiles(parent: Any) -> dict[int, str]:
     only R580 can answer; this runs once per GPU.
     """
     found: dict[int, str] = {}
+    absent: pynvml.NVMLError | None = None
     for profile in range(c.GPU_INSTANCE_PROFILE_COUNT):
         try:
             info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile, version=2)
         except pynvml.NVMLError as exc:
             if exc.value == Return.NOT_SUPPORTED:
+                absent = exc
                 continue
             if exc.value == Return.INVALID_ARGUMENT:
                 break
@@ -90,4 +92,6 @@ def gpu_instance_profiles(parent: Any) -> dict[int, str]:
         name = profile_name(text(info.name))
         if name:
             found[int(info.id)] = name
+    if not found and absent is not None:
+        raise absent  # no profile at all: the call is not supported here
     return found

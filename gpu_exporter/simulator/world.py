@@ -553,8 +553,10 @@ class World:
             slices = self._mig_slices.get(int(profile_id), 1)
             mig_states.append(MigState(
                 gpu_instance=int(m["gpu_instance"]), compute_instance=int(m["compute_instance"]),
-                uuid="MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
-                                                f"{self._uuids[i]}/{m['gpu_instance']}")),
+                # A GPU instance re-created with another profile is a new MIG device.
+                uuid="MIG-" + str(uuidlib.uuid5(
+                    uuidlib.NAMESPACE_URL,
+                    f"{self._uuids[i]}/{m['gpu_instance']}/{profile_id}")),
                 memory_total=int(m["memory_total_mib"]) * MIB,
                 memory_used=int(float(m["memory_used_ratio"]) * int(m["memory_total_mib"]) * MIB),
                 sm_active_s=cnt.mig_active.get(int(m["gpu_instance"]), 0.0),
