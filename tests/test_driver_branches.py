@@ -31,8 +31,8 @@ _PCIE_BYTES = {"gpu_pcie_bytes_total"}
 # What each branch cannot give on an H100 node, against the newest branch.
 _FABRIC, _RECOVERY = {"gpu_fabric_state"}, {"gpu_recovery_action"}
 LOSES: dict[str, set[str]] = {
-    "R470": _GPM | _PCIE_BYTES | _FABRIC | _RECOVERY | {"gpu_memory_reserved_bytes",
-                                                         "gpu_nvlink_link_up"},
+    # The NVLink link state field came in R525: R470 reads it link by link.
+    "R470": _GPM | _PCIE_BYTES | _FABRIC | _RECOVERY | {"gpu_memory_reserved_bytes"},
     "R525": _PCIE_BYTES | _FABRIC | _RECOVERY,
     "R535": _PCIE_BYTES | _FABRIC | _RECOVERY,
     "R550": _PCIE_BYTES | _RECOVERY,

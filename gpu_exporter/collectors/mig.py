@@ -41,6 +41,20 @@ def instance_profile(gpu: Gpu, d: Device, mig: MigDevice, gpu_instance: int) -> 
     return profile_name(name) if name else ""
 
 
+def instance_memory(gpu: Gpu, mig: MigDevice) -> tuple[int, int]:
+    """(total, used) bytes of the instance; through the v1 call on drivers
+    without nvmlDeviceGetMemoryInfo_v2 (before R510), said once."""
+    if "mig_memory_v2" not in gpu.unsupported:
+        try:
+            return mig.memory()
+        except NvmlError as exc:
+            if not exc.capability_absent:
+                raise
+            gpu.unsupported.add("mig_memory_v2")
+            gpu.missing.note(gpu.index, "mig_memory_v2", exc)
+    return mig.memory_v1()
+
+
 def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
     """The GPU's MIG instances; None when MIG is unsupported or off."""
     # MIG mode changes only across a GPU reset, and the call costs 0.13-0.3 ms
@@ -57,7 +71,7 @@ def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
     for slot in range(slots):
         try:
             mig = d.mig_device(slot)
-            total, used = mig.memory()
+            total, used = instance_memory(gpu, mig)
             gi, ci, uuid = mig.gpu_instance(), mig.compute_instance(), mig.uuid()
         except NvmlError as exc:
             if exc.code in (Return.NOT_FOUND, Return.INVALID_ARGUMENT):

@@ -54,6 +54,12 @@ class MigDevice:
         m = pynvml.nvmlDeviceGetMemoryInfo(self._h, version=c.MEMORY_V2_VERSION)
         return int(m.total), int(m.used)
 
+    @translate("nvmlDeviceGetMemoryInfo")
+    def memory_v1(self) -> tuple[int, int]:
+        """(total, used) bytes through the call drivers before R510 have."""
+        m = pynvml.nvmlDeviceGetMemoryInfo(self._h)
+        return int(m.total), int(m.used)
+
 
 @translate("nvmlDeviceGetGpuInstanceById")
 def gpu_instance(parent: Any, gpu_instance_id: int) -> Any:

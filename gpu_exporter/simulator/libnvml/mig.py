@@ -15,6 +15,7 @@ from gpu_exporter.simulator.libnvml.table import (
     OK,
     STRUCTS,
     FakeNvmlLibrary,
+    Memory,
     MemoryV2,
     P,
     U,
@@ -128,6 +129,16 @@ def _mig_mem(lib: FakeNvmlLibrary, st: GpuState, mig: MigState, out: int) -> int
         return int(Return.ARGUMENT_VERSION_MISMATCH)
     m.total, m.reserved, m.used = mig.memory_total, 0, mig.memory_used
     m.free = mig.memory_total - mig.memory_used
+    return OK
+
+
+@mig_function("nvmlDeviceGetMemoryInfo")
+def _mig_mem_v1(lib: FakeNvmlLibrary, st: GpuState, mig: MigState, out: int) -> int:
+    # What drivers before R510 (no _v2) answer; a MIG instance reserves nothing.
+    if not out:
+        return int(Return.INVALID_ARGUMENT)
+    m = Memory.from_address(out)
+    m.total, m.used, m.free = mig.memory_total, mig.memory_used, mig.memory_total - mig.memory_used
     return OK
 
 
