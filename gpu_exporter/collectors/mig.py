@@ -30,9 +30,10 @@ def instance_profile(gpu: Gpu, d: Device, mig: MigDevice, gpu_instance: int) -> 
     if table:
         profile_id = gpu.read("mig_gpu_instance", d.gpu_instance_profile_id, gpu_instance)
         if profile_id is not None:
-            if profile_id in table:
-                return table[profile_id]
-            if f"mig_profile_{profile_id}" not in gpu.warned:
+            listed = next((p for p in table if p.id == profile_id), None)
+            if listed is not None and listed.short_name:
+                return listed.short_name
+            if listed is None and f"mig_profile_{profile_id}" not in gpu.warned:
                 gpu.warned.add(f"mig_profile_{profile_id}")
                 log.info("GPU %d: GPU instance %d has profile ID %d, which NVML's profile "
                          "table of the GPU does not list; its name is read from the MIG "

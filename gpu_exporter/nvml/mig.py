@@ -4,6 +4,7 @@ its parent (the ``1g.10gb`` people search for)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -73,17 +74,40 @@ def gpu_instance_profile_id(instance: Any) -> int:
     return int(pynvml.nvmlGpuInstanceGetInfo(instance).profileId)
 
 
-@translate("nvmlDeviceGetGpuInstanceProfileInfoV")
-def gpu_instance_profiles(parent: Any) -> dict[int, str]:
-    """Profile ID -> profile name of every GPU instance profile the GPU has.
+@dataclass(frozen=True, slots=True)
+class GpuInstanceProfile:
+    """One GPU instance profile as nvmlDeviceGetGpuInstanceProfileInfoV answers it."""
+
+    profile: int  # the NVML_GPU_INSTANCE_PROFILE_* value it was asked by
+    id: int  # the profile ID its GPU instances carry
+    name: str  # as NVML writes it: "MIG 1g.10gb"
+    slices: int
+    instances: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpegs: int
+    ofas: int
+    memory_mib: int
+
+    @property
+    def short_name(self) -> str:
+        """The name people search for: "1g.10gb"."""
+        return profile_name(self.name)
+
+
+def gpu_instance_profiles(parent: Any) -> tuple[GpuInstanceProfile, ...]:
+    """Every GPU instance profile the GPU has, through nvmlDeviceGetGpuInstanceProfileInfoV.
 
     The v2 struct (R510 and newer; every later branch accepts it) is the first
     with the name. Asked by NVML_GPU_INSTANCE_PROFILE_* value: the board lacks
     the ones answered NOT_SUPPORTED, the driver knows none past the first
     answered INVALID_ARGUMENT. By ID (nvmlDeviceGetGpuInstanceProfileInfoByIdV)
-    only R580 can answer; this runs once per GPU.
+    only R580 can answer; this runs once per GPU. NOT_SUPPORTED for every value:
+    raised, the GPU has no profile to tell.
     """
-    found: dict[int, str] = {}
+    found: list[GpuInstanceProfile] = []
     absent: pynvml.NVMLError | None = None
     for profile in range(c.GPU_INSTANCE_PROFILE_COUNT):
         try:
@@ -95,9 +119,11 @@ def gpu_instance_profiles(parent: Any) -> dict[int, str]:
             if exc.value == Return.INVALID_ARGUMENT:
                 break
             raise
-        name = profile_name(text(info.name))
-        if name:
-            found[int(info.id)] = name
+        found.append(GpuInstanceProfile(
+            profile, int(info.id), text(info.name), int(info.sliceCount),
+            int(info.instanceCount), int(info.multiprocessorCount), int(info.copyEngineCount),
+            int(info.decoderCount), int(info.encoderCount), int(info.jpegCount),
+            int(info.ofaCount), int(info.memorySizeMB)))
     if not found and absent is not None:
-        raise absent  # no profile at all: the call is not supported here
-    return found
+        raise absent
+    return tuple(found)
