@@ -116,6 +116,8 @@ def test_a_refused_profile_read_falls_back_to_the_mig_device_name(
         assert snaps[-1].get("gpu_exporter_collector_errors_total", collector="mig") in (
             None, 0.0)
     assert said(caplog, call) == 1, [r.getMessage() for r in caplog.records]
+    # Not a warning: the profile is read another way.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_profile_id_the_table_lacks_is_said_once_and_left_empty(

@@ -26,9 +26,10 @@ def instance_profile(gpu: Gpu, d: Device, mig: MigDevice, gpu_instance: int) -> 
     name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), which every branch answers
     without privileges. Each way that is missing is logged once.
     """
-    table = gpu.static_read("mig_profiles", d.gpu_instance_profiles)
+    table = gpu.static_read("mig_profiles", d.gpu_instance_profiles, refusal_has_fallback=True)
     if table:
-        profile_id = gpu.read("mig_gpu_instance", d.gpu_instance_profile_id, gpu_instance)
+        profile_id = gpu.read("mig_gpu_instance", d.gpu_instance_profile_id, gpu_instance,
+                              refusal_has_fallback=True)
         if profile_id is not None:
             listed = next((p for p in table if p.id == profile_id), None)
             if listed is not None and listed.short_name:
