@@ -151,6 +151,11 @@ def test_every_branch_names_the_profiles(branch: str) -> None:
     snaps, gpu = run_mig(driver=branch, mig_instances=MIXED)
     with gpu:
         assert profiles(snaps[-1]) == MIXED_NAMES
+        # Memory too, through the v1 call before R510.
+        total = {lab["gpu_instance"]: v for lab, v in
+                 snaps[-1].series("gpu_mig_memory_total_bytes")}
+        assert total == {"1": 40448 * 2**20, "5": 20096 * 2**20, "9": 9856 * 2**20,
+                         "10": 9856 * 2**20}
         missing = gpu.node.library.missing
         assert ("nvmlDeviceGetGpuInstanceProfileInfoV" in missing) == (branch == "R470")
 
