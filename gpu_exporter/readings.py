@@ -108,6 +108,9 @@ class MigReading:
     # The MIG device's index on its GPU (NVML's slot; the device plugin's
     # "<gpu>:<index>" IDs name it); None where not known.
     index: int | None = None
+    # Its GPU instance profile as NVML names it ("1g.10gb"); "" where NVML
+    # cannot say.
+    profile: str = ""
 
 
 @dataclass(frozen=True, slots=True)

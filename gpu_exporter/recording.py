@@ -12,6 +12,7 @@ the rest of /proc and /sys, and NVML's sub-second sample buffers, are not.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import platform
 import time
@@ -188,6 +189,7 @@ class Recorder:
                     if v in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND")}
             absent = mine if absent is None else absent & mine
         first["errors"] = {k: "NOT_SUPPORTED" for k in absent or ()}
+        first["mig_profiles"] = self.system.get("mig_profiles", [])
         return {
             "name": name,
             "description": description,
@@ -238,6 +240,7 @@ def _profile(g: GpuRec) -> dict[str, Any]:
         "gpm": bool(g.get("gpm_supported", False)),
         "nvlinks": int(g.get("nvlink_count", len(g.get("nvlink_up", {})))),
         "mig": bool(g.get("mig_capable")),
+        "mig_profiles": g.get("mig_profiles", []),
         "fabric": bool(g.get("fabric_capable")),
         "event_types": g.get("event_types", 0),
     }
@@ -347,6 +350,18 @@ def _mig_device(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: A
     rec._migs[id(v)] = (d.index, args[0])
 
 
+def _mig_profiles(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
+    # The board's table, as the device profile's mig_profiles.
+    rec.system["mig_profiles"] = [dataclasses.asdict(p) for p in v]
+
+
+def _gpu_instance_profile(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...],
+                          v: Any) -> None:
+    for inst in g.get("mig", {}).values():
+        if inst.get("gpu_instance") == args[0]:
+            inst["profile_id"] = v
+
+
 def _mig_mode(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
     g["mig_capable"] = True
     if v:
@@ -405,6 +420,8 @@ _HANDLERS: dict[str, Handler] = {
     "nvmlDeviceGetNvLinkErrorCounter": _nvlink_errors,
     "nvmlDeviceGetMigMode": _mig_mode,
     "nvmlDeviceGetMigDeviceHandleByIndex": _mig_device,
+    "nvmlDeviceGetGpuInstanceProfileInfoV": _mig_profiles,
+    "nvmlGpuInstanceGetInfo": _gpu_instance_profile,
 }
 
 

@@ -19,10 +19,10 @@ class OneGpu:
     """GPU 0 in the given condition (no noise), optionally changed at ``at`` seconds."""
 
     def __init__(self, profile: str = "h100-sxm5-80gb", later: dict[str, Any] | None = None,
-                 at: float = 5.0, **condition: Any) -> None:
+                 at: float = 5.0, driver: str | None = None, **condition: Any) -> None:
         self.clock = VirtualClock()
         timeline = [Step(at=at, set=GpuCondition(**later))] if later else []
-        scenario = Scenario(name="one-gpu", node=Node(gpus=1, profile=profile),
+        scenario = Scenario(name="one-gpu", node=Node(gpus=1, profile=profile, driver=driver),
                             state=GpuCondition(**condition), timeline=timeline, noise=False)
         self.node = SimulatedNode(scenario, clock=self.clock)
         self.node.install()

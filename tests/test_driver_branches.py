@@ -31,8 +31,8 @@ _PCIE_BYTES = {"gpu_pcie_bytes_total"}
 # What each branch cannot give on an H100 node, against the newest branch.
 _FABRIC, _RECOVERY = {"gpu_fabric_state"}, {"gpu_recovery_action"}
 LOSES: dict[str, set[str]] = {
-    "R470": _GPM | _PCIE_BYTES | _FABRIC | _RECOVERY | {"gpu_memory_reserved_bytes",
-                                                         "gpu_nvlink_link_up"},
+    # The NVLink link state field came in R525: R470 reads it link by link.
+    "R470": _GPM | _PCIE_BYTES | _FABRIC | _RECOVERY | {"gpu_memory_reserved_bytes"},
     "R525": _PCIE_BYTES | _FABRIC | _RECOVERY,
     "R535": _PCIE_BYTES | _FABRIC | _RECOVERY,
     "R550": _PCIE_BYTES | _RECOVERY,
@@ -172,3 +172,39 @@ def test_readme_states_the_minimum_driver_and_each_branch_loss() -> None:
         assert row is not None, name
         named = set(re.findall(r"`(gpu_\w+)`", row))
         assert named == lost, (name, named ^ lost)
+
+
+def test_nvlink_state_read_link_by_link_without_the_state_field(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """R470 does not know the link state field (R525): each link's state comes
+    from nvmlDeviceGetNvLinkState, a link down shows, and the loss of the field
+    is said once for the node."""
+    sc = on_branch("healthy", "R470")
+    sc.state.nvlink_down = [3]
+    with caplog.at_level(logging.INFO), SimRun(sc, metrics=DETAIL) as run:
+        run.poll(5)
+        text = run.scrape()
+        calls = run.node.library.calls
+    up = re.findall(r'^gpu_nvlink_link_up\{gpu="0",link="(\d+)",[^}]*\} (\S+)$', text, re.M)
+    assert len(up) == 18 and dict(up)["3"] == "0.0" and dict(up)["4"] == "1.0"
+    assert re.search(r'^gpu_nvlink_links_active\{gpu="0",[^}]*\} 17\.0$', text, re.M)
+    assert calls["nvmlDeviceGetNvLinkState"] == 8 * 18 * 6  # every link, GPU and poll
+    said = [r for r in caplog.records if "NVML_FI_DEV_NVLINK_GET_STATE" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_no_link_state_at_all_leaves_the_state_series_absent() -> None:
+    """Neither the field nor the per-link call answers: no link_up series and
+    no links_active (a 0 there would read as every link down)."""
+    sc = on_branch("healthy", "R470")
+    sc.state.errors = {"nvmlDeviceGetNvLinkState": "NOT_SUPPORTED"}
+    with SimRun(sc, metrics=DETAIL) as run:
+        run.poll(5)
+        text = run.scrape()
+        calls = run.node.library.calls
+    assert not re.search(r"^gpu_nvlink_link(_up|s_active)\{", text, re.M)
+    assert re.search(r'^gpu_nvlink_links\{gpu="0",[^}]*\} 18\.0$', text, re.M)
+    assert re.search(r'^gpu_nvlink_errors_all_links_total\{gpu="0",', text, re.M)
+    assert calls["nvmlDeviceGetNvLinkState"] == 8  # asked once per GPU, not every poll
+    assert re.search(r'^gpu_exporter_collector_errors_total\{collector="nvlink"\} 0\.0$',
+                     text, re.M)

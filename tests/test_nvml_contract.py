@@ -100,6 +100,9 @@ def _layout(struct: type) -> list[tuple[str, int, int]]:
     ("nvmlMemory_v2_t", "c_nvmlMemory_v2_t"),
     ("nvmlUtilization_t", "c_nvmlUtilization_t"),
     ("nvmlFieldValue_t", "c_nvmlFieldValue_t"),
+    ("nvmlGpuInstanceProfileInfo_t", "c_nvmlGpuInstanceProfileInfo_t"),
+    ("nvmlGpuInstanceProfileInfo_v2_t", "c_nvmlGpuInstanceProfileInfo_v2_t"),
+    ("nvmlGpuInstanceInfo_t", "c_nvmlGpuInstanceInfo_t"),
 ])
 def test_struct_layouts_match_the_binding(c_name: str, binding_name: str) -> None:
     ours, theirs = STRUCTS[c_name], getattr(pynvml, binding_name)
@@ -434,3 +437,20 @@ def test_recovery_actions_and_fabric_words_match_the_header() -> None:
             (n, o) for n, o, _ in _layout(theirs)]
         assert "typedef unsigned char nvmlGpuFabricState_t;" in header()
         assert f"}} nvmlGpuFabricInfo_v{version}_t;" in header()
+
+
+def test_gpu_instance_profile_words_match_the_header() -> None:
+    m = re.search(r"#define NVML_GPU_INSTANCE_PROFILE_COUNT\s+(0x[0-9A-Fa-f]+)", header())
+    assert m and int(m.group(1), 16) == constants.GPU_INSTANCE_PROFILE_COUNT
+    for version, word in ((2, constants.GPU_INSTANCE_PROFILE_INFO_V2_VERSION),
+                          (3, constants.GPU_INSTANCE_PROFILE_INFO_V3_VERSION)):
+        # nvmlGpuInstanceProfileInfo_vN = NVML_STRUCT_VERSION(GpuInstanceProfileInfo, N)
+        assert f"#define nvmlGpuInstanceProfileInfo_v{version} NVML_STRUCT_VERSION(" \
+               f"GpuInstanceProfileInfo, {version})" in header()
+        assert f"}} nvmlGpuInstanceProfileInfo_v{version}_t;" in header()
+        assert ctypes.sizeof(STRUCTS[f"nvmlGpuInstanceProfileInfo_v{version}_t"]) \
+            | version << 24 == word
+    assert pynvml.nvmlGpuInstanceProfileInfo_v2 == constants.GPU_INSTANCE_PROFILE_INFO_V2_VERSION
+    # The name is where v2 and v3 put it, after the counts (v3 drops isP2pSupported).
+    v2, v3 = (STRUCTS[f"nvmlGpuInstanceProfileInfo_v{v}_t"] for v in (2, 3))
+    assert v2.name.offset == 56 and v3.name.offset == 48  # type: ignore[attr-defined]

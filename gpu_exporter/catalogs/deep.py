@@ -111,8 +111,9 @@ METRICS: tuple[Metric, ...] = (
        detail=True),
     _m("gpu_mig_mode_enabled", "gauge", "1 when MIG mode is on for the GPU.", GPU, "mig"),
     _m("gpu_mig_info", "gauge",
-       "A MIG instance of the GPU (value 1) with its own UUID.",
-       (*MIG, "mig_uuid"), "mig"),
+       "A MIG instance of the GPU (value 1) with its own UUID and its GPU instance profile "
+       "as NVML names it (mig_profile=\"1g.10gb\"; empty where NVML cannot say).",
+       (*MIG, "mig_uuid", "mig_profile"), "mig"),
     _m("gpu_mig_memory_used_bytes", "gauge", "Memory used in the MIG instance, from NVML.",
        MIG, "mig"),
     _m("gpu_mig_memory_total_bytes", "gauge", "Memory of the MIG instance, from NVML.", MIG,

@@ -1,16 +1,60 @@
-"""MIG: whether each GPU is split, and each instance's identity and memory.
-The parent GPU keeps its device-level series; GPM and process series of an
-instance carry ``gpu_instance`` and ``compute_instance``."""
+"""MIG: whether each GPU is split, and each instance's identity, profile and
+memory. The parent GPU keeps its device-level series; GPM and process series of
+an instance carry ``gpu_instance`` and ``compute_instance``."""
 
 from __future__ import annotations
 
+import logging
+
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.adapter import Device, MigDevice
 from gpu_exporter.nvml.errors import NvmlError, Return
+from gpu_exporter.nvml.mig import profile_name
 from gpu_exporter.nvml.session import Gpu, GpuGone
 from gpu_exporter.readings import MigReading
 from gpu_exporter.snapshot import SnapshotBuilder
+
+log = logging.getLogger(__name__)
+
+
+def instance_profile(gpu: Gpu, d: Device, mig: MigDevice, gpu_instance: int) -> str:
+    """The GPU instance's profile name ("1g.10gb"); "" where NVML cannot say.
+
+    From the profile ID of the GPU instance (a privileged read) in the GPU's
+    profile table (R510 and newer, read once); else from the MIG device's own
+    name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), which every branch answers
+    without privileges. Each way that is missing is logged once.
+    """
+    table = gpu.static_read("mig_profiles", d.gpu_instance_profiles, refusal_has_fallback=True)
+    if table:
+        profile_id = gpu.read("mig_gpu_instance", d.gpu_instance_profile_id, gpu_instance,
+                              refusal_has_fallback=True)
+        if profile_id is not None:
+            listed = next((p for p in table if p.id == profile_id), None)
+            if listed is not None and listed.short_name:
+                return listed.short_name
+            if listed is None and f"mig_profile_{profile_id}" not in gpu.warned:
+                gpu.warned.add(f"mig_profile_{profile_id}")
+                log.info("GPU %d: GPU instance %d has profile ID %d, which NVML's profile "
+                         "table of the GPU does not list; its name is read from the MIG "
+                         "device's name instead", gpu.index, gpu_instance, profile_id)
+    name = gpu.read("mig_name", mig.name)
+    return profile_name(name) if name else ""
+
+
+def instance_memory(gpu: Gpu, mig: MigDevice) -> tuple[int, int]:
+    """(total, used) bytes of the instance; through the v1 call on drivers
+    without nvmlDeviceGetMemoryInfo_v2 (before R510), said once."""
+    if "mig_memory_v2" not in gpu.unsupported:
+        try:
+            return mig.memory()
+        except NvmlError as exc:
+            if not exc.capability_absent:
+                raise
+            gpu.unsupported.add("mig_memory_v2")
+            gpu.missing.note(gpu.index, "mig_memory_v2", exc)
+    return mig.memory_v1()
 
 
 def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
@@ -20,25 +64,40 @@ def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
     if not gpu.slow_read("mig_mode", d.mig_mode, every=SLOW_READ_EVERY_POLLS):
         return None
     slots = gpu.static_read("mig_max", d.max_mig_devices) or 0
+    # A profile does not change while its instance lives, and a new instance
+    # has a new UUID: each instance's profile is read once, by UUID.
+    held = gpu.static.get("mig_profile_by_uuid")
+    known: dict[str, str] = held if isinstance(held, dict) else {}
+    profiles: dict[str, str] = {}
     out = []
     for slot in range(slots):
         try:
             mig = d.mig_device(slot)
-            total, used = mig.memory()
-            out.append(MigReading(mig.gpu_instance(), mig.compute_instance(), mig.uuid(),
-                                  total, used, slot))
+            total, used = instance_memory(gpu, mig)
+            gi, ci, uuid = mig.gpu_instance(), mig.compute_instance(), mig.uuid()
         except NvmlError as exc:
             if exc.code in (Return.NOT_FOUND, Return.INVALID_ARGUMENT):
                 break  # past the last configured instance
             if exc.device_gone:
                 raise GpuGone(str(exc)) from None
             gpu.errors += 1
+            continue
+        profile = known.get(uuid)
+        if profile is None:
+            errors = gpu.errors
+            profile = instance_profile(gpu, d, mig, gi)
+            if gpu.errors == errors:  # after a failed read it is asked again next poll
+                profiles[uuid] = profile
+        else:
+            profiles[uuid] = profile
+        out.append(MigReading(gi, ci, uuid, total, used, slot, profile))
+    gpu.static["mig_profile_by_uuid"] = profiles  # only the instances there now
     return out
 
 
 class MigCollector(NvmlCollector):
     name = "mig"
-    description = "MIG mode and per-instance identity and memory"
+    description = "MIG mode and per-instance identity, profile and memory"
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -57,7 +116,7 @@ class MigCollector(NvmlCollector):
                 found.setdefault(gpu.index, []).append(m)
                 mig = {**labels, "gpu_instance": str(m.gpu_instance),
                        "compute_instance": str(m.compute_instance)}
-                out.add("gpu_mig_info", 1, **mig, mig_uuid=m.uuid)
+                out.add("gpu_mig_info", 1, **mig, mig_uuid=m.uuid, mig_profile=m.profile)
                 out.add("gpu_mig_memory_total_bytes", m.memory_total_bytes, **mig)
                 out.add("gpu_mig_memory_used_bytes", m.memory_used_bytes, **mig)
 

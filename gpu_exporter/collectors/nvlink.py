@@ -3,7 +3,11 @@ recovery) and data throughput counters.
 
 By default only each GPU's totals over its links are exported (7 series per
 GPU instead of 108 on an 18-link H100): a fleet alerts on a GPU's links, and
-the per-link series are one flag away (``--metrics.detail``)."""
+the per-link series are one flag away (``--metrics.detail``).
+
+The link state is a field value from R525 on; a driver that does not know the
+field (R470) answers it NOT_SUPPORTED, and the state is read link by link with
+nvmlDeviceGetNvLinkState, which every branch has (said in the log once)."""
 
 from __future__ import annotations
 
@@ -57,21 +61,32 @@ class _LinkPlan:
     uuid: str
     links: int
     request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
-    # (field id, link) -> (metric, label values, scale; None for the link state)
+    # (field id, link) -> (metric, label values, scale; None for the link state),
+    # the link state's too where it is read with the per-link call
     targets: dict[tuple[int, int], tuple[str, tuple[str, ...], float | None]]
     # field id of a counter -> (the all-links metric, its label values)
     totals: dict[int, tuple[str, tuple[str, ...]]]
+    # Whether the link state is in the request (else read with the per-link call).
+    state_field: bool
+
+
+# The key under which a GPU whose driver lacks the state field is remembered
+# (Gpu.unsupported): its state is read with the per-link call from then on.
+_STATE_FIELD = "nvlink_state_field"
 
 
 def _plan(gpu: Gpu, links: int) -> _LinkPlan:
     plan = gpu.static.get("nvlink_plan")
+    state_field = _STATE_FIELD not in gpu.unsupported
     if (isinstance(plan, _LinkPlan) and plan.index == gpu.index
-            and plan.uuid == gpu.identity.uuid and plan.links == links):
+            and plan.uuid == gpu.identity.uuid and plan.links == links
+            and plan.state_field == state_field):
         return plan
     base = (str(gpu.index), gpu.identity.uuid)
-    request = tuple((fid, link) for fid in _PER_LINK for link in range(links))
+    request = tuple((fid, link) for fid in _PER_LINK for link in range(links)
+                    if state_field or fid != c.FI_DEV_NVLINK_GET_STATE)
     targets: dict[tuple[int, int], tuple[str, tuple[str, ...], float | None]] = {}
-    for fid, link in request:
+    for fid, link in ((fid, link) for fid in _PER_LINK for link in range(links)):
         kind, detail = _PER_LINK[fid]
         if kind == "state":
             targets[fid, link] = ("gpu_nvlink_link_up", (*base, str(link)), None)
@@ -85,7 +100,8 @@ def _plan(gpu: Gpu, links: int) -> _LinkPlan:
             totals[fid] = ("gpu_nvlink_errors_all_links_total", (*base, detail))
         elif kind == "bytes":
             totals[fid] = ("gpu_nvlink_bytes_all_links_total", (*base, detail))
-    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets, totals)
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets, totals,
+                     state_field)
     gpu.static["nvlink_plan"] = plan
     return plan
 
@@ -115,27 +131,39 @@ class NvlinkCollector(NvmlCollector):
         links = link_count(gpu, d)
         if not links:
             return
-        up = 0
         plan = _plan(gpu, links)
         values = gpu.read("nvlink_fields", d.scoped_field_values, plan.request)
-        targets, add, active = plan.targets, out.add_values, c.NVLINK_STATE_ACTIVE
+        targets, add = plan.targets, out.add_values
+        states: dict[int, bool] = {}
+        state_absent: NvmlError | None = None
         for key, value in (values or {}).items():
             if isinstance(value, NvmlError):
                 if value.device_gone:
                     raise GpuGone(str(value))
                 if not value.capability_absent:
                     gpu.errors += 1
+                elif key[0] == c.FI_DEV_NVLINK_GET_STATE:
+                    state_absent = value
                 continue
             name, labels, scale = targets[key]
             if scale is None:
-                up += value == active
-                add(name, labels, value == active)
+                states[key[1]] = value == c.NVLINK_STATE_ACTIVE
             else:
                 add(name, labels, value * scale)
                 self._last[(plan.uuid, *key)] = value * scale
+        if state_absent is not None and not states:
+            # A driver before R525: the field is unknown; ask link by link from now on.
+            gpu.unsupported.add(_STATE_FIELD)
+            gpu.missing.note(gpu.index, _STATE_FIELD, NvmlError(
+                state_absent.code, "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_GET_STATE)"))
+        if _STATE_FIELD in gpu.unsupported:
+            states = self._states_by_call(gpu, d, links)
+        for link, active in states.items():
+            add("gpu_nvlink_link_up", targets[c.FI_DEV_NVLINK_GET_STATE, link][1], active)
         base = (str(gpu.index), plan.uuid)
         add("gpu_nvlink_links", base, links)
-        if values is not None:
+        up = sum(states.values())
+        if states:  # never a 0 that only means "not read"
             add("gpu_nvlink_links_active", base, up)
         for fid, (name, labels) in plan.totals.items():
             read = [self._last[k] for link in range(links)
@@ -143,3 +171,17 @@ class NvlinkCollector(NvmlCollector):
             if read:
                 add(name, labels, sum(read))
         found[gpu.index] = NvlinkReading(links, up)
+
+    @staticmethod
+    def _states_by_call(gpu: Gpu, d: Device, links: int) -> dict[int, bool]:
+        """Each link's state through nvmlDeviceGetNvLinkState; {} where that
+        is absent too (the series stay absent)."""
+        states: dict[int, bool] = {}
+        for link in range(links):
+            active = gpu.read("nvlink_state_call", d.nvlink_active, link)
+            if active is None:
+                if "nvlink_state_call" in gpu.unsupported:
+                    return {}
+                continue
+            states[link] = active
+        return states

@@ -19,13 +19,14 @@ import pynvml
 
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml import fields as field_values_area
+from gpu_exporter.nvml import mig as mig_area
 from gpu_exporter.nvml import samples as samples_area
 from gpu_exporter.nvml.binding import Recorder, install_library, set_recorder, text, translate
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.nvml.events import EventSet
 from gpu_exporter.nvml.fields import field_answers, field_result, union_value
 from gpu_exporter.nvml.gpm import GpmSample, gpm_metrics
-from gpu_exporter.nvml.mig import MigDevice
+from gpu_exporter.nvml.mig import GpuInstanceProfile, MigDevice
 from gpu_exporter.nvml.processes import ProcessEntry, ProcessSample, process_entries
 from gpu_exporter.nvml.samples import get_samples
 
@@ -294,6 +295,25 @@ class Device:
     def mig_device(self, slot: int) -> MigDevice:
         return MigDevice(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(self._h, slot))
 
+    # The two calls' own errors name them; the whole is seen by the recorder as
+    # the profile ID of a GPU instance ID.
+    @translate("nvmlGpuInstanceGetInfo")
+    def gpu_instance_profile_id(self, gpu_instance: int) -> int:
+        """The profile ID of one of the GPU's GPU instances (a privileged read)."""
+        return mig_area.gpu_instance_profile_id(mig_area.gpu_instance(self._h, gpu_instance))
+
+    @translate("nvmlDeviceGetGpuInstanceProfileInfoV")
+    def gpu_instance_profiles(self) -> tuple[GpuInstanceProfile, ...]:
+        """The GPU's GPU instance profiles (ID, name, size), read once per GPU."""
+        return mig_area.gpu_instance_profiles(self._h)
+
+    # --- NVLink -------------------------------------------------------------
+    @translate("nvmlDeviceGetNvLinkState")
+    def nvlink_active(self, link: int) -> bool:
+        """Whether the link is active: the per-link call every branch has (the
+        state field came in R525)."""
+        return bool(pynvml.nvmlDeviceGetNvLinkState(self._h, link))
+
     # --- ECC, row remapping, persistence ------------------------------------
     @translate("nvmlDeviceGetEccMode")
     def ecc_mode(self) -> tuple[bool, bool]:
@@ -391,5 +411,6 @@ class Nvml:
             yield self.device(i)
 
 
-__all__ = ["Device", "EventSet", "GpmSample", "MigDevice", "Nvml", "ProcessEntry",
-           "ProcessSample", "Recorder", "gpm_metrics", "install_library", "set_recorder"]
+__all__ = ["Device", "EventSet", "GpmSample", "GpuInstanceProfile", "MigDevice", "Nvml",
+           "ProcessEntry", "ProcessSample", "Recorder", "gpm_metrics", "install_library",
+           "set_recorder"]

@@ -169,3 +169,11 @@ MEMORY_V2_VERSION = 0x02000028
 
 # nvmlInitWithFlags
 INIT_FLAG_NO_GPUS = 1
+
+# MIG GPU instance profiles: NVML_GPU_INSTANCE_PROFILE_COUNT of the pinned
+# nvml.h (the profile values a driver may know; older ones answer
+# INVALID_ARGUMENT past their own last one), and the versions of the
+# nvmlGpuInstanceProfileInfo_v2_t / _v3_t structs (sizeof | version << 24).
+GPU_INSTANCE_PROFILE_COUNT = 0x12
+GPU_INSTANCE_PROFILE_INFO_V2_VERSION = 0x02000098
+GPU_INSTANCE_PROFILE_INFO_V3_VERSION = 0x03000098

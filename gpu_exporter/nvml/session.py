@@ -131,10 +131,14 @@ class Gpu:
     def label(self) -> str:
         return f"GPU {self.index}"
 
-    def read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
+    def read(self, key: str, fn: Callable[..., T], *args: object,
+             refusal_has_fallback: bool = False) -> T | None:
         """Call ``fn``; None when the GPU cannot answer this (and remember why).
 
-        Raises GpuGone when the device itself has gone away.
+        Raises GpuGone when the device itself has gone away. With
+        ``refusal_has_fallback``, NO_PERMISSION is said once for the node like a
+        missing capability, not warned per GPU: the caller reads it another way
+        (NVML keeps some reads to privileged users).
         """
         if key in self.unsupported:
             return None
@@ -152,7 +156,9 @@ class Gpu:
             if exc.code == Return.NO_PERMISSION:
                 self.unsupported.add(key)
                 self.denied.add(key)
-                if key not in self.warned:
+                if refusal_has_fallback:
+                    self.missing.note(self.index, key, exc)
+                elif key not in self.warned:
                     self.warned.add(key)
                     log.warning("GPU %d: no permission to read %s (%s); run with access to "
                                 "the NVIDIA device nodes to export it", self.index, key, exc)
@@ -173,11 +179,12 @@ class Gpu:
                 return value
         return None
 
-    def static_read(self, key: str, fn: Callable[..., T], *args: object) -> T | None:
+    def static_read(self, key: str, fn: Callable[..., T], *args: object,
+                    refusal_has_fallback: bool = False) -> T | None:
         """Like read(), but the value is remembered after the first answer."""
         if key in self.static:
             return self.static[key]  # type: ignore[return-value]
-        value = self.read(key, fn, *args)
+        value = self.read(key, fn, *args, refusal_has_fallback=refusal_has_fallback)
         if value is not None:
             self.static[key] = value
         return value

@@ -43,6 +43,9 @@ SYMBOL_SINCE: dict[str, int] = {
     # "Changes between v495 and v510"
     "nvmlDeviceGetMemoryInfo_v2": 510,
     "nvmlDeviceGetNumFans": 510,
+    # Same section: the versioned GPU instance profile query, "to include the
+    # profile name in their output" (the unversioned one has no name).
+    "nvmlDeviceGetGpuInstanceProfileInfoV": 510,
     # "Changes between v515 and v520": the GPM API
     "nvmlGpmQueryDeviceSupport": 520,
     "nvmlGpmSampleAlloc": 520,
@@ -77,6 +80,29 @@ FIELD_SINCE: dict[int, int] = {
 # nvmlDeviceGetGpuFabricInfoV ("v545 and v550"); v3 (healthSummary) in "v575
 # and v580".
 FABRIC_INFO_VERSION_SINCE: dict[int, int] = {2: 550, 3: 580}
+
+
+# nvmlGpuInstanceProfileInfo_v*_t struct version -> the first branch that
+# accepts it in nvmlDeviceGetGpuInstanceProfileInfoV; an older one answers
+# ARGUMENT_VERSION_MISMATCH. v2 came with the call (R510); v3 (capabilities
+# instead of isP2pSupported) in "v535 and v545": R550 is the first branch here.
+GPU_INSTANCE_PROFILE_INFO_VERSION_SINCE: dict[int, int] = {2: 510, 3: 545}
+
+# How many NVML_GPU_INSTANCE_PROFILE_* values a branch knows, by the first
+# branch of each count: it answers INVALID_ARGUMENT from that value on (nvml.h:
+# "enumerate ... starting from 0, until the API returns INVALID_ARGUMENT").
+# 1_SLICE_REV1 (0x7) came in R470 ("v465 and v470"; 0x8 and 0x9 are not dated
+# there, taken to be in every branch here), the GFX profiles 0xA-0xC in "v565
+# and v570", the _NO_ME/_ALL_ME profiles 0xD-0x10 in "v570 Update and v575",
+# 3_SLICE_GFX 0x11 in "v590 and v595".
+GPU_INSTANCE_PROFILES_KNOWN_SINCE: dict[int, int] = {470: 0x0A, 570: 0x0D, 575: 0x11,
+                                                     595: 0x12}
+
+
+def gpu_instance_profiles_known(branch: DriverBranch) -> int:
+    """The number of NVML_GPU_INSTANCE_PROFILE_* values ``branch`` answers for."""
+    return max(count for since, count in GPU_INSTANCE_PROFILES_KNOWN_SINCE.items()
+               if since <= branch.number)
 
 
 def exports(branch: DriverBranch, symbol: str) -> bool:

@@ -30,10 +30,31 @@ class Clocks(_Strict):
     memory: int
 
 
+class MigProfile(_Strict):
+    """One GPU instance profile of a board, as nvmlDeviceGetGpuInstanceProfileInfoV
+    describes it (``nvidia-smi mig -lgip`` prints the same table)."""
+
+    profile: int = Field(ge=0, le=0x11)  # the NVML_GPU_INSTANCE_PROFILE_* it is asked by
+    id: int = Field(ge=0)  # the profile ID its GPU instances carry (nvmlGpuInstanceGetInfo)
+    name: str  # as NVML names it: "MIG 1g.10gb"
+    slices: int = Field(gt=0)
+    instances: int = Field(gt=0)
+    multiprocessors: int = Field(gt=0)
+    copy_engines: int = Field(ge=0)
+    decoders: int = Field(0, ge=0)
+    encoders: int = Field(0, ge=0)
+    jpegs: int = Field(0, ge=0)
+    ofas: int = Field(0, ge=0)
+    memory_mib: int = Field(gt=0)  # memorySizeMB
+
+
 class MigInstance(_Strict):
     """One MIG GPU instance with one compute instance."""
 
     gpu_instance: int = Field(ge=0, le=64)
+    # The GPU instance's profile ID; None: the board's one-slice profile. An ID
+    # the board's table lacks is answered as such (a driver newer than the table).
+    profile_id: int | None = Field(None, ge=0)
     compute_instance: int = Field(0, ge=0, le=64)
     memory_total_mib: int = Field(gt=0)
     memory_used_ratio: float = Field(0.0, ge=0, le=1)
@@ -88,6 +109,8 @@ class DeviceProfile(_Strict):
     clock_samples: bool = True
     nvlinks: int = Field(0, ge=0, le=36)
     mig: bool = False
+    # The board's GPU instance profiles, as its driver lists them.
+    mig_profiles: list[MigProfile] = Field(default_factory=list)
     # Registers with an NVSwitch fabric (HGX/NVL systems): answers
     # nvmlDeviceGetGpuFabricInfoV; other boards answer NOT_SUPPORTED.
     fabric: bool = False

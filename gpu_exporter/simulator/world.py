@@ -10,7 +10,7 @@ import math
 import threading
 import uuid as uuidlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
@@ -93,10 +93,10 @@ def _apply_replay(st: GpuState, rec: dict[str, Any]) -> None:
     for m, r in zip(st.mig, sorted(rec.get("mig", {}).items()), strict=False):
         slot = r[1]
         if "uuid" in slot or "memory_total" in slot:
-            st.mig[st.mig.index(m)] = MigState(
-                m.gpu_instance, m.compute_instance, slot.get("uuid", m.uuid),
-                int(slot.get("memory_total", m.memory_total)),
-                int(slot.get("memory_used", m.memory_used)), m.sm_active_s)
+            st.mig[st.mig.index(m)] = replace(
+                m, uuid=slot.get("uuid", m.uuid),
+                memory_total=int(slot.get("memory_total", m.memory_total)),
+                memory_used=int(slot.get("memory_used", m.memory_used)))
 
 
 # The host of a typical 8-GPU training node when a scenario says nothing else.
@@ -148,6 +148,8 @@ class MigState:
     memory_total: int
     memory_used: int
     sm_active_s: float  # GPM integral for this instance
+    profile_id: int = 0  # the GPU instance's profile ID
+    placement: tuple[int, int] = (0, 1)  # (first memory slice, slices), as NVML places it
 
 
 @dataclass
@@ -255,6 +257,11 @@ class World:
         self._uuids = [str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
                                          f"gpu-exporter-sim/{scenario.node.id}/{i}"))
                        for i in range(self.gpu_count)]
+        # MIG: slices of each profile ID the board has, and the profile an
+        # instance gets where the scenario names none (the one-slice profile).
+        self._mig_slices = {m.id: m.slices for m in profile.mig_profiles}
+        self._one_slice_profile_id = next(
+            (m.id for m in profile.mig_profiles if m.profile == 0), 0)
         self._counters = [_Counters(0.0, energy_mj=3.6e9 * (1 + 0.1 * i))
                           for i in range(self.gpu_count)]
         self._steps = sorted(scenario.timeline, key=lambda s: s.at)
@@ -425,6 +432,7 @@ class World:
             if rec.get("mig"):
                 c["mig_instances"] = [{
                     "gpu_instance": m.get("gpu_instance", slot),
+                    "profile_id": m.get("profile_id"),
                     "compute_instance": m.get("compute_instance", 0),
                     "memory_total_mib": max(1, int(m.get("memory_total", MIB)) // MIB),
                     "memory_used_ratio": (m.get("memory_used", 0) / m["memory_total"]
@@ -536,13 +544,24 @@ class World:
             for m in mig_conf:
                 gi = int(m["gpu_instance"])
                 cnt.mig_active[gi] = cnt.mig_active.get(gi, 0.0) + float(m["sm_active"]) * dt
-        mig_states = [MigState(
-            gpu_instance=int(m["gpu_instance"]), compute_instance=int(m["compute_instance"]),
-            uuid="MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
-                                            f"{self._uuids[i]}/{m['gpu_instance']}")),
-            memory_total=int(m["memory_total_mib"]) * MIB,
-            memory_used=int(float(m["memory_used_ratio"]) * int(m["memory_total_mib"]) * MIB),
-            sm_active_s=cnt.mig_active.get(int(m["gpu_instance"]), 0.0)) for m in mig_conf]
+        mig_states = []
+        first_slice = 0
+        for m in mig_conf:
+            profile_id = m.get("profile_id")
+            if profile_id is None:
+                profile_id = self._one_slice_profile_id
+            slices = self._mig_slices.get(int(profile_id), 1)
+            mig_states.append(MigState(
+                gpu_instance=int(m["gpu_instance"]), compute_instance=int(m["compute_instance"]),
+                # A GPU instance re-created with another profile is a new MIG device.
+                uuid="MIG-" + str(uuidlib.uuid5(
+                    uuidlib.NAMESPACE_URL,
+                    f"{self._uuids[i]}/{m['gpu_instance']}/{profile_id}")),
+                memory_total=int(m["memory_total_mib"]) * MIB,
+                memory_used=int(float(m["memory_used_ratio"]) * int(m["memory_total_mib"]) * MIB),
+                sm_active_s=cnt.mig_active.get(int(m["gpu_instance"]), 0.0),
+                profile_id=int(profile_id), placement=(first_slice, slices)))
+            first_slice += slices
 
         supported = 0
         for r in p.supported_clock_reasons:
