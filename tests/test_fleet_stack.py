@@ -40,7 +40,7 @@ from gpu_exporter.alerting.rules import GROUP_FLEET, alert_rules
 from gpu_exporter.dashboards.generate import FLEET
 from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
 from gpu_exporter.fleet import DEFAULT_MIX, FleetNode, parse_mix, plan
-from tests.test_live_stack import EXPORTER_CONFIG, wait_for
+from tests.test_live_stack import EXPORTER_CONFIG, RATE_WINDOW_FILLED_S, wait_for
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,7 @@ def expected_alerts(nodes: list[FleetNode]) -> set[tuple[str, str, str, str]]:
 class Central:
     store: CentralStore
     settled_at: float  # every node seen and the change made: from here nothing may misfire
+    windows_filled_at: float  # the nodes scraped for a whole utilization rate window
 
     @property
     def nodes(self) -> list[FleetNode]:
@@ -93,6 +94,7 @@ def central(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Central]:
                          exporter_args=["--config.file", str(exporter_config),
                                         "--log.level", "warn"])
     store.start()
+    started = time.time()
     try:
         for ready in store.ready_urls():
             wait_for(ready, lambda u=ready: urllib.request.urlopen(u, timeout=2).status == 200,
@@ -110,7 +112,8 @@ def central(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Central]:
         wait_for("every node's GPUs at the central store", all_nodes, TIMEOUT, interval=2)
         time.sleep(5)  # the full GPU counts recorded a few times before one goes
         store.fleet.change()
-        yield Central(store, time.time() + 15)  # by then the rebooted node is back
+        # By settled_at the rebooted node is back.
+        yield Central(store, time.time() + 15, started + RATE_WINDOW_FILLED_S)
     finally:
         store.stop()
 
@@ -159,6 +162,7 @@ def test_every_fleet_panel_query_returns_each_clusters_data(central: Central) ->
                for p in panels(dashboard) for t in p["targets"]}
     queries = list(panel_queries(dashboard))
     assert queries
+    time.sleep(max(0.0, central.windows_filled_at - time.time()))  # the stragglers panel
     for cluster in CLUSTERS:
         mine = {n.name for n in central.nodes if n.cluster == cluster}
         values = {"cluster": cluster, "job": JOB, "instance": ".+", "gpu": ".+",

@@ -31,8 +31,9 @@ import yaml
 from benchmarks.central_store import Proc, spawn
 from gpu_exporter.alerting.config import load_config
 from gpu_exporter.alerting.render import alert_annotations
-from gpu_exporter.alerting.rules import alert_rules
+from gpu_exporter.alerting.rules import UTILIZATION_RATE_WINDOW, alert_rules
 from gpu_exporter.alerting.templates import render
+from gpu_exporter.config_types import parse_duration
 from gpu_exporter.dashboards.generate import FLEET, NODE
 from gpu_exporter.dashboards.queries import panel_queries, substitute
 from gpu_exporter.diagnosis.table import ROWS
@@ -49,6 +50,13 @@ T = TypeVar("T")
 EXPORTER_CONFIG = {"diagnosis": {"window": "4s", "clear_after": "4s"},
                    "poll": {"interval": "2s"}}
 BATCH = 5  # fault scenarios run at once (2 cores: each exporter polls 8 GPUs)
+# Prometheus's rate() of a series younger than its window extrapolates at most
+# about one scrape interval before the first sample and divides by the whole
+# window: the utilization recording rules (rate over this window) read low,
+# rising linearly, until an exporter has been scraped for the whole window; a
+# straggler shows only once its busy siblings read above 70 %. Tests that need
+# those rules wait for that, whichever test runs first.
+RATE_WINDOW_FILLED_S = parse_duration(UTILIZATION_RATE_WINDOW) + 15
 
 
 def http_json(url: str, data: object = None, timeout: float = 5) -> Any:
@@ -84,6 +92,7 @@ class Stack:
     targets_file: Path
     targets: dict[str, str] = field(default_factory=dict)  # scenario name -> host:port
     exporters: dict[str, Proc] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)  # name -> time.monotonic()
 
     # --- exporters -------------------------------------------------------
 
@@ -97,9 +106,14 @@ class Stack:
             "--config.file", str(config), "--web.listen-address", f"127.0.0.1:{port}",
             "--log.level", "warn"], self.workdir)
         self.exporters[name] = proc
+        self.started[name] = time.monotonic()
         self.targets[name] = f"127.0.0.1:{port}"
         self.write_targets()
         return self.targets[name]
+
+    def wait_rate_window(self, name: str) -> None:
+        """Until exporter ``name`` has been scraped for a whole rate window."""
+        time.sleep(max(0.0, self.started[name] + RATE_WINDOW_FILLED_S - time.monotonic()))
 
     def stop_exporters(self, names: list[str]) -> None:
         for name in names:  # out of service discovery first, so no "down" is seen
@@ -437,6 +451,7 @@ def test_exporter_health_and_fleet_alerts_fire(stack: Stack, background: dict[st
         found = [find(firing, n, **lbl) for n, lbl in want]
         return None if None in found else [f for f in found if f is not None]
 
+    stack.wait_rate_window("mixed")  # the straggler
     found = wait_for("the exporter-health and fleet alerts to fire", all_firing, 90)
     for (name, labels), alert in zip(want, found, strict=True):
         value = float(alert["value"])
@@ -457,6 +472,7 @@ def test_every_dashboard_query_returns_data_on_mixed(stack: Stack,
         queries += [(rel.name, title, ref, substitute(expr, values))
                     for title, ref, expr in panel_queries(dash)]
 
+    stack.wait_rate_window("mixed")  # the stragglers panel
     deadline = time.monotonic() + 60
     while True:
         missing = [f"{d}: {t}/{r}: {q}" for d, t, r, q in queries if not stack.query(q)]
