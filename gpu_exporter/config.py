@@ -156,7 +156,8 @@ def environment_values(environ: Mapping[str, str]) -> dict[str, Any]:
     top-level setting (``GPU_EXPORTER_ARGS``, which systemd units pass as
     flags) is not a setting and is left alone."""
     out: dict[str, Any] = {}
-    for name in sorted(environ):
+    # A section's JSON first, then its finer variables over it (a prefix sorts first).
+    for name in sorted(environ, key=str.upper):
         if not name.upper().startswith(ENV_PREFIX):
             continue
         path = name[len(ENV_PREFIX):].lower().split("__")

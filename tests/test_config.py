@@ -60,7 +60,7 @@ def test_collector_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_environment_sections_lists_and_names_in_any_case(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPU_EXPORTER_COLLECTORS", '{"device": false, "nvlink": false}')
+    monkeypatch.setenv("gpu_exporter_collectors", '{"device": false, "nvlink": false}')
     monkeypatch.setenv("GPU_EXPORTER_COLLECTORS__NVLINK", "true")  # the finer one wins
     monkeypatch.setenv("GPU_EXPORTER_WEB", '{"telemetry_path": "/gpu"}')
     monkeypatch.setenv("gpu_exporter_web__listen_address", "[::1]:9900")
