@@ -114,8 +114,9 @@ def _daemon_parser() -> _Parser:
 
 
 METRICS_DETAIL_HELP = ("Also export the detail series: per-link NVLink counters, the min/mean/max "
-                       "of NVML's sub-second samples, GPM byte rates and the host series "
-                       "node_exporter already exports (default off: the series budget).")
+                       "of NVML's sub-second samples, GPM byte rates, the last poll's ratios "
+                       "that a counter carries too, and the host series node_exporter already "
+                       "exports (default off: the series budget).")
 
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:

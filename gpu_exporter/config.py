@@ -10,15 +10,15 @@ the setting, where it came from and what is wrong.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Collection
+import typing
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
@@ -109,10 +109,7 @@ class KubernetesConfig(_Section):
         return v
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
-                                      extra="forbid", frozen=True)
-
+class Settings(_Section):
     web: WebConfig = WebConfig()
     poll: PollConfig = PollConfig()
     log: LogConfig = LogConfig()
@@ -125,56 +122,75 @@ class Settings(BaseSettings):
     collectors: dict[str, bool] = Field(default_factory=dict)
     simulate: str | None = None
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Flags (the constructor's arguments), then the environment; load()
-        # adds the config file below them through _with_file().
-        return (init_settings, env_settings)
-
     def collector_enabled(self, name: str, default: bool) -> bool:
         return self.collectors.get(name, default)
 
 
-class _DictSource(PydanticBaseSettingsSource):
-    """The YAML file's values, already parsed."""
-
-    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self._values = values
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._values.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._values)
+# The environment is read here rather than through pydantic-settings: the
+# naming rule is one line, and the library with its providers (cloud secret
+# stores, dotenv, TOML) cost every node about 1.5 MiB of memory.
 
 
-def _with_file(values: dict[str, Any]) -> type[Settings]:
-    """Settings whose sources are flags, the environment, then these file values.
+def _takes_json(model: type[BaseModel], path: list[str]) -> bool:
+    """Whether the setting at ``path`` holds a section, a mapping or a list:
+    its variable's value is JSON then (``GPU_EXPORTER_COLLECTORS='{"device":
+    false}'``), as it is a plain string for a single value."""
+    annotation: Any = model
+    for part in path:
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return False  # below a mapping (collectors.<name>): a single value
+        field = annotation.model_fields.get(part)
+        if field is None:
+            return False  # an unknown setting: reported as such by validation
+        annotation = field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    origin = typing.get_origin(annotation)
+    return origin in (dict, list, tuple, set, frozenset) or annotation in (dict, list, tuple)
 
-    pydantic-settings asks a class method for the sources, so the file's values
-    travel in a subclass made for this one load rather than in shared state."""
 
-    class _FromFile(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (init_settings, env_settings, _DictSource(settings_cls, values))
+def environment_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings ``GPU_EXPORTER_*`` variables give, nested: sections are
+    joined by two underscores (``GPU_EXPORTER_WEB__LISTEN_ADDRESS`` is
+    ``web.listen_address``), names in any case. A variable that names no
+    top-level setting (``GPU_EXPORTER_ARGS``, which systemd units pass as
+    flags) is not a setting and is left alone."""
+    out: dict[str, Any] = {}
+    # A section's JSON first, then its finer variables over it (a prefix sorts first).
+    for name in sorted(environ, key=str.upper):
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX):].lower().split("__")
+        if path[0] not in Settings.model_fields or "" in path:
+            continue
+        value: Any = environ[name]
+        if _takes_json(Settings, path):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ConfigError(f"{'.'.join(path)} from environment variable {name}: "
+                                  f"expected JSON (a mapping or a list), got {value!r}"
+                                  ) from None
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        last = node.get(path[-1])
+        node[path[-1]] = _merged(value, last) if isinstance(last, dict) else value
+    return out
 
-    return _FromFile
+
+def _merged(high: Any, low: Any) -> Any:
+    """``high`` over ``low``, section by section (a value of ``high`` wins; the
+    keys only ``low`` has stay)."""
+    if not (isinstance(high, dict) and isinstance(low, dict)):
+        return high
+    out = dict(low)
+    for key, value in high.items():
+        out[key] = _merged(value, low.get(key)) if key in low else value
+    return out
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -229,8 +245,9 @@ def load(flags: dict[str, Any], config_file: Path | None = None,
     ``collectors`` is an error (the caller that assembles the collectors knows
     them, the configuration does not)."""
     file_values = read_config_file(config_file) if config_file else {}
+    values = _merged(flags, _merged(environment_values(os.environ), file_values))
     try:
-        built = _with_file(file_values)(**flags)
+        settings = Settings(**values)
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
@@ -247,10 +264,6 @@ def load(flags: dict[str, Any], config_file: Path | None = None,
         shown = "" if first["type"] == "extra_forbidden" or isinstance(given, dict) \
             or repr(given) in msg else f" (got {given!r})"
         raise ConfigError(f"{name} from {origin}: {msg}{shown}{more}") from None
-    # A plain Settings again (values already validated), so two loads of the
-    # same configuration compare equal.
-    settings = Settings.model_construct(built.model_fields_set,
-                                        **{k: getattr(built, k) for k in Settings.model_fields})
     if known_collectors is not None:
         unknown = sorted(set(settings.collectors) - set(known_collectors))
         if unknown:

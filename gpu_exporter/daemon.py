@@ -16,8 +16,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.registry import CollectorRegistry
-
 from gpu_exporter import logs, pipeline
 from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.collectors.base import Collector
@@ -33,7 +31,6 @@ from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.doctor import NodePage
-from gpu_exporter.web.reference import SnapshotCollector
 from gpu_exporter.web.runbook import runbook
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 
@@ -84,11 +81,9 @@ class Exporter:
         # ring allocated once (its size follows the interval at start).
         self.history = History(slots_for(settings.poll.interval))
         self.poller.listeners.append(self.history.record)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(lambda: self.poller.latest))
         started = self._started = wall_clock()
         self.app = App(
-            self.registry, settings.web.telemetry_path, ready=lambda: self.poller.ready,
+            None, settings.web.telemetry_path, ready=lambda: self.poller.ready,
             healthy=staleness_check(
                 lambda: self.poller.latest.timestamp if self.poller.latest else None,
                 settings.poll.interval, started, wall_clock),

@@ -32,3 +32,14 @@ def terminal_safe(value: object) -> str:
     if _UNSAFE.search(text) is None:
         return text
     return _UNSAFE.sub(_escape_char, text)
+
+
+_HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"})
+
+
+def html_escape(text: str) -> str:
+    """``text`` for HTML text and quoted attribute values: what
+    ``html.escape(text)`` returns (a test holds the two equal). The stdlib
+    module is not imported for it: importing ``html`` loads its table of
+    2,231 named entities (about 0.3 MiB) that escaping never reads."""
+    return text.translate(_HTML)

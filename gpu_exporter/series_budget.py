@@ -19,6 +19,7 @@ from gpu_exporter.config import Settings
 from gpu_exporter.daemon import Exporter
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.clock import VirtualClock
+from gpu_exporter.web.reference import snapshot_registry
 
 SCENARIO = "idle"  # 8x H100 SXM5 80GB, 18 NVLink links each, nothing running
 # Budgets of the default settings (what a fleet pays per node).
@@ -56,7 +57,8 @@ def exposition(detail: bool, scenario: str = SCENARIO, seconds: float = _WARM_UP
             clock.advance(1.0)
             elapsed += 1.0
             exporter.poller.poll_once()
-        return generate_latest(exporter.registry).decode()
+        poller = exporter.poller
+        return generate_latest(snapshot_registry(lambda: poller.latest)).decode()
     finally:
         exporter.stop()
 

@@ -15,6 +15,7 @@ from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.clock import VirtualClock as _VirtualClock
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.web.reference import snapshot_registry
 
 # Virtual time starts here: an arbitrary fixed Unix time.
 EPOCH = 1_790_000_000.0
@@ -71,7 +72,9 @@ class SimRun:
         return self.exporter.port
 
     def scrape(self) -> str:
-        return generate_latest(self.exporter.registry).decode()
+        """/metrics as prometheus_client renders the newest snapshot."""
+        poller = self.exporter.poller
+        return generate_latest(snapshot_registry(lambda: poller.latest)).decode()
 
     def close(self) -> None:
         self.exporter.stop()

@@ -185,9 +185,9 @@ def test_series_stay_bounded_with_64_pods() -> None:
                        for s in fam.samples if s.name.startswith("gpu_workload_")]
     keys = {(s.labels["pod_uid"], s.labels["container_id"]) for s in workload_series}
     assert len(keys) == 64
-    # One set per workload: pressure (3 resources x some/full, ratio and
-    # total), cpu.stat (3), the limit, OOM kills.
-    assert len(workload_series) == 64 * (3 * 2 * 2 + 3 + 1 + 1)
+    # One set per workload: pressure (3 resources x some/full stall totals;
+    # the avg10 ratios are detail), cpu.stat (3), the limit, OOM kills.
+    assert len(workload_series) == 64 * (3 * 2 + 3 + 1 + 1)
     assert len(samples(text, "gpu_workload_cpu_limit_cores")) == 64
     assert value(text, "gpu_workload_cpu_limit_cores", pod_uid=uid(100)) == 2
 
@@ -204,7 +204,9 @@ def test_slurm_jobs_of_both_cgroup_layouts_are_named_per_gpu() -> None:
         SlurmJob(job_id=4242, uid=1001, step="0", cgroup_version=2, pids=[5000, 5001],
                  cpu_limit=8, cgroup=CgroupCondition(io_some=0.4)),
         SlurmJob(job_id=77, uid=1002, step="batch", cgroup_version=1, pids=[5100])])
-    with SimRun(base.model_copy(update={"processes": procs, "tenants": tenants})) as run:
+    # With detail: the pressure ratio checked below is a detail series.
+    with SimRun(base.model_copy(update={"processes": procs, "tenants": tenants}),
+                metrics={"detail": True}) as run:
         run.poll(3)
         text = run.scrape()
     jobs = sorted((j["gpu"], j["slurm_job_id"], j["slurm_uid"], j["slurm_step"], j["scheduler"])

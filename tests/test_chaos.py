@@ -48,7 +48,7 @@ from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.simulator.world import GpuState
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.render import LabelCache, render
-from tests.simnode import SimRun
+from tests.simnode import DetailRun
 from tests.tools import tool
 
 LONG = os.environ.get("GPU_EXPORTER_LONG_TESTS") == "1"
@@ -300,7 +300,8 @@ SAMPLES: list[str] = []
 @given(plan=plans)
 def test_any_nvml_call_failing_at_any_poll(plan: list[dict[str, Any]]) -> None:
     chaos = Chaos(plan)
-    with SimRun(SCENARIO) as run:
+    # With detail: the utilization gauge it decodes is a detail series.
+    with DetailRun(SCENARIO) as run:
         lib = run.node.library
         lib.inject_error = chaos.error
         lib.inject_state = chaos.state
@@ -331,7 +332,7 @@ def test_chaos_expositions_pass_promtool() -> None:
 def test_the_values_decode_back_without_faults() -> None:
     """The check itself: on a fault-free run every checked series is present."""
     chaos = Chaos([{"errors": {}, "bad": []}] * POLLS)
-    with SimRun(SCENARIO) as run:
+    with DetailRun(SCENARIO) as run:
         for poll in range(POLLS):
             snap = run.poll(1.0) if poll else run.poll()
             check_values(snap, poll, chaos)

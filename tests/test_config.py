@@ -58,6 +58,40 @@ def test_collector_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_settings([]).collector_enabled("device", True) is False
 
 
+def test_environment_sections_lists_and_names_in_any_case(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("gpu_exporter_collectors", '{"device": false, "nvlink": false}')
+    monkeypatch.setenv("GPU_EXPORTER_COLLECTORS__NVLINK", "true")  # the finer one wins
+    monkeypatch.setenv("GPU_EXPORTER_WEB", '{"telemetry_path": "/gpu"}')
+    monkeypatch.setenv("gpu_exporter_web__listen_address", "[::1]:9900")
+    monkeypatch.setenv("GPU_EXPORTER_DIAGNOSIS__HARDWARE_XIDS", "[79, 48]")
+    monkeypatch.setenv("GPU_EXPORTER_DIAGNOSIS__WINDOW", "1m")
+    # Not settings: a systemd unit passes GPU_EXPORTER_ARGS to the exporter as flags.
+    monkeypatch.setenv("GPU_EXPORTER_ARGS", "--poll.interval 1s")
+    monkeypatch.setenv("GPU_EXPORTER_LONG_TESTS", "1")
+    s = parse_settings(["--web.telemetry-path", "/flag"])
+    assert s.collectors == {"device": False, "nvlink": True}
+    assert (s.web.telemetry_path, s.web.listen_address) == ("/flag", "[::1]:9900")
+    assert s.diagnosis.hardware_xids == (79, 48) and s.diagnosis.window == 60.0
+    assert s.poll.interval == DEFAULT_POLL_INTERVAL_S
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    ("GPU_EXPORTER_WEB", "not json",
+     "web from environment variable GPU_EXPORTER_WEB: expected JSON"),
+    ("GPU_EXPORTER_WEB__BOGUS", "1",
+     "web.bogus from environment variable GPU_EXPORTER_WEB__BOGUS: unknown setting"),
+    ("GPU_EXPORTER_COLLECTORS__DEVICE", "maybe",
+     "collectors.device from environment variable GPU_EXPORTER_COLLECTORS__DEVICE"),
+])
+def test_bad_environment_settings_name_the_variable(
+        monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as err:
+        parse_settings([])
+    assert expected in str(err.value)
+
+
 @pytest.mark.parametrize("argv,expected", [
     (["--poll.interval", "fast"], "poll.interval from flag --poll.interval"),
     (["--poll.interval", "0s"], "poll.interval"),

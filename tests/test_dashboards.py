@@ -148,7 +148,7 @@ def test_node_dashboard_shows_what_the_on_call_needs() -> None:
             "gpu_process_memory_used_bytes", "gpu_process_sm_utilization_ratio",
             "gpu_process_cpu_seconds_total", "gpu_process_run_queue_wait_seconds_total",
             "gpu_host_cpu_iowait_seconds_total", "gpu_host_cpu_seconds_total",
-            "gpu_host_pressure_ratio",
+            "gpu_host_pressure_stalled_seconds_total",
             "gpu_host_swap_used_bytes"):
         assert needed in metrics, needed
     dash = _load("node")

@@ -228,7 +228,25 @@ def test_simulated_healthy_node_shows_the_scenarios_host() -> None:
 
 
 def test_simulated_io_starved_node_shows_iowait_io_pressure_and_a_busy_disk() -> None:
+    """At the defaults the shares are the counters' rates over a window (what
+    a dashboard's rate() reads); with detail the last poll's ratios agree."""
     with SimRun("memory-held-sm-idle-data-pipeline-io") as run:
+        before = run.poll(3)
+        after = run.poll(10)
+
+    def grown(name: str, **labels: str) -> float:
+        return after.get(name, **labels) - before.get(name, **labels)  # type: ignore[operator]
+
+    iowait = grown("gpu_host_cpu_iowait_seconds_total") / grown("gpu_host_cpu_seconds_total")
+    assert iowait == pytest.approx(0.42, abs=1e-3)
+    assert grown("gpu_host_pressure_stalled_seconds_total", resource="io",
+                 kind="some") / 10 == pytest.approx(0.55, abs=0.01)
+    assert grown("gpu_host_disk_busy_seconds_total", device="sdb") / 10 == pytest.approx(
+        0.99, abs=2e-3)
+    for name in ("gpu_host_cpu_iowait_ratio", "gpu_host_pressure_ratio",
+                 "gpu_host_disk_busy_ratio"):
+        assert not after.series(name), f"{name} is detail"
+    with SimRun("memory-held-sm-idle-data-pipeline-io", metrics={"detail": True}) as run:
         snap = run.poll(3)
     assert snap.get("gpu_host_cpu_iowait_ratio") == pytest.approx(0.42, abs=1e-3)
     assert snap.get("gpu_host_pressure_ratio", resource="io", kind="some") == pytest.approx(0.55)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpu_exporter.web.reference import snapshot_registry
 from tests.simnode import SimRun
 
 
@@ -106,7 +107,9 @@ def test_fast_rendering_matches_prometheus_client(scenario: str, openmetrics: bo
 
     with SimRun(scenario) as run:
         snap = run.poll(15)
-        reference = (om_latest if openmetrics else generate_latest)(run.exporter.registry)
+        poller = run.exporter.poller
+        reference = (om_latest if openmetrics else generate_latest)(
+            snapshot_registry(lambda: poller.latest))
     ours = render(snap, openmetrics, LabelCache())
     assert samples(ours.decode()) == samples(reference.decode())
     if not openmetrics:

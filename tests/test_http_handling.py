@@ -20,13 +20,17 @@ from html.parser import HTMLParser
 
 import pytest
 import trustme
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import Gauge
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from gpu_exporter import __version__
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
-from gpu_exporter.web.app import App, Request, Response, accepts_gzip
-from gpu_exporter.web.render import OPENMETRICS, TEXT
+from gpu_exporter.web.app import App, Request, Response, accepts_gzip, wants_openmetrics
+from gpu_exporter.web.render import OPENMETRICS, TEXT, _value
 from gpu_exporter.web.server import (
     MAX_HEAD,
     MAX_HEADERS,
@@ -102,6 +106,59 @@ def test_metrics_from_snapshots_before_and_after_the_first_poll(
     assert b"demo_value" not in body  # served from the snapshot, not the registry
     assert after.headers == ({"Vary": "Accept-Encoding", "Content-Encoding": "gzip"}
                              if gzipped else {"Vary": "Accept-Encoding"})
+
+
+ACCEPTS = [
+    "", "*/*", "text/plain", OM_ACCEPT, "application/openmetrics-text",
+    "application/openmetrics-text;version=0.0.1", "application/openmetrics-text; version=",
+    "application/openmetrics-text;version=1.0.0;escaping=underscores",
+    "application/openmetrics-text;version=2.0.0", "application/openmetrics-text;version=x.y",
+    "text/plain;version=1.0.0, application/openmetrics-text",
+    "text/plain;version=0.0.4, application/openmetrics-text;version=1.0.0",
+    "application/openmetrics-text;version=0.0.1,text/plain;version=1.0.0",
+    "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3",
+    # What Prometheus 2.x and 3.x send.
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,*/*;q=0.2",
+    " application/openmetrics-text ; version=1.0.0", "APPLICATION/OPENMETRICS-TEXT",
+    "application/openmetrics-text;version=1.0.0 ", "text/plain;version=1.0",
+]
+
+
+def chooses_openmetrics(accept: str) -> bool:
+    """prometheus_client's choice; on a version it cannot compare ("x.y") it
+    raises, and the exporter answers in the text format."""
+    try:
+        _, content_type = choose_encoder(accept)
+    except TypeError:
+        return False
+    return content_type.startswith("application/openmetrics-text")
+
+
+@pytest.mark.parametrize("accept", ACCEPTS)
+def test_the_format_is_the_one_prometheus_client_chooses(accept: str) -> None:
+    chosen = chooses_openmetrics(accept)
+    assert wants_openmetrics(accept) is chosen
+    served = App(snapshot=snapshot).handle(req(accept=accept))
+    assert served.content_type == (OPENMETRICS if chosen else TEXT)
+
+
+@given(st.lists(st.sampled_from([
+    "application/openmetrics-text", "text/plain", "*/*", "version=1.0.0", "version=0.0.1",
+    "version=2", "version=1.0.0.1", "q=0.5", "escaping=underscores", " ", "version="]),
+    max_size=8).map(lambda parts: ";".join(parts)).flatmap(
+    lambda one: st.lists(st.just(one), min_size=1, max_size=2).map(",".join)))
+def test_any_accept_header_gets_the_format_prometheus_client_chooses(accept: str) -> None:
+    assert wants_openmetrics(accept) is chooses_openmetrics(accept)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True)
+       | st.sampled_from([1e6, 1234567.0, 2345678.5, 1e15, 1.5e16, 123456789012.25, -1e7,
+                          1e21, 5e-324, -0.0, 999999.9999999999]))
+def test_values_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    assert _value(value) == floatToGoString(value)  # type: ignore[no-untyped-call]
 
 
 @pytest.mark.parametrize(("accept_encoding", "gzipped"), [

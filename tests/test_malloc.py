@@ -54,7 +54,7 @@ with tempfile.NamedTemporaryFile(suffix=".xml") as f:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="arenas are glibc's")
 @pytest.mark.skipif((os.cpu_count() or 1) * 8 < 4, reason="glibc allows too few arenas here")
-def test_threads_that_allocate_share_two_arenas_once_capped() -> None:
+def test_threads_that_allocate_share_the_capped_arenas() -> None:
     def heaps(mode: str) -> int:
         env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
         out = subprocess.run([sys.executable, "-c", _ARENA_PROBE, mode], env=env,

@@ -8,14 +8,18 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import html
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.safetext import html_escape
 from gpu_exporter.web.app import Request, Response
 from tests.simnode import SimRun
 
@@ -178,3 +182,8 @@ def test_only_the_pages_own_script_may_run() -> None:
     assert "script-src" not in runbook.headers["Content-Security-Policy"]
     for r in (resp, runbook):
         assert r.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@given(st.text() | st.sampled_from(["<script>alert('x')</script>", 'a"b', "&amp;", "\x00<"]))
+def test_html_escape_is_the_standard_librarys(text: str) -> None:
+    assert html_escape(text) == html.escape(text)

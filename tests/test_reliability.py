@@ -217,7 +217,7 @@ def test_one_gpu_lost_mid_run_and_coming_back(caplog: pytest.LogCaptureFixture) 
     assert before.get("gpu_up", gpu="3") == 1.0
     assert lost.get("gpu_up", gpu="3") == 0.0
     assert lost.get("gpu_power_watts", gpu="3") is None
-    assert lost.get("gpu_utilization_ratio", gpu="3") is None
+    assert lost.get("gpu_memory_used_bytes", gpu="3") is None
     assert not [lab for lab, _ in lost.series("gpu_process_info") if lab["gpu"] == "3"]
     assert all(lost.get("gpu_up", gpu=str(i)) == 1.0 for i in range(8) if i != 3)
     assert lost.get("gpu_exporter_collector_success", collector="device") == 1.0
@@ -239,7 +239,7 @@ def test_no_permission_on_process_queries_degrades_to_no_process_series(
     assert snap.get("gpu_exporter_collector_success", collector="processes") == 1.0
     # Everything else is still exported.
     assert {v for _, v in snap.series("gpu_up")} == {1.0}
-    for name in ("gpu_power_watts", "gpu_utilization_ratio", "gpu_memory_used_bytes",
+    for name in ("gpu_power_watts", "gpu_busy_seconds_total", "gpu_memory_used_bytes",
                  "gpu_clock_hertz", "gpu_host_cpu_seconds_total"):
         assert snap.series(name), name
     assert listed == 8  # asked once per GPU, not every poll

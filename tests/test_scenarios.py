@@ -8,10 +8,10 @@ import pytest
 from gpu_exporter.diagnosis.table import BY_KEY
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.model import Scenario
-from tests.simnode import SimRun
+from tests.simnode import DetailRun, SimRun
 
 REQUIRED = [
-    "gpu_info", "gpu_up", "gpu_utilization_ratio", "gpu_memory_controller_utilization_ratio",
+    "gpu_info", "gpu_up", "gpu_memory_controller_utilization_ratio",
     "gpu_memory_used_bytes", "gpu_memory_total_bytes", "gpu_memory_reserved_bytes",
     "gpu_temperature_celsius", "gpu_temperature_threshold_celsius", "gpu_power_watts",
     "gpu_power_limit_watts", "gpu_power_default_limit_watts", "gpu_energy_joules_total",
@@ -44,8 +44,11 @@ def test_healthy_exports_every_required_family_in_base_units() -> None:
     assert len(snap.series("gpu_info")) == 8
     assert set(values(snap, "gpu_up").values()) == {1.0}
     assert snap.get("gpu_exporter_nvml_up") == 1.0
-    util = values(snap, "gpu_utilization_ratio")
-    assert all(0.9 <= u <= 1.0 for u in util.values())
+    # The last poll's utilization is detail: rate(gpu_busy_seconds_total) carries it.
+    assert not snap.series("gpu_utilization_ratio")
+    with DetailRun("healthy") as run:
+        util = values(run.poll(5), "gpu_utilization_ratio")
+    assert len(util) == 8 and all(0.9 <= u <= 1.0 for u in util.values())
     # 81559 MiB in bytes, as a real H100 80GB HBM3 reports.
     assert set(values(snap, "gpu_memory_total_bytes").values()) == {81559 * 2**20}
     assert all(550 < w <= 700 for w in values(snap, "gpu_power_watts").values())
@@ -80,7 +83,7 @@ def test_pcie_downtrained_shows_one_gpu_at_x8_of_x16() -> None:
 
 
 def test_gpu_lost_turns_one_gpu_down_and_the_rest_keep_reporting() -> None:
-    with SimRun("gpu-lost") as run:
+    with DetailRun("gpu-lost") as run:
         before = values(run.poll(2), "gpu_up")
         assert set(before.values()) == {1.0}
         snap = run.poll(10)
@@ -131,7 +134,7 @@ def test_ecc_uncorrectable_appears_on_one_gpu_after_it_happens() -> None:
 
 
 def test_idle_gpus_downshift_their_links() -> None:
-    with SimRun("idle") as run:
+    with DetailRun("idle") as run:
         snap = run.poll(3)
     assert set(values(snap, "gpu_pcie_link_generation").values()) == {1.0}
     assert set(values(snap, "gpu_pcie_link_generation_max").values()) == {5.0}
@@ -191,7 +194,7 @@ def test_a100_pcie_has_no_pcie_byte_counters_but_memory_temperature() -> None:
 
 def test_one_failing_call_leaves_the_rest_of_the_gpu_reporting() -> None:
     scenario = _node("h100-sxm5-80gb", errors={"nvmlDeviceGetPowerUsage": "UNKNOWN"})
-    with SimRun(scenario) as run:
+    with DetailRun(scenario) as run:
         snap = run.poll(3)
     assert not snap.series("gpu_power_watts")
     assert set(values(snap, "gpu_up").values()) == {1.0}

@@ -84,8 +84,9 @@ def test_detail_adds_exactly_the_detail_families(texts: tuple[str, str]) -> None
     assert added <= base | {"gpu_diagnosis_active"}
     assert "gpu_diagnosis_active" in added
     # Every detail family the idle H100 node can have is there with the flag
-    # (SM clock samples: the H100 driver keeps none).
-    missing = base - added - {"gpu_sm_clock_samples_hertz"}
+    # (SM clock samples: the H100 driver keeps none; workload pressure: the
+    # idle node runs no workload).
+    missing = base - added - {"gpu_sm_clock_samples_hertz", "gpu_workload_pressure_ratio"}
     assert not missing, missing
 
 
@@ -94,7 +95,8 @@ def test_detail_families_are_documented_as_such() -> None:
         if m.detail:
             # Not the state a diagnosis row or an alert would need: counters
             # or now-values that another default series already carries.
-            assert m.collector in {"nvlink", "samples", "gpm", "host", "pcie", "device"}, m.name
+            assert m.collector in {"nvlink", "samples", "gpm", "host", "pcie", "device",
+                                   "attribution"}, m.name
 
 
 def test_diagnosis_is_the_same_with_and_without_detail() -> None:

@@ -52,7 +52,7 @@ def test_a_lost_gpu_that_comes_back_reports_again() -> None:
         assert run.poll(5).get("gpu_up", gpu="1") == 0.0
         snap = run.poll(20)
     assert snap.get("gpu_up", gpu="1") == 1.0
-    assert snap.get("gpu_utilization_ratio", gpu="1") is not None
+    assert snap.get("gpu_power_watts", gpu="1") is not None
 
 
 # --- the poll guard: one hand-off per poll, a hung GPU given up on ---------------------------

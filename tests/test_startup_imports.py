@@ -1,7 +1,8 @@
 """The daemon loads only what it runs: a fresh interpreter that starts the
 exporter as ``gpu-exporter`` does (settings from flags, one poll) has not
-imported the simulator, the generators, the one-shot commands or the web
-config file's module (TLS and bcrypt), which cost memory on every node."""
+imported the simulator, the generators, the one-shot commands, the web
+config file's module (TLS and bcrypt) or prometheus_client, which cost memory
+on every node."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter.alerting", "gpu_exporter.dashboards",
                 "gpu_exporter.one_shot", "gpu_exporter.recording",
                 "gpu_exporter.baseline_command", "gpu_exporter.diagnose_command",
-                "gpu_exporter.web.webconfig", "bcrypt")
+                "gpu_exporter.web.webconfig", "bcrypt",
+                # The daemon renders its own exposition; prometheus_client (and
+                # the http.server, wsgiref and urllib it brings) is the tests'
+                # reference only.
+                "prometheus_client", "gpu_exporter.web.reference",
+                # Its table of named entities, for unescaping only (html_escape).
+                "html")
 
 START = """
 import json, sys

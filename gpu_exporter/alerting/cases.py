@@ -163,9 +163,13 @@ def _consequence_cases(by: dict[str, AlertRule]) -> list[Case]:
     out = []
     for root, consequence, raw in (
         (t.IDLE_HOST_SWAPPING, t.IDLE_DATA_PIPELINE_IO, [
-            Series("gpu_host_cpu_iowait_ratio", node_a, f"0.01x{before} 0.35x{after}"),
-            Series("gpu_host_pressure_ratio", {**node_a, "resource": "io", "kind": "some"},
-                   f"0x{before} 0.41x{after}"),
+            # 8 CPUs: iowait 1 % of CPU time, then 35 %; I/O pressure 0, then 41 %.
+            seconds_counter("gpu_host_cpu_seconds_total", node_a, iv, [(8.0, before + after + 1)]),
+            seconds_counter("gpu_host_cpu_iowait_seconds_total", node_a, iv,
+                            [(0.01 * 8, before), (0.35 * 8, after + 1)]),
+            seconds_counter("gpu_host_pressure_stalled_seconds_total",
+                            {**node_a, "resource": "io", "kind": "some"}, iv,
+                            [(0.0, before), (0.41, after + 1)]),
             Series("gpu_host_swap_bytes_total", {**node_a, "direction": "in"},
                    f"0+0x{before} 0+{200 * 2**20 * iv:.0f}x{after}")]),
         (t.POWER_BRAKE, t.HW_SLOWDOWN, [
@@ -305,13 +309,20 @@ def busy_seconds(labels: dict[str, str], iv: float,
     """gpu_busy_seconds_total of a GPU busy ``share`` of each of ``count``
     scrape intervals of ``iv`` seconds, piece by piece: the counter the
     exporter exports, so the rules take its rate as they would in Prometheus."""
+    return seconds_counter("gpu_busy_seconds_total", labels, iv, shares)
+
+
+def seconds_counter(name: str, labels: dict[str, str], iv: float,
+                    shares: list[tuple[float, int]]) -> Series:
+    """A time counter (``name``) that grows ``share`` seconds per second in
+    each of ``count`` scrape intervals of ``iv`` seconds, piece by piece."""
     values = ["0"]
     total = 0.0
     for share, count in shares:
         for _ in range(count):
             total += share * iv
             values.append(f"{total:.10g}")
-    return Series("gpu_busy_seconds_total", labels, " ".join(values))
+    return Series(name, labels, " ".join(values))
 
 
 # --- fleet rules -------------------------------------------------------------

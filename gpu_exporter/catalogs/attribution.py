@@ -35,8 +35,9 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_workload_pressure_ratio", "gauge",
        "Share of the last 10 s in which some (kind=some) or all (kind=full) of the "
        "workload's tasks were stalled on the resource, from its cgroup's "
-       "{cpu,io,memory}.pressure. Absent on cgroup v1 and kernels without PSI.",
-       (*WORKLOAD, "resource", "kind"), SOURCE),
+       "{cpu,io,memory}.pressure. Absent on cgroup v1 and kernels without PSI. "
+       "rate(gpu_workload_pressure_stalled_seconds_total) is the same share over any window.",
+       (*WORKLOAD, "resource", "kind"), SOURCE, detail=True),
     _m("gpu_workload_pressure_stalled_seconds_total", "counter",
        "Time the workload's tasks were stalled on the resource, from its cgroup's "
        "{cpu,io,memory}.pressure totals.", (*WORKLOAD, "resource", "kind"), SOURCE),

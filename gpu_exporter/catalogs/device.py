@@ -17,7 +17,9 @@ METRICS: tuple[Metric, ...] = (
        GPU, "device"),
     _m("gpu_utilization_ratio", "gauge",
        "Share of the last sample period in which at least one kernel was running on the GPU "
-       "(NVML utilization.gpu). It does not say how many SMs were busy.", GPU, "device"),
+       "(NVML utilization.gpu). It does not say how many SMs were busy. "
+       "rate(gpu_busy_seconds_total) is the same over any window, with nothing lost between "
+       "scrapes.", GPU, "device", detail=True),
     _m("gpu_memory_controller_utilization_ratio", "gauge",
        "Share of the last sample period in which device memory was being read or written "
        "(NVML utilization.memory).", GPU, "device"),

@@ -8,11 +8,15 @@ from gpu_exporter.catalog_types import metric_spec as _m
 METRICS: tuple[Metric, ...] = (
     _m("gpu_host_cpu_iowait_ratio", "gauge",
        "Share of all CPU time spent idle while waiting for I/O over the last poll interval, "
-       "from /proc/stat. High while GPUs sit idle means storage is starving them.", (),
-       "host"),
+       "from /proc/stat. High while GPUs sit idle means storage is starving them. "
+       "rate(gpu_host_cpu_iowait_seconds_total) over rate(gpu_host_cpu_seconds_total) is the "
+       "same share over any window.", (), "host",
+       detail=True),
     _m("gpu_host_cpu_steal_ratio", "gauge",
        "Share of all CPU time the hypervisor gave to other guests over the last poll "
-       "interval, from /proc/stat.", (), "host"),
+       "interval, from /proc/stat. rate(gpu_host_cpu_steal_seconds_total) over "
+       "rate(gpu_host_cpu_seconds_total) is the same share over any window.", (), "host",
+       detail=True),
     _m("gpu_host_cpu_seconds_total", "counter",
        "CPU time of all CPUs together in every mode since boot, from the aggregate cpu line "
        "of /proc/stat: the denominator of the iowait and steal shares over any window.", (),
@@ -30,12 +34,13 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_host_pressure_ratio", "gauge",
        "Share of the last 10 seconds in which some (kind=some) or all (kind=full) non-idle "
        "tasks were stalled waiting for the resource, from Linux pressure stall information "
-       "(avg10 in /proc/pressure). Absent on kernels without PSI.", ("resource", "kind"),
-       "host"),
+       "(avg10 in /proc/pressure). Absent on kernels without PSI. "
+       "rate(gpu_host_pressure_stalled_seconds_total) is the same share over any window.",
+       ("resource", "kind"), "host", detail=True),
     _m("gpu_host_pressure_stalled_seconds_total", "counter",
        "Time some (or all) non-idle tasks were stalled waiting for the resource since boot, "
-       "from /proc/pressure. Absent on kernels without PSI.", ("resource", "kind"), "host",
-       detail=True),
+       "from /proc/pressure; rate() of it is the stalled share of any window. Absent on "
+       "kernels without PSI.", ("resource", "kind"), "host"),
     _m("gpu_host_memory_total_bytes", "gauge",
        "Physical memory the kernel manages (MemTotal in /proc/meminfo).", (), "host",
        detail=True),
@@ -55,7 +60,8 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_host_disk_busy_ratio", "gauge",
        "Share of the last poll interval in which the block device had I/O in flight, from "
        "io_ticks in /proc/diskstats (whole devices; partitions, loop and RAM devices left "
-       "out).", ("device",), "host"),
+       "out). rate(gpu_host_disk_busy_seconds_total) is the same share over any window.",
+       ("device",), "host", detail=True),
     _m("gpu_host_disk_busy_seconds_total", "counter",
        "Time the block device had I/O in flight since boot, from io_ticks in /proc/diskstats "
        "(whole devices; partitions, loop and RAM devices left out); rate() of it is the busy "

@@ -284,9 +284,10 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         Steps(GREEN, ((d.iowait_high, ORANGE),)), Layout(6), 0, 1), thresholds_line=True))
     b = b.with_panel(graph(Common(
         "Host pressure (PSI)",
-        "Linux pressure stall information (avg10): the share of time some or all tasks "
-        "stalled on CPU, memory or I/O.",
-        "percentunit", [Q(f"gpu_host_pressure_ratio{{{NODE}}}", "{{resource}} {{kind}}")],
+        "Linux pressure stall information: the share of each interval in which some or all "
+        "tasks stalled on CPU, memory or I/O (rate of the stall time counters).",
+        "percentunit", [Q(f"rate(gpu_host_pressure_stalled_seconds_total{{{NODE}}}"
+                          "[$__rate_interval])", "{{resource}} {{kind}}")],
         Steps(GREEN, ((d.io_pressure_high, ORANGE),)), Layout(6), 0, 1)))
     b = b.with_panel(graph(Common(
         "Host swap",

@@ -84,9 +84,14 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu, f.row.key))
 
 
-@dataclass
+@dataclass(slots=True)
 class _RowState:
-    history: deque[tuple[float, bool]] = field(default_factory=deque)
+    # Whether the condition held at each of this row's recent polls, newest in
+    # bit 0, and how many of the GPU's polls (its _Timeline) the bits cover:
+    # two ints instead of a deque of (time, bool) tuples, a few hundred KiB on
+    # an 8-GPU node with every row of the table.
+    held: int = 0
+    polls: int = 0
     active: bool = False
     since: float = 0.0
     last_true: float = 0.0
@@ -94,6 +99,29 @@ class _RowState:
     # gpu_diagnosis_active's label values, in catalog order (*GPU, symptom, cause),
     # built once: the collector adds one series per row and GPU every poll.
     labels: tuple[str, ...] = ()
+
+
+class _Timeline:
+    """When one GPU's rows were judged, oldest first: every row of a GPU is
+    judged at every one of its polls, so the rows share these times."""
+
+    __slots__ = ("in_window", "times")
+
+    def __init__(self) -> None:
+        self.times: deque[float] = deque()
+        self.in_window = 0  # how many of the newest times lie within the window
+
+    def add(self, now: float, span: float, window: float) -> None:
+        times = self.times
+        times.append(now)
+        while times[0] < now - span:
+            times.popleft()
+        n = 0
+        for t in reversed(times):
+            if t < now - window:
+                break
+            n += 1
+        self.in_window = n
 
 
 class DiagnosisCollector(Collector):
@@ -108,6 +136,7 @@ class DiagnosisCollector(Collector):
         self._mono = monotonic
         self._wall = wall_clock
         self._rows: dict[tuple[int, str], _RowState] = {}
+        self._timelines: dict[int, _Timeline] = {}
         self._counters: dict[tuple[int, str], deque[tuple[float, float]]] = {}
         self._errors = 0
         self._failing: set[str] = set()
@@ -141,6 +170,10 @@ class DiagnosisCollector(Collector):
         """One GPU: judge every row, keep the steady state, then keep the root
         causes among the rows that are on."""
         trend = Trend(self._increase_fn(sig.index, now), wall)
+        timeline = self._timelines.get(sig.index)
+        if timeline is None:
+            timeline = self._timelines[sig.index] = _Timeline()
+        timeline.add(now, max(self.cfg.window, self.cfg.clear_after) + 1.0, self.cfg.window)
         states: list[_RowState] = []
         on: list[Candidate] = []
         for row in ROWS:
@@ -155,7 +188,7 @@ class DiagnosisCollector(Collector):
                 # The board, the driver or a missing reader leaves the rule
                 # nothing to judge: its 0 below means unknown, not healthy.
                 out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
-            if self._update(state, verdict, row, now, wall):
+            if self._update(state, verdict, row, timeline, now, wall):
                 on.append(Candidate(row, state.evidence,
                                     now - state.last_true <= self.cfg.explained_within))
         roots = resolve(on)
@@ -187,13 +220,12 @@ class DiagnosisCollector(Collector):
         self._failing.discard(row.key)
         return verdict
 
-    def _update(self, st: _RowState, verdict: Verdict, row: Row, now: float,
-                wall: float) -> bool:
+    def _update(self, st: _RowState, verdict: Verdict, row: Row, timeline: _Timeline,
+                now: float, wall: float) -> bool:
         holds = verdict.holds is True
-        span = max(self.cfg.window, self.cfg.clear_after) + 1.0
-        st.history.append((now, holds))
-        while st.history and st.history[0][0] < now - span:
-            st.history.popleft()
+        # This poll in bit 0; the bits of polls older than the span drop out.
+        st.polls = min(st.polls + 1, len(timeline.times))
+        st.held = ((st.held << 1) | holds) & ((1 << st.polls) - 1)
         if holds:
             st.last_true = now
             st.evidence = verdict.evidence
@@ -204,9 +236,12 @@ class DiagnosisCollector(Collector):
         if not holds:
             return False
         if not row.immediate:
-            covered = st.history[0][0] <= now - self.cfg.window
-            recent = [h for t, h in st.history if t >= now - self.cfg.window]
-            if not covered or sum(recent) < self.cfg.hold_ratio * len(recent):
+            # The row's polls go back far enough to cover the window, and the
+            # condition held at hold_ratio of the row's polls within it.
+            covered = timeline.times[-st.polls] <= now - self.cfg.window
+            recent = min(st.polls, timeline.in_window)
+            held = (st.held & ((1 << recent) - 1)).bit_count()
+            if not covered or held < self.cfg.hold_ratio * recent:
                 return False
         st.active, st.since = True, wall
         return True

@@ -7,18 +7,19 @@ those."""
 from __future__ import annotations
 
 import gzip
-import html
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import CollectorRegistry
+from typing import TYPE_CHECKING, Any
 
 from gpu_exporter.config_types import FIXED_PATHS, check_telemetry_path
+from gpu_exporter.safetext import html_escape
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.render import OPENMETRICS, TEXT, RenderCache
+
+if TYPE_CHECKING:
+    # Only named: the daemon serves snapshots and never loads prometheus_client.
+    from prometheus_client.registry import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,47 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
+def _version(params: list[str]) -> str:
+    """The ``version=`` parameter of a media range ("" when absent)."""
+    for param in params:
+        key, sep, value = param.strip().partition("=")
+        if sep and key == "version":
+            return value
+    return ""
+
+
+def _at_least_1(version: str) -> bool:
+    parts: list[int] = []
+    for part in version.split("."):
+        try:
+            parts.append(int(part))
+        except ValueError:
+            return False  # not a version number prometheus_client could compare
+    return tuple(parts) >= (1, 0, 0)
+
+
+def wants_openmetrics(accept: str) -> bool:
+    """Whether /metrics answers in OpenMetrics for this Accept header, as
+    prometheus_client's choose_encoder decides (a test holds the two to the
+    same answer): the first media range that names a format it serves wins,
+    OpenMetrics without a version or at 1.0.0 and later, the text format only
+    at 1.0.0 and later; with none of them, the text format 0.0.4."""
+    for media_range in accept.split(","):
+        media, *params = media_range.split(";")
+        version = _version(params)
+        media = media.strip()
+        if media == "application/openmetrics-text" and (not version or _at_least_1(version)):
+            return True
+        if media == "text/plain" and version and _at_least_1(version):
+            return False
+    return False
+
+
 class App:
     """Routes and the facts the landing page needs."""
 
-    def __init__(self, registry: CollectorRegistry, telemetry_path: str = "/metrics",
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 telemetry_path: str = "/metrics",
                  ready: Callable[[], bool] = lambda: True,
                  healthy: Callable[[], tuple[bool, str]] = lambda: (True, "Healthy"),
                  snapshot: Callable[[], Snapshot | None] | None = None) -> None:
@@ -106,14 +144,14 @@ class App:
             self.links.append((path, title))
 
     def _metrics(self, req: Request) -> Response:
-        encoder, content_type = choose_encoder(req.headers.get("accept", ""))
+        accept = req.headers.get("accept", "")
         compressed = accepts_gzip(req.headers.get("accept-encoding", ""))
         headers = {"Vary": "Accept-Encoding"}
         if compressed:
             headers["Content-Encoding"] = "gzip"
-        if self._snapshot is not None:
-            openmetrics = content_type.startswith("application/openmetrics-text")
-            snap = self._snapshot()
+        if self._snapshot is not None or self.registry is None:
+            openmetrics = wants_openmetrics(accept)
+            snap = self._snapshot() if self._snapshot is not None else None
             if snap is None:
                 body = b"# EOF\n" if openmetrics else b""
                 if compressed:
@@ -121,7 +159,11 @@ class App:
             else:
                 body = self._renders.body(snap, openmetrics, compressed)
             return Response(200, body, OPENMETRICS if openmetrics else TEXT, headers)
-        body = encoder(self.registry)
+        # prometheus_client renders a registry (the reference the tests compare
+        # the snapshot rendering with); loaded here, only where one is served.
+        from gpu_exporter.web.reference import encode
+
+        body, content_type = encode(self.registry, accept)
         if compressed:
             body = gzip.compress(body, compresslevel=6)
         return Response(200, body, content_type, headers)
@@ -136,7 +178,7 @@ class App:
         return Response(503, b"Not ready: no poll has completed yet\n")
 
     def _landing(self, req: Request) -> Response:
-        links = "".join(f'<li><a href="{html.escape(p)}">{html.escape(t)}</a></li>'
+        links = "".join(f'<li><a href="{html_escape(p)}">{html_escape(t)}</a></li>'
                         for p, t in [*self.links, ("/-/healthy", "Health"),
                                      ("/-/ready", "Readiness")])
         sections = "".join(section() for section in self.landing_sections)

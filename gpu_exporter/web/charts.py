@@ -5,11 +5,11 @@ so in words instead of showing an empty frame."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpu_exporter.history import WINDOW_S
+from gpu_exporter.safetext import html_escape
 
 WIDTH = 300.0
 HEIGHT = 80.0
@@ -50,9 +50,9 @@ def chart(title: str, times: Sequence[float], now: float, lines: Sequence[Line],
     """One chart: the lines over the last 15 minutes, y from 0 to ``y_max``."""
     drawn = [(line, _segments(times, line.values)) for line in lines]
     legend = "".join(
-        f'<span class="key {line.css}">{html.escape(line.label)}: '
-        f"{html.escape(line.now_text)}</span>" for line in lines)
-    head = f"<figcaption>{html.escape(title)}</figcaption>"
+        f'<span class="key {line.css}">{html_escape(line.label)}: '
+        f"{html_escape(line.now_text)}</span>" for line in lines)
+    head = f"<figcaption>{html_escape(title)}</figcaption>"
     if not any(segs for line, segs in drawn if line.css != "ref"):
         return (f'<figure class="chart">{head}<p class="nodata">No readings in the last '
                 f"15 minutes.</p></figure>")
@@ -73,10 +73,10 @@ def chart(title: str, times: Sequence[float], now: float, lines: Sequence[Line],
             else:
                 pts = " ".join(xy(t, v) for t, v in seg)
                 shapes.append(f'<polyline class="{line.css}" points="{pts}"/>')
-    label = html.escape(f"{title}, last 15 minutes, 0 to {y_label}")
+    label = html_escape(f"{title}, last 15 minutes, 0 to {y_label}")
     svg = (f'<svg viewBox="0 0 {WIDTH:.0f} {HEIGHT:.0f}" preserveAspectRatio="none" '
            f'role="img" aria-label="{label}"><rect class="frame" x="0" y="0" '
            f'width="{WIDTH:.0f}" height="{HEIGHT:.0f}"/>{"".join(shapes)}</svg>')
-    axis = (f'<div class="axis"><span>&minus;15 min</span><span>0 to {html.escape(y_label)}</span>'
+    axis = (f'<div class="axis"><span>&minus;15 min</span><span>0 to {html_escape(y_label)}</span>'
             "<span>now</span></div>")
     return f'<figure class="chart">{head}{svg}{axis}<div class="legend">{legend}</div></figure>'

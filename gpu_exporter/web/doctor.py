@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
-import html
 import socket
 import threading
 import time
@@ -34,7 +33,7 @@ from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.history import History, Window
 from gpu_exporter.readings import GpuReading, ProcessReading
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.safetext import html_escape, terminal_safe
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.app import Request, Response, accepts_gzip
 from gpu_exporter.web.charts import MAX_POINTS, Line, chart
@@ -47,7 +46,7 @@ RUNBOOK_PATH = "runbook"  # relative: the page may sit behind a path prefix
 
 def _text(value: object) -> str:
     """An outside string as page text: visible escapes for controls, then HTML."""
-    return html.escape(terminal_safe(value))
+    return html_escape(terminal_safe(value))
 
 
 STYLE = (
@@ -207,7 +206,7 @@ class NodePage:
     # --- the document -------------------------------------------------------
     def render(self, snap: Snapshot | None, vis: Mapping[str, Any]) -> str:
         refresh = self._refresh()
-        nav = "".join(f'<a href="{html.escape(p.lstrip("/") or ".")}">{html.escape(t)}</a>'
+        nav = "".join(f'<a href="{html_escape(p.lstrip("/") or ".")}">{html_escape(t)}</a>'
                       for p, t in [*self._links(), (RUNBOOK_PATH, "Runbook"),
                                    ("/-/healthy", "Health")])
         return (
@@ -237,7 +236,7 @@ class NodePage:
             items = "".join(
                 f'<li><span class="{_SEVERITY_CLASS[f.row.severity]}">'
                 f'{f.row.severity}</span> <a href="#gpu-{f.gpu}-{f.row.anchor}">GPU {f.gpu}</a>: '
-                f"{html.escape(f.row.summary)}</li>" for f in findings)
+                f"{html_escape(f.row.summary)}</li>" for f in findings)
             parts.append(f'<section class="wrong"><h2>What is wrong</h2><ul>{items}</ul>'
                          "</section>")
         missing = snap.derived(INPUTS_MISSING) or ()
@@ -356,15 +355,15 @@ class NodePage:
                        for e in f.explains)
         also_block = (f'<p>It also explains:</p><ul class="explained">{also}</ul>'
                       if also else "")
-        confirm = "".join(f"<pre>{html.escape(c)}</pre>" for c in row.confirm)
+        confirm = "".join(f"<pre>{html_escape(c)}</pre>" for c in row.confirm)
         return (
             f'<article class="finding {row.severity}" id="gpu-{f.gpu}-{row.anchor}">'
             f'<span class="sev">{row.severity}</span> '
-            f'<h3 class="what">{html.escape(row.summary)}</h3>'
+            f'<h3 class="what">{html_escape(row.summary)}</h3>'
             f'<p class="muted">symptom <code>{row.symptom}</code> → cause <code>{row.cause}'
             f"</code> · for {_ago(snap.timestamp - f.since)}</p>"
             f'<p class="evidence-head">Evidence:</p>{ev_block}{also_block}'
-            f'<p class="fix"><strong>Fix:</strong> {html.escape(row.fix)}</p>'
+            f'<p class="fix"><strong>Fix:</strong> {html_escape(row.fix)}</p>'
             f"<p>Confirm on the node:</p>{confirm}"
             f'<p><a class="runbook" href="{RUNBOOK_PATH}#{row.anchor}">Runbook: '
             f"{row.anchor}</a></p></article>")

@@ -1,13 +1,15 @@
 """prometheus_client's own rendering of a snapshot (a custom collector that
 yields fresh metric families from the newest snapshot): the reference the
-served exposition (``web.render``) is compared with in the parity tests."""
+served exposition (``web.render``) is compared with in the parity tests.
+The daemon never loads it: it serves ``web.render``'s rendering."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpu_exporter.catalog import CATALOG
 from gpu_exporter.snapshot import Snapshot
@@ -38,3 +40,18 @@ class SnapshotCollector(Collector):
             for s in samples:
                 family.add_metric(s.labels, s.value)
             yield family
+
+
+def encode(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
+    """``registry`` rendered by prometheus_client in the format ``accept``
+    asks for, with its content type."""
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
+
+
+def snapshot_registry(source: Callable[[], Snapshot | None]) -> CollectorRegistry:
+    """A registry that renders the newest snapshot of ``source`` through
+    prometheus_client: the reference the served exposition is compared with."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(source))
+    return registry

@@ -3,10 +3,11 @@ OpenMetrics, rendered at most once per snapshot and format, then served from
 memory (gzip too) until the next poll.
 
 The reference is prometheus_client's own rendering of the same snapshot
-through ``SnapshotCollector``; a test parses both and requires identical
-samples. This path exists because a scrape of an 8-GPU node (about 2000
-series) through prometheus_client costs ~14 ms of CPU, and an exporter on every
-GPU node should cost nearly nothing.
+through ``SnapshotCollector`` (``web.reference``, loaded by tests, never by
+the daemon); a test parses both and requires identical samples. This path
+exists because a scrape of an 8-GPU node (about 2000 series) through
+prometheus_client costs ~14 ms of CPU, and an exporter on every GPU node should
+cost nearly nothing.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import gzip
 import math
 import threading
 from dataclasses import dataclass, field
-
-from prometheus_client.utils import floatToGoString
 
 from gpu_exporter.catalog import CATALOG
 from gpu_exporter.snapshot import Sample, Snapshot
@@ -36,13 +35,22 @@ def _escape_help(text: str) -> str:
 
 
 def _value(v: float) -> str:
+    """A sample value as prometheus_client writes it (its floatToGoString, which
+    the parity tests compare with): repr(), except that a positive value of a
+    million or more with a decimal point is written with an exponent, as Go
+    does (2345678.5 -> 2.3456785e+06). Written here rather than imported: the
+    exposition served by the daemon does not load prometheus_client (about
+    2 MiB of modules on every node)."""
     if -1e6 < v < 1e6:
-        # floatToGoString returns repr() for every finite value under a million
-        # (Go switches to exponents only for larger ones); repr is one C call.
-        return repr(v)
-    if math.isfinite(v):
-        return str(floatToGoString(v))  # type: ignore[no-untyped-call]
-    return "+Inf" if v > 0 else "-Inf" if v < 0 else "NaN"
+        return repr(v)  # one C call: the common case
+    if not math.isfinite(v):
+        return "+Inf" if v > 0 else "-Inf" if v < 0 else "NaN"
+    s = repr(v)
+    dot = s.find(".")
+    if v > 0 and dot > 6:
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
 
 
 @dataclass
