@@ -108,3 +108,8 @@ def test_dashboards_filter_by_the_configured_cluster_label(generated: Path, rel:
         assert f'{LABEL}=~"$cluster"' in expr, f"{title}/{ref}: no cluster filter"
         assert not re.search(r"\bcluster\b(?!\")", expr.replace("$cluster", "")), \
             f"{title}/{ref}: still names 'cluster'"
+        # Every grouping by a node, GPU or workload keeps the renamed label.
+        for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr):
+            labels = {x.strip() for x in clause.split(",")}
+            if labels & {"instance", "held_by", "namespace", "slurm_job_id"}:
+                assert LABEL in labels, f"{title}/{ref}: {clause!r} drops {LABEL}"
