@@ -19,6 +19,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
+from benchmarks.fleet_scale import fleet_queries
 from gpu_exporter.alerting.config import load_config
 from gpu_exporter.alerting.generate import RULES
 from gpu_exporter.alerting.promql import metric_names
@@ -268,3 +269,11 @@ def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
                             cwd=tmp_path, capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_fleet_benchmark_fills_in_every_variable() -> None:
+    """benchmarks/fleet_scale.py times every fleet query as Grafana sends it:
+    a variable the dashboard gains must get its value there too."""
+    queries = fleet_queries(15.0)
+    assert len(queries) == len(list(panel_queries(_load("fleet"))))
+    assert all("$" not in q for _, _, _, q in queries)
