@@ -83,7 +83,7 @@ def fleet_queries(scrape_s: float) -> list[tuple[str, str, bool, str]]:
                for p in panels(dashboard) for t in p["targets"]}
     step = grafana_step(RANGE_S, scrape_s)
     values = {"cluster": ".*", "job": "gpu-exporter", "instance": ".+", "gpu": ".+",
-              "datasource": "prometheus", "__interval": f"{step:g}s",
+              "namespace": ".*", "datasource": "prometheus", "__interval": f"{step:g}s",
               # max(interval + scrape interval, 4 x scrape interval)
               "__rate_interval": f"{max(step + scrape_s, 4 * scrape_s):g}s",
               "__range": f"{RANGE_S}s"}

@@ -8,6 +8,7 @@ That every query returns data is proven live in tests/test_live_stack.py."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
+from benchmarks.fleet_scale import fleet_queries
 from gpu_exporter.alerting.config import load_config
 from gpu_exporter.alerting.generate import RULES
 from gpu_exporter.alerting.promql import metric_names
@@ -29,7 +31,7 @@ from tests.tools import tool
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = {"node": ROOT / NODE, "fleet": ROOT / FLEET}
 VARIABLES = {"cluster": ".*", "job": "gpu-exporter", "instance": "node-a:9835", "gpu": ".+",
-             "datasource": "prometheus"}
+             "namespace": ".*", "datasource": "prometheus"}
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -69,7 +71,9 @@ def test_round_trip_would_catch_an_unknown_key() -> None:
 @pytest.mark.parametrize("name", DASHBOARDS)
 def test_variables(name: str) -> None:
     variables = {v["name"]: v for v in _load(name)["templating"]["list"]}
-    assert list(variables) == ["datasource", "cluster", "job", "instance", "gpu"]
+    # The namespace filter is the fleet's: the node page shows one node whole.
+    extra = ["namespace"] if name == "fleet" else []
+    assert list(variables) == ["datasource", "cluster", "job", "instance", "gpu", *extra]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     for var in ("cluster", "job", "instance", "gpu"):
@@ -170,6 +174,57 @@ def test_fleet_dashboard_shows_states_throttled_downtrained_stragglers_drivers()
             "gpu_info"} <= _metrics_of("fleet")
 
 
+def test_the_fleet_filters_owner_tables_by_namespace() -> None:
+    """The namespace variable lists the namespaces GPUs are allocated to on
+    the selected nodes; All is ".*", which the owner queries read as every
+    GPU, owned or not (tests/test_dashboard_owners.py runs them); every table
+    that names owners, and only those, follows it."""
+    dash = _load("fleet")
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    ns = variables["namespace"]
+    assert ns["query"]["query"] == ('label_values(gpu_allocation_info{cluster=~"$cluster", '
+                                    'job=~"$job", instance=~"$instance"}, namespace)')
+    assert ns["multi"] and ns["includeAll"] and ns["allValue"] == ".*"
+    assert ns["datasource"]["uid"] == "${datasource}"
+    owner_aware = {(p["title"], p["type"]) for p in panels(dash)
+                   if any("$namespace" in t["expr"] for t in p["targets"])}
+    assert owner_aware == {("Which jobs", "table"), ("Throttled GPUs", "table"),
+                           ("Active diagnoses by row", "table")}
+    for panel in panels(dash):
+        if (panel["title"], panel["type"]) in owner_aware - {("Active diagnoses by row", "table")}:
+            renamed = panel["transformations"][1]["options"]["renameByName"]
+            assert {"namespace", "pod", "container", "slurm_job_id"} <= set(renamed), \
+                panel["title"]
+
+
+def test_the_jobs_table_per_workload_worst_first() -> None:
+    [jobs] = [p for p in panels(_load("fleet")) if p["title"] == "Which jobs"]
+    exprs = {t["refId"]: t["expr"] for t in jobs["targets"]}
+    assert set(exprs) == {"A", "B", "C"}
+    assert all(t["instant"] and t["format"] == "table" for t in jobs["targets"])
+    assert "rate(gpu_busy_seconds_total{" in exprs["B"]
+    assert all("gpu_allocation_info{" in e and "gpu_job_info{" in e for e in exprs.values())
+    renamed = jobs["transformations"][1]["options"]["renameByName"]
+    assert [renamed[v] for v in ("Value #A", "Value #B", "Value #C")] == \
+        ["GPUs", "utilization", "diagnoses"]
+    assert jobs["options"]["sortBy"] == [{"displayName": "diagnoses", "desc": True}]
+
+
+def test_fleet_aggregations_keep_the_cluster() -> None:
+    """Every by (...) and on (...) of the fleet dashboard that names a node,
+    a GPU, a workload or a table row keeps the cluster label."""
+    keyed = {"instance", "gpu", "namespace", "pod", "slurm_job_id", "held_by", "symptom",
+             "driver_version"}
+    clauses = 0
+    for title, ref, expr in panel_queries(_load("fleet")):
+        for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr):
+            labels = {x.strip() for x in clause.split(",") if x.strip()}
+            if labels & keyed:
+                clauses += 1
+                assert "cluster" in labels, f"{title}/{ref}: {clause!r} drops the cluster"
+    assert clauses >= 30
+
+
 def test_provisioning_files() -> None:
     provider = yaml.safe_load(
         (ROOT / "grafana/provisioning/dashboards/gpu-exporter.yaml").read_text())
@@ -214,3 +269,11 @@ def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
                             cwd=tmp_path, capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_fleet_benchmark_fills_in_every_variable() -> None:
+    """benchmarks/fleet_scale.py times every fleet query as Grafana sends it:
+    a variable the dashboard gains must get its value there too."""
+    queries = fleet_queries(15.0)
+    assert len(queries) == len(list(panel_queries(_load("fleet"))))
+    assert all("$" not in q for _, _, _, q in queries)

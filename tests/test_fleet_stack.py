@@ -7,9 +7,11 @@ that holds the rules.
 
 Proven here, against the central store only: every node arrives with its
 cluster; every fleet dashboard panel query returns data, for each cluster, with
-that cluster's label and nodes; each fleet alert fires for exactly the nodes
-whose kind should trigger it (a node that reboots with a GPU missing during the
-run included) and for no other.
+that cluster's label and nodes; the jobs table names each cluster's pod and
+Slurm job (one node per cluster is held by them) and its GPUs no one holds,
+and its namespace filter shows one namespace's pods only; each fleet alert
+fires for exactly the nodes whose kind should trigger it (a node that reboots
+with a GPU missing during the run included) and for no other.
 
 The default form is 16 nodes of 2 GPUs (the mixed node keeps its 8) scraped
 every second. ``GPU_EXPORTER_LONG_TESTS=1`` runs 128 nodes of 8 GPUs. The
@@ -27,7 +29,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from gpu_exporter.alerting.config import load_config
 from gpu_exporter.alerting.rules import GROUP_FLEET, alert_rules
 from gpu_exporter.dashboards.generate import FLEET
 from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
-from gpu_exporter.fleet import DEFAULT_MIX, FleetNode, parse_mix, plan
+from gpu_exporter.fleet import DEFAULT_MIX, FleetNode, NodeKind, parse_mix, plan
 from tests.test_live_stack import EXPORTER_CONFIG, RATE_WINDOW_FILLED_S, wait_for
 from tests.tools import tool
 
@@ -52,6 +54,36 @@ FLEET_ALERTS = sorted(r.name for r in alert_rules(CONFIG) if r.group == GROUP_FL
 
 LONG = os.environ.get("GPU_EXPORTER_LONG_TESTS") == "1"
 NODES, GPUS, SCRAPE, TIMEOUT = (128, None, "5s", 900.0) if LONG else (16, 2, "1s", 240.0)
+
+
+def tenants_kind(cluster: str, slurm_job_id: int) -> NodeKind:
+    """A healthy node whose GPU 0 a pod of namespace team-<cluster> holds and
+    GPU 1 a Slurm job: the fleet's own kinds hold no GPU."""
+    proc = {"comm": "python", "gpu_memory_ratio": 0.5, "sm_utilization": 0.9,
+            "cpu_ratio": 1.0, "state": "R"}
+    return NodeKind(
+        "tenants", "healthy", "healthy, held by a pod and a Slurm job", min_gpus=2,
+        overrides={
+            "processes": [{"pid": 24100, "gpus": [0], **proc},
+                          {"pid": 24101, "gpus": [1], **proc}],
+            "tenants": {
+                "pods": [{"namespace": f"team-{cluster}", "name": "train",
+                          "uid": f"6f1d3c2a-9b7e-4c1d-8e2f-{slurm_job_id:012d}",
+                          "containers": [{"name": "trainer", "pids": [24100], "devices": [
+                              {"resource": "nvidia.com/gpu", "ids": ["0"]}]}]}],
+                "slurm_jobs": [{"job_id": slurm_job_id, "gpus": [1], "pids": [24101]}]}})
+
+
+def with_tenants(nodes: list[FleetNode]) -> list[FleetNode]:
+    """The plan, with each cluster's first healthy node held by tenants."""
+    out, held = [], set()
+    for node in nodes:
+        if node.kind.name == "healthy" and node.cluster not in held:
+            held.add(node.cluster)
+            node = replace(node, kind=tenants_kind(node.cluster, 7000 + len(held)))
+        out.append(node)
+    assert held == set(CLUSTERS)
+    return out
 
 
 def firing(store: CentralStore) -> set[tuple[str, str, str, str]]:
@@ -87,7 +119,7 @@ def central(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Central]:
     # is about the fleet's rules, so the deadline is wide.
     exporter_config.write_text(yaml.safe_dump(
         {**EXPORTER_CONFIG, "poll": {**EXPORTER_CONFIG["poll"], "timeout": "10s"}}))
-    nodes = plan(NODES, CLUSTERS, parse_mix(DEFAULT_MIX), GPUS)
+    nodes = with_tenants(plan(NODES, CLUSTERS, parse_mix(DEFAULT_MIX), GPUS))
     store = CentralStore(workdir, nodes, TEST_BUILD, tool("prometheus"),
                          scrape_interval=SCRAPE, evaluation_interval="1s",
                          batch_send_deadline="1s",
@@ -166,7 +198,7 @@ def test_every_fleet_panel_query_returns_each_clusters_data(central: Central) ->
     for cluster in CLUSTERS:
         mine = {n.name for n in central.nodes if n.cluster == cluster}
         values = {"cluster": cluster, "job": JOB, "instance": ".+", "gpu": ".+",
-                  "datasource": "prometheus"}
+                  "namespace": ".*", "datasource": "prometheus"}
 
         def run(title: str, ref: str, expr: str,
                 values: dict[str, str] = values) -> list[dict[str, Any]]:
@@ -182,3 +214,50 @@ def test_every_fleet_panel_query_returns_each_clusters_data(central: Central) ->
                 labels = series["metric"]
                 assert labels.get("cluster", cluster) == cluster, (title, ref, labels)
                 assert labels.get("instance", next(iter(mine))) in mine, (title, ref, labels)
+
+
+def test_the_jobs_table_names_each_clusters_workloads(central: Central) -> None:
+    """The fleet's jobs table per cluster, as Grafana sends it: under All, the
+    cluster's pod (1 GPU), its Slurm job (1 GPU) and one row for its GPUs no
+    one holds (the rest), each with the cluster's label; with the cluster's
+    namespace chosen, its pod only; with the other cluster's, nothing."""
+    dashboard = json.loads((ROOT / FLEET).read_text())
+    [jobs] = [p for p in panels(dashboard) if p["title"] == "Which jobs"]
+    exprs = {t["refId"]: t["expr"] for t in jobs["targets"]}
+    slurm_ids = {n.cluster: str(n.kind.overrides["tenants"]["slurm_jobs"][0]["job_id"])
+                 for n in central.nodes if n.kind.name == "tenants"}
+
+    def table(cluster: str, namespace: str) -> dict[tuple[str, ...], list[float]]:
+        values = {"cluster": cluster, "job": JOB, "instance": ".+", "gpu": ".+",
+                  "namespace": namespace, "datasource": "prometheus"}
+        rows: dict[tuple[str, ...], list[float]] = {}
+        for ref in "ABC":
+            for series in central.store.query(substitute(exprs[ref], values)):
+                m = series["metric"]
+                key = tuple(m.get(k, "") for k in ("cluster", "held_by", "namespace", "pod",
+                                                   "container", "slurm_job_id"))
+                rows.setdefault(key, []).append(float(series["value"][1]))
+        return rows
+
+    for cluster in CLUSTERS:
+        pod = (cluster, "pod", f"team-{cluster}", "train", "trainer", "")
+        job = (cluster, "slurm job", "", "", "", slurm_ids[cluster])
+        nobody = (cluster, "nobody", "", "", "", "")
+
+        def right(cluster: str = cluster, pod: tuple[str, ...] = pod,
+                  job: tuple[str, ...] = job,
+                  nobody: tuple[str, ...] = nobody) -> dict[tuple[str, ...], list[float]] | None:
+            got = table(cluster, ".*")
+            gpus = central.store.query(f'count(gpu_info{{cluster="{cluster}"}})')
+            if set(got) != {pod, job, nobody} or not gpus:
+                return None
+            total = float(gpus[0]["value"][1])
+            ok = (got[pod][0] == 1 and got[job][0] == 1 and got[nobody][0] == total - 2
+                  and got[pod][1] > 0.8 and got[job][1] > 0.8)
+            return got if ok else None
+
+        wait_for(f"{cluster}: the jobs table's pod, Slurm job and unheld GPUs", right, 120,
+                 interval=2)
+        assert set(table(cluster, f"team-{cluster}")) == {pod}
+        other = next(c for c in CLUSTERS if c != cluster)
+        assert table(cluster, f"team-{other}") == {}

@@ -465,7 +465,7 @@ def test_exporter_health_and_fleet_alerts_fire(stack: Stack, background: dict[st
 def test_every_dashboard_query_returns_data_on_mixed(stack: Stack,
                                                       background: dict[str, str]) -> None:
     values = {"cluster": ".*", "job": JOB, "instance": background["mixed"], "gpu": ".+",
-              "datasource": "prometheus"}
+              "namespace": ".*", "datasource": "prometheus"}
     queries = []
     for rel in (NODE, FLEET):
         dash = json.loads((ROOT / rel).read_text())

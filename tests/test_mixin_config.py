@@ -96,10 +96,11 @@ def test_dashboards_filter_by_the_configured_cluster_label(generated: Path, rel:
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["cluster"]["query"]["query"] == f"label_values(gpu_info, {LABEL})"
     assert SELECTOR in variables["job"]["query"]["query"]
-    for name in ("job", "instance", "gpu"):
+    names = ("job", "instance", "gpu", "namespace") if rel == FLEET else ("job", "instance", "gpu")
+    for name in names:
         assert f'{LABEL}=~"$cluster"' in variables[name]["query"]["query"], name
     values = {"cluster": ".*", "job": "dcgm-gpu", "instance": "n1:9835", "gpu": ".+",
-              "datasource": "prometheus"}
+              "namespace": ".*", "datasource": "prometheus"}
     queries = list(panel_queries(dash))
     assert queries
     for title, ref, expr in queries:
@@ -107,3 +108,8 @@ def test_dashboards_filter_by_the_configured_cluster_label(generated: Path, rel:
         assert f'{LABEL}=~"$cluster"' in expr, f"{title}/{ref}: no cluster filter"
         assert not re.search(r"\bcluster\b(?!\")", expr.replace("$cluster", "")), \
             f"{title}/{ref}: still names 'cluster'"
+        # Every grouping by a node, GPU or workload keeps the renamed label.
+        for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr):
+            labels = {x.strip() for x in clause.split(",")}
+            if labels & {"instance", "held_by", "namespace", "slurm_job_id"}:
+                assert LABEL in labels, f"{title}/{ref}: {clause!r} drops {LABEL}"

@@ -11,6 +11,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models import dashboard as dm
 
 from gpu_exporter.alerting.config import AlertConfig
+from gpu_exporter.dashboards.owners import BY_NOBODY, HELD_BY, Owners, without_pod_labels
 from gpu_exporter.dashboards.panels import (
     BLUE,
     GREEN,
@@ -36,20 +37,9 @@ THROTTLE_SYMPTOMS = ("throttled_under_load", "clocks_capped")
 THROTTLE_CAUSES = ", ".join(r.cause for r in ROWS if r.symptom in THROTTLE_SYMPTOMS)
 THROTTLE_MATCH = "|".join(THROTTLE_SYMPTOMS)
 TAGS = ["gpu", "gpu-exporter", "nvidia"]
-
-
-def with_owner(expr: str, sel: str, key: str) -> str:
-    """``expr`` with whose GPU it is: the namespace, pod and container the
-    kubelet allocated the GPU (or MIG device, with ``key`` naming it) to, or
-    the Slurm job on it; rows with no known owner stay as they are. A GPU
-    shared by several pods names one of them (bottomk keeps one allocation
-    per GPU, so the join never fails on a shared GPU)."""
-    alloc = f"gpu_allocation_info{{{sel}}}"
-    jobs = f"gpu_job_info{{{sel}}}"
-    return (f"({expr}) * on ({key}) group_left (namespace, pod, container) "
-            f"bottomk by ({key}) (1, {alloc})"
-            f" or ({expr}) * on ({key}) group_left (slurm_job_id) bottomk by ({key}) (1, {jobs})"
-            f" or (({expr}) unless on ({key}) ({alloc} or {jobs}))")
+# Rows of the fleet's jobs table: the worst workloads, bounded for a fleet
+# of thousands of pods.
+JOBS_SHOWN = 20
 
 
 def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
@@ -62,6 +52,7 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
     # The label filters every query below carries (cluster label as configured).
     f = Filters.of(config)
     NODE, GPU, GPU_KEY = f.node, f.gpu, f.gpu_key
+    owners = Owners(GPU, GPU_KEY, f.cluster)
     d = config.diagnosis
     fleet_link = db.DashboardLink("GPU fleet").type(dm.DashboardLinkType.LINK) \
         .url(f"/d/{config.fleet_dashboard_uid}/{config.fleet_dashboard_uid}") \
@@ -102,10 +93,10 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "the cause the exporter blames, and whose GPU it is when known; the alert of the same "
         "name and its runbook section say how to confirm and fix it. Rows the exporter cannot "
         "judge on that GPU show as not judged, never as OK.",
-        "short", [Q(with_owner(f"label_replace(gpu_diagnosis_active{{{GPU}}} == 1, \"state\", "
-                               f"\"active\", \"\", \"\") or label_replace(gpu_diagnosis_not_judged"
-                               f"{{{GPU}}} == 1, \"state\", \"not judged\", \"\", \"\")",
-                               GPU, GPU_KEY),
+        "short", [Q(owners.with_owner(
+                        f"label_replace(gpu_diagnosis_active{{{GPU}}} == 1, \"state\", "
+                        f"\"active\", \"\", \"\") or label_replace(gpu_diagnosis_not_judged"
+                        f"{{{GPU}}} == 1, \"state\", \"not judged\", \"\", \"\")"),
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(14, 6)),
         columns={"gpu": "GPU", "symptom": "Symptom", "cause": "Cause", "state": "State",
@@ -245,14 +236,20 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "holding memory with no SM share and no CPU is stalled; high run-queue wait means "
         "CPU contention.",
         "short", [
-            Q(f"gpu_process_memory_used_bytes{{{GPU}}}", instant=True, table=True),
-            Q(f"gpu_process_sm_utilization_ratio{{{GPU}}}", instant=True, table=True),
-            Q(f"rate(gpu_process_cpu_seconds_total{{{GPU}}}[$__rate_interval])", instant=True,
-              table=True),
-            Q(f"rate(gpu_process_run_queue_wait_seconds_total{{{GPU}}}[$__rate_interval])",
+            # Without the exporter pod's namespace/pod/container (Prometheus
+            # Operator target labels), so each row merges with its owner's (E).
+            Q(without_pod_labels(f"gpu_process_memory_used_bytes{{{GPU}}}"),
               instant=True, table=True),
-            Q(with_owner(f"gpu_process_info{{{GPU}}}", GPU,
-                         f"{GPU_KEY}, gpu_instance, compute_instance"),
+            Q(without_pod_labels(f"gpu_process_sm_utilization_ratio{{{GPU}}}"),
+              instant=True, table=True),
+            Q(without_pod_labels(
+                f"rate(gpu_process_cpu_seconds_total{{{GPU}}}[$__rate_interval])"),
+              instant=True, table=True),
+            Q(without_pod_labels(
+                f"rate(gpu_process_run_queue_wait_seconds_total{{{GPU}}}[$__rate_interval])"),
+              instant=True, table=True),
+            Q(owners.with_owner(f"gpu_process_info{{{GPU}}}",
+                                f"{GPU_KEY}, gpu_instance, compute_instance"),
               instant=True, table=True),
         ], Steps(GREEN, ((d.run_queue_wait_high, ORANGE),)), Layout(24, 9)),
         columns={"gpu": "GPU", "pid": "PID", "comm": "process",
@@ -305,14 +302,15 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
     # The label filters every query below carries (cluster label as configured).
     f = Filters.of(config)
     FLEET, FLEET_GPU, GPU_KEY = f.node, f.gpu, f.gpu_key
+    owners = Owners(FLEET_GPU, GPU_KEY, f.cluster)
     s = config.fleet.straggler
     node_link = db.DashboardLink("GPU node").type(dm.DashboardLinkType.LINK) \
         .url(f"/d/{config.node_dashboard_uid}/{config.node_dashboard_uid}") \
         .include_vars(True).keep_time(True)
     b = _dashboard(config.fleet_dashboard_uid, "GPU fleet",
-                   "Every GPU node at once: GPUs by state, throttled GPUs, downtrained links, "
-                   "stragglers and driver versions.") \
-        .variables(variables(config, multi_instance=True)).link(node_link)
+                   "Every GPU node at once: GPUs by state, which nodes and which jobs, "
+                   "throttled GPUs, downtrained links, stragglers and driver versions.") \
+        .variables(variables(config, multi_instance=True, namespace=True)).link(node_link)
 
     b = b.with_row(row("State"))
     state_colors = {"critical": RED, "warning": ORANGE, "info": BLUE, "idle": "text",
@@ -377,13 +375,33 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
                  "Value #B": "GPUs with a diagnosis", "Value #C": "utilization"},
         units={"Value #C": "percentunit"}))
 
+    # Which jobs: each workload holding GPUs (a pod's container, a Slurm job),
+    # worst first.
+    gpus, util, diagnoses = owners.per_workload(
+        f"rate(gpu_busy_seconds_total{{{FLEET_GPU}}}[$__rate_interval])", JOBS_SHOWN)
+    b = b.with_panel(grid(Common(
+        "Which jobs",
+        f"The {JOBS_SHOWN} workloads worst off on the selected nodes, by cluster: each "
+        "Kubernetes container (namespace, pod, container, from gpu_allocation_info) or Slurm "
+        "job (gpu_job_info) holding GPUs, how many GPUs it holds, their mean utilization "
+        "(the rate of busy time) and how many diagnoses are active on them; most diagnoses "
+        f"first, then the least busy. Under All, the GPUs no one holds are one row ({BY_NOBODY}) "
+        "per cluster; a chosen namespace shows its pods only.",
+        "short", [Q(gpus, instant=True, table=True), Q(util, instant=True, table=True),
+                  Q(diagnoses, instant=True, table=True)],
+        Steps(GREEN, ((1, ORANGE),)), Layout(24, 9)),
+        columns={f.cluster: "cluster", HELD_BY: "held by", "namespace": "namespace",
+                 "pod": "pod", "container": "container", "slurm_job_id": "Slurm job",
+                 "Value #A": "GPUs", "Value #B": "utilization", "Value #C": "diagnoses"},
+        units={"Value #B": "percentunit"}, sort_by="diagnoses"))
+
     b = b.with_row(row("Which GPUs"))
     b = b.with_panel(grid(Common(
         "Throttled GPUs",
         "Each throttled GPU and the cause the exporter blames "
-        f"({THROTTLE_CAUSES}).",
-        "short", [Q(with_owner(f'gpu_diagnosis_active{{{FLEET_GPU}, '
-                               f'symptom=~"{THROTTLE_MATCH}"}} == 1', FLEET_GPU, GPU_KEY),
+        f"({THROTTLE_CAUSES}), with whose GPU it is; the namespace choice applies.",
+        "short", [Q(owners.with_owner(f'gpu_diagnosis_active{{{FLEET_GPU}, '
+                                      f'symptom=~"{THROTTLE_MATCH}"}} == 1', chosen=True),
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(8, 8)),
         columns={f.cluster: "cluster", "instance": "node", "gpu": "GPU", "cause": "cause",
@@ -442,9 +460,12 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
         Steps(RED, ((0.1, ORANGE), (0.5, GREEN))), Layout(10, 8), 0, 1)))
     b = b.with_panel(grid(Common(
         "Active diagnoses by row",
-        "GPUs per symptom → cause row of the diagnosis table, over the selected nodes.",
-        "short", [Q(f"sum by (symptom, cause) (instance:gpu_diagnosis_active:count{{{FLEET}}})",
+        "GPUs per symptom → cause row of the diagnosis table and cluster, over the selected "
+        "nodes and the GPUs the namespace choice shows (All: every GPU).",
+        "short", [Q(f"count by ({f.cluster}, symptom, cause) (\n"
+                    + owners.shown(f"gpu_diagnosis_active{{{FLEET_GPU}}} == 1") + "\n)",
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(8, 8)),
-        columns={"symptom": "symptom", "cause": "cause", "Value": "GPUs"}, hide=("Time",)))
+        columns={f.cluster: "cluster", "symptom": "symptom", "cause": "cause", "Value": "GPUs"},
+        hide=("Time",)))
     return b.build()

@@ -141,9 +141,10 @@ def timeline(c: Common, mappings: list[dm.ValueMapping]) -> statetimeline.Panel:
 
 
 def grid(c: Common, columns: dict[str, str], units: dict[str, str] | None = None,
-         hide: Sequence[str] = ("Time",)) -> table.Panel:
+         hide: Sequence[str] = ("Time",), sort_by: str | None = None) -> table.Panel:
     """A table of instant queries merged on their labels. ``columns`` renames
-    fields (e.g. ``{"Value #A": "GPU memory"}``); ``units`` sets a column's unit."""
+    fields (e.g. ``{"Value #A": "GPU memory"}``); ``units`` sets a column's unit;
+    ``sort_by`` names a column (as renamed) the rows are sorted by, highest first."""
     p = _common(table.Panel(), c).filterable(True) \
         .with_transformation(dm.DataTransformerConfig(id_val="merge", options={})) \
         .with_transformation(dm.DataTransformerConfig(id_val="organize", options={
@@ -152,6 +153,8 @@ def grid(c: Common, columns: dict[str, str], units: dict[str, str] | None = None
         }))
     for field_name, unit in (units or {}).items():
         p = p.override_by_name(field_name, [dm.DynamicConfigValue(id_val="unit", value=unit)])
+    if sort_by is not None:
+        p = p.sort_by([common.TableSortByFieldState().display_name(sort_by).desc(True)])
     return p
 
 
@@ -167,8 +170,8 @@ def row(title: str, repeat: str | None = None) -> db.Row:
     return r.repeat(repeat) if repeat else r
 
 
-def variables(config: AlertConfig,
-              multi_instance: bool) -> list[cogbuilder.Builder[dm.VariableModel]]:
+def variables(config: AlertConfig, multi_instance: bool,
+              namespace: bool = False) -> list[cogbuilder.Builder[dm.VariableModel]]:
     def query(name: str, label: str, q: str, description: str, multi: bool,
               all_value: str = ".+") -> db.QueryVariable:
         v = db.QueryVariable(name).label(label).description(description).datasource(DATASOURCE) \
@@ -179,7 +182,7 @@ def variables(config: AlertConfig,
     c = config.cluster_label
     # The exporters' selector (alerts/config.yaml) picks the jobs offered.
     exporters = f"gpu_info{{{config.selector.strip().strip(',')}, {c}=~\"$cluster\"}}"
-    return [
+    out: list[cogbuilder.Builder[dm.VariableModel]] = [
         db.DatasourceVariable("datasource").label("Data source").type("prometheus")
         .description("The Prometheus that scrapes the GPU exporters, or the central store "
                      "their clusters' Prometheus servers write to."),
@@ -197,3 +200,15 @@ def variables(config: AlertConfig,
               'instance=~"$instance"}, gpu)',
               "GPU index (NVML order) on the node.", True),
     ]
+    if namespace:
+        # All is ".*", which also matches the empty namespace: the owner
+        # queries (owners.py) show every GPU under All, owned or not.
+        out.append(query(
+            "namespace", "Namespace",
+            f'label_values(gpu_allocation_info{{{c}=~"$cluster", job=~"$job", '
+            'instance=~"$instance"}, namespace)',
+            "Kubernetes namespaces of the pods the selected nodes' GPUs are allocated to. "
+            "All shows every GPU, Slurm jobs' and unallocated ones included; a chosen "
+            "namespace shows only its pods' GPUs in the tables that name owners (jobs, "
+            "throttled GPUs, active diagnoses).", True, all_value=".*"))
+    return out
