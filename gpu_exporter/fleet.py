@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -199,6 +200,46 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def listen_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports, free now, below the kernel's ephemeral range
+    where it leaves room.
+
+    A port picked by binding port 0 comes from the ephemeral range, where the
+    kernel also takes the local ports of outgoing connections: with 128 nodes
+    starting one after the other, Prometheus's scrapes of the first nodes took
+    ports planned for later ones ("address already in use"). Below the range
+    only a listener that names the port can take it. Every socket stays bound
+    until all are chosen, so no port is handed out twice."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    first = 10000
+    held: list[socket.socket] = []
+    try:
+        if low - first >= 2 * count:
+            port = random.randrange(first, low - 2 * count)
+            while len(held) < count and port < low:
+                s = socket.socket()
+                try:
+                    s.bind((host, port))
+                    held.append(s)
+                except OSError:
+                    s.close()
+                port += 1
+        while len(held) < count:  # no room below the range: the kernel's choice
+            s = socket.socket()
+            s.bind((host, 0))
+            held.append(s)
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
 def stop_process(process: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
     """SIGTERM (unless it has already exited), up to ``grace_s`` to exit, then
     SIGKILL: a node that ignores SIGTERM must not outlive the fleet."""
@@ -259,7 +300,8 @@ class Fleet:
         self.targets_dir = targets_dir
         self.cluster_label = cluster_label
         self.exporter_args = list(exporter_args)
-        self.nodes = [RunningNode(n, free_port(), workdir / f"{n.name}.yaml") for n in nodes]
+        self.nodes = [RunningNode(n, port, workdir / f"{n.name}.yaml")
+                      for n, port in zip(nodes, listen_ports(len(nodes)), strict=True)]
         self.clusters = sorted({n.cluster for n in nodes})
 
     def start(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_exporter import fleet
 from gpu_exporter.alerting.cases import selector_labels
 from gpu_exporter.alerting.config import load_config
 from gpu_exporter.fleet import (
@@ -190,3 +192,24 @@ def _wait_metrics(url: str) -> str:
         if time.monotonic() > deadline:
             pytest.fail(f"{url}: no gpu_info in 45 s")
         time.sleep(0.5)
+
+
+def test_node_ports_lie_below_the_ephemeral_range(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outgoing connections (Prometheus scraping the first nodes) take their
+    local ports from the ephemeral range: a node's planned port is never there."""
+    ports = fleet.listen_ports(128)
+    low = int(fleet.EPHEMERAL_RANGE.read_text().split()[0])
+    assert len(set(ports)) == 128
+    assert all(1024 <= p < low for p in ports)
+    # A taken port is skipped, not handed out twice.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports[0]))
+        monkeypatch.setattr(fleet.random, "randrange", lambda a, b: ports[0])
+        again = fleet.listen_ports(4)
+    assert ports[0] not in again and len(set(again)) == 4
+    # No room below the range (or no /proc): ports from the kernel, still distinct.
+    narrow = tmp_path / "range"
+    narrow.write_text("10100\t60999\n")
+    monkeypatch.setattr(fleet, "EPHEMERAL_RANGE", narrow)
+    assert len(set(fleet.listen_ports(128))) == 128
