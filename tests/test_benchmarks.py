@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.fleet_scale import RuleGroupLog
 from benchmarks.run import (
     BEGIN,
     COLUMNS,
@@ -142,3 +143,35 @@ def test_repeats_report_the_median_of_every_figure() -> None:
     m = median_result(runs)
     assert (m.own_ms, m.rss_mib, m.repeats) == (6.0, 49.0, 3)
     assert m.drift == {"polls": 10}
+
+
+class _Groups:
+    """A central store whose rules API answers one snapshot after another."""
+
+    def __init__(self, *answers: list[dict[str, object]]) -> None:
+        self.answers = list(answers)
+
+    def rule_groups(self) -> list[dict[str, object]]:
+        return self.answers.pop(0)
+
+
+def _group(started: str, took: float, rules: dict[str, float]) -> dict[str, object]:
+    return {"name": "recording", "lastEvaluation": started, "evaluationTime": took,
+            "rules": [{"name": n, "evaluationTime": t} for n, t in rules.items()]}
+
+
+def test_the_fleet_benchmark_counts_each_rule_evaluation_once_and_names_its_slowest() -> None:
+    log = RuleGroupLog()
+    store = _Groups(
+        [_group("0001-01-01T00:00:00Z", 0.0, {})],  # not evaluated yet: not counted
+        [_group("2026-11-23T10:00:00Z", 0.2, {"a": 0.15, "b": 0.05})],
+        [_group("2026-11-23T10:00:00Z", 0.2, {"a": 0.15, "b": 0.05})],  # the same, read again
+        [_group("2026-11-23T10:00:15Z", 1.3, {"a": 0.1, "b": 1.2})],
+        [_group("2026-11-23T10:00:30Z", 0.3, {"a": 0.2, "b": 0.1})])
+    for _ in range(5):
+        log.read(store)  # type: ignore[arg-type]
+    got = log.summary()["recording"]
+    assert got["evaluations"] == 3
+    assert got["median_s"] == 0.3
+    assert (got["max_s"], got["max_rule"], got["max_rule_s"]) == (1.3, "b", 1.2)
+    assert got["over_target"] == 1
