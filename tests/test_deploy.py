@@ -392,6 +392,22 @@ class ServiceMonitor(_Strict):
     spec: _ServiceMonitorSpec
 
 
+class _PodMonitorSpec(_Strict):
+    jobLabel: str | None = None
+    selector: _LabelSelector
+    namespaceSelector: dict[str, list[str]] | None = None
+    podMetricsEndpoints: list[_Endpoint] = Field(min_length=1)
+
+
+class PodMonitor(_Strict):
+    """monitoring.coreos.com/v1 PodMonitor (the Helm chart's option)."""
+
+    apiVersion: Literal["monitoring.coreos.com/v1"]
+    kind: Literal["PodMonitor"]
+    metadata: _Meta
+    spec: _PodMonitorSpec
+
+
 class _Rule(_Strict):
     alert: str | None = None
     record: str | None = None
@@ -440,6 +456,7 @@ class Kustomization(_Strict):
 # Kinds without a schema in kubernetes-validate (custom resources, kustomize's
 # own file): checked structurally with the models above.
 CUSTOM: dict[str, type[BaseModel]] = {"ServiceMonitor": ServiceMonitor,
+                                      "PodMonitor": PodMonitor,
                                       "PrometheusRule": PrometheusRule,
                                       "Kustomization": Kustomization}
 
@@ -809,6 +826,7 @@ def test_deploy_docs_cover_every_way_and_name_files_that_exist() -> None:
                     "Securing the endpoint", "Least privilege"):
         assert re.search(rf"^#+ .*{heading}", text, re.M | re.I), heading
     assert "htpasswd -nBC 10" in text and "bcrypt" in text
+    assert "helm install gpu-exporter deploy/helm/gpu-exporter" in text
     named = set(re.findall(r"(?<![\w/.])((?:deploy|docs|alerts|grafana)/[\w./-]*\w)", text))
     assert named
     for path in named:

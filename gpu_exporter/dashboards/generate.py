@@ -18,6 +18,8 @@ FLEET = Path("grafana/dashboards/gpu-fleet.json")
 # kube-prometheus-stack runs it) picks up by its label.
 CONFIGMAP = Path("deploy/kubernetes/grafana-dashboards.yaml")
 SIDECAR_LABEL = {"grafana_dashboard": "1"}
+# The same dashboards inside the Helm chart, which may read only files in its folder.
+CHART_DASHBOARDS = Path("deploy/helm/gpu-exporter/files/dashboards")
 
 
 def to_json(dashboard: dm.Dashboard) -> str:
@@ -52,7 +54,8 @@ def configmap(dashboards: dict[Path, str]) -> str:
 def outputs(config: AlertConfig) -> dict[Path, str]:
     dashboards = {NODE: to_json(node_dashboard(config)),
                   FLEET: to_json(fleet_dashboard(config))}
-    return {**dashboards, CONFIGMAP: configmap(dashboards)}
+    in_chart = {CHART_DASHBOARDS / rel.name: text for rel, text in dashboards.items()}
+    return {**dashboards, CONFIGMAP: configmap(dashboards), **in_chart}
 
 
 def differences(config: AlertConfig, root: Path = Path(".")) -> list[str]:
