@@ -65,6 +65,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
                                      "password": _SECRET_KEY}}},
     "podResources-as-root": {"podResources": {"runAsRoot": True}},
     "podResources-off": {"podResources": {"enabled": False}},
+    "hostNetwork": {"hostNetwork": True},
     "image-and-placement": {
         "image": {"repository": "registry.example.com/gpu-exporter", "tag": "0.1.0-rc1",
                   "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
@@ -360,6 +361,13 @@ def test_pod_resources_can_be_switched_off(chart: helm.Chart) -> None:
     (c,) = pod["containers"]
     assert parse_settings(c["args"]).kubernetes.pod_resources_socket == ""
     assert all(v["name"] != "pod-resources" for v in pod["volumes"])
+
+
+def test_host_network_for_node_problem_detector(chart: helm.Chart) -> None:
+    pod = pod_of(chart, "hostNetwork")
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "hostNetwork" not in pod_of(chart, "defaults")
 
 
 def test_extra_args_env_and_volumes_reach_the_container(chart: helm.Chart) -> None:
