@@ -58,9 +58,10 @@ def outputs(config: AlertConfig) -> dict[Path, str]:
     return {**dashboards, CONFIGMAP: configmap(dashboards), **in_chart}
 
 
-def differences(config: AlertConfig, root: Path = Path(".")) -> list[str]:
+def differences(config: AlertConfig, root: Path = Path("."),
+                wanted: dict[Path, str] | None = None) -> list[str]:
     problems = []
-    for rel, text in outputs(config).items():
+    for rel, text in (outputs(config) if wanted is None else wanted).items():
         path = root / rel
         if not path.exists():
             problems.append(f"{rel}: missing")
@@ -69,9 +70,10 @@ def differences(config: AlertConfig, root: Path = Path(".")) -> list[str]:
     return problems
 
 
-def write(config: AlertConfig, root: Path = Path(".")) -> list[Path]:
+def write(config: AlertConfig, root: Path = Path("."),
+          wanted: dict[Path, str] | None = None) -> list[Path]:
     changed = []
-    for rel, text in outputs(config).items():
+    for rel, text in (outputs(config) if wanted is None else wanted).items():
         path = root / rel
         if not path.exists() or path.read_text() != text:
             path.parent.mkdir(parents=True, exist_ok=True)
