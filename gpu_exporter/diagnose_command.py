@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpu_exporter import npd
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.config import ConfigError, load, parse_duration
 from gpu_exporter.diagnosis.report import (
@@ -103,6 +104,12 @@ def blind_reason(data: dict[str, Any]) -> str | None:
     return None if blind is None else str(blind)
 
 
+def _print_npd(answer: tuple[int, str]) -> int:
+    status, message = answer
+    print(message)
+    return status
+
+
 def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     p = parser_cls(prog="gpu-exporter diagnose",
                    description="Say what is wrong with this node's GPUs and why: symptom -> "
@@ -122,7 +129,15 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     p.add_argument("--baseline.file", dest="baseline_file", type=Path, metavar="FILE",
                    help="with --simulate: compare with this node baseline")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.add_argument("--format", choices=("text", "json", "npd"), default=None,
+                   help="text (default), json (as --json), or npd: one node condition in "
+                   "node-problem-detector's custom plugin protocol (exit status 0 OK, 1 "
+                   "problem, 3 unknown; one line of at most 80 characters)")
+    p.add_argument("--condition", choices=npd.CONDITIONS,
+                   help="with --format npd: the node condition to answer")
     args = p.parse_args(argv)
+    if (args.format == "npd") != (args.condition is not None):
+        p.error("--format npd and --condition go together")
     duration = None
     if args.duration is not None:
         try:
@@ -138,18 +153,22 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
         try:
             data = fetch(args.url)
         except ConnectionError as exc:
+            if args.format == "npd":
+                return _print_npd(npd.verdict(args.condition, None, str(exc)))
             print(f"gpu-exporter diagnose: {terminal_safe(exc)}", file=sys.stderr)
             return EXIT_UNREACHABLE
+    if args.format == "npd":
+        return _print_npd(npd.verdict(args.condition, data))
     findings = data.get("findings", [])
     drifts = data.get("baseline_drifts", [])
     blind = blind_reason(data)
-    if args.json:
+    if args.json or args.format == "json":
         print(json.dumps({"findings": findings, "baseline_drifts": drifts,
                           "visibility": data.get("visibility")}, indent=2))
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_text(findings, color, drifts, blind))
-    if blind is not None and args.json:
+    if blind is not None and (args.json or args.format == "json"):
         # The JSON says it too; a script that reads only the status and stderr
         # still learns why.
         print(f"gpu-exporter diagnose: could not see the GPUs: {terminal_safe(blind)}",

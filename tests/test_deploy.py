@@ -392,6 +392,22 @@ class ServiceMonitor(_Strict):
     spec: _ServiceMonitorSpec
 
 
+class _PodMonitorSpec(_Strict):
+    jobLabel: str | None = None
+    selector: _LabelSelector
+    namespaceSelector: dict[str, list[str]] | None = None
+    podMetricsEndpoints: list[_Endpoint] = Field(min_length=1)
+
+
+class PodMonitor(_Strict):
+    """monitoring.coreos.com/v1 PodMonitor (the Helm chart's option)."""
+
+    apiVersion: Literal["monitoring.coreos.com/v1"]
+    kind: Literal["PodMonitor"]
+    metadata: _Meta
+    spec: _PodMonitorSpec
+
+
 class _Rule(_Strict):
     alert: str | None = None
     record: str | None = None
@@ -440,6 +456,7 @@ class Kustomization(_Strict):
 # Kinds without a schema in kubernetes-validate (custom resources, kustomize's
 # own file): checked structurally with the models above.
 CUSTOM: dict[str, type[BaseModel]] = {"ServiceMonitor": ServiceMonitor,
+                                      "PodMonitor": PodMonitor,
                                       "PrometheusRule": PrometheusRule,
                                       "Kustomization": Kustomization}
 
@@ -510,11 +527,66 @@ def container() -> dict[str, Any]:
     return result
 
 
+def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    """Whether a pod with ``tolerations`` tolerates ``taint``, by the
+    kubelet's and scheduler's rule (ToleratesTaint in k8s.io/api core/v1): an
+    empty effect matches every effect, Exists with an empty key every key."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("key") and t["key"] != taint["key"]:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            return True
+        if t.get("operator", "Equal") == "Equal" and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+# Taints a sick GPU node gets: the scheduler's own, the GPU Operator's, and
+# the ones health systems set from findings (NVSentinel, node-problem-detector
+# with a taint controller, an operator by hand).
+SICK_NODE_TAINTS = (
+    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu-health", "value": "quarantined", "effect": "NoExecute"},
+    {"key": "example.com/gpu-hardware-fault", "value": "true", "effect": "NoSchedule"},
+    {"key": "anything", "value": "at-all", "effect": "PreferNoSchedule"},
+)
+
+
+def assert_stays_on_sick_nodes(pod: dict[str, Any]) -> None:
+    """Every taint is tolerated and the pod runs at system-node-critical:
+    a tainted, quarantined GPU node keeps its exporter."""
+    for taint in SICK_NODE_TAINTS:
+        assert tolerates(pod["tolerations"], taint), taint
+    assert pod["priorityClassName"] == "system-node-critical"
+
+
+def test_toleration_matching_follows_kubernetes() -> None:
+    """The check above is not vacuous: the old, narrow toleration fails it."""
+    narrow = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert tolerates(narrow, SICK_NODE_TAINTS[0])
+    assert not tolerates(narrow, SICK_NODE_TAINTS[1])
+    assert not tolerates(narrow, {"key": "nvidia.com/gpu", "effect": "NoExecute"})
+    assert tolerates([{"key": "k", "value": "v", "effect": "NoSchedule"}],
+                     {"key": "k", "value": "v", "effect": "NoSchedule"})
+    assert not tolerates([{"key": "k", "value": "v"}], {"key": "k", "value": "w",
+                                                        "effect": "NoSchedule"})
+    with pytest.raises(AssertionError):
+        assert_stays_on_sick_nodes({"tolerations": narrow,
+                                    "priorityClassName": "system-node-critical"})
+
+
+def test_daemonset_stays_on_tainted_nodes_at_node_critical_priority() -> None:
+    assert_stays_on_sick_nodes(pod_spec())
+
+
 def test_daemonset_runs_on_gpu_nodes_with_the_hosts_processes_in_view() -> None:
     pod = pod_spec()
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
-        pod["tolerations"]
     assert pod["hostPID"] is True
     assert not pod.get("hostNetwork") and not pod.get("hostIPC")
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -754,6 +826,7 @@ def test_deploy_docs_cover_every_way_and_name_files_that_exist() -> None:
                     "Securing the endpoint", "Least privilege"):
         assert re.search(rf"^#+ .*{heading}", text, re.M | re.I), heading
     assert "htpasswd -nBC 10" in text and "bcrypt" in text
+    assert "helm install gpu-exporter deploy/helm/gpu-exporter" in text
     named = set(re.findall(r"(?<![\w/.])((?:deploy|docs|alerts|grafana)/[\w./-]*\w)", text))
     assert named
     for path in named:

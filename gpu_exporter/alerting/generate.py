@@ -12,6 +12,8 @@ from gpu_exporter.alerting.runbook import runbook, runbook_html
 RULES = Path("alerts/gpu-exporter.rules.yml")
 TEST_BUILD = Path("alerts/gpu-exporter.rules.test-build.yml")
 PROMETHEUS_RULE = Path("deploy/kubernetes/prometheusrule.yaml")
+# The same rules inside the Helm chart, which may read only files in its folder.
+CHART_RULES = Path("deploy/helm/gpu-exporter/files/gpu-exporter.rules.yml")
 RUNBOOK = Path("docs/runbook.md")
 # The same runbook as the exporter serves it at /runbook (package data).
 RUNBOOK_HTML = Path("gpu_exporter/web/runbook.html")
@@ -20,8 +22,10 @@ TESTS_DIR = Path("alerts/tests")
 
 def outputs(config: AlertConfig) -> dict[Path, str]:
     """Path (relative to the repository) -> the content the generator produces."""
+    rules = rules_file(config)
     out = {
-        RULES: rules_file(config),
+        RULES: rules,
+        CHART_RULES: rules,
         TEST_BUILD: test_build_file(config),
         PROMETHEUS_RULE: prometheus_rule(config),
         RUNBOOK: runbook(config),

@@ -1,6 +1,7 @@
 """``gpu-exporter-dashboards [--config FILE] [--out DIR] [--check]`` (or ``python
 -m gpu_exporter.dashboards``): regenerate (or check) the Grafana dashboards in
-grafana/dashboards/.
+grafana/dashboards/ (and their copies in the Helm chart and the ConfigMap) and
+the jsonnet mixin's generated files in mixin/.
 
 A generator, not part of the exporter: it needs the ``generators`` extra
 (``pip install 'gpu-exporter[generators]'``, the Grafana Foundation SDK), and
@@ -13,7 +14,8 @@ import sys
 from pathlib import Path
 
 from gpu_exporter.alerting.config import AlertConfigError, load_config
-from gpu_exporter.dashboards.generate import differences, write
+from gpu_exporter.dashboards import jsonnet
+from gpu_exporter.dashboards.generate import differences, outputs, write
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,12 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     except AlertConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # The dashboards, and the jsonnet mixin's data (mixin/), from the same generators.
+    wanted = {**outputs(config), **jsonnet.outputs(config)}
     if args.check:
-        problems = differences(config, args.out)
+        problems = differences(config, args.out, wanted)
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
-    for path in write(config, args.out):
+    for path in write(config, args.out, wanted):
         print(f"wrote {args.out / path}")
     return 0
 

@@ -18,6 +18,8 @@ FLEET = Path("grafana/dashboards/gpu-fleet.json")
 # kube-prometheus-stack runs it) picks up by its label.
 CONFIGMAP = Path("deploy/kubernetes/grafana-dashboards.yaml")
 SIDECAR_LABEL = {"grafana_dashboard": "1"}
+# The same dashboards inside the Helm chart, which may read only files in its folder.
+CHART_DASHBOARDS = Path("deploy/helm/gpu-exporter/files/dashboards")
 
 
 def to_json(dashboard: dm.Dashboard) -> str:
@@ -52,12 +54,14 @@ def configmap(dashboards: dict[Path, str]) -> str:
 def outputs(config: AlertConfig) -> dict[Path, str]:
     dashboards = {NODE: to_json(node_dashboard(config)),
                   FLEET: to_json(fleet_dashboard(config))}
-    return {**dashboards, CONFIGMAP: configmap(dashboards)}
+    in_chart = {CHART_DASHBOARDS / rel.name: text for rel, text in dashboards.items()}
+    return {**dashboards, CONFIGMAP: configmap(dashboards), **in_chart}
 
 
-def differences(config: AlertConfig, root: Path = Path(".")) -> list[str]:
+def differences(config: AlertConfig, root: Path = Path("."),
+                wanted: dict[Path, str] | None = None) -> list[str]:
     problems = []
-    for rel, text in outputs(config).items():
+    for rel, text in (outputs(config) if wanted is None else wanted).items():
         path = root / rel
         if not path.exists():
             problems.append(f"{rel}: missing")
@@ -66,9 +70,10 @@ def differences(config: AlertConfig, root: Path = Path(".")) -> list[str]:
     return problems
 
 
-def write(config: AlertConfig, root: Path = Path(".")) -> list[Path]:
+def write(config: AlertConfig, root: Path = Path("."),
+          wanted: dict[Path, str] | None = None) -> list[Path]:
     changed = []
-    for rel, text in outputs(config).items():
+    for rel, text in (outputs(config) if wanted is None else wanted).items():
         path = root / rel
         if not path.exists() or path.read_text() != text:
             path.parent.mkdir(parents=True, exist_ok=True)

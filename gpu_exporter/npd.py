@@ -1,0 +1,129 @@
+"""``gpu-exporter diagnose --format npd --condition CLASS``: the findings as
+one node condition, in node-problem-detector's custom plugin protocol.
+
+NPD runs a plugin every ``invoke_interval`` and reads its exit status (0: OK,
+the condition is False; 1: NonOK, the condition is True; anything else:
+Unknown) and the first ``max_output_length`` bytes of its stdout (80 by
+default) as the condition's message (pkg/custompluginmonitor/plugin in
+kubernetes/node-problem-detector). One plugin run answers one condition, so
+the config in deploy/node-problem-detector/ runs this once per class below.
+
+A node whose GPUs the exporter cannot see, or whose checks it could not all
+run, is never OK: its conditions are Unknown, and the cannot-see condition is
+True. Only a problem actually found outranks that (a GPU the exporter does see
+with an ECC error has a hardware fault, whatever else it could not read)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpu_exporter.diagnosis import table as t
+
+# NPD's custom plugin exit statuses (cpmtypes.OK, NonOK; every other status is
+# Unknown). 3 rather than 2 for Unknown: 2 is also what a usage error exits
+# with, which NPD reads as Unknown too.
+OK, PROBLEM, UNKNOWN = 0, 1, 3
+# NPD cuts stdout at max_output_length (default 80): the message fits whole.
+MAX_MESSAGE = 80
+
+HARDWARE_FAULT = "hardware-fault"
+THROTTLED = "throttled"
+LINK_DEGRADED = "link-degraded"
+CANNOT_SEE = "cannot-see"
+CONDITIONS = (HARDWARE_FAULT, THROTTLED, LINK_DEGRADED, CANNOT_SEE)
+
+# Which node condition each row of the diagnosis table raises. A row about
+# the workload (starved input, a stalled job, a full memory) or the node's
+# configuration says nothing about whether the node should take GPU jobs:
+# None. Every row is named here (checked at import), so a new row decides.
+ROW_CONDITION: dict[t.Row, str | None] = {
+    t.ECC_UNCORRECTABLE: HARDWARE_FAULT,
+    t.ROW_REMAP_PENDING: HARDWARE_FAULT,
+    t.XID: HARDWARE_FAULT,
+    t.GPU_LOST: HARDWARE_FAULT,
+    t.RECOVERY_GPU_RESET: HARDWARE_FAULT,
+    t.RECOVERY_NODE_REBOOT: HARDWARE_FAULT,
+    t.RECOVERY_DRAIN_P2P: HARDWARE_FAULT,
+    t.RECOVERY_DRAIN_AND_RESET: HARDWARE_FAULT,
+    t.POWER_CAP: THROTTLED,
+    t.THERMAL: THROTTLED,
+    t.POWER_BRAKE: THROTTLED,
+    t.HW_SLOWDOWN: THROTTLED,
+    t.APPLICATION_CLOCKS: THROTTLED,
+    t.PCIE_DOWNTRAINED: LINK_DEGRADED,
+    t.PCIE_ERRORS: LINK_DEGRADED,
+    t.FABRIC_DEGRADED: LINK_DEGRADED,
+    t.IDLE_DATA_PIPELINE_IO: None,
+    t.IDLE_CPU_CONTENTION: None,
+    t.IDLE_HOST_SWAPPING: None,
+    t.IDLE_PROCESS_STALLED: None,
+    t.UNDERFED_DATA_PIPELINE_IO: None,
+    t.UNDERFED_CPU_CONTENTION: None,
+    t.UNDERFED_HOST_SWAPPING: None,
+    t.BURSTY_INPUT: None,
+    t.XID_APPLICATION: None,
+    t.XID_INFORMATIONAL: None,
+    t.MEMORY_NEAR_FULL: None,
+    t.UTILIZATION_INFLATED: None,
+    t.PERSISTENCE_OFF: None,
+    t.NUMA_MISPLACED: None,
+    t.IDLE_CPU_LIMIT_THROTTLED: None,
+    t.ALLOCATED_UNUSED: None,
+}
+_BY_KEY = {row.key: condition for row, condition in ROW_CONDITION.items()}
+if set(ROW_CONDITION) != set(t.ROWS):
+    raise ImportError("npd: every diagnosis row needs its node condition (or None): "
+                      + ", ".join(sorted(r.key for r in set(t.ROWS) ^ set(ROW_CONDITION))))
+
+_WORDS = {HARDWARE_FAULT: "GPU hardware fault", THROTTLED: "GPU throttling",
+          LINK_DEGRADED: "degraded GPU link"}
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """Printable ASCII on one line, at most ``limit`` characters: what the
+    exporter answered reaches the Node object (kubectl describe node)."""
+    flat = " ".join(_UNPRINTABLE.sub(" ", text).split())
+    return flat if len(flat) <= limit else flat[:limit - 3].rstrip() + "..."
+
+
+def _problems(findings: Iterable[Mapping[str, Any]], condition: str) -> list[str]:
+    """``GPU 1 memory_errors/ecc_uncorrectable`` (the row's key, as in
+    gpu_diagnosis_active) for each finding that raises ``condition``, in GPU
+    order."""
+    hits = []
+    for f in findings:
+        key = f"{f.get('symptom')}/{f.get('cause')}"
+        if _BY_KEY.get(key) == condition:
+            hits.append((str(f.get("gpu", "?")), key))
+    hits.sort(key=lambda h: (len(h[0]), h))
+    return [f"GPU {gpu} {key}" for gpu, key in hits]
+
+
+def verdict(condition: str, data: Mapping[str, Any] | None,
+            unreachable: str | None = None) -> tuple[int, str]:
+    """The exit status and message for ``condition`` from the exporter's
+    /diagnosis answer ``data`` (or why it could not be read)."""
+    if unreachable is not None or data is None:
+        return UNKNOWN, one_line(f"exporter not read: {unreachable or 'no answer'}")
+    seen = data.get("visibility")
+    blind = seen.get("blind") if isinstance(seen, Mapping) else None
+    missing = [str(i) for i in data.get("inputs_missing") or ()]
+    if condition == CANNOT_SEE:
+        if blind is not None:
+            return PROBLEM, one_line(f"cannot see the GPUs: {blind}")
+        if missing:
+            return UNKNOWN, one_line("could not run every check, missing: "
+                                     + ", ".join(missing))
+        gpus = seen.get("gpus") if isinstance(seen, Mapping) else None
+        return OK, one_line(f"the exporter sees {gpus if gpus is not None else 'the'} GPUs")
+    problems = _problems(data.get("findings") or (), condition)
+    if problems:
+        return PROBLEM, one_line("; ".join(problems))
+    if blind is not None:
+        return UNKNOWN, one_line(f"cannot see the GPUs: {blind}")
+    if missing:
+        return UNKNOWN, one_line("could not run every check, missing: " + ", ".join(missing))
+    return OK, f"no {_WORDS[condition]}"
