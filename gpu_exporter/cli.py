@@ -198,9 +198,9 @@ def _catalog(argv: Sequence[str]) -> int:
 
 
 def _record(argv: Sequence[str]) -> int:
+    from gpu_exporter.commands.recording import record
     from gpu_exporter.config import parse_duration
     from gpu_exporter.nvml.errors import NvmlError
-    from gpu_exporter.recording import record
     from gpu_exporter.simulator import ScenarioError
 
     p = _Parser(prog=f"{PROG} record", description="Poll this node's GPUs (or a simulated "
@@ -232,19 +232,19 @@ def _record(argv: Sequence[str]) -> int:
 
 
 def _baseline(argv: Sequence[str]) -> int:
-    from gpu_exporter.baseline_command import main as baseline_main
+    from gpu_exporter.commands.baseline import main as baseline_main
 
     return baseline_main(argv, _Parser)
 
 
 def _diagnose(argv: Sequence[str]) -> int:
-    from gpu_exporter.diagnose_command import main as diagnose_main
+    from gpu_exporter.commands.diagnose import main as diagnose_main
 
     return diagnose_main(argv, _Parser)
 
 
 def _fleet(argv: Sequence[str]) -> int:
-    from gpu_exporter.fleet import main as fleet_main
+    from gpu_exporter.commands.fleet import main as fleet_main
 
     return fleet_main(argv, _Parser)
 

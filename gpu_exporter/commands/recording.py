@@ -427,9 +427,9 @@ _HANDLERS: dict[str, Handler] = {
 
 def record(duration: float, interval: float, out: Path, simulate: str | None) -> int:
     """Poll for ``duration`` and write the recording; the number of polls."""
+    from gpu_exporter.commands.one_shot import one_shot_on_simulated_node
     from gpu_exporter.config import load
     from gpu_exporter.daemon import Exporter
-    from gpu_exporter.one_shot import one_shot_on_simulated_node
     from gpu_exporter.pipeline import COLLECTORS
     from gpu_exporter.simulator import load_scenario
 

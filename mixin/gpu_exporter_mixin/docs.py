@@ -8,7 +8,7 @@ import re
 from gpu_exporter.catalog import metrics_markdown
 from gpu_exporter.cli import _FLAGS, METRICS_DETAIL_HELP
 from gpu_exporter.pipeline import COLLECTORS
-from gpu_exporter.series_budget import series_markdown
+from gpu_exporter_mixin.series_budget import series_markdown
 
 
 def flags_markdown() -> str:

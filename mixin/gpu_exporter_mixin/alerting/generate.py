@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_exporter.alerting.cases import render_test_file, test_files
-from gpu_exporter.alerting.config import AlertConfig
-from gpu_exporter.alerting.render import prometheus_rule, rules_file, test_build_file
-from gpu_exporter.alerting.runbook import runbook, runbook_html
+from gpu_exporter_mixin.alerting.cases import render_test_file, test_files
+from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.alerting.render import prometheus_rule, rules_file, test_build_file
+from gpu_exporter_mixin.alerting.runbook import runbook, runbook_html
 
 RULES = Path("alerts/gpu-exporter.rules.yml")
 TEST_BUILD = Path("alerts/gpu-exporter.rules.test-build.yml")

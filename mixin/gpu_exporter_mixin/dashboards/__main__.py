@@ -1,5 +1,5 @@
 """``gpu-exporter-dashboards [--config FILE] [--out DIR] [--check]`` (or ``python
--m gpu_exporter.dashboards``): regenerate (or check) the Grafana dashboards in
+-m gpu_exporter_mixin.dashboards``): regenerate (or check) the Grafana dashboards in
 grafana/dashboards/.
 
 A generator, not part of the exporter: it needs the ``generators`` extra
@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpu_exporter.alerting.config import AlertConfigError, load_config
-from gpu_exporter.dashboards.generate import differences, write
+from gpu_exporter_mixin.alerting.config import AlertConfigError, load_config
+from gpu_exporter_mixin.dashboards.generate import differences, write
 
 
 def main(argv: list[str] | None = None) -> int:
