@@ -31,7 +31,7 @@ from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.doctor import NodePage
-from gpu_exporter.web.runbook import runbook
+from gpu_exporter.web.runbook import Runbook
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class Exporter:
             snapshot=lambda: self.poller.latest,
         )
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
-        self.app.add_route("/runbook", runbook)
+        self.app.add_route("/runbook", Runbook(lambda: self.settings.diagnosis))
         self.app.set_landing(NodePage(
             lambda: self.poller.latest, self.history, self._visibility,
             links=lambda: self.app.links, refresh_s=lambda: self.settings.poll.interval,

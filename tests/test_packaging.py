@@ -81,7 +81,7 @@ def test_the_runtime_wheel_holds_the_exporter_only(tmp_path: Path) -> None:
     assert tops == {"gpu_exporter", wheel.name.removesuffix("-py3-none-any.whl") + ".dist-info"}
     generators = [n for n in names
                   if any(part in n for part in ("alerting", "dashboards", "mixin", "grafana",
-                                                "promql", "series_budget"))
+                                                "promql", "series_budget", "runbook.html"))
                   or n.endswith(("/docs.py", ".libsonnet", ".jsonnet"))]
     assert generators == []
     metadata = zipfile.ZipFile(wheel).read(

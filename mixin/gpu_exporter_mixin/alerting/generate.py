@@ -7,14 +7,13 @@ from pathlib import Path
 from gpu_exporter_mixin.alerting.cases import render_test_file, test_files
 from gpu_exporter_mixin.alerting.config import AlertConfig
 from gpu_exporter_mixin.alerting.render import prometheus_rule, rules_file, test_build_file
-from gpu_exporter_mixin.alerting.runbook import runbook, runbook_html
+from gpu_exporter_mixin.alerting.runbook import runbook
 
 RULES = Path("alerts/gpu-exporter.rules.yml")
 TEST_BUILD = Path("alerts/gpu-exporter.rules.test-build.yml")
 PROMETHEUS_RULE = Path("deploy/kubernetes/prometheusrule.yaml")
+# The exporter renders its own /runbook from the diagnosis table (web/runbook.py).
 RUNBOOK = Path("docs/runbook.md")
-# The same runbook as the exporter serves it at /runbook (package data).
-RUNBOOK_HTML = Path("gpu_exporter/web/runbook.html")
 TESTS_DIR = Path("alerts/tests")
 
 
@@ -25,7 +24,6 @@ def outputs(config: AlertConfig) -> dict[Path, str]:
         TEST_BUILD: test_build_file(config),
         PROMETHEUS_RULE: prometheus_rule(config),
         RUNBOOK: runbook(config),
-        RUNBOOK_HTML: runbook_html(config),
     }
     for tf in test_files(config):
         out[TESTS_DIR / tf.name] = render_test_file(config, tf)

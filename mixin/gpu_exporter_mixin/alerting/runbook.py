@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
-from markdown_it import MarkdownIt
-
-from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.precedence import PRECEDENCE
-from gpu_exporter.diagnosis.rules import SPECIFIC_SLOWDOWN_REASONS, THERMAL_REASONS
-from gpu_exporter.xids import BY_CODE, CATALOG_URL, TIERS, XidTier
+from gpu_exporter.diagnosis import guide
+from gpu_exporter.diagnosis.table import Row
 from gpu_exporter_mixin.alerting.config import AlertConfig
 from gpu_exporter_mixin.alerting.rules import (
     GROUP_DIAGNOSIS,
@@ -76,113 +70,47 @@ def runbook(config: AlertConfig) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-_WHO: dict[XidTier, str] = {
-    "hardware": "on-call and the hardware team (pages)",
-    "application": "the job's owner (a warning routed by `xid_tier=\"application\"`, never "
-                   "a page)",
-    "informational": "no one (dashboards and the Alertmanager UI)",
-}
+def _inline(text: guide.Inline) -> str:
+    return "".join(piece if isinstance(piece, str) else _row_link(piece) for piece in text)
 
 
-def _xids_by_who_must_act(config: AlertConfig, rules: list[AlertRule]) -> list[str]:
-    """Each tier's codes, what they mean and the first action, from the tier
-    table (xids.py) as the configuration places the codes."""
-    d = config.diagnosis
-    by_tier = {r.row.xid_tier: r for r in rules if r.row is not None and r.row.xid_tier}
-    out = [
-        "# Xids by who must act",
-        "",
-        "Every Xid the driver reports is counted (`gpu_xid_errors_total{xid}`, and "
-        "`gpu_xid_errors_all_total`, which starts at 0 so `increase()` sees the first one) and "
-        "lands in one tier, by who owns its cause. The tiers follow NVIDIA's Xid catalog "
-        f"({CATALOG_URL}): its immediate action is the first step below. A site can move a "
-        "code with `diagnosis: {hardware_xids: [...], application_xids: [...], "
-        "informational_xids: [...]}`; a code in no list is informational, so a code a newer "
-        "driver adds is seen without paging anyone.",
-        "",
-    ]
-    for tier in TIERS:
-        rule = by_tier[tier]
-        out += [f"## Xid tier: {tier}", "",
-                f"Alert [`{rule.name}`](#{rule.anchor}) · severity **{rule.severity}** · "
-                f"told: {_WHO[tier]}.", "",
-                "| Xid | what it means | first action |", "|---|---|---|"]
-        for code in getattr(d, f"{tier}_xids"):
-            entry = BY_CODE.get(code)
-            if entry is None:
-                out.append(f"| {code} | (placed in this tier by the configuration) | — |")
-            else:
-                out.append(f"| {code} | {entry.meaning} | {entry.action} |")
+def _blocks(blocks: tuple[guide.Block, ...]) -> list[str]:
+    out: list[str] = []
+    for block in blocks:
+        if isinstance(block, guide.Table):
+            out += ["| " + " | ".join(block.header) + " |", "|" + "---|" * len(block.header)]
+            out += ["| " + " | ".join(_inline(cell) for cell in row) + " |" for row in block.rows]
+        else:
+            out.append(_inline(block))
         out.append("")
     return out
 
 
-def _row_link(row: t.Row) -> str:
+def _part(part: guide.Part) -> list[str]:
+    return [f"{'#' * part.level} {part.title}", "", *_blocks(part.blocks)]
+
+
+def _xids_by_who_must_act(config: AlertConfig, rules: list[AlertRule]) -> list[str]:
+    """Each tier's codes, what they mean and the first action, from the tier
+    table (xids.py) as the configuration places the codes, and the tier's alert."""
+    by_tier = {r.row.xid_tier: r for r in rules if r.row is not None and r.row.xid_tier}
+    out = [f"# {guide.XIDS_TITLE}", "", *_blocks((guide.XIDS_INTRO,))]
+    for tier in guide.TIERS:
+        rule = by_tier[tier]
+        out += [f"## Xid tier: {tier}", "",
+                f"Alert [`{rule.name}`](#{rule.anchor}) · severity **{rule.severity}** · "
+                f"told: {guide.WHO[tier]}.", "",
+                *_blocks((guide.xid_table(config.diagnosis, tier),))]
+    return out
+
+
+def _row_link(row: Row) -> str:
     return f"[`{row.key}`](#{row.anchor})"
 
 
 def _how_the_diagnosis_decides(config: AlertConfig) -> list[str]:
-    d = config.diagnosis.prose()
-    out = [
-        "# How the diagnosis picks one root cause",
-        "",
-        "Every rule is judged on its own each poll; a row turns on after its condition held "
-        f"for {d['window']} ({d['hold_ratio']} of the polls) and off after it stayed clear for "
-        f"{d['clear_after']}. Several rows of one GPU can then be on at once because one cause "
-        "produces the signals of another (a swapping host shows high iowait). The exporter "
-        "keeps the root causes and files each consequence under the root that explains it: "
-        "`gpu_diagnosis_active` is 1 only for a root cause, so no alert fires for a "
-        "consequence, and `/diagnosis` and `gpu-exporter diagnose` list the explained rows "
-        "beneath their root (`explained`, and one `explains_…` line in the evidence: "
-        "*host cpu iowait 35 %: explained by host swap 136 MB/s*).",
-        "",
-        "A consequence is explained only while the evidence ties it to its cause: the cause's "
-        f"own condition held within the last {d['explained_within']} (a swap that stopped no "
-        "longer explains the iowait that persists: both are reported), and the consequence "
-        "shows nothing of its own (the GPU's process waiting on the run queue is CPU "
-        "contention no storage stall produces). A lost GPU explains every other row of that "
-        "GPU.",
-        "",
-        "| cause | explains | why |",
-        "|---|---|---|",
-    ]
-    seen = set()
-    for e in PRECEDENCE:
-        if e.cause is t.GPU_LOST or e.restates:
-            continue
-        key = (e.cause.key, e.consequence.key)
-        if key not in seen:
-            seen.add(key)
-            out.append(f"| {_row_link(e.cause)} | {_row_link(e.consequence)} | {e.why} |")
-    out += [f"| {_row_link(t.GPU_LOST)} | every other row of the GPU | NVML cannot reach the "
-            "GPU: what else was on for it is stale |", ""]
-    out += [
-        "## NVML clock reasons and the rows they feed",
-        "",
-        "NVML documents `hw_slowdown` as an umbrella: the driver sets it (clocks cut by half or "
-        "more) for high temperature, for an external power brake and for its fast-trigger "
-        "protection against excessive power draw. Only the specific bits name the reason.",
-        "",
-        "| bits active (busy GPU) | row |",
-        "|---|---|",
-        f"| {', '.join(f'`{b}`' for b in sorted(THERMAL_REASONS))} (either), or the "
-        f"temperature within {d['thermal_margin_celsius']} of the GPU's own slowdown "
-        f"threshold | {_row_link(t.THERMAL)} |",
-        f"| `hw_power_brake` | {_row_link(t.POWER_BRAKE)} |",
-        f"| `hw_slowdown` with none of "
-        f"{', '.join(f'`{b}`' for b in sorted(SPECIFIC_SLOWDOWN_REASONS))} and a normal "
-        f"temperature | {_row_link(t.HW_SLOWDOWN)} (its own evidence: the reason is unnamed) |",
-        f"| `hw_slowdown` with a thermal bit or `hw_power_brake` | the named row; "
-        f"{_row_link(t.HW_SLOWDOWN)} is listed beneath it as explained |",
-        f"| `sw_power_cap` with the limit below the board's default and the SM clock below "
-        f"{d['clock_below_max_ratio']} of its maximum | {_row_link(t.POWER_CAP)} |",
-        "| `sw_power_cap` at the default limit | none: a busy GPU at its rated power works as "
-        "designed |",
-        f"| `applications_clocks_setting` (the application clock below the default) | "
-        f"{_row_link(t.APPLICATION_CLOCKS)} |",
-        "| `gpu_idle`, `sync_boost`, `display_clock_setting` | none |",
-        "",
-    ]
+    out = [line for part in guide.how_the_diagnosis_decides(config.diagnosis)
+           for line in _part(part)]
     cases, expected, found, false = DIAGNOSIS_MATRIX
     out += [
         "## How well it works: the confusion matrix",
@@ -209,22 +137,3 @@ def _how_the_diagnosis_decides(config: AlertConfig) -> list[str]:
 # (cases, expected root causes, found, false findings); the test fails when
 # the measured result differs, so the runbook never quotes a stale number.
 DIAGNOSIS_MATRIX = (336, 565, 565, 0)
-
-
-def _slug(text: str) -> str:
-    """A heading's anchor as GitHub makes it (lower case, punctuation dropped,
-    spaces as hyphens): the links into docs/runbook.md and /runbook agree."""
-    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
-
-
-def runbook_html(config: AlertConfig) -> str:
-    """The runbook as an HTML fragment for the exporter's /runbook: the same
-    Markdown as docs/runbook.md rendered once here, committed in the package
-    (gpu_exporter/web/runbook.html), so the daemon serves it without this
-    generator. Raw HTML in the Markdown is escaped, never passed through."""
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    tokens = md.parse(runbook(config))
-    for i, token in enumerate(tokens):
-        if token.type == "heading_open":
-            token.attrSet("id", _slug(tokens[i + 1].content))
-    return str(md.renderer.render(tokens, md.options, {}))
