@@ -26,7 +26,7 @@ def _poll(simulate: str | None, polls: int) -> list[Snapshot]:
     from gpu_exporter.daemon import Exporter
     from gpu_exporter.simulator import ScenarioError, load_scenario
 
-    settings = load({"collectors": {"diagnosis": False, "xid": False}})
+    settings = load({"collectors": {"xid": False}, "diagnosis": {"enabled": False}})
     if simulate:
         logging.disable(logging.ERROR)
         try:
