@@ -1,5 +1,5 @@
 """A simulated fleet behind the shipped multi-cluster setup: the fleet's nodes
-(gpu_exporter.fleet), one Prometheus agent per cluster
+(gpu_exporter.commands.fleet), one Prometheus agent per cluster
 (deploy/central-store/cluster-agent.yml) remote-writing to a central Prometheus
 (deploy/central-store/central.yml) that evaluates the rules. The shipped
 configs are used as they are, with only addresses, intervals and paths set.
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpu_exporter.fleet import Fleet, FleetNode, free_port, stop_process
+from gpu_exporter.commands.fleet import Fleet, FleetNode, free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CENTRAL_STORE = ROOT / "deploy" / "central-store"

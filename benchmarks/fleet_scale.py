@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.central_store import CentralStore
-from gpu_exporter.dashboards.generate import FLEET
-from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
-from gpu_exporter.fleet import DEFAULT_MIX, parse_mix, plan
+from gpu_exporter.commands.fleet import DEFAULT_MIX, parse_mix, plan
+from gpu_exporter_mixin.dashboards.generate import FLEET
+from gpu_exporter_mixin.dashboards.queries import panel_queries, panels, substitute
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "alerts" / "gpu-exporter.rules.yml"

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
               "(try --simulate NAME)", file=sys.stderr)
         return 2
     own: dict[str, float] = {}
-    for collector in exporter.poller.collectors:
+    for collector in exporter.poller.stages:
         def collect(out: Any, _collect: Any = collector.collect,
                     _name: str = collector.name) -> None:
             c0 = time.process_time()

@@ -96,7 +96,7 @@ class Ours(Target):
         self.port = self.exporter.port
         # Where a poll's CPU goes, per collector, less the simulator's share.
         self._own: dict[str, float] = {}
-        for collector in self.exporter.poller.collectors:
+        for collector in self.exporter.poller.stages:
             collector.collect = self._timed(collector.name, collector.collect, acc)  # type: ignore[method-assign,assignment]
 
     def _timed(self, name: str, collect: Callable[[Any], None],

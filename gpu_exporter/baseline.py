@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Self
 
 from gpu_exporter import __version__
-from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.readings import GpuReading, PcieKernelView, PollReadings
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, Snapshot, SnapshotBuilder
+from gpu_exporter.stage import Derivation
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +151,12 @@ def load(path: Path) -> dict[str, Any]:
     return data
 
 
-class BaselineCollector(Collector):
-    """Compares every poll with the baseline file and exports the drifts."""
+class BaselineCheck(Derivation):
+    """Compares every poll with the baseline file and exports the drifts; on
+    exactly when ``--baseline.file`` is set."""
 
     name = "baseline"
     description = "drift from the node baseline (--baseline.file)"
-    settings = ("baseline_file",)
     starts_on_reload = False  # the baseline file is read at start
 
     def __init__(self, path: Path) -> None:
@@ -170,7 +170,7 @@ class BaselineCollector(Collector):
 
     @classmethod
     def wanted(cls, settings: Settings) -> bool:
-        return settings.baseline_file is not None and super().wanted(settings)
+        return settings.baseline_file is not None
 
     def collect(self, out: SnapshotBuilder) -> None:
         if out.readings.gpus is None:

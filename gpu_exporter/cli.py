@@ -16,7 +16,14 @@ from typing import Any, NoReturn
 
 from gpu_exporter import __version__
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
-from gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, Settings, load
+from gpu_exporter.config import (
+    DEFAULT_LISTEN_ADDRESS,
+    RETIRED_COLLECTORS,
+    ConfigError,
+    Settings,
+    load,
+)
+from gpu_exporter.thresholds import DiagnosisConfig
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
@@ -103,6 +110,9 @@ def _daemon_parser() -> _Parser:
     p.add_argument("--metrics.detail", dest="metrics.detail",
                    action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                    help=METRICS_DETAIL_HELP)
+    p.add_argument("--diagnosis.enabled", dest="diagnosis.enabled",
+                   action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                   help=f"{DiagnosisConfig.model_fields['enabled'].description} (default on)")
     for name, info in COLLECTORS.items():
         state = "enabled" if info.default else "disabled"
         # --collector.X and --no-collector.X, both shown in --help.
@@ -110,6 +120,11 @@ def _daemon_parser() -> _Parser:
                        action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                        help=f"Enable or disable the {name} collector ({info.description}; "
                        f"{state} by default).")
+    for name in RETIRED_COLLECTORS:
+        # Still accepted, with a warning (see config.RETIRED_COLLECTORS); not shown.
+        p.add_argument(f"--collector.{name}", dest=f"collectors.{name}",
+                       action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
     return p
 
 
@@ -198,9 +213,9 @@ def _catalog(argv: Sequence[str]) -> int:
 
 
 def _record(argv: Sequence[str]) -> int:
+    from gpu_exporter.commands.recording import record
     from gpu_exporter.config import parse_duration
     from gpu_exporter.nvml.errors import NvmlError
-    from gpu_exporter.recording import record
     from gpu_exporter.simulator import ScenarioError
 
     p = _Parser(prog=f"{PROG} record", description="Poll this node's GPUs (or a simulated "
@@ -232,19 +247,19 @@ def _record(argv: Sequence[str]) -> int:
 
 
 def _baseline(argv: Sequence[str]) -> int:
-    from gpu_exporter.baseline_command import main as baseline_main
+    from gpu_exporter.commands.baseline import main as baseline_main
 
     return baseline_main(argv, _Parser)
 
 
 def _diagnose(argv: Sequence[str]) -> int:
-    from gpu_exporter.diagnose_command import main as diagnose_main
+    from gpu_exporter.commands.diagnose import main as diagnose_main
 
     return diagnose_main(argv, _Parser)
 
 
 def _fleet(argv: Sequence[str]) -> int:
-    from gpu_exporter.fleet import main as fleet_main
+    from gpu_exporter.commands.fleet import main as fleet_main
 
     return fleet_main(argv, _Parser)
 

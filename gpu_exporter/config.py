@@ -11,6 +11,7 @@ the setting, where it came from and what is wrong.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import typing
 from collections.abc import Collection, Mapping
@@ -29,6 +30,8 @@ from gpu_exporter.config_types import (
     parse_listen_address,
 )
 from gpu_exporter.thresholds import DiagnosisConfig
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(Exception):
@@ -237,6 +240,52 @@ def _origin(loc: tuple[Any, ...], flags: dict[str, Any], file_values: dict[str, 
     return "configuration"
 
 
+# The derivations were switched like readers once (``--[no-]collector.diagnosis``,
+# ``collectors: {baseline: ...}``). Those keys still work, with a warning, until
+# a later release refuses them: each maps onto the setting that switches the
+# derivation now (None: the baseline runs exactly when its file is set).
+RETIRED_COLLECTORS: dict[str, tuple[str, str] | None] = {
+    "diagnosis": ("diagnosis", "enabled"),
+    "baseline": None,
+}
+
+
+def _retired_collectors(values: dict[str, Any]) -> list[str]:
+    """Move the retired ``collectors`` keys of ``values`` onto their settings;
+    the warnings to give, one line each."""
+    collectors = values.get("collectors")
+    if not isinstance(collectors, dict) or not collectors.keys() & RETIRED_COLLECTORS.keys():
+        return []
+    # Copies: the nested mappings may be the caller's (the flags, kept for reloads).
+    collectors = values["collectors"] = dict(collectors)
+    notes = []
+    for name, target in RETIRED_COLLECTORS.items():
+        if name not in collectors:
+            continue
+        on = collectors.pop(name)
+        old = f"collectors.{name} (--[no-]collector.{name})"
+        if target is None:
+            if on is False and values.get("baseline_file") is not None:
+                values["baseline_file"] = None
+                notes.append(f"{old} is deprecated: the baseline comparison runs exactly when "
+                             "baseline_file (--baseline.file) is set; leave it unset instead "
+                             "(switched off as asked)")
+            else:
+                notes.append(f"{old} is deprecated and has no effect: the baseline "
+                             "comparison runs exactly when baseline_file (--baseline.file) is "
+                             "set")
+            continue
+        section, key = target
+        new = f"{section}.{key} (--[no-]{section}.{key.replace('_', '-')})"
+        node = values.get(section, {})
+        if isinstance(node, dict) and key not in node:
+            values[section] = {**node, key: on}
+            notes.append(f"{old} is deprecated: use {new}")
+        else:
+            notes.append(f"{old} is deprecated and ignored: {new} is set")
+    return notes
+
+
 def load(flags: dict[str, Any], config_file: Path | None = None,
          known_collectors: Collection[str] | None = None) -> Settings:
     """Build the settings or raise ConfigError with one operator-facing line.
@@ -246,6 +295,8 @@ def load(flags: dict[str, Any], config_file: Path | None = None,
     them, the configuration does not)."""
     file_values = read_config_file(config_file) if config_file else {}
     values = _merged(flags, _merged(environment_values(os.environ), file_values))
+    for note in _retired_collectors(values):
+        log.warning("%s", note)
     try:
         settings = Settings(**values)
     except ValidationError as exc:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_exporter import logs, pipeline
 from gpu_exporter.baseline import DRIFTS
-from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
@@ -29,9 +28,10 @@ from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.stage import Stage
 from gpu_exporter.web.app import App, Request, Response
 from gpu_exporter.web.doctor import NodePage
-from gpu_exporter.web.runbook import runbook
+from gpu_exporter.web.runbook import Runbook
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 
 if TYPE_CHECKING:
@@ -71,8 +71,7 @@ class Exporter:
                                    call_timeout=None if synchronous else settings.poll.timeout)
         self.runtime = Runtime(settings, self.session, monotonic, wall_clock, synchronous,
                                watch_udev=simulation is None)
-        self.collectors = pipeline.build(self.runtime)
-        self.poller = Poller(self.collectors, settings.poll.interval, self.session,
+        self.poller = Poller(pipeline.build(self.runtime), settings.poll.interval, self.session,
                              wall_clock=wall_clock, monotonic=monotonic,
                              detail=settings.metrics.detail)
         if simulation is not None:
@@ -90,7 +89,7 @@ class Exporter:
             snapshot=lambda: self.poller.latest,
         )
         self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
-        self.app.add_route("/runbook", runbook)
+        self.app.add_route("/runbook", Runbook(lambda: self.settings.diagnosis))
         self.app.set_landing(NodePage(
             lambda: self.poller.latest, self.history, self._visibility,
             links=lambda: self.app.links, refresh_s=lambda: self.settings.poll.interval,
@@ -141,13 +140,13 @@ class Exporter:
         changed = [name for name in type(new).model_fields
                    if getattr(new, name) != getattr(old, name)]
         later = [name for name in changed if name in RESTART_SETTINGS]
-        # Build what the new settings need before changing anything: a collector
+        # Build what the new settings need before changing anything: a stage
         # that cannot be built fails the reload with the old configuration intact.
-        collectors = self._collectors_for(new)
+        stages = self._stages_for(new)
         self.settings = self.runtime.settings = new
-        # Applied by the poll thread between two polls: the collectors swapped,
+        # Applied by the poll thread between two polls: the stages swapped,
         # each handed the new settings, the interval and call timeout changed.
-        self.poller.reconfigure(collectors, new)
+        self.poller.reconfigure(stages, new)
         self.app.set_health_check(staleness_check(  # a longer interval is not staleness
             lambda: self.poller.latest.timestamp if self.poller.latest else None,
             new.poll.interval, self._started, self._wall))
@@ -159,14 +158,14 @@ class Exporter:
         if new.log != old.log:
             logs.setup(new.log.level, new.log.format)
 
-    def _collectors_for(self, new: Settings) -> list[Collector]:
-        """The collectors the new settings enable, in run order: the running
-        ones kept, the newly enabled ones built."""
-        running = {c.name: c for c in self.poller.planned()}
+    def _stages_for(self, new: Settings) -> list[Stage]:
+        """The stages the new settings enable, in run order: the running ones
+        kept, the newly enabled ones built."""
+        running = {s.name: s for s in self.poller.planned()}
         out = []
         rt = Runtime(new, self.session, self.runtime.monotonic, self.runtime.wall_clock,
                      self.runtime.synchronous, self.runtime.watch_udev)
-        for kind in pipeline.COLLECTORS.values():
+        for kind in pipeline.STAGES.values():
             if not kind.wanted(new):
                 continue
             current = running.get(kind.name)
@@ -176,7 +175,7 @@ class Exporter:
                 current = kind.build(rt)
                 log.info("collector %s switched on", kind.name)
             out.append(current)
-        for name in running.keys() - {c.name for c in out}:
+        for name in running.keys() - {s.name for s in out}:
             log.info("collector %s switched off", name)
         return out
 

@@ -1,7 +1,8 @@
-"""The poll loop: on a fixed interval, run every enabled collector into one
-builder, add the exporter's own health, freeze it and publish it.
+"""The poll loop: on a fixed interval, run every enabled stage (the readers,
+then the derivations) into one builder, add the exporter's own health, freeze
+it and publish it.
 
-A collector that raises never fails the poll: it is reported through
+A stage that raises never fails the poll: it is reported through
 ``gpu_exporter_collector_success`` 0, logged once until it recovers, and run
 again next poll.
 """
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 
 from gpu_exporter import __version__
 from gpu_exporter.catalog import DETAIL
-from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import Settings
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.stage import Stage
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ Listener = Callable[[Snapshot], None]
 class _Reconfiguration:
     """A reloaded configuration waiting for the end of the running poll."""
 
-    collectors: tuple[Collector, ...]
+    stages: tuple[Stage, ...]
     settings: Settings
 
 
@@ -47,14 +48,14 @@ def _binding_version() -> str:
 class Poller:
     def __init__(
         self,
-        collectors: Sequence[Collector],
+        stages: Sequence[Stage],
         interval: float,
         session: NvmlSession | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         detail: bool = False,
     ) -> None:
-        self.collectors = list(collectors)
+        self.stages = list(stages)
         # Whether the detail families (catalog DETAIL) are exported too.
         self.detail = detail
         self.interval = interval
@@ -65,7 +66,7 @@ class Poller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing: set[str] = set()
-        self._errors_total: dict[str, int] = {c.name: 0 for c in self.collectors}
+        self._errors_total: dict[str, int] = {s.name: 0 for s in self.stages}
         self.polls = 0
         self.listeners: list[Listener] = []
         # Called before each poll (the simulator advances its host files here).
@@ -76,7 +77,7 @@ class Poller:
         self.reload_success = True
         self.reload_success_timestamp = wall_clock()
         # A reloaded configuration, applied between two polls on the poll
-        # thread, so no collector is swapped, reconfigured or closed while it runs.
+        # thread, so no stage is swapped, reconfigured or closed while it runs.
         self._pending: _Reconfiguration | None = None
         self._pending_lock = threading.Lock()
 
@@ -88,25 +89,24 @@ class Poller:
     def ready(self) -> bool:
         return self._latest is not None
 
-    def planned(self) -> list[Collector]:
-        """The collectors the next poll runs: those of a reconfiguration still
+    def planned(self) -> list[Stage]:
+        """The stages the next poll runs: those of a reconfiguration still
         waiting for it, else the running ones."""
         with self._pending_lock:
             pending = self._pending
-        return list(pending.collectors if pending is not None else self.collectors)
+        return list(pending.stages if pending is not None else self.stages)
 
-    def reconfigure(self, collectors: Sequence[Collector], settings: Settings) -> None:
-        """From the next poll on: poll ``collectors`` (those no longer listed are
+    def reconfigure(self, stages: Sequence[Stage], settings: Settings) -> None:
+        """From the next poll on: run ``stages`` (those no longer listed are
         closed), hand each the new settings, and poll at the new interval. A
-        later call before that poll replaces an earlier one; collectors built
-        for the earlier one and not kept are closed now (they never ran)."""
+        later call before that poll replaces an earlier one; stages built for
+        the earlier one and not kept are closed now (they never ran)."""
         with self._pending_lock:
-            replaced, self._pending = self._pending, _Reconfiguration(tuple(collectors),
-                                                                      settings)
+            replaced, self._pending = self._pending, _Reconfiguration(tuple(stages), settings)
         if replaced is None:
             return
-        kept = {id(c) for c in collectors} | {id(c) for c in self.collectors}
-        for c in replaced.collectors:
+        kept = {id(c) for c in stages} | {id(c) for c in self.stages}
+        for c in replaced.stages:
             if id(c) not in kept:
                 try:
                     c.close()
@@ -123,15 +123,15 @@ class Poller:
             pending, self._pending = self._pending, None
         if pending is None:
             return
-        kept = {id(c) for c in pending.collectors}
-        closing = [c for c in self.collectors if id(c) not in kept]
-        self.collectors = list(pending.collectors)
+        kept = {id(c) for c in pending.stages}
+        closing = [c for c in self.stages if id(c) not in kept]
+        self.stages = list(pending.stages)
         for c in closing:
             try:
                 c.close()
             except Exception:
                 log.exception("closing collector %s failed", c.name)
-        for c in self.collectors:
+        for c in self.stages:
             self._errors_total.setdefault(c.name, 0)
             try:
                 c.reconfigure(pending.settings)
@@ -157,30 +157,30 @@ class Poller:
         for hook in self.before_poll:
             hook()
         out = SnapshotBuilder(self._wall())
-        for collector in self.collectors:
+        for stage in self.stages:
             t0 = self._mono()
             ok = True
             try:
-                collector.collect(out)
-            except Exception as exc:  # a failing reader must never take the poll down
+                stage.collect(out)
+            except Exception as exc:  # a failing stage must never take the poll down
                 ok = False
-                self._errors_total[collector.name] += 1
-                if collector.name not in self._failing:
-                    log.error("collector %s failed: %s", collector.name, exc,
+                self._errors_total[stage.name] += 1
+                if stage.name not in self._failing:
+                    log.error("collector %s failed: %s", stage.name, exc,
                               exc_info=log.isEnabledFor(logging.DEBUG))
             else:
-                self._errors_total[collector.name] += collector.errors()
-                if collector.name in self._failing:
-                    log.info("collector %s recovered", collector.name)
+                self._errors_total[stage.name] += stage.errors()
+                if stage.name in self._failing:
+                    log.info("collector %s recovered", stage.name)
             if ok:
-                self._failing.discard(collector.name)
+                self._failing.discard(stage.name)
             else:
-                self._failing.add(collector.name)
-            out.add("gpu_exporter_collector_success", ok, collector=collector.name)
+                self._failing.add(stage.name)
+            out.add("gpu_exporter_collector_success", ok, collector=stage.name)
             out.add("gpu_exporter_collector_duration_seconds", self._mono() - t0,
-                    collector=collector.name)
-            out.add("gpu_exporter_collector_errors_total", self._errors_total[collector.name],
-                    collector=collector.name)
+                    collector=stage.name)
+            out.add("gpu_exporter_collector_errors_total", self._errors_total[stage.name],
+                    collector=stage.name)
         self._add_self(out, self._mono() - start)
         if not self.detail:
             # The collectors read them anyway (the aggregates and the diagnosis
@@ -241,11 +241,11 @@ class Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        self._apply_pending()  # collectors a reload switched off are closed too
-        for collector in self.collectors:
+        self._apply_pending()  # stages a reload switched off are closed too
+        for stage in self.stages:
             try:
-                collector.close()
+                stage.close()
             except Exception:
-                log.exception("closing collector %s failed", collector.name)
+                log.exception("closing collector %s failed", stage.name)
         if self.session is not None:
             self.session.close()

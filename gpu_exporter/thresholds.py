@@ -16,6 +16,9 @@ from gpu_exporter.xids import XidTier, codes
 class DiagnosisConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    enabled: bool = Field(True, description=(
+        "Judge the symptom -> cause table every poll (gpu_diagnosis_active, /diagnosis and "
+        "the node page's findings); off, the exporter only reads."))
     # A condition must hold this long before its row turns on ...
     window: Duration = Field(30.0, ge=0)
     # ... and stay clear this long before it turns off (no flapping).

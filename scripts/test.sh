@@ -14,7 +14,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing the exporter and its test tools into .venv"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]' -e ./mixin
 
 # Prometheus, promtool, Alertmanager and amtool from Debian's packages. They are
 # unpacked into .tools/ rather than installed, so no system service is ever

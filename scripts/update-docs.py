@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from gpu_exporter.docs import render
+from gpu_exporter_mixin.docs import render
 
 readme = Path(__file__).resolve().parent.parent / "README.md"
 readme.write_text(render(readme.read_text()))

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import Settings
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.model import GpuCondition, Node, Scenario, Step
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.stage import Stage
 from tests.simnode import VirtualClock
 
 
@@ -30,14 +30,14 @@ class OneGpu:
         settings = Settings(path={"procfs": self.node.procfs, "sysfs": self.node.sysfs})
         self.runtime = Runtime(settings, self.session, self.clock, self.clock,
                                synchronous=True, watch_udev=False)
-        self.built: list[Collector] = []
+        self.built: list[Stage] = []
 
-    def build(self, kind: type[Collector]) -> Collector:
+    def build(self, kind: type[Stage]) -> Stage:
         collector = kind.build(self.runtime)
         self.built.append(collector)
         return collector
 
-    def poll(self, *collectors: Collector, seconds: float = 1.0) -> Snapshot:
+    def poll(self, *collectors: Stage, seconds: float = 1.0) -> Snapshot:
         """Advance the clock, then run the collectors, in order, into one snapshot."""
         self.clock.advance(seconds)
         self.node.refresh()

@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.alerting import templates
-from gpu_exporter.alerting.config import AlertConfigError, load_config
-from gpu_exporter.alerting.generate import (
+from gpu_exporter.catalog import BY_NAME
+from gpu_exporter.config_types import parse_duration
+from gpu_exporter.diagnosis.table import ROWS, XID, XID_APPLICATION, XID_INFORMATIONAL, Row
+from gpu_exporter_mixin.alerting import templates
+from gpu_exporter_mixin.alerting.config import AlertConfigError, load_config
+from gpu_exporter_mixin.alerting.generate import (
     PROMETHEUS_RULE,
     RULES,
     RUNBOOK,
@@ -22,17 +25,14 @@ from gpu_exporter.alerting.generate import (
     differences,
     outputs,
 )
-from gpu_exporter.alerting.promql import metric_names
-from gpu_exporter.alerting.render import ANNOTATIONS
-from gpu_exporter.alerting.rules import alert_rules
-from gpu_exporter.alerting.templates import (
+from gpu_exporter_mixin.alerting.promql import metric_names
+from gpu_exporter_mixin.alerting.render import ANNOTATIONS
+from gpu_exporter_mixin.alerting.rules import alert_rules
+from gpu_exporter_mixin.alerting.templates import (
     duration,
     humanize1024,
     humanize_percentage,
 )
-from gpu_exporter.catalog import BY_NAME
-from gpu_exporter.config_types import parse_duration
-from gpu_exporter.diagnosis.table import ROWS, XID, XID_APPLICATION, XID_INFORMATIONAL, Row
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ def github_anchors(markdown: str) -> set[str]:
 
 def test_committed_files_are_what_the_generator_produces() -> None:
     assert differences(load_config()) == [], \
-        "regenerate with: .venv/bin/python -m gpu_exporter.alerting"
+        "regenerate with: .venv/bin/python -m gpu_exporter_mixin.alerting"
 
 
 def test_generator_covers_every_output() -> None:

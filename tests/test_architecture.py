@@ -20,11 +20,17 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, check=False, timeout=120)
 
 
-def test_contract_is_kept_and_fails_on_an_upward_import(tmp_path: Path) -> None:
-    tree = tmp_path / "src"
-    shutil.copytree(ROOT / "gpu_exporter", tree / "gpu_exporter",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+def _copy(tree: Path) -> Path:
+    """The exporter and the mixin with the contracts, in a tree of their own."""
+    for package in ("gpu_exporter", "mixin/gpu_exporter_mixin"):
+        shutil.copytree(ROOT / package, tree / Path(package).name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return tree
+
+
+def test_contract_is_kept_and_fails_on_an_upward_import(tmp_path: Path) -> None:
+    tree = _copy(tmp_path / "src")
     kept = _lint(tree)
     assert kept.returncode == 0, kept.stdout + kept.stderr
 
@@ -36,3 +42,13 @@ def test_contract_is_kept_and_fails_on_an_upward_import(tmp_path: Path) -> None:
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "gpu_exporter.config is not allowed to import gpu_exporter.collectors" \
         in broken.stdout
+
+
+def test_a_module_in_no_layer_breaks_the_contract(tmp_path: Path) -> None:
+    """The contract is exhaustive: a new module at the top of gpu_exporter/
+    must be given its layer, or the check fails naming it."""
+    tree = _copy(tmp_path / "src")
+    (tree / "gpu_exporter" / "stray.py").write_text('"""In no layer."""\n')
+    broken = _lint(tree)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "gpu_exporter.stray" in broken.stdout

@@ -17,7 +17,8 @@ from gpu_exporter.collectors.samples import SamplesCollector
 from gpu_exporter.collectors.xid import XidCollector
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.signals import INPUTS
-from gpu_exporter.pipeline import COLLECTORS, DERIVATIONS, READERS
+from gpu_exporter.pipeline import COLLECTORS, DERIVATIONS, READERS, STAGES
+from gpu_exporter.stage import Derivation, Stage
 from tests.onegpu import OneGpu
 
 READERS_BY_NAME = {c.name: c for c in READERS}
@@ -236,15 +237,20 @@ def test_the_diagnosis_inputs_are_collectors() -> None:
 
 
 def test_the_catalog_names_real_collectors() -> None:
-    known = set(COLLECTORS) | {"exporter"}
+    known = set(STAGES) | {"exporter"}
     wrong = {m.name: m.collector for m in CATALOG if m.collector not in known}
     assert not wrong
     assert next(m for m in CATALOG if m.name == "gpu_baseline_drift").collector == "baseline"
 
 
 def test_readers_run_before_derivations_and_nvml_readers_share_the_base() -> None:
-    order = list(COLLECTORS.values())
+    order = list(STAGES.values())
     assert order == [*READERS, *DERIVATIONS]
+    assert all(issubclass(kind, Collector) for kind in READERS)
+    # Derivations are no readers: no --collector.<name> switch of their own.
+    assert all(issubclass(kind, Derivation) and not issubclass(kind, Collector)
+               for kind in DERIVATIONS)
+    assert set(COLLECTORS) == {kind.name for kind in READERS}
     assert order.index(MigCollector) < order.index(GpmCollector)
     for kind in (DeviceCollector, MigCollector, GpmCollector, SamplesCollector,
                  NvlinkCollector, XidCollector):
@@ -253,14 +259,14 @@ def test_readers_run_before_derivations_and_nvml_readers_share_the_base() -> Non
 
 def test_reconfigure_hands_reloaded_settings_to_a_collector() -> None:
     from gpu_exporter.collectors.processes import ProcessesCollector
-    from gpu_exporter.diagnosis.engine import DiagnosisCollector
+    from gpu_exporter.diagnosis.engine import Diagnosis
 
     with OneGpu() as node:
         procs = node.build(ProcessesCollector)
-        diag = node.build(DiagnosisCollector)
+        diag = node.build(Diagnosis)
         new = Settings(processes={"max_per_gpu": 3}, diagnosis={"window": "5s"})
-        c: Collector
+        c: Stage
         for c in (procs, diag):
             c.reconfigure(new)
         assert isinstance(procs, ProcessesCollector) and procs.max_per_gpu == 3
-        assert isinstance(diag, DiagnosisCollector) and diag.cfg.window == 5.0
+        assert isinstance(diag, Diagnosis) and diag.cfg.window == 5.0

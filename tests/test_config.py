@@ -155,3 +155,75 @@ def test_bad_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigError) as err:
         parse_settings([])
     assert "environment variable GPU_EXPORTER_POLL__INTERVAL" in str(err.value)
+
+
+# --- the diagnosis and the baseline are no collectors -------------------------
+
+
+def test_the_derivations_are_switched_by_their_own_settings(tmp_path: Path) -> None:
+    from gpu_exporter.pipeline import STAGES
+
+    assert parse_settings([]).diagnosis.enabled is True
+    off = parse_settings(["--no-diagnosis.enabled"])
+    assert off.diagnosis.enabled is False and not STAGES["diagnosis"].wanted(off)
+    assert not STAGES["baseline"].wanted(parse_settings([]))
+    assert STAGES["baseline"].wanted(parse_settings(["--baseline.file", str(tmp_path / "b")]))
+
+
+@pytest.mark.parametrize("given", ["flag", "file", "environment"])
+def test_the_retired_diagnosis_switch_still_works_with_a_warning(
+        given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A node upgraded with --no-collector.diagnosis in its arguments keeps
+    running as it did, and its log names the setting to use now."""
+    argv: list[str] = []
+    if given == "flag":
+        argv = ["--no-collector.diagnosis"]
+    elif given == "file":
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text("collectors: {diagnosis: false, device: true}\n")
+        argv = ["--config.file", str(cfg)]
+    else:
+        monkeypatch.setenv("GPU_EXPORTER_COLLECTORS__DIAGNOSIS", "false")
+    settings = parse_settings(argv)
+    assert settings.diagnosis.enabled is False
+    assert "diagnosis" not in settings.collectors
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "collectors.diagnosis" in warning and "deprecated" in warning
+    assert "diagnosis.enabled" in warning
+
+
+def test_the_new_diagnosis_switch_wins_over_the_retired_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    settings = parse_settings(["--no-collector.diagnosis", "--diagnosis.enabled"])
+    assert settings.diagnosis.enabled is True
+    assert "ignored" in caplog.text
+
+
+def test_the_retired_baseline_switch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = str(tmp_path / "baseline.json")
+    assert parse_settings(["--baseline.file", path, "--no-collector.baseline"]
+                          ).baseline_file is None
+    assert "switched off as asked" in caplog.text
+    assert str(parse_settings(["--baseline.file", path, "--collector.baseline"]
+                              ).baseline_file) == path
+    assert "has no effect" in caplog.text
+
+
+def test_help_offers_no_collector_switch_for_a_derivation(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_exporter.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "--no-diagnosis.enabled" in text
+    assert "collector.diagnosis" not in text and "collector.baseline" not in text
+
+
+def test_an_unknown_collector_is_still_refused() -> None:
+    from gpu_exporter.config import load
+    from gpu_exporter.pipeline import COLLECTORS
+
+    with pytest.raises(ConfigError, match="unknown collector 'diagnosys'"):
+        load({"collectors": {"diagnosys": False}}, known_collectors=COLLECTORS)

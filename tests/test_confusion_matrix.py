@@ -10,7 +10,7 @@ would name; which cause explains which is written here independently of
 The test prints the confusion matrix (expected root -> what was reported) and
 fails on any reported finding that was not expected (a wrong root, or anything
 on a near miss) and on recall below 95 %. docs/runbook.md quotes the result
-(``gpu_exporter.alerting.runbook.DIAGNOSIS_MATRIX``); the test holds it to that.
+(``gpu_exporter_mixin.alerting.runbook.DIAGNOSIS_MATRIX``); the test holds it to that.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.alerting.runbook import DIAGNOSIS_MATRIX
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.simulator.model import Scenario
+from gpu_exporter_mixin.alerting.runbook import DIAGNOSIS_MATRIX
 from tests.simnode import SimRun
 
 IDLE_UTIL, UNDERFED_UTIL, BUSY_UTIL = 0.03, 0.2, 0.95
@@ -332,4 +332,4 @@ def test_confusion_matrix() -> None:
     measured = (len(cases), expected_total, found, len(wrong))
     assert measured == DIAGNOSIS_MATRIX, (
         f"docs/runbook.md quotes {DIAGNOSIS_MATRIX}, measured {measured}: update "
-        "DIAGNOSIS_MATRIX in gpu_exporter/alerting/runbook.py and regenerate")
+        "DIAGNOSIS_MATRIX in mixin/gpu_exporter_mixin/alerting/runbook.py and regenerate")

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.alerting.config import load_config
-from gpu_exporter.dashboards.build import JOBS_SHOWN
-from gpu_exporter.dashboards.generate import FLEET, NODE
-from gpu_exporter.dashboards.owners import Owners
-from gpu_exporter.dashboards.panels import Filters
-from gpu_exporter.dashboards.queries import panels, substitute
+from gpu_exporter_mixin.alerting.config import load_config
+from gpu_exporter_mixin.dashboards.build import JOBS_SHOWN
+from gpu_exporter_mixin.dashboards.generate import FLEET, NODE
+from gpu_exporter_mixin.dashboards.owners import Owners
+from gpu_exporter_mixin.dashboards.panels import Filters
+from gpu_exporter_mixin.dashboards.queries import panels, substitute
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,12 +20,12 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
 from benchmarks.fleet_scale import fleet_queries
-from gpu_exporter.alerting.config import load_config
-from gpu_exporter.alerting.generate import RULES
-from gpu_exporter.alerting.promql import metric_names
 from gpu_exporter.catalog import BY_NAME, DETAIL
-from gpu_exporter.dashboards.generate import FLEET, NODE, differences
-from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
+from gpu_exporter_mixin.alerting.config import load_config
+from gpu_exporter_mixin.alerting.generate import RULES
+from gpu_exporter_mixin.alerting.promql import metric_names
+from gpu_exporter_mixin.dashboards.generate import FLEET, NODE, differences
+from gpu_exporter_mixin.dashboards.queries import panel_queries, panels, substitute
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def _recording_rules() -> set[str]:
 
 def test_committed_dashboards_are_what_the_generator_produces() -> None:
     assert differences(load_config()) == [], \
-        "regenerate with: .venv/bin/python -m gpu_exporter.dashboards"
+        "regenerate with: .venv/bin/python -m gpu_exporter_mixin.dashboards"
 
 
 @pytest.mark.parametrize("name", DASHBOARDS)

@@ -4,9 +4,13 @@ silently reporting "nothing wrong"."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
+from gpu_exporter.diagnosis.signals import INPUTS
+from gpu_exporter.readings import PollReadings
 from tests.simnode import DetailRun
 
 
@@ -33,13 +37,18 @@ def test_device_off_is_visible_not_silent() -> None:
     assert run.exporter.findings()["inputs_missing"] == ["device"]
 
 
-@pytest.mark.parametrize("reader", ["processes", "host", "pcie", "gpm", "samples", "xid"])
+@pytest.mark.parametrize("reader", ["processes", "host", "pcie", "gpm", "samples", "xid",
+                                    "attribution"])
 def test_each_reader_off_is_named(reader: str) -> None:
     run = DetailRun("healthy", collectors={reader: False})
     snap = run.poll(2)
     assert [labels["input"] for labels, _ in
             snap.series("gpu_diagnosis_input_missing")] == [reader]
     assert snap.derived(INPUTS_MISSING) == (reader,)
+    # The readings field the rules take from that reader is the one left unread.
+    unread = {f.name for f in fields(PollReadings) if getattr(snap.readings, f.name) is None}
+    assert INPUTS[reader] in unread
+    assert not unread & {INPUTS[other] for other in INPUTS if other != reader}
     # The GPUs are still judged on what was read.
     assert snap.series("gpu_diagnosis_active")
 

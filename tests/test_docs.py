@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpu_exporter.docs import render
+from gpu_exporter_mixin.docs import render
 
 ROOT = Path(__file__).resolve().parent.parent
 

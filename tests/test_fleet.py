@@ -18,10 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter import fleet
-from gpu_exporter.alerting.cases import selector_labels
-from gpu_exporter.alerting.config import load_config
-from gpu_exporter.fleet import (
+from gpu_exporter.commands import fleet
+from gpu_exporter.commands.fleet import (
     DEFAULT_MIX,
     KINDS,
     OLD_DRIVER,
@@ -32,6 +30,8 @@ from gpu_exporter.fleet import (
 )
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import Scenario
+from gpu_exporter_mixin.alerting.cases import selector_labels
+from gpu_exporter_mixin.alerting.config import load_config
 from tests.tools import tool
 
 

@@ -37,11 +37,11 @@ import pytest
 import yaml
 
 from benchmarks.central_store import CentralStore
-from gpu_exporter.alerting.config import load_config
-from gpu_exporter.alerting.rules import GROUP_FLEET, alert_rules
-from gpu_exporter.dashboards.generate import FLEET
-from gpu_exporter.dashboards.queries import panel_queries, panels, substitute
-from gpu_exporter.fleet import DEFAULT_MIX, FleetNode, NodeKind, parse_mix, plan
+from gpu_exporter.commands.fleet import DEFAULT_MIX, FleetNode, NodeKind, parse_mix, plan
+from gpu_exporter_mixin.alerting.config import load_config
+from gpu_exporter_mixin.alerting.rules import GROUP_FLEET, alert_rules
+from gpu_exporter_mixin.dashboards.generate import FLEET
+from gpu_exporter_mixin.dashboards.queries import panel_queries, panels, substitute
 from tests.test_live_stack import EXPORTER_CONFIG, RATE_WINDOW_FILLED_S, wait_for
 from tests.tools import tool
 

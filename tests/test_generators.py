@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.alerting import __main__ as alerts_main
-from gpu_exporter.alerting.generate import RUNBOOK
-from gpu_exporter.dashboards import __main__ as dashboards_main
-from gpu_exporter.dashboards.generate import NODE
+from gpu_exporter_mixin.alerting import __main__ as alerts_main
+from gpu_exporter_mixin.alerting.generate import RUNBOOK
+from gpu_exporter_mixin.dashboards import __main__ as dashboards_main
+from gpu_exporter_mixin.dashboards.generate import NODE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,8 +55,8 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path,
 
 def test_the_exporter_imports_no_generator_and_no_dashboard_sdk() -> None:
     code = ("import sys, gpu_exporter.cli, gpu_exporter.daemon, gpu_exporter.pipeline; "
-            "bad = sorted(m for m in sys.modules if m.startswith(('gpu_exporter.alerting', "
-            "'gpu_exporter.dashboards', 'grafana_foundation_sdk', 'promql_parser', 'psutil'))); "
+            "bad = sorted(m for m in sys.modules if m.startswith(('gpu_exporter_mixin', "
+            "'grafana_foundation_sdk', 'promql_parser', 'markdown_it', 'psutil'))); "
             "print(bad); raise SystemExit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=False)

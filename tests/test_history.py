@@ -15,16 +15,16 @@ from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.simnode import EPOCH, SimRun
 
-# Everything but the device and GPM readers off: the history reads only those,
-# and 10,000 polls of one GPU then take seconds.
+# Everything but the device and GPM readers off, and the diagnosis: the history
+# reads only those, and 10,000 polls of one GPU then take seconds.
 _ONLY_DEVICE = {name: False for name in ("mig", "samples", "nvlink", "xid", "processes",
-                                          "host", "pcie", "diagnosis", "baseline")}
+                                          "host", "pcie")}
 
 
 def test_ten_thousand_polls_keep_the_same_bytes_and_the_last_window() -> None:
     busy = Scenario(name="one-gpu", node=Node(gpus=1, profile="h100-sxm5-80gb"),
                     state=GpuCondition(utilization=0.9), timeline=[], noise=True)
-    with SimRun(busy, collectors=_ONLY_DEVICE) as run:
+    with SimRun(busy, collectors=_ONLY_DEVICE, diagnosis={"enabled": False}) as run:
         hist = run.exporter.history
         # 15 minutes at the default interval
         assert hist.capacity == 900 / DEFAULT_POLL_INTERVAL_S

@@ -16,11 +16,11 @@ import _jsonnet  # type: ignore[import-not-found]
 import pytest
 import yaml
 
-from gpu_exporter.alerting.config import AlertConfig, load_config
-from gpu_exporter.alerting.render import rule_groups
-from gpu_exporter.dashboards import jsonnet
-from gpu_exporter.dashboards.build import fleet_dashboard, node_dashboard
-from gpu_exporter.dashboards.generate import FLEET, NODE, to_json
+from gpu_exporter_mixin.alerting.config import AlertConfig, load_config
+from gpu_exporter_mixin.alerting.render import rule_groups
+from gpu_exporter_mixin.dashboards import jsonnet
+from gpu_exporter_mixin.dashboards.build import fleet_dashboard, node_dashboard
+from gpu_exporter_mixin.dashboards.generate import FLEET, NODE, to_json
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent

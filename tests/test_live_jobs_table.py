@@ -14,8 +14,8 @@ import json
 
 import yaml
 
-from gpu_exporter.dashboards.generate import FLEET
-from gpu_exporter.dashboards.queries import panels, substitute
+from gpu_exporter_mixin.dashboards.generate import FLEET
+from gpu_exporter_mixin.dashboards.queries import panels, substitute
 from tests.test_live_stack import JOB, ROOT, Stack, stack, wait_for
 
 __all__ = ["stack"]  # the module-scoped fixture, this module's own instance

@@ -29,16 +29,16 @@ import pytest
 import yaml
 
 from benchmarks.central_store import Proc, spawn
-from gpu_exporter.alerting.config import load_config
-from gpu_exporter.alerting.render import alert_annotations
-from gpu_exporter.alerting.rules import UTILIZATION_RATE_WINDOW, alert_rules
-from gpu_exporter.alerting.templates import render
+from gpu_exporter.commands.fleet import free_port
 from gpu_exporter.config_types import parse_duration
-from gpu_exporter.dashboards.generate import FLEET, NODE
-from gpu_exporter.dashboards.queries import panel_queries, substitute
 from gpu_exporter.diagnosis.table import ROWS
-from gpu_exporter.fleet import free_port
 from gpu_exporter.simulator import load_scenario
+from gpu_exporter_mixin.alerting.config import load_config
+from gpu_exporter_mixin.alerting.render import alert_annotations
+from gpu_exporter_mixin.alerting.rules import UTILIZATION_RATE_WINDOW, alert_rules
+from gpu_exporter_mixin.alerting.templates import render
+from gpu_exporter_mixin.dashboards.generate import FLEET, NODE
+from gpu_exporter_mixin.dashboards.queries import panel_queries, substitute
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.alerting import __main__ as alerts_main
-from gpu_exporter.alerting.cases import selector_labels
-from gpu_exporter.alerting.generate import RULES, TESTS_DIR
-from gpu_exporter.alerting.promql import metric_names
-from gpu_exporter.dashboards import __main__ as dashboards_main
-from gpu_exporter.dashboards.generate import FLEET, NODE
-from gpu_exporter.dashboards.queries import panel_queries, substitute
+from gpu_exporter_mixin.alerting import __main__ as alerts_main
+from gpu_exporter_mixin.alerting.cases import selector_labels
+from gpu_exporter_mixin.alerting.generate import RULES, TESTS_DIR
+from gpu_exporter_mixin.alerting.promql import metric_names
+from gpu_exporter_mixin.dashboards import __main__ as dashboards_main
+from gpu_exporter_mixin.dashboards.generate import FLEET, NODE
+from gpu_exporter_mixin.dashboards.queries import panel_queries, substitute
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter import npd
-from gpu_exporter.diagnose_command import simulate
+from gpu_exporter.commands import npd
+from gpu_exporter.commands.diagnose import simulate
 from tests.procs import ROOT, free_port, run_cli
 from tests.simnode import SimRun
 

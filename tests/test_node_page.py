@@ -116,6 +116,51 @@ def test_every_runbook_section_of_the_table_is_served() -> None:
     assert "How the diagnosis picks one root cause" in parse(resp.body).visible()
 
 
+def _section(text: str, start: str, end: str) -> str:
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_the_runbook_quotes_the_thresholds_the_exporter_runs_with() -> None:
+    """Rendered by the exporter from the table, not copied from the docs: a
+    site's own threshold is the one its node's runbook states."""
+    row = t.IDLE_DATA_PIPELINE_IO
+    with SimRun("healthy", diagnosis={"iowait_high": 0.35}) as run:
+        text = parse(get(run, "/runbook").body).visible()
+    section = _section(text, row.anchor, "Confirm on the node")
+    assert "host's iowait is at least 35 %" in section, section
+    for command in row.confirm:
+        assert command in text
+    assert row.fix in text and row.escalate in text
+
+
+def test_the_runbook_and_docs_runbook_say_the_same_of_every_row() -> None:
+    """The exporter's page and the mixin's docs/runbook.md are two renderings of
+    one table and one guide: every row's fix, escalation and confirming commands,
+    every Xid of every tier and every precedence pair appear in both."""
+    from gpu_exporter.diagnosis.precedence import PRECEDENCE
+    from gpu_exporter.thresholds import DiagnosisConfig
+    from gpu_exporter.xids import TIERS
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "runbook.md").read_text()
+    with SimRun("healthy") as run:
+        page = parse(get(run, "/runbook").body)
+    text = page.visible()
+    for row in t.ROWS:
+        for words in (row.fix, row.escalate, row.summary, *row.confirm):
+            assert words in docs and words in text, words
+    cfg = DiagnosisConfig()
+    for tier in TIERS:
+        tier_text = _section(text, f"Xid tier: {tier}", "Xid tier" if tier != TIERS[-1] else
+                             "How the diagnosis")
+        for code in getattr(cfg, f"{tier}_xids"):
+            assert f" {code} " in f" {tier_text} ", (tier, code)
+    links = {attrs["href"] for tag, attrs in page.tags if tag == "a" and attrs.get("href")}
+    for edge in PRECEDENCE:
+        if not edge.restates and edge.cause is not t.GPU_LOST:
+            assert f"#{edge.consequence.anchor}" in links
+            assert edge.why in docs and edge.why in text
+
+
 def test_what_the_exporter_cannot_see_is_said_in_words() -> None:
     with SimRun("fault-driver-not-loaded") as run:
         assert "No poll has completed yet" in parse(get(run, "/").body).visible()

@@ -103,7 +103,7 @@ def test_process_gone_between_nvml_and_proc_is_skipped_silently() -> None:
 
 
 def _collector(run: SimRun) -> ProcessesCollector:
-    return next(c for c in run.exporter.poller.collectors if isinstance(c, ProcessesCollector))
+    return next(c for c in run.exporter.poller.stages if isinstance(c, ProcessesCollector))
 
 
 def test_a_reused_pid_in_another_container_gets_its_own_container_id() -> None:

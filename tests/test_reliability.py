@@ -321,7 +321,7 @@ def _reload_in_process(path: Path, caplog: pytest.LogCaptureFixture) -> None:
         assert not snap.series("gpu_sm_active_ratio")
         assert not snap.series("gpu_process_info")
         assert len(snap.series("gpu_process_series_dropped_total")) == 8
-        diag = next(c for c in exporter.poller.collectors if c.name == "diagnosis")
+        diag = next(c for c in exporter.poller.stages if c.name == "diagnosis")
         assert diag.cfg.window == 5.0  # type: ignore[attr-defined]
         assert exporter.settings.web.max_requests == 4  # recorded; applied at the next start
         restart = _messages(caplog, "takes effect at the next start")

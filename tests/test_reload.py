@@ -5,12 +5,12 @@ and reloads that follow each other before a poll build nothing twice."""
 from __future__ import annotations
 
 from gpu_exporter.collectors.processes import ProcessesCollector
-from gpu_exporter.diagnosis.engine import DiagnosisCollector
+from gpu_exporter.diagnosis.engine import Diagnosis
 from tests.simnode import SimRun, settings
 
 
 def _by_name(run: SimRun) -> dict[str, object]:
-    return {c.name: c for c in run.exporter.poller.collectors}
+    return {c.name: c for c in run.exporter.poller.stages}
 
 
 def test_reload_reconfigures_running_collectors_between_polls() -> None:
@@ -27,7 +27,7 @@ def test_reload_reconfigures_running_collectors_between_polls() -> None:
     after = _by_name(run)
     assert after == before  # the same objects, reconfigured, not rebuilt
     diag = after["diagnosis"]
-    assert isinstance(diag, DiagnosisCollector) and diag.cfg.window == 5.0
+    assert isinstance(diag, Diagnosis) and diag.cfg.window == 5.0
     assert procs.max_per_gpu == 1
     assert run.exporter.poller.interval == 3.0
     assert len(snap.series("gpu_process_info")) == 8  # one process per GPU, 8 GPUs

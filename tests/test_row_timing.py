@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_exporter.diagnosis.engine import DiagnosisCollector, _RowState, _Timeline
+from gpu_exporter.diagnosis.engine import Diagnosis, _RowState, _Timeline
 from gpu_exporter.diagnosis.rules import Verdict
 from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter.thresholds import DiagnosisConfig
@@ -60,7 +60,7 @@ def test_rows_turn_on_and_off_as_the_rule_reads(
         polls: list[tuple[float, bool]], reload_at: int, window: float, clear: float,
         ratio: float) -> None:
     first = DiagnosisConfig()
-    engine = DiagnosisCollector(first, time.monotonic, time.time)
+    engine = Diagnosis(first, time.monotonic, time.time)
     timeline, state, plain = _Timeline(), _RowState(), Plain()
     now = 1000.0
     for i, (step, holds) in enumerate(polls):

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.catalog import CATALOG, DETAIL
 from gpu_exporter.cli import parse_settings
-from gpu_exporter.series_budget import (
+from gpu_exporter_mixin.series_budget import (
     HOST_BUDGET,
     PER_GPU_BUDGET,
     SeriesCount,

@@ -13,9 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter.alerting", "gpu_exporter.dashboards",
-                "gpu_exporter.one_shot", "gpu_exporter.recording",
-                "gpu_exporter.baseline_command", "gpu_exporter.diagnose_command",
+NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.commands",
                 "gpu_exporter.web.webconfig", "bcrypt",
                 # The daemon renders its own exposition; prometheus_client (and
                 # the http.server, wsgiref and urllib it brings) is the tests'

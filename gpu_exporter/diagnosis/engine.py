@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
 
-from gpu_exporter.collectors.base import Collector
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
@@ -27,6 +26,7 @@ from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.readings import GpuOwner
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
+from gpu_exporter.stage import Derivation
 from gpu_exporter.thresholds import DiagnosisConfig
 
 log = logging.getLogger(__name__)
@@ -124,10 +124,12 @@ class _Timeline:
         self.in_window = n
 
 
-class DiagnosisCollector(Collector):
+class Diagnosis(Derivation):
+    """The symptom -> cause table judged per GPU every poll, on the readers'
+    readings (switched by ``diagnosis.enabled``)."""
+
     name = "diagnosis"
     description = "the symptom -> cause table evaluated per GPU (gpu_diagnosis_active)"
-    settings = ("diagnosis", "metrics.detail")
 
     def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
                  wall_clock: Callable[[], float], detail: bool = False) -> None:
@@ -145,6 +147,10 @@ class DiagnosisCollector(Collector):
     def build(cls, rt: Runtime) -> Self:
         return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock,
                    rt.settings.metrics.detail)
+
+    @classmethod
+    def wanted(cls, settings: Settings) -> bool:
+        return settings.diagnosis.enabled
 
     def reconfigure(self, settings: Settings) -> None:
         self.cfg = settings.diagnosis

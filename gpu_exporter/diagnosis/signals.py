@@ -4,7 +4,7 @@ switched off, is None, and a rule that needs it does not judge."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from gpu_exporter.readings import (
     GpuOwner,
@@ -16,24 +16,21 @@ from gpu_exporter.readings import (
     WorkloadSignals,
 )
 
-# The readers (by collector name) whose readings the rules read, and whether
-# each was read this poll: a reader switched off leaves its rows unjudged.
-INPUTS = ("device", "processes", "host", "pcie", "gpm", "samples", "xid", "attribution")
+# What the rules read: the PollReadings field each reader fills, by the
+# reader's name (the ``input`` label of gpu_diagnosis_input_missing). A reader
+# switched off leaves its field None, and the rows that need it unjudged.
+INPUTS: dict[str, str] = {
+    "device": "gpus", "processes": "processes", "host": "host_signals", "pcie": "pcie_view",
+    "gpm": "gpm", "samples": "samples", "xid": "xid", "attribution": "attribution",
+}
+_unknown = set(INPUTS.values()) - {f.name for f in fields(PollReadings)}
+if _unknown:  # pragma: no cover - a programming error, caught at import
+    raise ImportError(f"diagnosis inputs name no PollReadings field: {sorted(_unknown)}")
 
 
 def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
-    """The inputs of the rules that were not read this poll, by collector name."""
-    present = {
-        "device": readings.gpus is not None,
-        "processes": readings.processes is not None,
-        "host": readings.host_signals is not None,
-        "pcie": readings.pcie_view is not None,
-        "gpm": readings.gpm is not None,
-        "samples": readings.samples is not None,
-        "xid": readings.xid is not None,
-        "attribution": readings.attribution is not None,
-    }
-    return tuple(name for name in INPUTS if not present[name])
+    """The readers whose readings the rules went without this poll."""
+    return tuple(reader for reader, name in INPUTS.items() if getattr(readings, name) is None)
 
 
 @dataclass(slots=True)

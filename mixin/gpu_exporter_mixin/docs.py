@@ -8,7 +8,8 @@ import re
 from gpu_exporter.catalog import metrics_markdown
 from gpu_exporter.cli import _FLAGS, METRICS_DETAIL_HELP
 from gpu_exporter.pipeline import COLLECTORS
-from gpu_exporter.series_budget import series_markdown
+from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter_mixin.series_budget import series_markdown
 
 
 def flags_markdown() -> str:
@@ -19,6 +20,9 @@ def flags_markdown() -> str:
         lines.append(f"| `{flag}` | `{dest}` | `{env}` | {text} |")
     lines.append("| `--[no-]metrics.detail` | `metrics.detail` | `GPU_EXPORTER_METRICS__DETAIL` "
                  f"| {METRICS_DETAIL_HELP} |")
+    lines.append("| `--[no-]diagnosis.enabled` | `diagnosis.enabled` | "
+                 "`GPU_EXPORTER_DIAGNOSIS__ENABLED` | "
+                 f"{DiagnosisConfig.model_fields['enabled'].description} (default on). |")
     for name, info in COLLECTORS.items():
         state = "on" if info.default else "off"
         env = f"GPU_EXPORTER_COLLECTORS__{name.upper()}"

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_exporter.alerting.cases import render_test_file, test_files
-from gpu_exporter.alerting.config import AlertConfig
-from gpu_exporter.alerting.render import prometheus_rule, rules_file, test_build_file
-from gpu_exporter.alerting.runbook import runbook, runbook_html
+from gpu_exporter_mixin.alerting.cases import render_test_file, test_files
+from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.alerting.render import prometheus_rule, rules_file, test_build_file
+from gpu_exporter_mixin.alerting.runbook import runbook
 
 RULES = Path("alerts/gpu-exporter.rules.yml")
 TEST_BUILD = Path("alerts/gpu-exporter.rules.test-build.yml")
 PROMETHEUS_RULE = Path("deploy/kubernetes/prometheusrule.yaml")
 # The same rules inside the Helm chart, which may read only files in its folder.
 CHART_RULES = Path("deploy/helm/gpu-exporter/files/gpu-exporter.rules.yml")
+# The exporter renders its own /runbook from the diagnosis table (web/runbook.py).
 RUNBOOK = Path("docs/runbook.md")
-# The same runbook as the exporter serves it at /runbook (package data).
-RUNBOOK_HTML = Path("gpu_exporter/web/runbook.html")
 TESTS_DIR = Path("alerts/tests")
 
 
@@ -29,7 +28,6 @@ def outputs(config: AlertConfig) -> dict[Path, str]:
         TEST_BUILD: test_build_file(config),
         PROMETHEUS_RULE: prometheus_rule(config),
         RUNBOOK: runbook(config),
-        RUNBOOK_HTML: runbook_html(config),
     }
     for tf in test_files(config):
         out[TESTS_DIR / tf.name] = render_test_file(config, tf)

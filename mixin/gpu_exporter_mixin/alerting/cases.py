@@ -14,12 +14,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_exporter.alerting.config import AlertConfig
-from gpu_exporter.alerting.render import GENERATED, alert_annotations, dump
-from gpu_exporter.alerting.rules import AlertRule, alert_rules
-from gpu_exporter.alerting.templates import duration, render
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.table import ROWS, Row
+from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.alerting.render import GENERATED, alert_annotations, dump
+from gpu_exporter_mixin.alerting.rules import AlertRule, alert_rules
+from gpu_exporter_mixin.alerting.templates import duration, render
 
 JOB = "gpu-exporter"
 CLUSTER = "cluster-a"
@@ -605,4 +605,4 @@ def render_test_file(config: AlertConfig, tf: TestFile) -> str:
     }
 
     return dump(doc, f"{GENERATED}\nThe series and expectations are in "
-                     "gpu_exporter/alerting/cases.py.")
+                     "mixin/gpu_exporter_mixin/alerting/cases.py.")

@@ -22,11 +22,11 @@ POLLS = 5
 
 
 def _poll(simulate: str | None, polls: int) -> list[Snapshot]:
+    from gpu_exporter.commands.one_shot import one_shot_on_simulated_node
     from gpu_exporter.daemon import Exporter
-    from gpu_exporter.one_shot import one_shot_on_simulated_node
     from gpu_exporter.simulator import ScenarioError, load_scenario
 
-    settings = load({"collectors": {"diagnosis": False, "xid": False}})
+    settings = load({"collectors": {"xid": False}, "diagnosis": {"enabled": False}})
     if simulate:
         logging.disable(logging.ERROR)
         try:

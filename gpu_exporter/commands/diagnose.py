@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter import npd
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
-from gpu_exporter.config import ConfigError, load, parse_duration
-from gpu_exporter.diagnosis.report import (
+from gpu_exporter.commands import npd
+from gpu_exporter.commands.report import (
     EXIT_UNREACHABLE,
     exit_status,
     render_text,
 )
+from gpu_exporter.config import ConfigError, load, parse_duration
 from gpu_exporter.diagnosis.visibility import stale_after, visibility
 from gpu_exporter.safetext import terminal_safe
 
@@ -38,7 +38,7 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
              baseline_file: Path | None = None) -> dict[str, Any]:
     """Run the scenario through the real exporter on a virtual clock and return
     what /diagnosis would answer at the end."""
-    from gpu_exporter.one_shot import one_shot_on_simulated_node
+    from gpu_exporter.commands.one_shot import one_shot_on_simulated_node
     from gpu_exporter.simulator import ScenarioError, load_scenario
 
     overrides: dict[str, Any] = {}

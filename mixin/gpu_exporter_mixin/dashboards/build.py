@@ -10,9 +10,10 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models import dashboard as dm
 
-from gpu_exporter.alerting.config import AlertConfig
-from gpu_exporter.dashboards.owners import BY_NOBODY, HELD_BY, Owners, without_pod_labels
-from gpu_exporter.dashboards.panels import (
+from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.dashboards.owners import BY_NOBODY, HELD_BY, Owners, without_pod_labels
+from gpu_exporter_mixin.dashboards.panels import (
     BLUE,
     GREEN,
     ORANGE,
@@ -31,7 +32,6 @@ from gpu_exporter.dashboards.panels import (
     timeline,
     variables,
 )
-from gpu_exporter.diagnosis.table import ROWS
 
 THROTTLE_SYMPTOMS = ("throttled_under_load", "clocks_capped")
 THROTTLE_CAUSES = ", ".join(r.cause for r in ROWS if r.symptom in THROTTLE_SYMPTOMS)

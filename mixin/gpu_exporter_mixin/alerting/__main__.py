@@ -1,5 +1,5 @@
 """``gpu-exporter-alerts [--config FILE] [--out DIR] [--check]`` (or ``python -m
-gpu_exporter.alerting``): regenerate (or check) the rule files, the
+gpu_exporter_mixin.alerting``): regenerate (or check) the rule files, the
 PrometheusRule, the runbook and the promtool unit tests.
 
 A generator, not part of the exporter: run it from a source checkout (it reads
@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpu_exporter.alerting.config import AlertConfigError, load_config
-from gpu_exporter.alerting.generate import differences, write
+from gpu_exporter_mixin.alerting.config import AlertConfigError, load_config
+from gpu_exporter_mixin.alerting.generate import differences, write
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ carries the same UID (label ``uid``) with the namespace and name.
 
 The one definition of the rule: docs/attribution.md quotes it, a test runs it
 through promtool on sample series, and the rules generator
-(``gpu_exporter.alerting``) ships it with the recording rules.
+(``gpu_exporter_mixin.alerting``) ships it with the recording rules.
 """
 
 from __future__ import annotations

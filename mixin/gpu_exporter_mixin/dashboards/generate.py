@@ -9,8 +9,8 @@ import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
-from gpu_exporter.alerting.config import AlertConfig
-from gpu_exporter.dashboards.build import fleet_dashboard, node_dashboard
+from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.dashboards.build import fleet_dashboard, node_dashboard
 
 NODE = Path("grafana/dashboards/gpu-node.json")
 FLEET = Path("grafana/dashboards/gpu-fleet.json")

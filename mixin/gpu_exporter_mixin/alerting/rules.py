@@ -17,8 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpu_exporter.alerting.config import AlertConfig, AlertConfigError
-from gpu_exporter.alerting.templates import (
+from gpu_exporter.diagnosis.table import ROWS, Row, Severity
+from gpu_exporter_mixin.alerting.attribution import POD_OF_PROCESS_EXPR, POD_OF_PROCESS_RECORD
+from gpu_exporter_mixin.alerting.config import AlertConfig, AlertConfigError
+from gpu_exporter_mixin.alerting.templates import (
     BYTES1024,
     DOT,
     PERCENT,
@@ -28,8 +30,6 @@ from gpu_exporter.alerting.templates import (
     prose_duration,
     with_label,
 )
-from gpu_exporter.attribution.rules import POD_OF_PROCESS_EXPR, POD_OF_PROCESS_RECORD
-from gpu_exporter.diagnosis.table import ROWS, Row, Severity
 
 Scope = Literal["gpu", "node", "fleet"]
 

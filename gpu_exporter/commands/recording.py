@@ -427,16 +427,16 @@ _HANDLERS: dict[str, Handler] = {
 
 def record(duration: float, interval: float, out: Path, simulate: str | None) -> int:
     """Poll for ``duration`` and write the recording; the number of polls."""
+    from gpu_exporter.commands.one_shot import one_shot_on_simulated_node
     from gpu_exporter.config import load
     from gpu_exporter.daemon import Exporter
-    from gpu_exporter.one_shot import one_shot_on_simulated_node
-    from gpu_exporter.pipeline import COLLECTORS
     from gpu_exporter.simulator import load_scenario
 
     # NVML is recorded, and the GPU processes as the host sees them; the other
     # host readers and the diagnosis would add nothing.
-    off = {name: False for name in ("host", "pcie", "diagnosis") if name in COLLECTORS}
-    settings = load({"poll": {"interval": interval}, "collectors": off})
+    settings = load({"poll": {"interval": interval},
+                     "collectors": {"host": False, "pcie": False},
+                     "diagnosis": {"enabled": False}})
     rec = Recorder()
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], float]

@@ -1,5 +1,5 @@
 """``gpu-exporter-dashboards [--config FILE] [--out DIR] [--check]`` (or ``python
--m gpu_exporter.dashboards``): regenerate (or check) the Grafana dashboards in
+-m gpu_exporter_mixin.dashboards``): regenerate (or check) the Grafana dashboards in
 grafana/dashboards/ (and their copies in the Helm chart and the ConfigMap) and
 the jsonnet mixin's generated files in mixin/.
 
@@ -13,9 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpu_exporter.alerting.config import AlertConfigError, load_config
-from gpu_exporter.dashboards import jsonnet
-from gpu_exporter.dashboards.generate import differences, outputs, write
+from gpu_exporter_mixin.alerting.config import AlertConfigError, load_config
+from gpu_exporter_mixin.dashboards import jsonnet
+from gpu_exporter_mixin.dashboards.generate import differences, outputs, write
 
 
 def main(argv: list[str] | None = None) -> int:
