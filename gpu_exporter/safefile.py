@@ -121,9 +121,15 @@ def read_bytes(path: Path | str, kind: FileKind, limit: int | None = None) -> by
             size += len(chunk)
     finally:
         os.close(fd)
-    if size > limit:
+    return within(b"".join(chunks), path, kind, limit)
+
+
+def within(data: bytes, path: Path | str, kind: FileKind, limit: int | None = None) -> bytes:
+    """``data``, once it is known to be within the kind's size limit (or ``limit``)."""
+    limit = kind.max_bytes if limit is None else limit
+    if len(data) > limit:
         raise FileRefused(kind, path, f"larger than the {_size(limit)} a {kind.name} may be")
-    return b"".join(chunks)
+    return data
 
 
 def decode(data: bytes, path: Path | str, kind: FileKind) -> str:
@@ -384,4 +390,4 @@ def dotted(loc: tuple[str | int, ...]) -> str:
 __all__ = ["BASELINE_FILE", "CONFIG_FILE", "PEM_FILE", "PROFILE_FILE", "RECORDING_FILE",
            "SCENARIO_FILE", "WEB_CONFIG_FILE", "FileKind", "FileRefused", "decode", "dotted",
            "load_json", "load_yaml", "parse_yaml", "read_bytes", "read_text", "shown",
-           "validation_problem"]
+           "validation_problem", "within"]
