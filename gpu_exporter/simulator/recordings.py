@@ -289,22 +289,22 @@ def check_document(doc: dict[str, Any], sealed_polls: int | None) -> None:
     last = 0.0
     for k, poll in enumerate(replay.polls):
         if poll.t < last:
-            raise RecordingRefused(f"replay.polls[{k}].t: {poll.t} is before the poll ahead "
+            raise RecordingRefused(f"replay.polls.{k}.t: {poll.t} is before the poll ahead "
                                    f"of it ({last})")
         last = poll.t
         for index, gpu in poll.gpus.items():
             if not 0 <= index < gpus:
-                raise RecordingRefused(f"replay.polls[{k}].gpus.{index}: GPU {index} is not "
+                raise RecordingRefused(f"replay.polls.{k}.gpus.{index}: GPU {index} is not "
                                        f"on the node (node.gpus is {gpus})")
             if index not in seen:
                 seen.add(index)
                 missing = [f for f in ("errors", "lost") if getattr(gpu, f) is None]
                 if missing:
-                    raise RecordingRefused(f"replay.polls[{k}].gpus.{index}: the GPU's first "
+                    raise RecordingRefused(f"replay.polls.{k}.gpus.{index}: the GPU's first "
                                            f"poll lacks {' and '.join(missing)}")
     for k, event in enumerate(replay.events):
         if not 0 <= event.gpu < gpus:
-            raise RecordingRefused(f"replay.events[{k}].gpu: GPU {event.gpu} is not on the "
+            raise RecordingRefused(f"replay.events.{k}.gpu: GPU {event.gpu} is not on the "
                                    f"node (node.gpus is {gpus})")
 
 
