@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,19 +51,23 @@ class FileKind:
     max_bytes: int
     # YAML nodes after every alias is expanded (what a reader of the data walks).
     max_nodes: int
-    # Nesting of mappings and lists, aliases expanded.
+    # Values on the longest path from the top (a lone scalar is 1), aliases
+    # expanded.
     max_depth: int
 
 
 # The bounds are an order of magnitude above the largest real file of each kind
-# (the built-in scenarios are under 11 KiB; a recording of 8 busy GPUs polled
-# every second grows by about 10 KiB a poll, so 16 MiB is some 25 minutes of it).
+# (the built-in scenarios are under 11 KiB and 1,000 values; a recording of 8
+# busy GPUs polled every second grows by about 11 KiB and 900 values a poll, so
+# 8 MiB is some 12 minutes of it). What a bound costs: composing a YAML value
+# takes about 470 bytes until the data is built, so 100,000 values peak near
+# 50 MiB, and a recording at its bound near 380 MiB.
 CONFIG_FILE = FileKind("config file", 1 * MIB, 100_000, 32)
 WEB_CONFIG_FILE = FileKind("web config file", 1 * MIB, 100_000, 32)
 BASELINE_FILE = FileKind("baseline file", 1 * MIB, 100_000, 16)
 PROFILE_FILE = FileKind("profile", 1 * MIB, 100_000, 32)
-SCENARIO_FILE = FileKind("scenario", 4 * MIB, 1_000_000, 32)
-RECORDING_FILE = FileKind("recording", 16 * MIB, 4_000_000, 32)
+SCENARIO_FILE = FileKind("scenario", 4 * MIB, 100_000, 32)
+RECORDING_FILE = FileKind("recording", 8 * MIB, 800_000, 32)
 # A PEM certificate or key the web config file names (checked, then read by OpenSSL).
 PEM_FILE = FileKind("PEM file", 1 * MIB, 0, 0)
 
@@ -93,6 +99,10 @@ def shown(value: object) -> str:
 
 
 # --- bytes and text -------------------------------------------------------------------------
+# How long a pipe (``--config.file <(...)``) may take to deliver the file.
+PIPE_TIMEOUT_S = 5.0
+
+
 def read_bytes(path: Path | str, kind: FileKind, limit: int | None = None) -> bytes:
     """The file's bytes, at most ``limit`` (the kind's limit by default)."""
     limit = kind.max_bytes if limit is None else limit
@@ -104,15 +114,20 @@ def read_bytes(path: Path | str, kind: FileKind, limit: int | None = None) -> by
     except OSError as exc:
         raise FileRefused(kind, path, f"cannot read: {_reason(exc)}") from None
     try:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
             raise FileRefused(kind, path, "is a directory, not a file")
+        deadline = time.monotonic() + PIPE_TIMEOUT_S
         chunks, size = [], 0
         while size <= limit:
             try:
                 chunk = os.read(fd, min(1 * MIB, limit + 1 - size))
-            except BlockingIOError:
-                raise FileRefused(kind, path, "cannot read: nothing to read yet (a pipe?)"
-                                  ) from None
+            except BlockingIOError:  # a pipe whose writer has not written yet
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise FileRefused(kind, path, f"cannot read: nothing came within "
+                                      f"{PIPE_TIMEOUT_S:g} s") from None
+                continue
             except OSError as exc:
                 raise FileRefused(kind, path, f"cannot read: {_reason(exc)}") from None
             if not chunk:
@@ -268,14 +283,14 @@ class _PurePythonParser(Reader, Scanner, Parser):
 _Parser: Any = getattr(cyaml, "CParser", _PurePythonParser)
 
 
-def _loader(kind: FileKind) -> type[Any]:
-    class BoundedLoader(_BoundedComposer, _Parser, _StrictConstructor, Resolver):  # type: ignore[misc]
+def _loader(kind: FileKind, parser: Any) -> type[Any]:
+    class BoundedLoader(_BoundedComposer, parser, _StrictConstructor, Resolver):  # type: ignore[misc]
         """The parser under the bounded composer (Python)."""
 
         bounds = kind
 
         def __init__(self, stream: str) -> None:
-            _Parser.__init__(self, stream)
+            parser.__init__(self, stream)
             _BoundedComposer.__init__(self)
             _StrictConstructor.__init__(self)
             Resolver.__init__(self)
@@ -283,20 +298,26 @@ def _loader(kind: FileKind) -> type[Any]:
     return BoundedLoader
 
 
-_LOADERS: dict[FileKind, type[Any]] = {}
+_LOADERS: dict[tuple[FileKind, Any], type[Any]] = {}
 
 
-def parse_yaml(text: str, path: Path | str, kind: FileKind) -> Any:
-    """One YAML document from ``text``, within the kind's bounds."""
-    loader_cls = _LOADERS.get(kind)
+def parse_yaml(text: str, path: Path | str, kind: FileKind, parser: Any = None) -> Any:
+    """One YAML document from ``text``, within the kind's bounds (``parser``:
+    libyaml's where PyYAML has it, else PyYAML's own)."""
+    parser = _Parser if parser is None else parser
+    loader_cls = _LOADERS.get((kind, parser))
     if loader_cls is None:
-        loader_cls = _LOADERS[kind] = _loader(kind)
+        loader_cls = _LOADERS[kind, parser] = _loader(kind, parser)
     loader = None
     try:
         loader = loader_cls(text)
         return loader.get_single_data()
-    except ReaderError as exc:  # libyaml counts its position in bytes of UTF-8
-        line, column = _line_column(text.encode(), exc.position)
+    except ReaderError as exc:
+        # libyaml counts the position in bytes of UTF-8, PyYAML in characters.
+        data = text.encode()
+        offset = exc.position if parser is not _PurePythonParser \
+            else len(text[:exc.position].encode())
+        line, column = _line_column(data, offset)
         raise FileRefused(kind, path, f"{exc.reason} (0x{exc.character:02x})",
                           f"line {line}, column {column}") from None
     except yaml.YAMLError as exc:
