@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from gpu_exporter.thresholds import DiagnosisConfig
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 log = logging.getLogger(PROG)
 
@@ -290,10 +292,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] in SUBCOMMANDS:
             _end_on_termination()
-            return SUBCOMMANDS[args[0]](args[1:])
+            # A one-shot command says what went wrong itself, once: the log of
+            # the exporter it runs (NVML's retry text, a GPU falling off the
+            # bus in a scenario) is the daemon's voice, not the command's.
+            logging.disable(logging.ERROR)
+            code = SUBCOMMANDS[args[0]](args[1:])
+            sys.stdout.flush()  # a reader that went away is found here, not at exit
+            return code
         return _run_daemon(args)
     except (UsageError, ConfigError) as exc:
         print(f"{PROG}: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gpu-exporter scenarios | head -3`): end quietly,
+        # as a command ended by SIGPIPE does, with nothing left to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
