@@ -105,8 +105,8 @@ def load_profile(name: str | dict[str, Any]) -> DeviceProfile:
     path = Path(name)
     if not name.endswith((".yaml", ".yml")):
         path = _package_dir("profiles") / f"{name}.yaml"
-    if not path.exists():
-        raise ScenarioError(f"unknown device profile {name!r}; built-in: "
+    if not _exists(path):
+        raise ScenarioError(f"unknown device profile {safefile.shown(name)}; built-in: "
                             + ", ".join(builtin_profiles()))
     data = _load_yaml(path, safefile.PROFILE_FILE)
     if not isinstance(data, dict):
@@ -127,14 +127,24 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _exists(path: Path) -> bool:
+    """Whether a file is there; a name no file can have (too long, a NUL in
+    it: what a scenario's ``extends`` may hold) is not."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _resolve(name_or_path: str) -> Path:
     path = Path(name_or_path)
-    if not (name_or_path.endswith((".yaml", ".yml")) or path.exists()):
+    if not (name_or_path.endswith((".yaml", ".yml")) or _exists(path)):
         path = _package_dir("scenarios") / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise ScenarioError(f"unknown scenario {name_or_path!r}: not a file and not one of "
-                                "the built-in scenarios: " + ", ".join(builtin_scenarios()))
-    elif not path.exists():
+        if not _exists(path):
+            raise ScenarioError(f"unknown scenario {safefile.shown(name_or_path)}: not a file "
+                                "and not one of the built-in scenarios: "
+                                + ", ".join(builtin_scenarios()))
+    elif not _exists(path):
         raise ScenarioError(f"scenario {path}: no such file")
     return path
 
@@ -150,7 +160,11 @@ def _scenario_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         return data
     if not isinstance(base_name, str):
         raise ScenarioError(f"scenario {path}: extends: expected a scenario name or file")
-    base = _scenario_data(_resolve_from(base_name, path.parent), (*seen, path))
+    try:
+        base_path = _resolve_from(base_name, path.parent)
+    except ScenarioError as exc:
+        raise ScenarioError(f"scenario {path}: extends: {exc}") from None
+    base = _scenario_data(base_path, (*seen, path))
     base.pop("name", None)
     base.pop("description", None)
     base.pop("expect", None)
@@ -169,10 +183,12 @@ def _change_processes(path: Path, procs: Any, changes: Any) -> list[Any]:
     by_pid = {p.get("pid"): p for p in procs if isinstance(p, dict)}
     for pid, fields in changes.items():
         if pid not in by_pid:
-            raise ScenarioError(f"scenario {path}: process_changes: no process with pid {pid} "
+            raise ScenarioError(f"scenario {path}: process_changes: no process with pid "
+                                f"{safefile.shown(pid)} "
                                 "in the scenario it extends")
         if not isinstance(fields, dict):
-            raise ScenarioError(f"scenario {path}: process_changes.{pid}: expected a mapping")
+            raise ScenarioError(f"scenario {path}: process_changes.{safefile.shown(pid)}: "
+                                "expected a mapping")
         by_pid[pid].update(fields)
     return procs
 
@@ -180,7 +196,7 @@ def _change_processes(path: Path, procs: Any, changes: Any) -> list[Any]:
 def _resolve_from(name: str, directory: Path) -> Path:
     """``extends:`` names a built-in scenario or a file next to the extending one."""
     local = directory / name
-    if local.exists():
+    if _exists(local):
         return local
     return _resolve(name)
 
