@@ -177,8 +177,8 @@ def _run_daemon(argv: Sequence[str]) -> int:
             simulation = SimulatedNode.from_name(settings.simulate)
         except ScenarioError as exc:
             raise ConfigError(str(exc)) from None
-        log.info("simulating scenario %s: %s", simulation.scenario.name,
-                 simulation.scenario.description.strip())
+        log.info("simulating scenario %s: %s", _shortened(simulation.scenario.name),
+                 _shortened(" ".join(simulation.scenario.description.split())))
     try:
         return daemon.run(settings, simulation, load_settings)
     except OSError as exc:
@@ -192,6 +192,15 @@ def _run_daemon(argv: Sequence[str]) -> int:
             raise ConfigError(f"web.listen_address {settings.web.listen_address}: cannot "
                               "assign that address on this host") from None
         raise
+
+
+# How much of a scenario's name and description the daemon's log repeats.
+LOGGED_CHARS = 300
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= LOGGED_CHARS else f"{text[:LOGGED_CHARS]}... ({len(text):,} " \
+        "characters)"
 
 
 def _scenarios(argv: Sequence[str]) -> int:

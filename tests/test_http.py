@@ -10,6 +10,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -423,3 +424,27 @@ def test_a_connection_cut_off_by_the_stop_is_not_logged_as_an_error(
     assert "a connection was cut off by the shutdown" in caplog.text  # the race was met
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_control_characters_in_a_label_value_are_written_as_escapes(tmp_path: Path,
+                                                                     openmetrics: bool) -> None:
+    """A process named with an escape sequence and a reordering mark: its comm
+    label reads as those characters' escapes (what Prometheus stores), and no
+    raw control byte reaches whoever reads the exposition in a terminal."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    from prometheus_client.parser import text_string_to_metric_families as parse
+
+    from gpu_exporter.web.render import LabelCache, render
+
+    scenario = tmp_path / "evil-name.yaml"
+    scenario.write_text(
+        "name: evil-name\nextends: memory-held-sm-idle-process-stalled\n"
+        'process_changes:\n  24107: {comm: "\\e[31m\\u202e\\"x\\\\"}\n')
+    with SimRun(str(scenario)) as run:
+        snap = run.poll(2)
+    text = render(snap, openmetrics, LabelCache()).decode()
+    assert "\x1b" not in text and "\u202e" not in text
+    comms = {s.labels["comm"] for f in (om_parse if openmetrics else parse)(text)
+             for s in f.samples if "comm" in s.labels}
+    assert '\\x1b[31m\\u202e"x\\' in comms, comms  # the others: python
