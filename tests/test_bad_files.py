@@ -223,7 +223,8 @@ def _cases(tmp_path: Path, rec: bytes) -> dict[str, tuple[list[str], str]]:
         "a recording naming an unknown NVML error": (
             ["diagnose", "--simulate", file("r5.yaml", _resealed(
                 rec, b"nvmlDeviceGetEccMode: NOT_SUPPORTED", b"nvmlDeviceGetEccMode: NO_SUCH"))],
-            "recording {}: replay.polls.0.gpus.0.errors: unknown NVML error 'NO_SUCH'"),
+            "recording {}: replay.polls.0.gpus.0.errors.nvmlDeviceGetEccMode: unknown NVML error "
+            "'NO_SUCH'"),
         "a recording with utilization as a string": (
             ["diagnose", "--simulate", file("r6.yaml", _resealed(
                 rec, b"util_pct: 90", b"util_pct: '90'"))],

@@ -19,9 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from gpu_exporter import safefile
 from gpu_exporter.nvml.constants import THROTTLE_TIME_FIELDS
@@ -73,14 +80,14 @@ def check_seal(data: bytes) -> int:
 
 
 # --- what a recording holds ---------------------------------------------------------------
-ErrorName = str
-GpuIndex = int
-
-
 def _error_name(name: str) -> str:
     if name not in Return.__members__:
         raise ValueError(f"unknown NVML error {name[:40]!r}")
     return name
+
+
+ErrorName = Annotated[str, AfterValidator(_error_name)]  # as NVML names it: NOT_SUPPORTED
+GpuIndex = int
 
 
 class _Strict(BaseModel):
@@ -185,20 +192,6 @@ class RecordedGpu(_Strict):
     mig_capable: bool | None = None
     mig_on: bool | None = None
     mig: dict[int, RecordedMigSlot] | None = None
-
-    @field_validator("errors")
-    @classmethod
-    def _errors(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        for name in (v or {}).values():
-            _error_name(name)
-        return v
-
-    @field_validator("field_errors")
-    @classmethod
-    def _field_errors(cls, v: dict[int, str] | None) -> dict[int, str] | None:
-        for name in (v or {}).values():
-            _error_name(name)
-        return v
 
     @field_validator("ecc")
     @classmethod
