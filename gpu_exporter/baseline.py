@@ -10,14 +10,15 @@ and exits 1 when anything drifted; the daemon with ``--baseline.file`` exports
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from gpu_exporter import __version__
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpu_exporter import __version__, safefile
 from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.readings import GpuReading, PcieKernelView, PollReadings
 from gpu_exporter.runtime import Runtime
@@ -131,24 +132,57 @@ def compare(baseline: Mapping[str, Any], current: Mapping[int, Fields]) -> list[
     return drifts
 
 
+class _BaselineGpu(BaseModel):
+    """One GPU as ``capture`` writes it (a field not known then is null)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    index: int = Field(ge=0, lt=1024)
+    present: bool | None = None
+    uuid: str | None = Field(None, max_length=256)
+    pci_bus_id: str | None = Field(None, max_length=64)
+    pcie_generation_max: int | None = Field(None, ge=0, le=16)
+    pcie_width_max: int | None = Field(None, ge=0, le=64)
+    pcie_generation_under_load: int | None = Field(None, ge=0, le=16)
+    pcie_width_under_load: int | None = Field(None, ge=0, le=64)
+    numa_node: int | None = Field(None, ge=-1, le=4096)
+    local_cpulist: str | None = Field(None, max_length=4096)
+    driver_version: str | None = Field(None, max_length=256)
+    vbios_version: str | None = Field(None, max_length=256)
+    power_limit_watts: float | None = Field(None, ge=0)
+    power_default_limit_watts: float | None = Field(None, ge=0)
+    application_sm_clock_hertz: float | None = Field(None, ge=0)
+    application_memory_clock_hertz: float | None = Field(None, ge=0)
+    persistence_mode: bool | None = None
+    ecc_enabled: bool | None = None
+
+
+class _Baseline(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    format: str
+    exporter_version: str = Field("", max_length=256)
+    gpu_count: int = Field(0, ge=0, lt=1024)
+    gpus: list[_BaselineGpu] = Field(max_length=1024)
+
+
 def load(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"baseline file {path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"baseline file {path}: cannot read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"baseline file {path}: not JSON ({exc.msg} at line {exc.lineno})"
-                          ) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or \
-            not isinstance(data.get("gpus"), list):
+        data = safefile.load_json(path, safefile.BASELINE_FILE)
+    except safefile.FileRefused as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"baseline file {path}: not a gpu-exporter baseline (write one with "
                           "`gpu-exporter baseline capture`)")
-    for entry in data["gpus"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("index"), int):
-            raise ConfigError(f"baseline file {path}: every GPU entry needs an integer index")
-    return data
+    try:
+        baseline = _Baseline.model_validate(data)
+    except ValidationError as exc:
+        loc, problem = safefile.validation_problem(exc, unknown="unknown field")
+        raise ConfigError(f"baseline file {path}: {safefile.dotted(loc)}: {problem}") from None
+    indices = [g.index for g in baseline.gpus]
+    if len(set(indices)) != len(indices):
+        raise ConfigError(f"baseline file {path}: gpus: a GPU index appears twice")
+    return baseline.model_dump()
 
 
 class BaselineCheck(Derivation):

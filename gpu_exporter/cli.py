@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from gpu_exporter.thresholds import DiagnosisConfig
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 log = logging.getLogger(PROG)
 
@@ -175,8 +177,8 @@ def _run_daemon(argv: Sequence[str]) -> int:
             simulation = SimulatedNode.from_name(settings.simulate)
         except ScenarioError as exc:
             raise ConfigError(str(exc)) from None
-        log.info("simulating scenario %s: %s", simulation.scenario.name,
-                 simulation.scenario.description.strip())
+        log.info("simulating scenario %s: %s", _shortened(simulation.scenario.name),
+                 _shortened(" ".join(simulation.scenario.description.split())))
     try:
         return daemon.run(settings, simulation, load_settings)
     except OSError as exc:
@@ -190,6 +192,15 @@ def _run_daemon(argv: Sequence[str]) -> int:
             raise ConfigError(f"web.listen_address {settings.web.listen_address}: cannot "
                               "assign that address on this host") from None
         raise
+
+
+# How much of a scenario's name and description the daemon's log repeats.
+LOGGED_CHARS = 300
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= LOGGED_CHARS else f"{text[:LOGGED_CHARS]}... ({len(text):,} " \
+        "characters)"
 
 
 def _scenarios(argv: Sequence[str]) -> int:
@@ -290,10 +301,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] in SUBCOMMANDS:
             _end_on_termination()
-            return SUBCOMMANDS[args[0]](args[1:])
+            # A one-shot command says what went wrong itself, once: the log of
+            # the exporter it runs (NVML's retry text, a GPU falling off the
+            # bus in a scenario) is the daemon's voice, not the command's.
+            logging.disable(logging.ERROR)
+            code = SUBCOMMANDS[args[0]](args[1:])
+            sys.stdout.flush()  # a reader that went away is found here, not at exit
+            return code
         return _run_daemon(args)
     except (UsageError, ConfigError) as exc:
         print(f"{PROG}: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gpu-exporter scenarios | head -3`): end quietly,
+        # as a command ended by SIGPIPE does, with nothing left to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE

@@ -18,9 +18,9 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpu_exporter import safefile
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -172,8 +172,8 @@ def environment_values(environ: Mapping[str, str]) -> dict[str, Any]:
                 value = json.loads(value)
             except ValueError:
                 raise ConfigError(f"{'.'.join(path)} from environment variable {name}: "
-                                  f"expected JSON (a mapping or a list), got {value!r}"
-                                  ) from None
+                                  "expected JSON (a mapping or a list), got "
+                                  f"{safefile.shown(value)}") from None
         node = out
         for part in path[:-1]:
             child = node.get(part)
@@ -198,18 +198,9 @@ def _merged(high: Any, low: Any) -> Any:
 
 def read_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: cannot read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"config file {path}: {problem}{where}") from None
+        data = safefile.load_yaml(path, safefile.CONFIG_FILE)
+    except safefile.FileRefused as exc:
+        raise ConfigError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -300,27 +291,18 @@ def load(flags: dict[str, Any], config_file: Path | None = None,
     try:
         settings = Settings(**values)
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        loc = tuple(first["loc"])
-        name = ".".join(str(p) for p in loc) or "configuration"
-        msg = str(first["msg"]).removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            msg = "unknown setting"
+        loc, problem = safefile.validation_problem(exc)
         origin = _origin(loc, flags, file_values, config_file)
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        given = first.get("input")
-        # The value is shown once: not for an unknown key or a whole section,
-        # and not again where the message already quotes it.
-        shown = "" if first["type"] == "extra_forbidden" or isinstance(given, dict) \
-            or repr(given) in msg else f" (got {given!r})"
-        raise ConfigError(f"{name} from {origin}: {msg}{shown}{more}") from None
+        raise ConfigError(f"{safefile.dotted(loc) or 'configuration'} from {origin}: {problem}"
+                          ) from None
     if known_collectors is not None:
         unknown = sorted(set(settings.collectors) - set(known_collectors))
         if unknown:
             origin = _origin(("collectors", unknown[0]), flags, file_values, config_file)
-            raise ConfigError(f"collectors.{unknown[0]} from {origin}: unknown collector "
-                              f"{unknown[0]!r}; known: " + ", ".join(sorted(known_collectors)))
+            name = safefile.one_line(unknown[0], safefile.SHOWN_CHARS)
+            raise ConfigError(f"collectors.{name} from {origin}: unknown collector "
+                              f"{safefile.shown(unknown[0])}; known: "
+                              + ", ".join(sorted(known_collectors)))
     return settings
 
 __all__ = ["ConfigError", "Duration", "Settings", "load", "parse_duration"]

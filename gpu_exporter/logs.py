@@ -7,6 +7,8 @@ import logging
 import sys
 import time
 
+from gpu_exporter.safetext import terminal_safe
+
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
            "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -17,9 +19,12 @@ def _ts(record: logging.LogRecord) -> str:
 
 
 def _logfmt_value(value: str) -> str:
-    if value and not any(ch in value for ch in ' ="\n\t'):
+    if value and not any(ch in value for ch in ' ="\n\t\\') and terminal_safe(value) == value:
         return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    # Names from the node (a process's, a GPU's) may hold escape sequences:
+    # every control character is written as its escape, never raw.
+    quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + terminal_safe(quoted) + '"'
 
 
 class LogfmtFormatter(logging.Formatter):

@@ -71,12 +71,22 @@ def test_diagnose_lists_the_drifts(healthy_baseline: Path) -> None:
 @pytest.mark.parametrize("content,expected", [
     ("not json", "not JSON"),
     ('{"format": "something-else", "gpus": []}', "not a gpu-exporter baseline"),
-    ('{"format": "gpu-exporter-baseline/1", "gpus": [{"uuid": "x"}]}', "integer index"),
+    ('{"format": "gpu-exporter-baseline/1", "gpus": [{"uuid": "x"}]}',
+     "gpus.0.index: Field required"),
+    ('{"format": "gpu-exporter-baseline/1", "gpus": [{"index": 0, "power_limit_watts": NaN}]}',
+     "NaN is not a JSON number"),
+    ('{"format": "gpu-exporter-baseline/1", "gpus": [{"index": "0"}]}',
+     "gpus.0.index: Input should be a valid integer (got '0')"),
+    ('{"format": "gpu-exporter-baseline/1", "gpus": [{"index": 0}, {"index": 0}]}',
+     "a GPU index appears twice"),
+    ('{"format": "gpu-exporter-baseline/1", "gpus": []}\n\udcff',
+     "line 2, column 1: not UTF-8 text (byte 0xff)"),
+    ("[" * 100_000, "nested deeper than 16 levels"),
 ])
 def test_bad_baseline_file_exits_2_with_one_line(tmp_path: Path, content: str,
                                                  expected: str) -> None:
     path = tmp_path / "b.json"
-    path.write_text(content)
+    path.write_bytes(content.encode("utf-8", "surrogateescape"))  # "\udcff": the byte 0xff
     for args in (["baseline", "diff", "--simulate", "healthy", "--baseline", str(path)],
                  ["--simulate", "healthy", "--baseline.file", str(path),
                   "--web.listen-address", "127.0.0.1:0"]):

@@ -229,3 +229,35 @@ def test_the_project_license_is_an_spdx_expression() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in project["build-system"]["requires"]  # reads SPDX strings
+
+
+def test_a_reader_that_goes_away_ends_the_listing_quietly() -> None:
+    """`gpu-exporter scenarios | head -3`: no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    from tests.procs import ROOT
+
+    piped = subprocess.run(f"'{sys.executable}' -m gpu_exporter scenarios | head -3",
+                           shell=True, capture_output=True, text=True, cwd=ROOT, timeout=60,
+                           check=False)
+    assert len(piped.stdout.splitlines()) == 3 and piped.stderr == "", piped.stderr
+    # The reader gone before the first line: the write itself fails.
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_exporter", "scenarios"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 128 + signal.SIGPIPE, err  # as a command SIGPIPE ended
+    assert err == ""
+
+
+@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+@pytest.mark.parametrize("argv", [["baseline", "capture"], ["record", "--duration", "2s"]])
+def test_a_one_shot_command_without_a_gpu_says_so_once(tmp_path: Path, argv: list[str]) -> None:
+    """Only the command's own error: not the daemon's retry text before it."""
+    result = run_cli([*argv, "--out", str(tmp_path / "out")])
+    line = _one_line_error(result)
+    assert "NVML is not available: libnvidia-ml.so.1 was not found" in line
+    assert "retrying" not in result.stderr
+    assert not (tmp_path / "out").exists()

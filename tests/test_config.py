@@ -133,7 +133,7 @@ def test_unknown_collector_in_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content,expected", [
-    ("poll: [1, 2\n", "at line 2"),
+    ("poll: [1, 2\n", "line 2, column 1"),
     ("- a\n- b\n", "expected a mapping"),
     ("web: {listen_address: ':1'\n", "config file"),
 ])

@@ -21,7 +21,7 @@ from gpu_exporter.config_types import (
 
 def config(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "exporter.yaml"
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))  # "\udce9": the byte 0xe9
     return path
 
 
@@ -95,13 +95,15 @@ def test_an_empty_config_file_sets_nothing(tmp_path: Path, text: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("poll: [1, 2\n", "expected ',' or ']', but got '<stream end>' at line 2, column 1"),
-    ("a: b: c\n", "mapping values are not allowed here at line 1, column 5"),
-    ("\tpoll: 1\n", "found character '\\t' that cannot start any token at line 1, column 1"),
+    ("poll: [1, 2\n", "line 2, column 1: did not find expected ',' or ']'"),
+    ("a: b: c\n", "line 1, column 5: mapping values are not allowed in this context"),
+    ("\tpoll: 1\n", "line 1, column 1: found character that cannot start any token"),
     ("- a\n", "expected a mapping of settings at the top level, got list"),
     ("7\n", "expected a mapping of settings at the top level, got int"),
-    # a control character: the YAML reader names no problem and no place
-    ("poll: \x00\n", "invalid YAML"),
+    ("poll: \x00\n", "line 1, column 7: control characters are not allowed (0x00)"),
+    ("poll: {interval: 1s}\n\udce9\n", "line 2, column 1: not UTF-8 text (byte 0xe9)"),
+    ("poll: &a [1]\nlog: *b\n", "line 2, column 6: found undefined alias 'b'"),
+    ("poll: {interval: .nan}\n", "line 1, column 18: '.nan' is not a finite number"),
 ])
 def test_a_malformed_config_file_is_one_line_with_the_place(tmp_path: Path, text: str,
                                                             message: str) -> None:
@@ -117,7 +119,7 @@ def test_a_config_file_that_is_missing_or_not_a_file(tmp_path: Path) -> None:
     assert str(err.value) == f"config file {tmp_path / 'nope.yaml'}: no such file"
     with pytest.raises(ConfigError) as err:
         read_config_file(tmp_path)
-    assert str(err.value) == f"config file {tmp_path}: cannot read: Is a directory"
+    assert str(err.value) == f"config file {tmp_path}: is a directory, not a file"
 
 
 def test_file_values_load_and_two_loads_compare_equal(tmp_path: Path) -> None:

@@ -254,7 +254,7 @@ def test_an_empty_file_or_tls_section_means_plain_http_without_auth(tmp_path: Pa
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("tls_server_config: [\n", "at line"),
+    ("tls_server_config: [\n", "line 2, column 1"),
     ("- a\n- b\n", "expected a mapping"),
     ("tls_server_confg: {}\n", "unknown key tls_server_confg"),
     ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  ciphers: []\n",
@@ -347,7 +347,7 @@ def _bad_configs(d: Path) -> dict[str, tuple[Path, str]]:
     (d / "garbage.crt").write_text("not a certificate\n")
     return {
         "missing file": (d / "absent.yml", "no such file"),
-        "bad YAML": (write(d / "yaml.yml", "basic_auth_users: {prom: [\n"), "at line"),
+        "bad YAML": (write(d / "yaml.yml", "basic_auth_users: {prom: [\n"), "line 2, column 1"),
         "unknown key": (write(d / "key.yml", "basic_auth_user: {}\n"),
                         "unknown key basic_auth_user"),
         "unreadable cert": (write(d / "cert.yml", "tls_server_config:\n  cert_file: garbage.crt\n"

@@ -430,7 +430,7 @@ def record(duration: float, interval: float, out: Path, simulate: str | None) ->
     from gpu_exporter.commands.one_shot import one_shot_on_simulated_node
     from gpu_exporter.config import load
     from gpu_exporter.daemon import Exporter
-    from gpu_exporter.simulator import load_scenario
+    from gpu_exporter.simulator import load_scenario, recordings
 
     # NVML is recorded, and the GPU processes as the host sees them; the other
     # host readers and the diagnosis would add nothing.
@@ -475,6 +475,10 @@ def record(duration: float, interval: float, out: Path, simulate: str | None) ->
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     data = rec.scenario(out.stem, f"Recorded from {source} on {when} by gpu-exporter "
                         f"{__version__}: {polls} polls, {interval:g}s apart.")
-    out.write_text("# Replay with: gpu-exporter --simulate " + out.name + "\n"
-                   + yaml.safe_dump(data, sort_keys=False, width=100))
+    # The format version and poll count first, the checksum last: a file cut
+    # short or changed is refused, not replayed (simulator/recordings.py).
+    out.write_text(recordings.seal(
+        "# Replay with: gpu-exporter --simulate " + out.name + "\n"
+        + yaml.safe_dump(recordings.header(polls), sort_keys=False)
+        + yaml.safe_dump(data, sort_keys=False, width=100), polls))
     return polls

@@ -57,25 +57,57 @@ class NvmlGone(Exception):
 
 class MissingCapabilities:
     """What NVML on this node cannot answer, said in the log once per
-    capability for the whole node (not once per GPU, not every poll)."""
+    capability for the whole node (not once per GPU, not every poll): a
+    function the driver lacks at once; a capability the GPUs answer
+    NOT_SUPPORTED for when the next poll begins, with every GPU that
+    answered so ("GPUs 0-7"), and again only for a GPU that answers so later."""
 
     def __init__(self) -> None:
         self._said: set[str] = set()
+        self._gpus: dict[str, set[int]] = {}  # key -> the GPUs noted so far
+        self._pending: dict[str, tuple[NvmlError, set[int]]] = {}
         self._lock = threading.Lock()
 
     def note(self, index: int, key: str, exc: NvmlError) -> None:
-        with self._lock:
-            if key in self._said:
-                return
-            self._said.add(key)
         if exc.code == Return.FUNCTION_NOT_FOUND:
+            with self._lock:
+                if key in self._said:
+                    return
+                self._said.add(key)
             log.info("NVML on this node has no %s (the driver predates it): %s is read another "
                      "way where there is one, else its series stay absent; the README's "
                      "driver table says what each branch lacks", exc.call or key, key)
-        else:
-            log.info("GPU %d: NVML answers %s for %s (%s): read another way where there is "
-                     "one, else its series stay absent; not asked again", index, exc.name,
+            return
+        with self._lock:
+            noted = self._gpus.setdefault(key, set())
+            if index in noted:
+                return
+            noted.add(index)
+            self._pending.setdefault(key, (exc, set()))[1].add(index)
+
+    def flush(self) -> None:
+        """Say what the GPUs answered NOT_SUPPORTED for since the last flush."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for key, (exc, gpus) in sorted(pending.items()):
+            log.info("%s: NVML answers %s for %s (%s): read another way where there is one, "
+                     "else its series stay absent; not asked again", gpu_list(gpus), exc.name,
                      exc.call or key, key)
+
+
+def gpu_list(indices: set[int]) -> str:
+    """``GPU 3``, ``GPUs 0-7``, ``GPUs 0-2, 5``: runs of indices as ranges."""
+    ordered = sorted(indices)
+    runs: list[str] = []
+    start = prev = ordered[0]
+    for i in [*ordered[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return f"GPU {ordered[0]}" if len(ordered) == 1 else "GPUs " + ", ".join(runs)
 
 
 @dataclass
@@ -356,7 +388,9 @@ class NvmlSession:
         return self._clock()
 
     def begin_poll(self) -> None:
-        """GPUs whose stuck call has returned since are usable again."""
+        """GPUs whose stuck call has returned since are usable again; what
+        the last poll found unsupported is said, once for all its GPUs."""
+        self.missing.flush()
         with self._guard:
             returned, self._returned = self._returned, set()
         for gpu in self.gpus:

@@ -13,10 +13,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from gpu_exporter import safefile
 from gpu_exporter.nvml import binding
+from gpu_exporter.simulator import recordings
 from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement, write_tenants
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
 from gpu_exporter.simulator.hostfs import HostFs
@@ -42,29 +43,57 @@ def builtin_profiles() -> list[str]:
     return sorted(p.stem for p in _package_dir("profiles").glob("*.yaml"))
 
 
-def _load_yaml(path: Path, what: str) -> Any:
+# Steps in a scenario's timeline: each poll resolves a GPU's condition through
+# every step in force, so their number is bounded (the built-in scenarios have
+# at most 2); a recording's steps are its process list changing, at most one a
+# poll.
+MAX_TIMELINE_STEPS = 1_000
+
+
+def _load_yaml(path: Path, kind: safefile.FileKind) -> Any:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"{what} {path}: cannot read: {exc.strerror}") from None
+        return safefile.load_yaml(path, kind)
+    except safefile.FileRefused as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def _read_scenario(path: Path) -> dict[str, Any]:
+    """A scenario file's mapping, read within the bounds of a scenario, or of
+    a recording when it says it is one: a recording is checked whole (its end
+    line and checksum, its header, every recorded answer) before it is used."""
+    kind = safefile.RECORDING_FILE
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ScenarioError(f"{what} {path}: {getattr(exc, 'problem', None) or 'invalid YAML'}"
-                            f"{where}") from None
+        data = safefile.read_bytes(path, kind)
+        sealed_polls = None
+        if recordings.looks_sealed(data):
+            sealed_polls = recordings.check_seal(data)
+        else:
+            kind = safefile.SCENARIO_FILE
+            safefile.within(data, path, kind)
+        doc = safefile.parse_yaml(safefile.decode(data, path, kind), path, kind)
+        if not isinstance(doc, dict):
+            raise ScenarioError(f"scenario {path}: expected a mapping with name, node, state, "
+                                "timeline")
+        if sealed_polls is not None or "replay" in doc:
+            kind = safefile.RECORDING_FILE
+            recordings.check_document(doc, sealed_polls)
+            del doc[recordings.HEADER]
+    except safefile.FileRefused as exc:
+        raise ScenarioError(str(exc)) from None
+    except recordings.RecordingRefused as exc:
+        raise ScenarioError(str(safefile.FileRefused(safefile.RECORDING_FILE, path, str(exc)))
+                            ) from None
+    timeline = doc.get("timeline")
+    most = MAX_TIMELINE_STEPS if sealed_polls is None else sealed_polls
+    if isinstance(timeline, list) and len(timeline) > most:
+        raise ScenarioError(f"{kind.name} {path}: timeline: {len(timeline):,} steps, more than "
+                            f"the {most:,} a {kind.name} may have")
+    return doc
 
 
 def _one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-    given = first.get("input")
-    shown = "" if first["type"] == "extra_forbidden" or isinstance(given, dict | list) \
-        else f" (got {given!r})"
-    more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
-    return f"{loc}: {msg}{shown}{more}"
+    loc, problem = safefile.validation_problem(exc, unknown="unknown field")
+    return f"{safefile.dotted(loc) or '(top level)'}: {problem}"
 
 
 def load_profile(name: str | dict[str, Any]) -> DeviceProfile:
@@ -76,10 +105,10 @@ def load_profile(name: str | dict[str, Any]) -> DeviceProfile:
     path = Path(name)
     if not name.endswith((".yaml", ".yml")):
         path = _package_dir("profiles") / f"{name}.yaml"
-    if not path.exists():
-        raise ScenarioError(f"unknown device profile {name!r}; built-in: "
+    if not _exists(path):
+        raise ScenarioError(f"unknown device profile {safefile.shown(name)}; built-in: "
                             + ", ".join(builtin_profiles()))
-    data = _load_yaml(path, "profile")
+    data = _load_yaml(path, safefile.PROFILE_FILE)
     if not isinstance(data, dict):
         raise ScenarioError(f"profile {path}: expected a mapping")
     try:
@@ -98,14 +127,24 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _exists(path: Path) -> bool:
+    """Whether a file is there; a name no file can have (too long, a NUL in
+    it: what a scenario's ``extends`` may hold) is not."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _resolve(name_or_path: str) -> Path:
     path = Path(name_or_path)
-    if not (name_or_path.endswith((".yaml", ".yml")) or path.exists()):
+    if not (name_or_path.endswith((".yaml", ".yml")) or _exists(path)):
         path = _package_dir("scenarios") / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise ScenarioError(f"unknown scenario {name_or_path!r}: not a file and not one of "
-                                "the built-in scenarios: " + ", ".join(builtin_scenarios()))
-    elif not path.exists():
+        if not _exists(path):
+            raise ScenarioError(f"unknown scenario {safefile.shown(name_or_path)}: not a file "
+                                "and not one of the built-in scenarios: "
+                                + ", ".join(builtin_scenarios()))
+    elif not _exists(path):
         raise ScenarioError(f"scenario {path}: no such file")
     return path
 
@@ -115,16 +154,17 @@ def _scenario_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if path in seen:
         raise ScenarioError(f"scenario {path}: extends itself through "
                             + " -> ".join(str(p) for p in seen))
-    data = _load_yaml(path, "scenario")
-    if not isinstance(data, dict):
-        raise ScenarioError(f"scenario {path}: expected a mapping with name, node, state, "
-                            "timeline")
+    data = _read_scenario(path)
     base_name = data.pop("extends", None)
     if base_name is None:
         return data
     if not isinstance(base_name, str):
         raise ScenarioError(f"scenario {path}: extends: expected a scenario name or file")
-    base = _scenario_data(_resolve_from(base_name, path.parent), (*seen, path))
+    try:
+        base_path = _resolve_from(base_name, path.parent)
+    except ScenarioError as exc:
+        raise ScenarioError(f"scenario {path}: extends: {exc}") from None
+    base = _scenario_data(base_path, (*seen, path))
     base.pop("name", None)
     base.pop("description", None)
     base.pop("expect", None)
@@ -143,10 +183,12 @@ def _change_processes(path: Path, procs: Any, changes: Any) -> list[Any]:
     by_pid = {p.get("pid"): p for p in procs if isinstance(p, dict)}
     for pid, fields in changes.items():
         if pid not in by_pid:
-            raise ScenarioError(f"scenario {path}: process_changes: no process with pid {pid} "
+            raise ScenarioError(f"scenario {path}: process_changes: no process with pid "
+                                f"{safefile.shown(pid)} "
                                 "in the scenario it extends")
         if not isinstance(fields, dict):
-            raise ScenarioError(f"scenario {path}: process_changes.{pid}: expected a mapping")
+            raise ScenarioError(f"scenario {path}: process_changes.{safefile.shown(pid)}: "
+                                "expected a mapping")
         by_pid[pid].update(fields)
     return procs
 
@@ -154,7 +196,7 @@ def _change_processes(path: Path, procs: Any, changes: Any) -> list[Any]:
 def _resolve_from(name: str, directory: Path) -> Path:
     """``extends:`` names a built-in scenario or a file next to the extending one."""
     local = directory / name
-    if local.exists():
+    if _exists(local):
         return local
     return _resolve(name)
 

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 
 from gpu_exporter.catalog import CATALOG
+from gpu_exporter.safetext import terminal_safe
 from gpu_exporter.snapshot import Sample, Snapshot
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -25,6 +26,11 @@ OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
 def _escape_label(value: str) -> str:
+    # Label values come from the node (process names, GPU names, pod names):
+    # a control character (an escape sequence, a bidirectional override) is
+    # shown as its escape (\x1b) rather than sent raw to whoever reads the
+    # exposition in a terminal; prometheus_client sends it raw.
+    value = terminal_safe(value)
     if "\\" in value or '"' in value or "\n" in value:
         return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
     return value

@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import urlsplit
 
 import h11
@@ -338,6 +339,7 @@ class ExporterHTTPServer:
     def _run(self) -> None:
         loop = self._loop
         assert loop is not None
+        loop.set_exception_handler(_ignore_cancelled_clients)
         try:
             loop.run_until_complete(self._serve())
         except Exception:
@@ -374,6 +376,18 @@ class ExporterHTTPServer:
     def server_close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+def _ignore_cancelled_clients(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's handler of errors nothing awaited, less one that is none: on
+    Python 3.11, asyncio.start_server asks each finished client task for its
+    exception in a done callback, and for a task the shutdown cancelled that
+    raises CancelledError, logged as an error with a traceback (Python 3.12
+    checks first). A connection cut off by a stop is not an error."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        log.debug("a connection was cut off by the shutdown")
+        return
+    loop.default_exception_handler(context)
 
 
 def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread | None:

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpu_exporter import safefile
 from gpu_exporter.config import ConfigError
 from gpu_exporter.web.app import Request, Response
 from gpu_exporter.web.gate import BasicAuth, admit, normalise_san
@@ -188,18 +188,9 @@ def load_web_config(path: Path) -> LoadedWebConfig:
     """Read, validate and build; ``ConfigError`` (one line) on any problem."""
     where = f"web config file {path}"
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: cannot read: {_reason(exc)}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{where}: {problem}{at}") from None
+        data = safefile.load_yaml(path, safefile.WEB_CONFIG_FILE)
+    except safefile.FileRefused as exc:
+        raise ConfigError(str(exc)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -236,21 +227,11 @@ def _reject_unsupported(data: dict[str, Any], where: str) -> None:
 
 
 def _describe(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    name = ".".join(str(p) for p in first["loc"]) or "top level"
-    more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-    if first["type"] == "extra_forbidden":
-        return f"unknown key {name}{more}"
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    given = first.get("input")
-    shown = "" if isinstance(given, dict | list) or given is None else f" (got {given!r})"
-    return f"{name}: {msg}{shown}{more}"
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower()
-    return str(exc)
+    loc, problem = safefile.validation_problem(exc, unknown="unknown key")
+    name = safefile.dotted(loc) or "top level"
+    if problem.startswith("unknown key"):
+        return f"unknown key {name}{problem.removeprefix('unknown key')}"
+    return f"{name}: {problem}"
 
 
 def _resolve(base: Path, p: Path) -> Path:
@@ -261,12 +242,9 @@ def _resolve(base: Path, p: Path) -> Path:
 def _check_pem(setting: str, p: Path, marker: bytes, what: str, where: str) -> None:
     """Readable and PEM: OpenSSL's own word for a wrong file is "PEM lib"."""
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: tls_server_config.{setting} {p}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: tls_server_config.{setting} {p}: cannot read: "
-                          f"{_reason(exc)}") from None
+        data = safefile.read_bytes(p, safefile.PEM_FILE)
+    except safefile.FileRefused as exc:
+        raise ConfigError(f"{where}: tls_server_config.{setting} {p}: {exc.problem}") from None
     if b"-----BEGIN " not in data or marker not in data:
         raise ConfigError(f"{where}: tls_server_config.{setting} {p}: no PEM {what} in it")
 
