@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from gpu_exporter import logs, pipeline
-from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.config import ConfigError, Settings, at_start
 from gpu_exporter.config_types import parse_listen_address
 from gpu_exporter.history import History, slots_for
 from gpu_exporter.malloc import limit_malloc_arenas
@@ -40,9 +40,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Settings a reload cannot apply to a running exporter: they take effect at the
-# next start. (The web config file's contents are re-read on SIGHUP as well.)
-RESTART_SETTINGS = ("web", "path", "kubernetes", "simulate", "baseline_file")
+# Settings a reload cannot apply to a running exporter (marked AT_START where
+# they are declared): they take effect at the next start. (The web config
+# file's contents are re-read on SIGHUP as well.)
+RESTART_SETTINGS = at_start()
 # Allocations between two collections of the youngest generation, once the
 # daemon runs (Python's default is 700; see Exporter.freeze_after_first_poll).
 YOUNG_GC_THRESHOLD = 20_000
