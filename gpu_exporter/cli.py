@@ -13,13 +13,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from gpu_exporter import __version__
 from gpu_exporter.config import RETIRED_COLLECTORS, ConfigError, Settings, flag_settings, load
-
-if TYPE_CHECKING:
-    from gpu_exporter.collectors.base import Collector
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
@@ -48,13 +45,6 @@ _EPILOG = ("Subcommands: diagnose, baseline, record, scenarios, catalog (each ha
            "web: {listen_address: ...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
 
 
-def collector_help(kind: type[Collector]) -> str:
-    """What --help and the README say of ``--[no-]collector.<name>``."""
-    reads = kind.setting_keys()
-    also = f"; reads {', '.join(reads)}" if reads else ""
-    return f"{kind.description} (default {'on' if kind.default else 'off'}{also})."
-
-
 def _daemon_parser() -> _Parser:
     from gpu_exporter.pipeline import COLLECTORS
 
@@ -76,7 +66,7 @@ def _daemon_parser() -> _Parser:
         # --collector.X and --no-collector.X, both shown in --help.
         p.add_argument(f"--collector.{name}", dest=f"collectors.{name}",
                        action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                       help=f"Enable or disable the {name} collector: {collector_help(kind)}")
+                       help=f"Enable or disable the {name} collector: {kind.flag_help()}")
     for name in RETIRED_COLLECTORS:
         # Still accepted, with a warning (see config.RETIRED_COLLECTORS); not shown.
         p.add_argument(f"--collector.{name}", dest=f"collectors.{name}",

@@ -34,6 +34,13 @@ class Collector(Stage):
         return settings.collector_enabled(cls.name, cls.default)
 
     @classmethod
+    def flag_help(cls) -> str:
+        """What --help and the README say of ``--[no-]collector.<name>``."""
+        reads = cls.setting_keys()
+        also = f"; reads {', '.join(reads)}" if reads else ""
+        return f"{cls.description} (default {'on' if cls.default else 'off'}{also})."
+
+    @classmethod
     def setting_keys(cls) -> tuple[str, ...]:
         """The dotted keys of the settings it reads (``path.procfs``), for
         --help and the README."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 from gpu_exporter.catalog import metrics_markdown
-from gpu_exporter.cli import collector_help
 from gpu_exporter.config import flag_settings
 from gpu_exporter.pipeline import COLLECTORS
 from gpu_exporter_mixin.series_budget import series_markdown
@@ -23,7 +22,7 @@ def flags_markdown() -> str:
     for name, kind in COLLECTORS.items():
         env = f"GPU_EXPORTER_COLLECTORS__{name.upper()}"
         lines.append(f"| `--[no-]collector.{name}` | `collectors.{name}` | `{env}` | "
-                     f"{collector_help(kind)} |")
+                     f"{kind.flag_help()} |")
     return "\n".join(lines) + "\n"
 
 
