@@ -24,3 +24,10 @@ PROCESS_SAMPLES_EVERY_S = 5.0
 # 30 s window still holds 15 polls, so its 0.9 hold ratio tolerates one odd
 # poll. Half the polls of a 1 s interval halve the exporter's CPU.
 DEFAULT_POLL_INTERVAL_S = 2.0
+
+
+def stale_after(interval: float) -> float:
+    """How old the newest poll may be before it no longer speaks for now: the
+    health endpoint answers 503 past it, and /diagnosis, the node page and
+    diagnose call the exporter blind."""
+    return max(10 * interval, 30.0)

@@ -16,15 +16,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from gpu_exporter import __version__
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
-from gpu_exporter.config import (
-    DEFAULT_LISTEN_ADDRESS,
-    RETIRED_COLLECTORS,
-    ConfigError,
-    Settings,
-    load,
-)
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.config import RETIRED_COLLECTORS, ConfigError, Settings, flag_settings, load
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
@@ -47,51 +39,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(_one_line(message))
 
 
-# (flag, settings path, help, metavar)
-_FLAGS: tuple[tuple[str, str, str, str], ...] = (
-    ("--web.listen-address", "web.listen_address",
-     f"Address to listen on, host:port or :port (default {DEFAULT_LISTEN_ADDRESS}).", "ADDR"),
-    ("--web.telemetry-path", "web.telemetry_path",
-     "Path under which metrics are served (default /metrics).", "PATH"),
-    ("--web.config.file", "web.config_file",
-     "Web config file (TLS, basic auth) in the Prometheus exporter-toolkit format.", "FILE"),
-    ("--web.max-requests", "web.max_requests",
-     "Most password checks (basic auth) waiting at once; beyond it a request waits a second, "
-     "then is answered 503, so a flood of wrong passwords is slowed (default 8).", "N"),
-    ("--web.request-timeout", "web.request_timeout",
-     "How long a client may take to send a request head, from its first byte (from the "
-     "accept on a new connection); then the connection is closed (default 10s).", "DURATION"),
-    ("--web.idle-timeout", "web.idle_timeout",
-     "How long a kept-alive connection may wait for its next request (default 5m).",
-     "DURATION"),
-    ("--web.max-connections", "web.max_connections",
-     "Most open connections; at the limit the one idle the longest is closed to make room "
-     "(default 1024).", "N"),
-    ("--poll.interval", "poll.interval",
-     f"Time between polls of GPUs and host (default {DEFAULT_POLL_INTERVAL_S:g}s).",
-     "DURATION"),
-    ("--poll.timeout", "poll.timeout",
-     "How long one GPU's NVML reads may take before it counts as hung and is skipped until "
-     "they return (default 2s).", "DURATION"),
-    ("--log.level", "log.level", "One of debug, info, warn, error (default info).", "LEVEL"),
-    ("--log.format", "log.format", "logfmt or json (default logfmt).", "FORMAT"),
-    ("--path.procfs", "path.procfs", "Mount point of the host's /proc (default /proc).", "PATH"),
-    ("--path.sysfs", "path.sysfs", "Mount point of the host's /sys (default /sys).", "PATH"),
-    ("--processes.max-per-gpu", "processes.max_per_gpu",
-     "Most GPU processes exported per GPU, largest memory first (default 32).", "N"),
-    ("--kubernetes.pod-resources-socket", "kubernetes.pod_resources_socket",
-     "The kubelet's PodResources socket, read for the pod, namespace and container each GPU "
-     "is allocated to; attribution is off while no socket is there, and an empty value "
-     "switches it off (default /var/lib/kubelet/pod-resources/kubelet.sock).", "PATH"),
-    ("--baseline.file", "baseline_file",
-     "Node baseline (from `gpu-exporter baseline capture`) to compare every poll with; "
-     "drifts are exported as gpu_baseline_drift.", "FILE"),
-    ("--simulate", "simulate",
-     "Run on simulated GPUs: a built-in scenario name (see `gpu-exporter scenarios`) or a "
-     "scenario YAML file.", "NAME|FILE"),
-)
-
-
 _EPILOG = ("Subcommands: diagnose, baseline, record, scenarios, catalog (each has --help). "
            "Every "
            "flag can also be set in the --config.file YAML (--web.listen-address is "
@@ -107,33 +54,25 @@ def _daemon_parser() -> _Parser:
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument("--config.file", dest="config_file", metavar="FILE", type=Path,
                    help="YAML configuration file.")
-    for flag, dest, text, metavar in _FLAGS:
-        p.add_argument(flag, dest=dest, metavar=metavar, help=text, default=argparse.SUPPRESS)
-    p.add_argument("--metrics.detail", dest="metrics.detail",
-                   action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                   help=METRICS_DETAIL_HELP)
-    p.add_argument("--diagnosis.enabled", dest="diagnosis.enabled",
-                   action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                   help=f"{DiagnosisConfig.model_fields['enabled'].description} (default on)")
-    for name, info in COLLECTORS.items():
-        state = "enabled" if info.default else "disabled"
+    # Each from its setting's declaration (config.py): name, help and default.
+    for setting in flag_settings():
+        if setting.boolean:
+            p.add_argument(setting.flag, dest=setting.key, help=setting.help,
+                           action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS)
+        else:
+            p.add_argument(setting.flag, dest=setting.key, metavar=setting.metavar,
+                           help=setting.help, default=argparse.SUPPRESS)
+    for name, kind in COLLECTORS.items():
         # --collector.X and --no-collector.X, both shown in --help.
         p.add_argument(f"--collector.{name}", dest=f"collectors.{name}",
                        action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                       help=f"Enable or disable the {name} collector ({info.description}; "
-                       f"{state} by default).")
+                       help=f"Enable or disable the {name} collector: {kind.flag_help()}")
     for name in RETIRED_COLLECTORS:
         # Still accepted, with a warning (see config.RETIRED_COLLECTORS); not shown.
         p.add_argument(f"--collector.{name}", dest=f"collectors.{name}",
                        action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                        help=argparse.SUPPRESS)
     return p
-
-
-METRICS_DETAIL_HELP = ("Also export the detail series: per-link NVLink counters, the min/mean/max "
-                       "of NVML's sub-second samples, GPM byte rates, the last poll's ratios "
-                       "that a counter carries too, and the host series node_exporter already "
-                       "exports (default off: the series budget).")
 
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:

@@ -14,18 +14,23 @@ import json
 import logging
 import os
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 
 from gpu_exporter import safefile
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
+    AT_START,
     DEFAULT_POD_RESOURCES_SOCKET,
     Duration,
+    Flag,
     check_telemetry_path,
+    format_duration,
     parse_duration,
     parse_listen_address,
 )
@@ -47,16 +52,26 @@ class _Section(BaseModel):
 
 
 class WebConfig(_Section):
-    listen_address: str = DEFAULT_LISTEN_ADDRESS
-    telemetry_path: str = "/metrics"
-    config_file: Path | None = None
-    max_requests: int = Field(8, ge=1, le=256)
-    # How long a client may take over a request head, from its first byte.
-    request_timeout: Duration = Field(10.0, gt=0)
-    # Open connections at most; at the limit the longest-idle one is closed.
-    max_connections: int = Field(1024, ge=2, le=1_000_000)
-    # How long a kept-alive connection may wait for its next request.
-    idle_timeout: Duration = Field(300.0, gt=0)
+    listen_address: Annotated[str, Flag("ADDR")] = Field(
+        DEFAULT_LISTEN_ADDRESS, description="Address to listen on, host:port or :port")
+    telemetry_path: Annotated[str, Flag("PATH")] = Field(
+        "/metrics", description="Path under which metrics are served")
+    config_file: Annotated[Path | None, Flag("FILE", name="--web.config.file")] = Field(
+        None, description="Web config file (TLS, basic auth) in the Prometheus "
+        "exporter-toolkit format")
+    max_requests: Annotated[int, Flag("N")] = Field(
+        8, ge=1, le=256, description="Most password checks (basic auth) waiting at once; "
+        "beyond it a request waits a second, then is answered 503, so a flood of wrong "
+        "passwords is slowed")
+    request_timeout: Annotated[Duration, Flag("DURATION")] = Field(
+        10.0, gt=0, description="How long a client may take to send a request head, from its "
+        "first byte (from the accept on a new connection); then the connection is closed")
+    idle_timeout: Annotated[Duration, Flag("DURATION")] = Field(
+        300.0, gt=0, description="How long a kept-alive connection may wait for its next "
+        "request")
+    max_connections: Annotated[int, Flag("N")] = Field(
+        1024, ge=2, le=1_000_000, description="Most open connections; at the limit the one "
+        "idle the longest is closed to make room")
 
     @field_validator("listen_address")
     @classmethod
@@ -71,36 +86,49 @@ class WebConfig(_Section):
 
 
 class PollConfig(_Section):
-    interval: Duration = Field(DEFAULT_POLL_INTERVAL_S, ge=0.05, le=3600)
-    # How long one GPU's reads may take before the GPU counts as hung and is
-    # skipped (its series absent, gpu_up 0) until the stuck call returns.
-    timeout: Duration = Field(2.0, gt=0, le=600)
+    interval: Annotated[Duration, Flag("DURATION")] = Field(
+        DEFAULT_POLL_INTERVAL_S, ge=0.05, le=3600,
+        description="Time between polls of GPUs and host")
+    # Past it the GPU's series are absent and gpu_up is 0 until the call returns.
+    timeout: Annotated[Duration, Flag("DURATION")] = Field(
+        2.0, gt=0, le=600, description="How long one GPU's NVML reads may take before it "
+        "counts as hung and is skipped until they return")
 
 
 class LogConfig(_Section):
-    level: Literal["debug", "info", "warn", "warning", "error"] = "info"
-    format: Literal["logfmt", "json"] = "logfmt"
+    level: Annotated[Literal["debug", "info", "warn", "warning", "error"], Flag("LEVEL")] = \
+        Field("info", description="One of debug, info, warn, error")
+    format: Annotated[Literal["logfmt", "json"], Flag("FORMAT")] = Field(
+        "logfmt", description="logfmt or json")
 
 
 class PathConfig(_Section):
-    procfs: Path = Path("/proc")
-    sysfs: Path = Path("/sys")
+    procfs: Annotated[Path, Flag("PATH")] = Field(
+        Path("/proc"), description="Mount point of the host's /proc")
+    sysfs: Annotated[Path, Flag("PATH")] = Field(
+        Path("/sys"), description="Mount point of the host's /sys")
 
 
 class ProcessesConfig(_Section):
-    max_per_gpu: int = Field(32, ge=0, le=4096)
+    max_per_gpu: Annotated[int, Flag("N")] = Field(
+        32, ge=0, le=4096,
+        description="Most GPU processes exported per GPU, largest memory first")
 
 
 class MetricsConfig(_Section):
-    # Also export the detail families (catalog ``detail``): per-link NVLink
-    # counters, sample min/mean/max, host series node_exporter already exports.
-    detail: bool = False
+    # The catalog marks the detail families (``detail``).
+    detail: Annotated[bool, Flag()] = Field(
+        False, description="Also export the detail series: per-link NVLink counters, the "
+        "min/mean/max of NVML's sub-second samples, GPM byte rates, the last poll's ratios "
+        "that a counter carries too, and the host series node_exporter already exports, "
+        "beyond the series budget")
 
 
 class KubernetesConfig(_Section):
-    # The kubelet's PodResources socket; attribution is off while no socket is
-    # there, and "" switches it off without looking.
-    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    pod_resources_socket: Annotated[str, Flag("PATH")] = Field(
+        DEFAULT_POD_RESOURCES_SOCKET, description="The kubelet's PodResources socket, read "
+        "for the pod, namespace and container each GPU is allocated to; attribution is off "
+        "while no socket is there, and an empty value switches it off")
 
     @field_validator("pod_resources_socket")
     @classmethod
@@ -113,20 +141,129 @@ class KubernetesConfig(_Section):
 
 
 class Settings(_Section):
-    web: WebConfig = WebConfig()
-    poll: PollConfig = PollConfig()
-    log: LogConfig = LogConfig()
-    path: PathConfig = PathConfig()
-    processes: ProcessesConfig = ProcessesConfig()
-    metrics: MetricsConfig = MetricsConfig()
-    kubernetes: KubernetesConfig = KubernetesConfig()
-    diagnosis: DiagnosisConfig = DiagnosisConfig()
-    baseline_file: Path | None = None
-    collectors: dict[str, bool] = Field(default_factory=dict)
-    simulate: str | None = None
+    web: Annotated[WebConfig, AT_START] = Field(
+        WebConfig(), description="The HTTP server")
+    poll: PollConfig = Field(PollConfig(), description="How often and how long to poll")
+    log: LogConfig = Field(LogConfig(), description="The exporter's log")
+    path: Annotated[PathConfig, AT_START] = Field(
+        PathConfig(), description="Where the host's /proc and /sys are mounted")
+    processes: ProcessesConfig = Field(ProcessesConfig(), description="GPU processes")
+    metrics: MetricsConfig = Field(MetricsConfig(), description="What is exported")
+    kubernetes: Annotated[KubernetesConfig, AT_START] = Field(
+        KubernetesConfig(), description="Which pod holds each GPU")
+    diagnosis: DiagnosisConfig = Field(
+        DiagnosisConfig(), description="The diagnosis: its switch, window and thresholds")
+    baseline_file: Annotated[Path | None, Flag("FILE", name="--baseline.file"), AT_START] = \
+        Field(None, description="Node baseline (from `gpu-exporter baseline capture`) to "
+              "compare every poll with; drifts are exported as gpu_baseline_drift")
+    collectors: dict[str, bool] = Field(
+        default_factory=dict, description="Readers switched on or off by name "
+        "(--[no-]collector.<name>); each has its own default")
+    simulate: Annotated[str | None, Flag("NAME|FILE"), AT_START] = Field(
+        None, description="Run on simulated GPUs: a built-in scenario name (see "
+        "`gpu-exporter scenarios`) or a scenario YAML file")
 
     def collector_enabled(self, name: str, default: bool) -> bool:
         return self.collectors.get(name, default)
+
+
+# --- what follows from the declarations above ---------------------------------
+
+
+@dataclass(frozen=True)
+class FlagSetting:
+    """A setting that is a flag, as the command line, --help and the README's
+    table show it: all derived from its Field."""
+
+    key: str  # dotted: web.listen_address
+    flag: str  # --web.listen-address
+    metavar: str
+    help: str  # the description with its default
+    boolean: bool  # --X and --no-X
+
+    @property
+    def environment(self) -> str:
+        return ENV_PREFIX + self.key.replace(".", "__").upper()
+
+
+def shown_default(value: object, metavar: str) -> str | None:
+    """A default as --help shows it (None: there is none to show)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if metavar == "DURATION" and isinstance(value, int | float):
+        return format_duration(float(value))
+    return str(value)
+
+
+def _leaves(model: type[BaseModel], prefix: str = "") -> list[tuple[str, FieldInfo]]:
+    out: list[tuple[str, FieldInfo]] = []
+    for name, info in model.model_fields.items():
+        key = prefix + name
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out += _leaves(annotation, key + ".")
+        else:
+            out.append((key, info))
+    return out
+
+
+def settings_fields() -> list[tuple[str, FieldInfo]]:
+    """Every setting (dotted key, its Field), in the model's order."""
+    return _leaves(Settings)
+
+
+def flag_settings() -> list[FlagSetting]:
+    """The settings that are flags, in the model's order."""
+    out = []
+    for key, info in settings_fields():
+        flag = next((m for m in info.metadata if isinstance(m, Flag)), None)
+        if flag is None:
+            continue
+        shown = shown_default(info.get_default(call_default_factory=True), flag.metavar)
+        text = info.description or ""
+        out.append(FlagSetting(
+            key, flag.name or "--" + key.replace("_", "-"), flag.metavar,
+            f"{text} (default {shown})." if shown is not None else f"{text}.",
+            info.annotation is bool))
+    return out
+
+
+# A setting named by reading it: ``lambda s: s.path.procfs``. Typed, so a
+# misspelled setting is a type error, and its dotted key follows (setting_key).
+Selector = Callable[[Settings], object]
+
+
+class _Key:
+    """Stands in for the settings while a Selector runs: records the path it
+    reads, and refuses a name the model does not have."""
+
+    def __init__(self, model: type[BaseModel] | None, path: tuple[str, ...]) -> None:
+        self._model = model
+        self._path = path
+
+    def __getattr__(self, name: str) -> _Key:
+        info = self._model.model_fields.get(name) if self._model is not None else None
+        if info is None:
+            raise AttributeError(f"no setting {'.'.join((*self._path, name))}")
+        sub = info.annotation
+        return _Key(sub if isinstance(sub, type) and issubclass(sub, BaseModel) else None,
+                    (*self._path, name))
+
+
+def setting_key(select: Selector) -> str:
+    """The dotted key of the setting ``select`` reads (``path.procfs``)."""
+    key = select(cast(Settings, _Key(Settings, ())))
+    if not isinstance(key, _Key):
+        raise TypeError("a setting selector must return the setting it reads")
+    return ".".join(key._path)
+
+
+def at_start() -> tuple[str, ...]:
+    """The top-level settings a reload cannot apply (they take effect at the next start)."""
+    return tuple(name for name, info in Settings.model_fields.items()
+                 if AT_START in info.metadata)
 
 
 # The environment is read here rather than through pydantic-settings: the
@@ -222,7 +359,10 @@ def _origin(loc: tuple[Any, ...], flags: dict[str, Any], file_values: dict[str, 
         return True
 
     if has(flags):
-        return f"flag --{dotted.replace('_', '-')}"
+        flag = {s.key: s.flag for s in flag_settings()}.get(dotted)
+        if flag is None and loc[0] == "collectors" and len(loc) == 2:
+            flag = f"--collector.{loc[1]}"
+        return f"flag {flag or '--' + dotted.replace('_', '-')}"
     env = ENV_PREFIX + "__".join(str(p) for p in loc).upper()
     if env in os.environ:
         return f"environment variable {env}"

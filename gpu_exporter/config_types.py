@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -36,6 +37,32 @@ def parse_duration(value: Any) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def format_duration(seconds: float) -> str:
+    """``300.0`` as ``5m``, ``2.0`` as ``2s``: as a flag is written."""
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Marks a setting that is a command-line flag too (``Annotated[int,
+    Flag("N")]``): ``--`` and its dotted key with hyphens for underscores
+    (``--web.max-requests``), unless ``name`` says otherwise (the exporter
+    toolkit's ``--web.config.file``). A bool is ``--X`` and ``--no-X``."""
+
+    metavar: str = ""
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class AtStart:
+    """Marks a setting a reload cannot apply: it takes effect at the next start."""
+
+
+AT_START = AtStart()
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:

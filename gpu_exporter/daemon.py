@@ -1,10 +1,11 @@
-"""Assemble the exporter from its settings: the NVML session (real, or on a
-simulated node), the enabled collectors, the poller, and the HTTP endpoints."""
+"""Assemble the exporter from its settings and run it: the NVML session (real,
+or on a simulated node), the stages the settings switch on, the poller, and
+the HTTP endpoints reading what the poller publishes; then its lifecycle
+(start, SIGHUP reload, stop). What each part does is in its own module."""
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import resource
@@ -14,14 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpu_exporter import logs, pipeline
-from gpu_exporter.baseline import DRIFTS
-from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.config import ConfigError, Settings, at_start
 from gpu_exporter.config_types import parse_listen_address
-from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
-from gpu_exporter.diagnosis.visibility import stale_after, visibility
 from gpu_exporter.history import History, slots_for
 from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
@@ -29,7 +27,8 @@ from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.stage import Stage
-from gpu_exporter.web.app import App, Request, Response
+from gpu_exporter.web.app import App
+from gpu_exporter.web.diagnosis import DiagnosisRoute
 from gpu_exporter.web.doctor import NodePage
 from gpu_exporter.web.runbook import Runbook
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
@@ -41,9 +40,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Settings a reload cannot apply to a running exporter: they take effect at the
-# next start. (The web config file's contents are re-read on SIGHUP as well.)
-RESTART_SETTINGS = ("web", "path", "kubernetes", "simulate", "baseline_file")
+# Settings a reload cannot apply to a running exporter (marked AT_START where
+# they are declared): they take effect at the next start. (The web config
+# file's contents are re-read on SIGHUP as well.)
+RESTART_SETTINGS = at_start()
 # Allocations between two collections of the youngest generation, once the
 # daemon runs (Python's default is 700; see Exporter.freeze_after_first_poll).
 YOUNG_GC_THRESHOLD = 20_000
@@ -63,7 +63,6 @@ class Exporter:
             simulation.install()
         settings = self._effective(settings)
         self.settings = settings
-        self._wall = wall_clock
         self._reload_lock = threading.Lock()
         # Under a virtual clock everything runs inline; a real daemon guards each
         # GPU's reads with a timeout so one hung GPU cannot stall the poll.
@@ -80,22 +79,28 @@ class Exporter:
         # ring allocated once (its size follows the interval at start).
         self.history = History(slots_for(settings.poll.interval))
         self.poller.listeners.append(self.history.record)
-        started = self._started = wall_clock()
+        started = wall_clock()
         self.app = App(
             None, settings.web.telemetry_path, ready=lambda: self.poller.ready,
             healthy=staleness_check(
                 lambda: self.poller.latest.timestamp if self.poller.latest else None,
-                settings.poll.interval, started, wall_clock),
-            snapshot=lambda: self.poller.latest,
+                self._interval, started, wall_clock),
+            snapshot=self._latest,
         )
-        self.app.add_route("/diagnosis", self._diagnosis, "Diagnosis (JSON)")
+        # The pages read what the poller published, and the settings a reload may change.
+        self.app.add_route("/diagnosis", DiagnosisRoute(self._latest, self._interval, wall_clock),
+                           "Diagnosis (JSON)")
         self.app.add_route("/runbook", Runbook(lambda: self.settings.diagnosis))
-        self.app.set_landing(NodePage(
-            lambda: self.poller.latest, self.history, self._visibility,
-            links=lambda: self.app.links, refresh_s=lambda: self.settings.poll.interval,
-            wall_clock=wall_clock))
+        self.app.set_landing(NodePage(self._latest, self.history, links=lambda: self.app.links,
+                                      interval=self._interval, wall_clock=wall_clock))
         self.server: ExporterHTTPServer | None = None
         self.web_config: WebConfigWatcher | None = None
+
+    def _latest(self) -> Snapshot | None:
+        return self.poller.latest
+
+    def _interval(self) -> float:
+        return self.settings.poll.interval
 
     def _effective(self, settings: Settings) -> Settings:
         if self.simulation is None:
@@ -147,9 +152,6 @@ class Exporter:
         # Applied by the poll thread between two polls: the stages swapped,
         # each handed the new settings, the interval and call timeout changed.
         self.poller.reconfigure(stages, new)
-        self.app.set_health_check(staleness_check(  # a longer interval is not staleness
-            lambda: self.poller.latest.timestamp if self.poller.latest else None,
-            new.poll.interval, self._started, self._wall))
         applied = [name for name in changed if name not in RESTART_SETTINGS]
         log.info("configuration reloaded: applied %s", ", ".join(applied) or "nothing")
         if later:
@@ -178,33 +180,6 @@ class Exporter:
         for name in running.keys() - {s.name for s in out}:
             log.info("collector %s switched off", name)
         return out
-
-    def findings(self) -> dict[str, object]:
-        snap = self.poller.latest
-        if snap is None:
-            return {"timestamp": None, "findings": []}
-        missing = snap.derived(INPUTS_MISSING) or ()
-        return {"timestamp": snap.timestamp,
-                "findings": [f.as_dict() for f in snap.derived(FINDINGS) or ()],
-                "baseline_drifts": [d.as_dict() for d in snap.derived(DRIFTS) or ()],
-                # Readers the rules went without: their rows were not judged.
-                "inputs_missing": list(missing)}
-
-    def _visibility(self, snap: Snapshot | None) -> dict[str, Any]:
-        """Whether the GPUs could be read for ``snap``, and if not, why."""
-        err = self.session.last_error
-        return visibility(snap, self._wall(), stale_after(self.settings.poll.interval),
-                          err.init_hint() if err is not None else None)
-
-    def _diagnosis(self, req: Request) -> Response:
-        if self.poller.latest is None:
-            return Response(503, b'{"error": "no poll has completed yet"}\n',
-                            "application/json")
-        # What the findings rest on: a node whose GPUs cannot be read has no
-        # findings, and must not pass for healthy.
-        answer = {**self.findings(), "visibility": self._visibility(self.poller.latest)}
-        body = json.dumps(answer, indent=2) + "\n"
-        return Response(200, body.encode(), "application/json")
 
     def bind(self, web_config: WebConfigWatcher | None = None) -> ExporterHTTPServer:
         """Create the server; with a web config file, TLS and auth come from it."""

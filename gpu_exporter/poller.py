@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gpu_exporter import __version__
 from gpu_exporter.catalog import DETAIL
 from gpu_exporter.config import Settings
+from gpu_exporter.diagnosis.visibility import NVML_PROBLEM
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.stage import Stage
@@ -200,6 +201,8 @@ class Poller:
         out.add("gpu_exporter_build_info", 1, **self._build_labels)
         if self.session is not None:
             out.add("gpu_exporter_nvml_up", self.session.up)
+            if not self.session.up and self.session.last_error is not None:
+                out.publish(NVML_PROBLEM, self.session.last_error.init_hint())
             # Every GPU NVML knows from 0: the first timeout is an increase()
             # sees. (While NVML is down, only the timeouts counted stay.)
             timeouts = {gpu.index: 0 for gpu in self.session.gpus} if self.session.up else {}

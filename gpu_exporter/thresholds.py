@@ -4,59 +4,100 @@ experienced SRE would start from. Set under ``diagnosis:`` in the config file
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
 from annotated_types import Le
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpu_exporter.config_types import Duration
+from gpu_exporter.config_types import Duration, Flag
 from gpu_exporter.xids import XidTier, codes
 
 
 class DiagnosisConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = Field(True, description=(
-        "Judge the symptom -> cause table every poll (gpu_diagnosis_active, /diagnosis and "
-        "the node page's findings); off, the exporter only reads."))
-    # A condition must hold this long before its row turns on ...
-    window: Duration = Field(30.0, ge=0)
-    # ... and stay clear this long before it turns off (no flapping).
-    clear_after: Duration = Field(30.0, ge=0)
-    # Share of polls in the window the condition must hold (tolerates one odd poll).
-    hold_ratio: float = Field(0.9, gt=0, le=1)
+    enabled: Annotated[bool, Flag()] = Field(
+        True, description="Judge the symptom -> cause table every poll (gpu_diagnosis_active, "
+        "/diagnosis and the node page's findings); off, the exporter only reads")
+    window: Duration = Field(
+        30.0, ge=0, description="How long a row's condition must hold before the row turns on")
+    clear_after: Duration = Field(
+        30.0, ge=0, description="How long a row's condition must stay clear before the row "
+        "turns off (no flapping)")
+    hold_ratio: float = Field(
+        0.9, gt=0, le=1, description="Share of the polls within the window at which the "
+        "condition must hold (tolerates one odd poll)")
 
-    memory_held_ratio: float = Field(0.5, gt=0, le=1)
-    idle_utilization: float = Field(0.10, ge=0, le=1)
-    busy_utilization: float = Field(0.50, ge=0, le=1)
-    iowait_high: float = Field(0.20, ge=0, le=1)
-    io_pressure_high: float = Field(0.20, ge=0, le=1)
-    cpu_pressure_high: float = Field(0.30, ge=0, le=1)
-    run_queue_wait_high: float = Field(0.30, ge=0)  # seconds waiting per second
-    swap_bytes_per_s: float = Field(1024 * 1024, ge=0)
-    memory_pressure_full: float = Field(0.0, ge=0, le=1)
-    stalled_cpu_ratio: float = Field(0.05, ge=0)  # CPUs' worth of time
-    # Share of its CPU-limit periods in which a workload was throttled.
-    cpu_throttled_high: float = Field(0.25, ge=0, le=1)
-    burst_low: float = Field(0.10, ge=0, le=1)
-    burst_high: float = Field(0.90, ge=0, le=1)
-    thermal_margin_celsius: float = Field(3.0, ge=0)
-    clock_below_max_ratio: float = Field(0.95, gt=0, le=1)
-    pcie_errors_per_window: float = Field(1.0, ge=0)
-    memory_near_full_ratio: float = Field(0.95, gt=0, le=1)
-    inflated_utilization: float = Field(0.80, ge=0, le=1)
-    inflated_sm_active: float = Field(0.30, ge=0, le=1)
-    # Xids by who must act (xids.py is the table these default to): a
-    # site may move a code to another tier; a code in no list is informational.
-    hardware_xids: tuple[int, ...] = codes("hardware")
-    application_xids: tuple[int, ...] = codes("application")
-    informational_xids: tuple[int, ...] = codes("informational")
-    xid_hold: Duration = Field(900.0, ge=0)  # an Xid keeps its row on this long
-    expect_persistence: bool = True
-    # A cause explains another row's signals (swapping -> iowait) only while its
-    # own condition held within this long: short dips keep the explanation,
-    # a cause that has stopped no longer explains what persists.
-    explained_within: Duration = Field(10.0, ge=0)
+    memory_held_ratio: float = Field(
+        0.5, gt=0, le=1, description="GPU memory used above this share counts as held")
+    idle_utilization: float = Field(
+        0.10, ge=0, le=1, description="GPU utilization below this counts as idle")
+    busy_utilization: float = Field(
+        0.50, ge=0, le=1, description="GPU utilization below this, with memory held, counts "
+        "as under-fed; at or above it, as busy")
+    iowait_high: float = Field(
+        0.20, ge=0, le=1, description="Host iowait at or above this counts as waiting on I/O")
+    io_pressure_high: float = Field(
+        0.20, ge=0, le=1, description="I/O pressure (PSI some, the job's own or the host's) at "
+        "or above this counts as waiting on I/O")
+    cpu_pressure_high: float = Field(
+        0.30, ge=0, le=1, description="CPU pressure (PSI some, the job's own or the host's) at "
+        "or above this counts as CPU contention")
+    run_queue_wait_high: float = Field(
+        0.30, ge=0, description="Seconds per second a GPU process waits on the run queue at or "
+        "above which it waits for a CPU")
+    swap_bytes_per_s: float = Field(
+        1024 * 1024, ge=0, description="Swap-in plus swap-out, in bytes per second, at or above "
+        "which the host counts as swapping")
+    memory_pressure_full: float = Field(
+        0.0, ge=0, le=1, description="Memory pressure (PSI full) above which the host counts "
+        "as swapping")
+    stalled_cpu_ratio: float = Field(
+        0.05, ge=0, description="CPUs' worth of time below which a sleeping or blocked GPU "
+        "process counts as stalled")
+    cpu_throttled_high: float = Field(
+        0.25, ge=0, le=1, description="Share of its CPU-limit periods in which a workload was "
+        "throttled, at or above which its limit starves it")
+    burst_low: float = Field(
+        0.10, ge=0, le=1, description="Sub-second utilization samples at or below this count "
+        "as the low of a burst")
+    burst_high: float = Field(
+        0.90, ge=0, le=1, description="Sub-second utilization samples at or above this count "
+        "as the high of a burst")
+    thermal_margin_celsius: float = Field(
+        3.0, ge=0, description="A busy GPU this close to its own slowdown threshold counts as "
+        "throttled by heat")
+    clock_below_max_ratio: float = Field(
+        0.95, gt=0, le=1, description="An SM clock below this share of its maximum, or a power "
+        "limit below this share of the board's default, counts as capped")
+    pcie_errors_per_window: float = Field(
+        1.0, ge=0, description="PCIe replays or AER correctable errors within the window at "
+        "or above which the link counts as failing")
+    memory_near_full_ratio: float = Field(
+        0.95, gt=0, le=1, description="GPU memory used above this share counts as near full")
+    inflated_utilization: float = Field(
+        0.80, ge=0, le=1, description="NVML utilization above this, with GPM's SM activity "
+        "below inflated_sm_active, counts as inflated")
+    inflated_sm_active: float = Field(
+        0.30, ge=0, le=1, description="GPM's SM activity below which a high NVML utilization "
+        "counts as inflated")
+    # xids.py is the table these default to.
+    hardware_xids: tuple[int, ...] = Field(
+        codes("hardware"), description="Xids that page on-call and the hardware team")
+    application_xids: tuple[int, ...] = Field(
+        codes("application"), description="Xids that tell the job's owner (a warning)")
+    informational_xids: tuple[int, ...] = Field(
+        codes("informational"), description="Xids for dashboards only; a code in no list "
+        "is informational")
+    xid_hold: Duration = Field(
+        900.0, ge=0, description="How long an Xid keeps its row on")
+    expect_persistence: bool = Field(
+        True, description="Report a GPU whose persistence mode is off")
+    # Short dips keep the explanation; a cause that has stopped no longer
+    # explains what persists.
+    explained_within: Duration = Field(
+        10.0, ge=0, description="A cause explains another row's signals (swapping -> iowait) "
+        "only while its own condition held within this long")
 
     @model_validator(mode="after")
     def _one_tier_per_xid(self) -> Self:

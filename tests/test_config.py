@@ -9,7 +9,7 @@ import pytest
 
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.cli import parse_settings
-from gpu_exporter.config import ConfigError, parse_duration
+from gpu_exporter.config import ConfigError, FlagSetting, flag_settings, parse_duration
 
 
 def test_defaults() -> None:
@@ -227,3 +227,51 @@ def test_an_unknown_collector_is_still_refused() -> None:
 
     with pytest.raises(ConfigError, match="unknown collector 'diagnosys'"):
         load({"collectors": {"diagnosys": False}}, known_collectors=COLLECTORS)
+
+
+# --- every setting declared once ---------------------------------------------
+
+
+def test_every_setting_has_a_description_and_a_default() -> None:
+    from pydantic_core import PydanticUndefined
+
+    from gpu_exporter.config import settings_fields
+
+    for key, info in settings_fields():
+        assert info.description, key
+        assert info.default is not PydanticUndefined or info.default_factory, key
+
+
+@pytest.mark.parametrize("setting", flag_settings(), ids=lambda s: s.flag)
+def test_the_default_help_states_is_the_default_the_flag_gives(setting: FlagSetting) -> None:
+    """--help and the README say "(default X)" from the declaration: given as
+    the flag, X is the value the exporter runs with when the flag is absent."""
+    default = parse_settings([])
+    section, _, leaf = setting.key.rpartition(".")
+
+    def value(s: object) -> object:
+        node = getattr(s, section) if section else s
+        return getattr(node, leaf)
+
+    shown = setting.help.rpartition("(default ")[2].removesuffix(").")
+    if "(default " not in setting.help:
+        assert value(default) is None  # no default to show: unset
+    elif setting.boolean:
+        flag = setting.flag if shown == "on" else "--no-" + setting.flag.removeprefix("--")
+        assert value(parse_settings([flag])) == value(default)
+    else:
+        assert value(parse_settings([setting.flag, shown])) == value(default)
+
+
+def test_a_misspelled_setting_in_a_selector_is_refused() -> None:
+    from gpu_exporter.config import setting_key
+
+    assert setting_key(lambda s: s.path.procfs) == "path.procfs"
+    with pytest.raises(AttributeError, match=r"no setting path\.procs"):
+        setting_key(lambda s: s.path.procs)  # type: ignore[attr-defined]
+
+
+def test_the_settings_a_reload_cannot_apply_are_marked_where_declared() -> None:
+    from gpu_exporter.daemon import RESTART_SETTINGS
+
+    assert set(RESTART_SETTINGS) == {"web", "path", "kubernetes", "simulate", "baseline_file"}

@@ -175,7 +175,7 @@ def test_unknown_collectors_name_the_first_in_order_and_the_known_ones(tmp_path:
     assert problem({}, path, known=["host", "device"]) == (
         f"collectors.aaa from config file {path}: unknown collector 'aaa'; known: device, host")
     assert problem({"collectors": {"gpus": True}}, None, known=["host"]) == (
-        "collectors.gpus from flag --collectors.gpus: unknown collector 'gpus'; known: host")
+        "collectors.gpus from flag --collector.gpus: unknown collector 'gpus'; known: host")
     settings = load({}, path, known_collectors=["zzz", "aaa", "host"])
     assert settings.collector_enabled("aaa", True) is False
     assert settings.collector_enabled("zzz", False) is True

@@ -11,6 +11,7 @@ import pytest
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
 from gpu_exporter.diagnosis.signals import INPUTS
 from gpu_exporter.readings import PollReadings
+from gpu_exporter.web.diagnosis import report
 from tests.simnode import DetailRun
 
 
@@ -19,7 +20,7 @@ def test_every_input_read_nothing_missing() -> None:
     snap = run.poll(3)
     assert snap.derived(INPUTS_MISSING) == ()
     assert snap.series("gpu_diagnosis_input_missing") == []
-    assert run.exporter.findings()["inputs_missing"] == []
+    assert report(snap, snap.timestamp, 1.0)["inputs_missing"] == []
     assert snap.series("gpu_diagnosis_active")  # every row judged for every GPU
 
 
@@ -34,7 +35,7 @@ def test_device_off_is_visible_not_silent() -> None:
     assert snap.get("gpu_diagnosis_input_missing", input="device") == 1.0
     assert snap.series("gpu_diagnosis_active") == []
     assert snap.derived(FINDINGS) == ()
-    assert run.exporter.findings()["inputs_missing"] == ["device"]
+    assert report(snap, snap.timestamp, 1.0)["inputs_missing"] == ["device"]
 
 
 @pytest.mark.parametrize("reader", ["processes", "host", "pcie", "gpm", "samples", "xid",

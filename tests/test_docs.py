@@ -21,3 +21,11 @@ def test_every_path_the_readme_names_exists() -> None:
         assert (ROOT / path).exists(), path
     for path in re.findall(r"`(gpu_exporter/[\w./-]+)`", text):
         assert (ROOT / path).exists(), path
+
+
+def test_every_path_the_architecture_names_exists() -> None:
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    named = re.findall(r"`((?:gpu_exporter|mixin|tests|scripts)/[\w./-]+)`", text)
+    assert len(named) > 20
+    for path in named:
+        assert (ROOT / path).exists(), path

@@ -84,10 +84,10 @@ def test_health_turns_bad_when_polls_stop(run: SimRun) -> None:
     from gpu_exporter.web.server import staleness_check
 
     now = [1000.0]
-    check = staleness_check(lambda: 900.0, 1.0, started=0.0, clock=lambda: now[0])
+    check = staleness_check(lambda: 900.0, lambda: 1.0, started=0.0, clock=lambda: now[0])
     ok, why = check()
     assert not ok and "last poll 100s ago" in why
-    fresh = staleness_check(lambda: 995.0, 1.0, started=0.0, clock=lambda: now[0])
+    fresh = staleness_check(lambda: 995.0, lambda: 1.0, started=0.0, clock=lambda: now[0])
     assert fresh()[0]
 
 

@@ -292,12 +292,12 @@ def test_the_landing_page_is_well_formed_with_only_its_own_texts() -> None:
 def test_staleness_check_at_its_edges(latest: float | None, now: float, healthy: bool,
                                       why: str) -> None:
     # interval 2 s: stale after max(10 intervals, 30 s) = 30 s
-    check = staleness_check(lambda: latest, 2.0, started=1000.0, clock=lambda: now)
+    check = staleness_check(lambda: latest, lambda: 2.0, started=1000.0, clock=lambda: now)
     assert check() == (healthy, why)
 
 
 def test_staleness_follows_the_interval() -> None:
-    check = staleness_check(lambda: 0.0, 5.0, started=0.0, clock=lambda: 49.0)
+    check = staleness_check(lambda: 0.0, lambda: 5.0, started=0.0, clock=lambda: 49.0)
     assert check() == (True, "Healthy")  # 10 intervals of 5 s: 50 s
 
 

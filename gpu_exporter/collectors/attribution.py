@@ -67,7 +67,8 @@ class AttributionCollector(Collector):
     name = "attribution"
     description = ("who holds each GPU (kubelet PodResources, Slurm cgroups) and each "
                    "workload's own cgroup pressure and CPU throttling")
-    settings = ("kubernetes.pod_resources_socket", "path.procfs", "path.sysfs")
+    settings = (lambda s: s.kubernetes.pod_resources_socket, lambda s: s.path.procfs,
+                lambda s: s.path.sysfs)
 
     def __init__(self, session: NvmlSession, socket_path: str, procfs: Path,
                  cgroup_root: Path, monotonic: Callable[[], float],

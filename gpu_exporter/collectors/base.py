@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Self
 
-from gpu_exporter.config import Settings
+from gpu_exporter.config import Selector, Settings, setting_key
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.stage import Stage
@@ -24,14 +24,27 @@ class Collector(Stage):
     """A reader: switched on and off by ``--collector.<name>``."""
 
     default: ClassVar[bool] = True
-    # The settings it reads, as dotted YAML keys; those a reload may change are
-    # handed over through reconfigure(), the others are read by build().
-    settings: ClassVar[tuple[str, ...]] = ()
+    # The settings it reads (``lambda s: s.path.procfs``); those a reload may
+    # change are handed over through reconfigure(), the others are read by build().
+    settings: ClassVar[tuple[Selector, ...]] = ()
 
     @classmethod
     def wanted(cls, settings: Settings) -> bool:
         """Whether these settings switch the collector on."""
         return settings.collector_enabled(cls.name, cls.default)
+
+    @classmethod
+    def flag_help(cls) -> str:
+        """What --help and the README say of ``--[no-]collector.<name>``."""
+        reads = cls.setting_keys()
+        also = f"; reads {', '.join(reads)}" if reads else ""
+        return f"{cls.description} (default {'on' if cls.default else 'off'}{also})."
+
+    @classmethod
+    def setting_keys(cls) -> tuple[str, ...]:
+        """The dotted keys of the settings it reads (``path.procfs``), for
+        --help and the README."""
+        return tuple(setting_key(select) for select in cls.settings)
 
 
 class NvmlCollector(Collector):

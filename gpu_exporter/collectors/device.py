@@ -66,7 +66,7 @@ class DeviceCollector(NvmlCollector):
     name = "device"
     description = ("NVML device metrics: utilization, memory, power, clocks, throttle reasons, "
                    "PCIe, ECC")
-    settings = ("metrics.detail",)
+    settings = (lambda s: s.metrics.detail,)
 
     def __init__(self, session: NvmlSession, detail: bool = False) -> None:
         super().__init__(session)

@@ -91,7 +91,7 @@ class HostCollector(Collector):
     name = "host"
     description = ("host CPU iowait/steal, pressure stalls, memory, swap, load, disks, "
                    "network")
-    settings = ("path.procfs",)
+    settings = (lambda s: s.path.procfs,)
 
     def __init__(self, procfs: Path, monotonic: Callable[[], float] = time.monotonic,
                  max_devices: int = MAX_DEVICES, page_size: int = memory.PAGE_SIZE) -> None:

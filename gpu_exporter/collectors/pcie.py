@@ -50,7 +50,7 @@ class PcieCollector(NvmlCollector):
     name = "pcie"
     description = ("PCIe links (GPU and upstream port), AER errors and NUMA from sysfs; udev "
                    "remove events")
-    settings = ("path.sysfs",)
+    settings = (lambda s: s.path.sysfs,)
 
     def __init__(self, session: NvmlSession, sysfs: Path,
                  udev: EventSource | None = None) -> None:

@@ -105,7 +105,8 @@ class ProcessesCollector(NvmlCollector):
     name = "processes"
     description = ("GPU processes (NVML) joined with /proc: memory, SM, CPU, run-queue wait, "
                    "affinity, container")
-    settings = ("processes.max_per_gpu", "path.procfs", "path.sysfs")
+    settings = (lambda s: s.processes.max_per_gpu, lambda s: s.path.procfs,
+                lambda s: s.path.sysfs)
 
     def __init__(self, session: NvmlSession, procfs: Path, sysfs: Path, max_per_gpu: int,
                  monotonic: Callable[[], float]) -> None:

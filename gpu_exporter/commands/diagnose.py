@@ -28,8 +28,8 @@ from gpu_exporter.commands.report import (
     render_text,
 )
 from gpu_exporter.config import ConfigError, load, parse_duration
-from gpu_exporter.diagnosis.visibility import stale_after, visibility
 from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.web.diagnosis import report
 
 DEFAULT_URL = "http://127.0.0.1:9835"
 
@@ -65,10 +65,7 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
             clock.advance(interval)
             elapsed += interval
             exporter.poller.poll()
-        err = exporter.session.last_error
-        return {**exporter.findings(), "visibility": visibility(
-            exporter.poller.latest, clock(), stale_after(interval),
-            err.init_hint() if err is not None else None)}
+        return report(exporter.poller.latest, clock(), interval)
     finally:
         exporter.stop()
 

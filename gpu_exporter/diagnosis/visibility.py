@@ -10,24 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_exporter.readings import GpuReading
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.snapshot import Slot, Snapshot
+
+# Why NVML is not available, in the NVML session's words: the poller publishes
+# it with every snapshot taken while NVML is down, so a snapshot says by itself
+# what it could not see.
+NVML_PROBLEM: Slot[str] = Slot("nvml_problem")
 
 
-def stale_after(interval: float) -> float:
-    """How old the newest poll may be before it no longer speaks for now: the
-    health endpoint answers 503 past it, and diagnose calls the exporter blind."""
-    return max(10 * interval, 30.0)
-
-
-def visibility(snap: Snapshot | None, now: float, stale_after: float,
-               nvml_problem: str | None = None) -> dict[str, Any]:
+def visibility(snap: Snapshot | None, now: float, stale_after: float) -> dict[str, Any]:
     """What /diagnosis reports next to its findings: ``blind`` is None when
-    the GPUs were read, otherwise one sentence saying why they were not.
-    ``nvml_problem`` is the session's own account of an NVML failure."""
+    the GPUs were read, otherwise one sentence saying why they were not."""
     if snap is None:
         return {"nvml_up": False, "gpus": 0, "gpus_answering": 0,
                 "poll_age_seconds": None, "blind": "no poll has completed yet"}
     nvml_up = bool(snap.get("gpu_exporter_nvml_up"))
+    nvml_problem = snap.derived(NVML_PROBLEM)
     gpus: dict[int, GpuReading] = snap.readings.gpus or {}
     answering = sum(1 for g in gpus.values() if g.up)
     age = max(0.0, now - snap.timestamp)
@@ -44,4 +42,4 @@ def visibility(snap: Snapshot | None, now: float, stale_after: float,
             "poll_age_seconds": round(age, 3), "blind": blind}
 
 
-__all__ = ["stale_after", "visibility"]
+__all__ = ["NVML_PROBLEM", "visibility"]

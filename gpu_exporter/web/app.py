@@ -128,7 +128,7 @@ class App:
         self.routes["/-/ready"] = self._readiness
 
     def set_health_check(self, healthy: Callable[[], tuple[bool, str]]) -> None:
-        """Answer /-/healthy with ``healthy`` from now on (a reload changed the interval)."""
+        """Answer /-/healthy with ``healthy`` from now on."""
         self._healthy = healthy
 
     def set_landing(self, route: Route) -> None:

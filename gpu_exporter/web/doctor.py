@@ -28,9 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpu_exporter.baseline import DRIFTS
+from gpu_exporter.cadence import stale_after
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, Finding, explanation
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
+from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.history import History, Window
 from gpu_exporter.readings import GpuReading, ProcessReading
 from gpu_exporter.safetext import html_escape, terminal_safe
@@ -149,15 +151,15 @@ class NodePage:
     """The ``/`` route: renders the newest snapshot once, then serves it."""
 
     def __init__(self, latest: Callable[[], Snapshot | None], history: History,
-                 visibility: Callable[[Snapshot | None], Mapping[str, Any]],
                  links: Callable[[], Sequence[tuple[str, str]]],
-                 refresh_s: Callable[[], float], wall_clock: Callable[[], float] = time.time,
+                 interval: Callable[[], float], wall_clock: Callable[[], float] = time.time,
                  hostname: str | None = None) -> None:
+        """``latest``: the poller's newest snapshot; ``interval``: the time
+        between polls now (a reload may change it)."""
         self._latest = latest
         self._history = history
-        self._visibility = visibility
         self._links = links
-        self._refresh_s = refresh_s
+        self._interval = interval
         self._wall = wall_clock
         self._host = hostname if hostname is not None else socket.gethostname()
         self._lock = threading.Lock()
@@ -169,7 +171,7 @@ class NodePage:
 
     def __call__(self, req: Request) -> Response:
         snap = self._latest()
-        vis = self._visibility(snap)
+        vis = visibility(snap, self._wall(), stale_after(self._interval()))
         # A page is the same until the next poll, unless the exporter goes
         # blind in between (polls stop: the sentence says for how long).
         blind = vis.get("blind")
@@ -191,7 +193,7 @@ class NodePage:
     def _refresh(self) -> int:
         # As often as Prometheus scrapes by default: a 15-minute chart does not
         # need more, and each refresh after a new poll renders the page once.
-        return max(15, round(self._refresh_s()))
+        return max(15, round(self._interval()))
 
     def _policy(self) -> str:
         """Only this page's own script runs (named by its hash, so markup that

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 import h11
 
 from gpu_exporter import __version__
-from gpu_exporter.diagnosis.visibility import stale_after
+from gpu_exporter.cadence import stale_after
 from gpu_exporter.web.app import App, Request, Response
 
 log = logging.getLogger(__name__)
@@ -396,15 +396,17 @@ def serve_in_thread(server: ExporterHTTPServer) -> threading.Thread | None:
     return server._thread
 
 
-def staleness_check(latest_timestamp: Callable[[], float | None], interval: float,
-                    started: float, clock: Callable[[], float] = time.time,
-                    ) -> Callable[[], tuple[bool, str]]:
-    """Healthy while polls keep coming: stale metrics must not look healthy."""
-    limit = stale_after(interval)
+def staleness_check(latest_timestamp: Callable[[], float | None],
+                    interval: Callable[[], float], started: float,
+                    clock: Callable[[], float] = time.time) -> Callable[[], tuple[bool, str]]:
+    """Healthy while polls keep coming: stale metrics must not look healthy.
+    ``interval``: the time between polls now (a longer one after a reload is
+    not staleness)."""
 
     def check() -> tuple[bool, str]:
         ts = latest_timestamp()
         now = clock()
+        limit = stale_after(interval())
         if ts is None:
             if now - started > limit:
                 return False, f"Unhealthy: no poll completed in {now - started:.0f}s"

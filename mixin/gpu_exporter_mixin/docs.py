@@ -6,28 +6,23 @@ from __future__ import annotations
 import re
 
 from gpu_exporter.catalog import metrics_markdown
-from gpu_exporter.cli import _FLAGS, METRICS_DETAIL_HELP
+from gpu_exporter.config import flag_settings
 from gpu_exporter.pipeline import COLLECTORS
-from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter_mixin.series_budget import series_markdown
 
 
 def flags_markdown() -> str:
+    """The flag table: each setting's row from its declaration (config.py), each
+    reader's from its class; the same words --help prints."""
     lines = ["| flag | YAML key | environment variable | meaning |", "|---|---|---|---|",
              "| `--config.file` | - | - | YAML configuration file. |"]
-    for flag, dest, text, _metavar in _FLAGS:
-        env = "GPU_EXPORTER_" + dest.replace(".", "__").upper()
-        lines.append(f"| `{flag}` | `{dest}` | `{env}` | {text} |")
-    lines.append("| `--[no-]metrics.detail` | `metrics.detail` | `GPU_EXPORTER_METRICS__DETAIL` "
-                 f"| {METRICS_DETAIL_HELP} |")
-    lines.append("| `--[no-]diagnosis.enabled` | `diagnosis.enabled` | "
-                 "`GPU_EXPORTER_DIAGNOSIS__ENABLED` | "
-                 f"{DiagnosisConfig.model_fields['enabled'].description} (default on). |")
-    for name, info in COLLECTORS.items():
-        state = "on" if info.default else "off"
+    for s in flag_settings():
+        flag = f"--[no-]{s.flag.removeprefix('--')}" if s.boolean else s.flag
+        lines.append(f"| `{flag}` | `{s.key}` | `{s.environment}` | {s.help} |")
+    for name, kind in COLLECTORS.items():
         env = f"GPU_EXPORTER_COLLECTORS__{name.upper()}"
         lines.append(f"| `--[no-]collector.{name}` | `collectors.{name}` | `{env}` | "
-                     f"{info.description} (default {state}). |")
+                     f"{kind.flag_help()} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,52 @@
+"""``/diagnosis``: what the newest snapshot holds about the GPUs, as JSON. The
+findings and the rows they explain, the drifts from the node baseline and the
+readers the rules went without (the derivations' slots), and whether the GPUs
+could be seen at all: a node whose GPUs cannot be read has no findings, and
+must not pass for healthy. ``gpu-exporter diagnose`` prints the same answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gpu_exporter.baseline import DRIFTS
+from gpu_exporter.cadence import stale_after
+from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
+from gpu_exporter.diagnosis.visibility import visibility
+from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.web.app import Request, Response
+
+JSON = "application/json"
+
+
+def report(snap: Snapshot | None, now: float, interval: float) -> dict[str, Any]:
+    """The answer for ``snap``, seen at ``now`` by an exporter polling every
+    ``interval`` seconds (a poll too old no longer speaks for the node)."""
+    seen = visibility(snap, now, stale_after(interval))
+    if snap is None:
+        return {"timestamp": None, "findings": [], "visibility": seen}
+    missing = snap.derived(INPUTS_MISSING) or ()
+    return {"timestamp": snap.timestamp,
+            "findings": [f.as_dict() for f in snap.derived(FINDINGS) or ()],
+            "baseline_drifts": [d.as_dict() for d in snap.derived(DRIFTS) or ()],
+            # Readers the rules went without: their rows were not judged.
+            "inputs_missing": list(missing),
+            "visibility": seen}
+
+
+class DiagnosisRoute:
+    """The ``/diagnosis`` handler, on the poller's newest snapshot."""
+
+    def __init__(self, latest: Callable[[], Snapshot | None], interval: Callable[[], float],
+                 wall_clock: Callable[[], float]) -> None:
+        self._latest = latest
+        self._interval = interval
+        self._wall = wall_clock
+
+    def __call__(self, req: Request) -> Response:
+        snap = self._latest()
+        if snap is None:
+            return Response(503, b'{"error": "no poll has completed yet"}\n', JSON)
+        body = json.dumps(report(snap, self._wall(), self._interval()), indent=2) + "\n"
+        return Response(200, body.encode(), JSON)
