@@ -77,6 +77,11 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--log.format", "log.format", "logfmt or json (default logfmt).", "FORMAT"),
     ("--path.procfs", "path.procfs", "Mount point of the host's /proc (default /proc).", "PATH"),
     ("--path.sysfs", "path.sysfs", "Mount point of the host's /sys (default /sys).", "PATH"),
+    ("--path.kmsg", "path.kmsg",
+     "The kernel log device, read for the driver's Xid lines since boot (Xids before the "
+     "exporter started, the process of each Xid) and NVSwitch SXids; reading it needs "
+     "CAP_SYSLOG or kernel.dmesg_restrict=0, and without them the exporter says so once and "
+     "goes on; an empty value switches it off (default /dev/kmsg).", "PATH"),
     ("--processes.max-per-gpu", "processes.max_per_gpu",
      "Most GPU processes exported per GPU, largest memory first (default 32).", "N"),
     ("--kubernetes.pod-resources-socket", "kubernetes.pod_resources_socket",

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpu_exporter import safefile
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
+    DEFAULT_KMSG_PATH,
     DEFAULT_POD_RESOURCES_SOCKET,
     Duration,
     check_telemetry_path,
@@ -85,6 +86,17 @@ class LogConfig(_Section):
 class PathConfig(_Section):
     procfs: Path = Path("/proc")
     sysfs: Path = Path("/sys")
+    # The kernel log device (the driver's Xid lines); "" switches it off.
+    kmsg: str = DEFAULT_KMSG_PATH
+
+    @field_validator("kmsg")
+    @classmethod
+    def _kmsg(cls, v: str) -> str:
+        if v and not v.startswith("/"):
+            raise ValueError("must be an absolute path (or empty to switch it off)")
+        if "\0" in v:
+            raise ValueError("must not contain a NUL byte")
+        return v
 
 
 class ProcessesConfig(_Section):
