@@ -16,7 +16,7 @@ from gpu_exporter.catalog_types import metric_spec as _m
 
 # A MIG device's allocation is on its parent GPU, placed like a process's.
 ALLOCATION = (*GPU, "gpu_instance", "compute_instance", "namespace", "pod", "container",
-              "resource")
+              "resource", "claim_namespace", "claim")
 JOB = (*GPU, "scheduler", "slurm_job_id", "slurm_uid", "slurm_step")
 # One workload: a container of a pod, or a Slurm job.
 WORKLOAD = ("pod_uid", "container_id", "slurm_job_id")
@@ -25,8 +25,11 @@ SOURCE = "attribution"
 METRICS: tuple[Metric, ...] = (
     _m("gpu_allocation_info", "gauge",
        "A GPU or MIG device the kubelet allocated to a container (value 1), from the "
-       "PodResources API; gpu_instance and compute_instance are empty for a whole GPU. A "
-       "GPU shared by time-slicing has one series per container holding it.",
+       "PodResources API: by the device plugin (resource nvidia.com/gpu ...), or through a "
+       "ResourceClaim (resource gpu.nvidia.com, the DRA driver, with the claim's namespace "
+       "and name; empty otherwise); gpu_instance and compute_instance are empty for a whole "
+       "GPU. A GPU shared by time-slicing or by a claim several containers use has one "
+       "series per container holding it.",
        ALLOCATION, SOURCE),
     _m("gpu_job_info", "gauge",
        "A Slurm job running on the GPU (value 1), from its processes' cgroups (or "

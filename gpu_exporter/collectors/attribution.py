@@ -3,7 +3,8 @@
 Three sources, one reader:
 
 * the kubelet's PodResources API (``--kubernetes.pod-resources-socket``): the
-  GPUs and MIG devices allocated to each container, as ``gpu_allocation_info``;
+  GPUs and MIG devices allocated to each container, by the device plugin or
+  through a ResourceClaim (DRA), as ``gpu_allocation_info``;
 * the GPU processes' cgroups: the Slurm job of each, as ``gpu_job_info``;
 * the cgroup (v2) of each workload with a process on a GPU: its own pressure,
   CPU-limit throttling and OOM kills, one set per workload (not per process).
@@ -40,6 +41,7 @@ from gpu_exporter.attribution.grouping import (
 from gpu_exporter.attribution.podresources import Allocations, PodResourcesWatcher, Status
 from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.host.nvidia_proc import device_minor
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.readings import (
     AttributionReading,
@@ -84,6 +86,8 @@ class AttributionCollector(Collector):
         if socket_path:
             self.watcher = PodResourcesWatcher(socket_path, refresh_every, call_timeout,
                                                clock=monotonic)
+        # GPU bus id -> its device minor (the DRA driver's name for it), once read
+        self._minors: dict[str, int | None] = {}
         # workload cgroup -> (nr_periods, nr_throttled) at the last read
         self._cpu_before: dict[str, tuple[int, int]] = {}
         self._errors = 0
@@ -131,13 +135,21 @@ class AttributionCollector(Collector):
         out.add("gpu_exporter_pod_resources_failures_total", snap.failures)
         return snap
 
-    def _identities(self, readings: PollReadings) -> list[GpuIdentity]:
+    def _identities(self, readings: PollReadings, minors: bool) -> list[GpuIdentity]:
+        """The node's GPUs and MIG devices; with ``minors``, each GPU's device
+        minor too (only DRA names need it: read then, and kept)."""
         mig = readings.mig or {}
         return [GpuIdentity(gpu.index, gpu.identity.uuid, tuple(
                     MigIdentity(m.uuid, m.index if m.index is not None else slot,
-                                m.gpu_instance, m.compute_instance)
-                    for slot, m in enumerate(mig.get(gpu.index, []))))
+                                m.gpu_instance, m.compute_instance, m.profile)
+                    for slot, m in enumerate(mig.get(gpu.index, []))),
+                    self._minor(gpu.identity.pci_bus_id) if minors else None)
                 for gpu in self.session.gpus]
+
+    def _minor(self, bus_id: str) -> int | None:
+        if bus_id not in self._minors:
+            self._minors[bus_id] = device_minor(self.procfs, bus_id)
+        return self._minors[bus_id]
 
     def _allocations(self, out: SnapshotBuilder, snap: Allocations,
                      owners: dict[int, dict[GpuOwner, None]],
@@ -145,14 +157,18 @@ class AttributionCollector(Collector):
         reading.allocations_known = snap.updated_at is not None
         if not snap.allocations:
             return
-        rows, _unplaced = allocation_rows(snap.allocations, self._identities(out.readings))
+        dra = any(a.claim is not None for a in snap.allocations)
+        rows, _unplaced = allocation_rows(snap.allocations, self._identities(out.readings, dra))
         for row in rows:
-            p, o = row.placement, row.owner
+            p, o, c = row.placement, row.owner, row.claim
             out.add("gpu_allocation_info", 1, gpu=str(p.gpu), uuid=p.uuid,
                     gpu_instance=_opt(p.gpu_instance), compute_instance=_opt(p.compute_instance),
                     namespace=o.namespace, pod=o.pod, container=o.container,
-                    resource=row.resource)
-            owners.setdefault(p.gpu, {})[GpuOwner(o.namespace, o.pod, o.container)] = None
+                    resource=row.resource, claim_namespace=c.namespace if c else "",
+                    claim=c.name if c else "")
+            owner = GpuOwner(o.namespace, o.pod, o.container,
+                             claim=f"{c.namespace}/{c.name}" if c else "")
+            owners.setdefault(p.gpu, {})[owner] = None
 
     # --- the GPU processes' jobs and workloads ------------------------------------
     def _processes(self, out: SnapshotBuilder, readings: PollReadings,

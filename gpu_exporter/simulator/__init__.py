@@ -24,6 +24,7 @@ from gpu_exporter.simulator.hostfs import HostFs
 from gpu_exporter.simulator.kmsg import KernelLogFile
 from gpu_exporter.simulator.kubelet import PodResourcesServer
 from gpu_exporter.simulator.model import DeviceProfile, ProcessCondition, Scenario
+from gpu_exporter.simulator.nvidia_proc import write_information
 from gpu_exporter.simulator.tenants import Tenants
 from gpu_exporter.simulator.world import World
 
@@ -281,6 +282,8 @@ class SimulatedNode:
         self.hostfs = HostFs(self.world, self._root)
         self.procfs = self.hostfs.procfs
         self.sysfs = self.hostfs.sysfs
+        # The driver's /proc files (each GPU's device minor).
+        write_information(self.world, self.procfs)
         # The kernel log, read as /dev/kmsg (--path.kmsg).
         self.kernel_log = KernelLogFile(self.world, scenario, self._root, self.procfs)
         self.kmsg = str(self.kernel_log.path)

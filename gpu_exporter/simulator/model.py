@@ -322,6 +322,10 @@ class Node(_Strict):
     # makes the library itself absent).
     nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission",
                   "lib_rm_version_mismatch"] = "ok"
+    # Each GPU's device minor (/dev/nvidia<minor>, in the driver's /proc files),
+    # by NVML index; unset: the same as the index. The driver numbers minors in
+    # probe order, NVML its indices in PCI order: they need not agree.
+    device_minors: list[int] | None = None
 
     @field_validator("driver")
     @classmethod
@@ -338,6 +342,14 @@ class Node(_Strict):
                 self.driver_version = branch.driver_version
             if "cuda_driver_version" not in self.model_fields_set:
                 self.cuda_driver_version = branch.cuda_driver_version
+        return self
+
+    @model_validator(mode="after")
+    def _minors(self) -> Node:
+        minors = self.device_minors
+        if minors is not None and (len(minors) != self.gpus or len(set(minors)) != len(minors)
+                                   or min(minors, default=0) < 0):
+            raise ValueError("device_minors: one distinct minor per GPU")
         return self
 
     @property
