@@ -244,3 +244,38 @@ def test_the_dra_scenario_names_claims_next_to_device_plugin_pods() -> None:
     assert [o.as_dict() for o in finding.owners] == [
         {"namespace": "ml", "pod": "infer-c", "container": "server", "claim": "ml/infer-gpu"}]
     assert finding.evidence["xid_owner"] == "ml/infer-c/server (claim ml/infer-gpu)"
+
+
+def test_a_shared_gpu_splits_by_its_owners_sm_share() -> None:
+    """GPU 7 of dra-claims-node is time-sliced between two notebooks whose
+    processes ran kernels 60 % and 20 % of the time: 3/4 and 1/4 of the GPU's
+    SM time, what the energy rule splits its joules by. GPU 6's claim is held
+    by two containers of one pod, one process between them: all of it. GPUs
+    with one owner have no share series (the rule takes them whole)."""
+    with SimRun("dra-claims-node") as run:
+        run.poll(25)
+        text = run.scrape()
+    shares = {(s.labels["gpu"], s.labels["owner"]): s.value
+              for f in text_string_to_metric_families(text) for s in f.samples
+              if s.name == "gpu_owner_sm_share_ratio"}
+    notebook_1 = "pod 9c0d1e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f container "
+    notebook_2 = "pod 0d1e2f3a-4b5c-4d6e-9f7a-8b9c0d1e2f3a container "
+    notebook_d = "pod 8b9c0d1e-2f3a-4b4c-9d5e-6f7a8b9c0d1e container "
+    got = {(gpu, owner[:len(owner) - 12]): round(value, 9)
+           for (gpu, owner), value in shares.items()}
+    assert got == {("7", notebook_1): 0.75, ("7", notebook_2): 0.25, ("6", notebook_d): 1.0}
+
+
+def test_a_shared_gpu_without_per_process_samples_has_no_split(tmp_path: Path) -> None:
+    """NVML gives GPU 7 no per-process samples (neither process ran kernels
+    it sampled): its energy cannot be split, and no share says otherwise."""
+    path = tmp_path / "no-samples.yaml"
+    path.write_text("name: no-samples\nextends: dra-claims-node\nexpect: null\n"
+                    "process_changes:\n  24107: {sm_utilization: null}\n"
+                    "  24207: {sm_utilization: null}\n")
+    with SimRun(str(path)) as run:
+        run.poll(25)
+        text = run.scrape()
+    gpus = {s.labels["gpu"] for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "gpu_owner_sm_share_ratio"}
+    assert gpus == {"6"}  # GPU 7's energy stays unsplit (split="unknown" in the rule)

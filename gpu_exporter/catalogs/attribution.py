@@ -35,6 +35,12 @@ METRICS: tuple[Metric, ...] = (
        "A Slurm job running on the GPU (value 1), from its processes' cgroups (or "
        "SLURM_JOB_ID where the environment is readable); slurm_uid is the job's numeric "
        "user id, empty when not known.", JOB, SOURCE),
+    _m("gpu_owner_sm_share_ratio", "gauge",
+       "On a GPU with more than one owner, each owner's share of the SM time its processes "
+       "used since the last per-process sample (NVML), which the energy recording rule splits "
+       "the GPU's energy by: owner is \"slurm job <id>\", \"pod <uid> container <id>\" (a "
+       "process's cgroup names its pod by UID) or \"host\". Absent where NVML gives no "
+       "per-process samples or no process ran kernels.", (*GPU, "owner"), SOURCE),
     _m("gpu_workload_pressure_ratio", "gauge",
        "Share of the last 10 s in which some (kind=some) or all (kind=full) of the "
        "workload's tasks were stalled on the resource, from its cgroup's "

@@ -47,6 +47,7 @@ from gpu_exporter.readings import (
     AttributionReading,
     GpuOwner,
     PollReadings,
+    ProcessReading,
     WorkloadSignals,
 )
 from gpu_exporter.runtime import Runtime
@@ -63,6 +64,23 @@ CALL_TIMEOUT_S = 2.0
 
 def _opt(value: int | None) -> str:
     return "" if value is None else str(value)
+
+
+def _whose(cgroup: str | None, job: SlurmJob | None) -> str:
+    """A process's owner as gpu_owner_sm_share_ratio names it: its Slurm job
+    (as gpu:gpu_owner:info does), its pod's container by UID and container
+    id (the kubelet names containers, a process's cgroup only these), or
+    "host"."""
+    if job is not None:
+        return GpuOwner(slurm_job_id=job.job_id).describe()
+    workload = workload_of(cgroup) if cgroup is not None else None
+    if workload is None:
+        return "host"
+    if workload.kind == "slurm_job":
+        return GpuOwner(slurm_job_id=workload.id).describe()
+    if workload.pod_uid:
+        return f"pod {workload.pod_uid} container {workload.id[:12]}"
+    return f"container {workload.id[:12]}"
 
 
 class AttributionCollector(Collector):
@@ -90,6 +108,7 @@ class AttributionCollector(Collector):
         self._minors: dict[str, int | None] = {}
         # workload cgroup -> (nr_periods, nr_throttled) at the last read
         self._cpu_before: dict[str, tuple[int, int]] = {}
+        self._uuids: dict[int, str] = {}
         self._errors = 0
 
     @classmethod
@@ -107,6 +126,7 @@ class AttributionCollector(Collector):
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
+        self._uuids = {gpu.index: gpu.identity.uuid for gpu in self.session.gpus}
         reading = AttributionReading()
         out.readings.attribution = reading
         owners: dict[int, dict[GpuOwner, None]] = {}
@@ -114,7 +134,8 @@ class AttributionCollector(Collector):
             self._allocations(out, self._kubelet(out), owners, reading)
         procs = out.readings.processes
         if procs:
-            self._processes(out, out.readings, owners, reading)
+            whose = self._processes(out, out.readings, owners, reading)
+            self._shares(out, procs, owners, whose)
         reading.owners = {gpu: tuple(found) for gpu, found in sorted(owners.items())}
 
     # --- the kubelet ------------------------------------------------------------
@@ -173,7 +194,9 @@ class AttributionCollector(Collector):
     # --- the GPU processes' jobs and workloads ------------------------------------
     def _processes(self, out: SnapshotBuilder, readings: PollReadings,
                    owners: dict[int, dict[GpuOwner, None]],
-                   reading: AttributionReading) -> None:
+                   reading: AttributionReading) -> dict[int, str]:
+        """Export the GPUs' Slurm jobs and their workloads' signals; return
+        whose each process is (the owner label of gpu_owner_sm_share_ratio)."""
         procs = readings.processes or []
         uuids = {gpu.index: gpu.identity.uuid for gpu in self.session.gpus}
         process_gpus: dict[int, set[tuple[int, str]]] = {}
@@ -201,6 +224,34 @@ class AttributionCollector(Collector):
                     per_gpu.setdefault(gpu, {})[own] = None
         self._cpu_before = seen
         reading.workloads = {gpu: tuple(w) for gpu, w in sorted(per_gpu.items())}
+        return {pid: _whose(cgroups.get(pid), jobs.get(pid)) for pid in process_gpus}
+
+    def _shares(self, out: SnapshotBuilder, procs: list[ProcessReading],
+                owners: dict[int, dict[GpuOwner, None]], whose: dict[int, str]) -> None:
+        """On each GPU with more than one owner, each owner's share of the SM
+        time its processes used (NVML's per-process samples): how the GPU's
+        energy is split between them. Absent where NVML gives no samples or
+        no process ran kernels: the split is not known there."""
+        for gpu, found in sorted(owners.items()):
+            if len(found) < 2:
+                continue
+            used: dict[str, float] = {}
+            known = True
+            for p in procs:
+                if p.gpu != gpu:
+                    continue
+                if p.sm_utilization is None:
+                    known = False
+                    break
+                owner = whose.get(p.pid, "host")
+                used[owner] = used.get(owner, 0.0) + p.sm_utilization
+            total = sum(used.values())
+            if not known or total <= 0:
+                continue
+            uuid = self._uuids.get(gpu, "")
+            for owner, sm in sorted(used.items()):
+                out.add("gpu_owner_sm_share_ratio", sm / total, gpu=str(gpu), uuid=uuid,
+                        owner=owner)
 
     def _jobs(self, cgroups: dict[int, str],
               pids: Iterable[int]) -> dict[int, SlurmJob]:
