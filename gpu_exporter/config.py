@@ -47,6 +47,15 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _path_or_off(v: str) -> str:
+    """A path setting that "" switches off: absolute, and no NUL byte."""
+    if v and not v.startswith("/"):
+        raise ValueError("must be an absolute path (or empty to switch it off)")
+    if "\0" in v:
+        raise ValueError("must not contain a NUL byte")
+    return v
+
+
 class WebConfig(_Section):
     listen_address: str = DEFAULT_LISTEN_ADDRESS
     telemetry_path: str = "/metrics"
@@ -92,11 +101,7 @@ class PathConfig(_Section):
     @field_validator("kmsg")
     @classmethod
     def _kmsg(cls, v: str) -> str:
-        if v and not v.startswith("/"):
-            raise ValueError("must be an absolute path (or empty to switch it off)")
-        if "\0" in v:
-            raise ValueError("must not contain a NUL byte")
-        return v
+        return _path_or_off(v)
 
 
 class ProcessesConfig(_Section):
@@ -117,11 +122,7 @@ class KubernetesConfig(_Section):
     @field_validator("pod_resources_socket")
     @classmethod
     def _socket(cls, v: str) -> str:
-        if v and not v.startswith("/"):
-            raise ValueError("must be an absolute path (or empty to switch it off)")
-        if "\0" in v:
-            raise ValueError("must not contain a NUL byte")
-        return v
+        return _path_or_off(v)
 
 
 class Settings(_Section):

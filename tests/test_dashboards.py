@@ -241,6 +241,14 @@ def test_provisioning_files() -> None:
     assert source["type"] == "prometheus" and source["url"].startswith("http")
 
 
+def _promtool_test(directory: Path, name: str, doc: dict[str, Any]) -> None:
+    """Run the promtool unit test ``doc`` (written as ``name``); fail with its output."""
+    (directory / name).write_text(yaml.safe_dump(doc))
+    result = subprocess.run([tool("promtool"), "test", "rules", name], cwd=directory,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
     """The node dashboard's Xid panel, run by promtool over what the exporter
     exports: a GPU's first Xid (its all-codes total from 0, the code's own
@@ -268,11 +276,7 @@ def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
         ],
         "promql_expr_test": cases,
     }]}
-    (tmp_path / "xid-panel.test.yml").write_text(yaml.safe_dump(doc))
-    result = subprocess.run([tool("promtool"), "test", "rules", "xid-panel.test.yml"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _promtool_test(tmp_path, "xid-panel.test.yml", doc)
 
 
 ENERGY_GPU = 'cluster="c1", gpu="0", instance="node-a:9835", job="gpu-exporter", uuid="GPU-0"'
@@ -319,11 +323,7 @@ def test_the_energy_panels_show_the_joules_a_workload_used(
         ],
         "promql_expr_test": cases,
     }]}
-    (tmp_path / "energy-panel.test.yml").write_text(yaml.safe_dump(doc))
-    result = subprocess.run([tool("promtool"), "test", "rules", "energy-panel.test.yml"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _promtool_test(tmp_path, "energy-panel.test.yml", doc)
 
 
 def test_the_fleet_benchmark_fills_in_every_variable() -> None:

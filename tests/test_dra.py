@@ -13,7 +13,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.attribution.devices import DeviceKind, dra_profile_name, parse_dra_device
 from gpu_exporter.attribution.gpu_owners import GpuIdentity, MigIdentity, allocation_rows
@@ -36,6 +35,7 @@ from gpu_exporter.simulator.tenants import (
     Pod,
     Tenants,
 )
+from tests.exposition import samples
 from tests.simnode import SimRun
 
 CLAIM_UID = "1b2c3d4e-5f60-4718-8293-a4b5c6d7e8f9"
@@ -217,18 +217,13 @@ def test_the_drivers_proc_file_gives_the_minor(tmp_path: Path) -> None:
     assert device_minor(tmp_path, "00000000:1A:00.0") is None
 
 
-def _values(text: str, name: str) -> list[dict[str, str]]:
-    return [s.labels for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name == name]
-
-
 def test_the_dra_scenario_names_claims_next_to_device_plugin_pods() -> None:
     with SimRun("dra-claims-node") as run:
         run.poll(15)
         text = run.scrape()
         findings = list(run.snapshot.derived(FINDINGS))
     rows = {(r["gpu"], r["pod"], r["container"], r["resource"], r["claim_namespace"],
-             r["claim"]) for r in _values(text, "gpu_allocation_info")}
+             r["claim"]) for r, _ in samples(text, "gpu_allocation_info")}
     assert rows == {
         *((str(g), "train-a", "trainer", "nvidia.com/gpu", "", "") for g in range(4)),
         # The driver gave minors 4 and 5 the other way round: minor 5 is GPU 4.
@@ -255,9 +250,8 @@ def test_a_shared_gpu_splits_by_its_owners_sm_share() -> None:
     with SimRun("dra-claims-node") as run:
         run.poll(25)
         text = run.scrape()
-    shares = {(s.labels["gpu"], s.labels["owner"]): s.value
-              for f in text_string_to_metric_families(text) for s in f.samples
-              if s.name == "gpu_owner_sm_share_ratio"}
+    shares = {(labels["gpu"], labels["owner"]): value
+              for labels, value in samples(text, "gpu_owner_sm_share_ratio")}
     notebook_1 = "pod 9c0d1e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f container "
     notebook_2 = "pod 0d1e2f3a-4b5c-4d6e-9f7a-8b9c0d1e2f3a container "
     notebook_d = "pod 8b9c0d1e-2f3a-4b4c-9d5e-6f7a8b9c0d1e container "
@@ -276,6 +270,5 @@ def test_a_shared_gpu_without_per_process_samples_has_no_split(tmp_path: Path) -
     with SimRun(str(path)) as run:
         run.poll(25)
         text = run.scrape()
-    gpus = {s.labels["gpu"] for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name == "gpu_owner_sm_share_ratio"}
+    gpus = {labels["gpu"] for labels, _ in samples(text, "gpu_owner_sm_share_ratio")}
     assert gpus == {"6"}  # GPU 7's energy stays unsplit (split="unknown" in the rule)

@@ -9,13 +9,13 @@ import errno
 import logging
 import os
 import stat
+import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.collectors import kmsg as kmsg_collector
 from gpu_exporter.collectors.kmsg import find_culprit, merge_counts, merge_events
@@ -33,20 +33,13 @@ from gpu_exporter.host.kmsg import (
 )
 from gpu_exporter.host.nvrm import GpuUuidLine, SxidLine, XidLine, bus_key, parse_line
 from gpu_exporter.readings import KernelLogReading, KernelXid, XidCulprit, XidEvent
+from tests.exposition import values as _values
+from tests.onegpu import OneGpu
 from tests.simnode import SimRun
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kmsg"
 LONG = os.environ.get("GPU_EXPORTER_LONG_TESTS") == "1"
 LOGGER = "gpu_exporter.collectors.kmsg"
-
-
-def _values(text: str, name: str, **labels: str) -> list[float]:
-    out = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                out.append(sample.value)
-    return out
 
 
 def _log(path: Path) -> DriverLog:
@@ -581,6 +574,36 @@ def test_a_log_not_readable_is_said_once_and_nvml_still_counts(
     assert _values(text, "gpu_xid_errors_total", gpu="7") == []
     said = [r for r in caplog.records if r.name == LOGGER]
     assert len(said) == 1 and "CAP_SYSLOG" in said[0].getMessage()
+
+
+def test_lines_that_arrive_after_start_are_read_as_they_come(tmp_path: Path) -> None:
+    """Off the virtual clock the log at start is read by the first poll and
+    what comes after by the reader's own thread, with no poll needed; an Xid
+    line after start on a GPU NVML did not report counts as live."""
+    log = tmp_path / "kmsg"
+    log.write_text("4,0,5000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
+                   "name=<unknown>, GPU has fallen off the bus.\n")
+    with OneGpu() as one:
+        collector = kmsg_collector.KmsgCollector(one.session, str(log), one.node.procfs,
+                                                 one.clock, one.clock, synchronous=False)
+        one.built.append(collector)
+        one.poll(collector)
+        assert collector.store.totals[("0000:18:00", 79)].before_start == 1
+        with open(log, "a") as f:
+            f.write("4,1,9000000,-;NVRM: Xid (PCI:0000:18:00): 13, pid=77, name=x, y\n")
+        deadline = time.monotonic() + 10
+        while ("0000:18:00", 13) not in collector.store.totals \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert collector.store.totals[("0000:18:00", 13)].live == 1
+        snap = one.poll(collector)
+        reading = snap.readings.kmsg
+        assert reading is not None and reading.state == "ok"
+        gpu = one.session.gpus[0]
+        assert reading.counts[(0, gpu.identity.uuid, 13)] == (0, 1)
+        assert reading.counts[(0, gpu.identity.uuid, 79)] == (1, 0)
+    # Closed with the node: the reader's thread is gone.
+    assert not any(t.name == "kmsg" for t in threading.enumerate())
 
 
 def test_no_path_switches_it_off(scenario: str) -> None:
