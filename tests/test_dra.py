@@ -24,6 +24,7 @@ from gpu_exporter.attribution.podresources import (
     allocations_from,
 )
 from gpu_exporter.attribution.podresources_v1 import api_pb2, api_pb2_grpc
+from gpu_exporter.commands.report import render_text
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.host.nvidia_proc import device_minor, proc_bus_id
 from gpu_exporter.simulator.kubelet import PodResourcesServer
@@ -272,3 +273,19 @@ def test_a_shared_gpu_without_per_process_samples_has_no_split(tmp_path: Path) -
         text = run.scrape()
     gpus = {labels["gpu"] for labels, _ in samples(text, "gpu_owner_sm_share_ratio")}
     assert gpus == {"6"}  # GPU 7's energy stays unsplit (split="unknown" in the rule)
+
+
+def test_diagnose_names_the_claim_and_escapes_the_process_name(tmp_path: Path) -> None:
+    """What `gpu-exporter diagnose` prints for the scenario's Xid: the owner
+    with its claim, and the process the driver named; a process name with a
+    terminal escape sequence in it (the kernel log carries it as \\x1b) is
+    shown as text, never sent to the terminal."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text("name: hostile\nextends: dra-claims-node\nkernel_log:\n  lines:\n"
+                    "    - {at: 10, xid: 31, gpu: 4, pid: 24104, name: \"py\\x1b[2Jthon\"}\n")
+    with SimRun(str(path)) as run:
+        run.poll(15)
+        (finding,) = run.snapshot.derived(FINDINGS)
+    text = render_text([finding.as_dict()], color=False)
+    assert "owner:    ml/infer-c/server (claim ml/infer-gpu)" in text
+    assert "\x1b" not in text and "py\\x1b[2Jthon (pid 24104)" in text
