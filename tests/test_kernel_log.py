@@ -57,10 +57,10 @@ def _log(path: Path) -> DriverLog:
 
 @pytest.mark.parametrize(("message", "expected"), [
     # R3xx: no "PCI:" and no process.
-    ("NVRM: Xid (0000:01:00): 13, 0005 00000000 0000502d 00000104 00000000 00000100",
+    ("NVRM: Xid (0000:01:00): 13, 0003 00000000 0000a197 00000408 00000000 00000200",
      XidLine("0000:01:00", 13, None, "")),
     # R4xx: "PCI:", no process.
-    ("NVRM: Xid (PCI:0000:1A:00): 32, Channel ID 00000005 intr 00008000",
+    ("NVRM: Xid (PCI:0000:1A:00): 32, Channel ID 00000011 intr 00040000",
      XidLine("0000:1a:00", 32, None, "")),
     ("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
      XidLine("0000:3b:00", 79, None, "")),
@@ -71,15 +71,15 @@ def _log(path: Path) -> DriverLog:
      "(GPC 1, TPC 0, SM 1): Illegal Instruction Encoding", XidLine("0000:18:00", 13, 1234,
                                                                    "python3")),
     # GB200: a PCI domain, names with ':' and brackets.
-    ("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal "
-     "XC0 i0 Link 13", XidLine("0018:01:00", 145, 876767, "ray::WorkerDict")),
-    ("NVRM: Xid (PCI:0002:00:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s",
-     XidLine("0002:00:00", 119, 1582259, "nvc:[driver]")),
+    ("NVRM: Xid (PCI:0018:01:00): 145, pid=512340, name=ray::TrainWork, RLW_RXPIPE Nonfatal "
+     "XC0 i0 Link 07", XidLine("0018:01:00", 145, 512340, "ray::TrainWork")),
+    ("NVRM: Xid (PCI:0002:00:00): 119, pid=902211, name=nvc:[driver], Timeout after 6s",
+     XidLine("0002:00:00", 119, 902211, "nvc:[driver]")),
     # A name at the end of the line.
     ("NVRM: Xid (PCI:0000:18:00): 43, pid=7, name=x", XidLine("0000:18:00", 43, 7, "x")),
     ("NVRM: GPU at PCI:0000:1a:00: GPU-6a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
      GpuUuidLine("0000:1a:00", "GPU-6a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9")),
-    ("nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 sourcetrack timeout",
+    ("nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 19 sourcetrack timeout",
      SxidLine("nvidia-nvswitch0", "0000:c3:00.0", 24007, True)),
     ("nvidia-nvswitch2: SXid (PCI:0000:0b:00.0): 01004, Non-fatal, Link 04 ingress",
      SxidLine("nvidia-nvswitch2", "0000:0b:00.0", 1004, False)),
@@ -114,8 +114,8 @@ def test_the_fixture_of_several_branches() -> None:
         ("0000:3b:00", 79, None): ("", 1),
         ("0000:18:00", 13, 4242): ("python3", 2),
         ("0000:18:00", 31, 4243): ("pt_main_thread", 1),
-        ("0018:01:00", 145, 876767): ("ray::WorkerDict", 1),
-        ("0002:00:00", 119, 1582259): ("nvc:[driver]", 1),
+        ("0018:01:00", 145, 512340): ("ray::TrainWork", 1),
+        ("0002:00:00", 119, 902211): ("nvc:[driver]", 1),
         # The escape code of a hostile process name, unescaped: it is escaped
         # again for whatever shows it.
         ("0000:18:00", 43, 4242): ("py\x1b[2Jthon", 1),
