@@ -16,6 +16,7 @@ from gpu_exporter.catalogs import (
     diagnosis,
     exporter,
     host,
+    kernel,
     pcie,
     processes,
 )
@@ -23,6 +24,7 @@ from gpu_exporter.catalogs import (
 CATALOG: tuple[Metric, ...] = (
     *device.METRICS,
     *deep.METRICS,
+    *kernel.METRICS,
     *processes.METRICS,
     *attribution.METRICS,
     *pcie.METRICS,

@@ -26,6 +26,7 @@ from gpu_exporter import safefile
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
     AT_START,
+    DEFAULT_KMSG_PATH,
     DEFAULT_POD_RESOURCES_SOCKET,
     Duration,
     Flag,
@@ -49,6 +50,15 @@ DEFAULT_LISTEN_ADDRESS = ":9835"
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _path_or_off(v: str) -> str:
+    """A path setting that "" switches off: absolute, and no NUL byte."""
+    if v and not v.startswith("/"):
+        raise ValueError("must be an absolute path (or empty to switch it off)")
+    if "\0" in v:
+        raise ValueError("must not contain a NUL byte")
+    return v
 
 
 class WebConfig(_Section):
@@ -107,6 +117,16 @@ class PathConfig(_Section):
         Path("/proc"), description="Mount point of the host's /proc")
     sysfs: Annotated[Path, Flag("PATH")] = Field(
         Path("/sys"), description="Mount point of the host's /sys")
+    kmsg: Annotated[str, Flag("PATH")] = Field(
+        DEFAULT_KMSG_PATH, description="The kernel log device, read for the driver's Xid lines "
+        "since boot (Xids before the exporter started, the process of each Xid) and NVSwitch "
+        "SXids; reading it needs CAP_SYSLOG or kernel.dmesg_restrict=0, and without them the "
+        "exporter says so once and goes on; an empty value switches it off")
+
+    @field_validator("kmsg")
+    @classmethod
+    def _kmsg(cls, v: str) -> str:
+        return _path_or_off(v)
 
 
 class ProcessesConfig(_Section):
@@ -133,11 +153,7 @@ class KubernetesConfig(_Section):
     @field_validator("pod_resources_socket")
     @classmethod
     def _socket(cls, v: str) -> str:
-        if v and not v.startswith("/"):
-            raise ValueError("must be an absolute path (or empty to switch it off)")
-        if "\0" in v:
-            raise ValueError("must not contain a NUL byte")
-        return v
+        return _path_or_off(v)
 
 
 class Settings(_Section):

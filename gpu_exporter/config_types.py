@@ -82,6 +82,8 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 
 # Where the kubelet serves its PodResources API (v1) on every Kubernetes node.
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# The kernel log as the kernel serves it, one record per read.
+DEFAULT_KMSG_PATH = "/dev/kmsg"
 
 
 # Served whatever the settings say; --web.telemetry-path may not take one.

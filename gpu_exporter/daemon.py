@@ -105,11 +105,13 @@ class Exporter:
     def _effective(self, settings: Settings) -> Settings:
         if self.simulation is None:
             return settings
-        # The host readers run unchanged on the simulated node's /proc and /sys,
-        # and attribution asks the simulated node's kubelet.
+        # The host readers run unchanged on the simulated node's /proc, /sys and
+        # kernel log, and attribution asks the simulated node's kubelet.
         return settings.model_copy(update={
             "path": settings.path.model_copy(
-                update={"procfs": self.simulation.procfs, "sysfs": self.simulation.sysfs}),
+                update={"procfs": self.simulation.procfs, "sysfs": self.simulation.sysfs,
+                        # Switched off (empty) stays off.
+                        "kmsg": self.simulation.kmsg if settings.path.kmsg else ""}),
             "kubernetes": settings.kubernetes.model_copy(
                 update={"pod_resources_socket": self.simulation.pod_resources_socket})})
 

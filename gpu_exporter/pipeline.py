@@ -6,7 +6,9 @@ settings that switch it on and how it reloads in its own module (readers:
 ``gpu_exporter.collectors.base``; derivations: ``gpu_exporter.stage``).
 Within the readers, MIG comes before GPM, which samples each MIG instance the
 MIG reader found; attribution comes after the processes (it reads their
-cgroups) and MIG (it places MIG allocations).
+cgroups) and MIG (it places MIG allocations); the kernel log comes right
+before xid, which merges its Xids with NVML's (the log as it stood at start is
+read before xid registers for NVML's events).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gpu_exporter.collectors.base import Collector
 from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.gpm import GpmCollector
 from gpu_exporter.collectors.host import HostCollector
+from gpu_exporter.collectors.kmsg import KmsgCollector
 from gpu_exporter.collectors.mig import MigCollector
 from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.collectors.pcie import PcieCollector
@@ -30,8 +33,8 @@ from gpu_exporter.stage import Derivation, Stage
 
 READERS: tuple[type[Collector], ...] = (
     DeviceCollector, MigCollector, GpmCollector, SamplesCollector, NvlinkCollector,
-    XidCollector, ProcessesCollector, ProcessSeriesCollector, AttributionCollector, HostCollector,
-    PcieCollector,
+    KmsgCollector, XidCollector, ProcessesCollector, ProcessSeriesCollector,
+    AttributionCollector, HostCollector, PcieCollector,
 )
 DERIVATIONS: tuple[type[Derivation], ...] = (Diagnosis, BaselineCheck)
 

@@ -10,6 +10,7 @@ failed, absent, or the reader is switched off), never 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from gpu_exporter.host.pci import PciDevice
 from gpu_exporter.host.reading import HostReading
@@ -136,11 +137,53 @@ class NvlinkReading:
 
 
 @dataclass(frozen=True, slots=True)
+class XidCulprit:
+    """The process the driver named for an Xid in the kernel log
+    (``pid=4242, name=python3``), with the workload it ran in when the line
+    was read: a container of a pod (``pod_uid``, ``container_id``) or a Slurm
+    job; all empty when it had exited or could not be read."""
+
+    pid: int
+    process: str  # as the driver printed it; escape it for its destination
+    pod_uid: str = ""
+    container_id: str = ""
+    slurm_job_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class XidEvent:
     gpu: int
     uuid: str
     xid: int
-    at: float  # unix time it was received
+    at: float  # unix time it was received (NVML) or logged (the kernel log)
+    culprit: XidCulprit | None = None  # from the kernel log's line, where it names one
+    source: Literal["nvml", "kernel_log"] = "nvml"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelXid:
+    """One (GPU, code, process) of the kernel log's Xid lines since boot."""
+
+    gpu: int
+    uuid: str
+    xid: int
+    culprit: XidCulprit | None
+    count: int
+    before_start: int  # of count, logged before the exporter started
+    first_at: float  # unix times of the first and last line
+    last_at: float
+
+
+@dataclass(slots=True)
+class KernelLogReading:
+    """What the kernel log said (kmsg reader): its state (``ok`` when read),
+    the Xid lines per GPU, code and process, and per GPU and code how many were
+    logged before the exporter started and after."""
+
+    state: str
+    xids: list[KernelXid] = field(default_factory=list)
+    # (gpu, uuid, xid) -> (lines before start, lines after)
+    counts: dict[tuple[int, str, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -162,7 +205,10 @@ class PollReadings:
     samples: dict[int, dict[str, SampleStats]] | None = None
     # nvlink: per GPU index with NVLink, its links and how many are up
     nvlink: dict[int, NvlinkReading] | None = None
-    # xid: the most recent Xid events, oldest first
+    # kmsg: the kernel log's Xid lines (read before xid, which merges them)
+    kmsg: KernelLogReading | None = None
+    # xid: the most recent Xid events, oldest first (NVML's, and the kernel
+    # log's that NVML did not deliver)
     xid: list[XidEvent] | None = None
     # processes: every exported GPU process, joined with /proc
     processes: list[ProcessReading] | None = None
@@ -179,23 +225,37 @@ class PollReadings:
 @dataclass(frozen=True, slots=True)
 class GpuOwner:
     """Whose a GPU is: a container of a Kubernetes pod the kubelet allocated
-    it to, or a Slurm job with a process on it. Empty strings where not known."""
+    it to (through the device plugin, or a ResourceClaim: ``claim`` is then
+    the claim's ``namespace/name``), or a Slurm job with a process on it.
+    Where only a process's cgroup names the pod (a GPU shared by several), the
+    pod is known by its UID alone. Empty strings where not known."""
 
     namespace: str = ""
     pod: str = ""
     container: str = ""
     slurm_job_id: str = ""
+    claim: str = ""
+    pod_uid: str = ""
 
     def as_dict(self) -> dict[str, str]:
         if self.slurm_job_id:
             return {"scheduler": "slurm", "slurm_job_id": self.slurm_job_id}
-        return {"namespace": self.namespace, "pod": self.pod, "container": self.container}
+        if not self.pod and self.pod_uid:
+            return {"pod_uid": self.pod_uid}
+        out = {"namespace": self.namespace, "pod": self.pod, "container": self.container}
+        if self.claim:
+            out["claim"] = self.claim
+        return out
 
     def describe(self) -> str:
-        """``ml/train-a/trainer`` or ``slurm job 4242``, for people (not escaped)."""
+        """``ml/train-a/trainer``, ``ml/train-a/trainer (claim ml/gpus)``, ``pod
+        <uid>`` or ``slurm job 4242``, for people (not escaped)."""
         if self.slurm_job_id:
             return f"slurm job {self.slurm_job_id}"
-        return f"{self.namespace}/{self.pod}/{self.container}"
+        if not self.pod and self.pod_uid:
+            return f"pod {self.pod_uid}"
+        named = f"{self.namespace}/{self.pod}/{self.container}"
+        return f"{named} (claim {self.claim})" if self.claim else named
 
 
 @dataclass(frozen=True, slots=True)

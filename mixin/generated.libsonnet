@@ -127,6 +127,34 @@ function(cfg)
           {
             "record": "gpu:gpu_process_info:kube_pod",
             "expr": "gpu_process_info{pod_uid!=\"\"}\n  * on (pod_uid) group_left (namespace, pod)\n    max by (pod_uid, namespace, pod) (\n      label_replace(kube_pod_info, \"pod_uid\", \"$1\", \"uid\", \"(.+)\")\n    )"
+          },
+          {
+            "record": "gpu_owner:gpu_energy_joules:rate5m",
+            "expr": "gpu:gpu_owner:info\n  * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left ()\n    (rate(gpu_energy_joules_total{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}[5m]) and on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) count by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu:gpu_owner:info) == 1)",
+            "labels": {
+              "split": "whole"
+            }
+          },
+          {
+            "record": "gpu_owner:gpu_energy_joules:rate5m",
+            "expr": "gpu_owner_sm_share_ratio{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}\n  * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left ()\n    (rate(gpu_energy_joules_total{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}[5m]) and on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) count by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu:gpu_owner:info) > 1)",
+            "labels": {
+              "split": "sm_share"
+            }
+          },
+          {
+            "record": "gpu_owner:gpu_energy_joules:rate5m",
+            "expr": "rate(gpu_energy_joules_total{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}[5m])\n  and on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) count by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu:gpu_owner:info) > 1\n  unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu_owner_sm_share_ratio{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}",
+            "labels": {
+              "split": "unknown"
+            }
+          },
+          {
+            "record": "gpu_owner:gpu_energy_joules:rate5m",
+            "expr": "rate(gpu_energy_joules_total{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}[5m])\n  unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            "labels": {
+              "split": "unowned"
+            }
           }
         ],
       },
@@ -380,8 +408,8 @@ function(cfg)
             },
             annotations: {
               "summary": "The driver reported a hardware or driver Xid error for the GPU",
-              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: NVML delivered an Xid that NVIDIA's Xid catalog puts on the GPU's hardware or the driver (one of 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ". The exporter's diagnosis gpu_diagnosis_active{symptom=\"xid_error\", cause=\"driver_reported\"} is {{ printf \"%.0f\" $value }}: reported at once by the exporter, then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "xid_error/driver_reported", cfg["diagnosis_for"]["critical"]))) + " here.",
-              "likely_cause": "driver reported: NVML delivered an Xid that NVIDIA's Xid catalog puts on the GPU's hardware or the driver (one of 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ".",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: The driver reported an Xid (NVML's event, or its kernel log line where NVML could not deliver it) that NVIDIA's Xid catalog puts on the GPU's hardware or the driver (one of 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ". The exporter's diagnosis gpu_diagnosis_active{symptom=\"xid_error\", cause=\"driver_reported\"} is {{ printf \"%.0f\" $value }}: reported at once by the exporter, then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "xid_error/driver_reported", cfg["diagnosis_for"]["critical"]))) + " here.",
+              "likely_cause": "driver reported: The driver reported an Xid (NVML's event, or its kernel log line where NVML could not deliver it) that NVIDIA's Xid catalog puts on the GPU's hardware or the driver (one of 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ".",
               "fix": "Act per Xid (the runbook's Xid table): drain the node and reset the GPU for ECC, micro-controller, NVLink and GSP errors; a GPU that fell off the bus needs a reboot and a check of its power and PCIe seating.",
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#xid-error-driver-reported",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
@@ -396,8 +424,8 @@ function(cfg)
             },
             annotations: {
               "summary": "The job on the GPU faulted: the driver reported an application Xid",
-              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: NVML delivered an Xid that NVIDIA's Xid catalog attributes to the application (one of 13, 31, 43, 45, 68, 69) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ". The exporter's diagnosis gpu_diagnosis_active{symptom=\"xid_error\", cause=\"application_fault\"} is {{ printf \"%.0f\" $value }}: reported at once by the exporter, then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "xid_error/application_fault", cfg["diagnosis_for"]["warning"]))) + " here.",
-              "likely_cause": "application fault: NVML delivered an Xid that NVIDIA's Xid catalog attributes to the application (one of 13, 31, 43, 45, 68, 69) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ".",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: The driver reported an Xid (NVML's event, or its kernel log line) that NVIDIA's Xid catalog attributes to the application (one of 13, 31, 43, 45, 68, 69) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + "; the kernel log's line names the process and its pod or Slurm job. The exporter's diagnosis gpu_diagnosis_active{symptom=\"xid_error\", cause=\"application_fault\"} is {{ printf \"%.0f\" $value }}: reported at once by the exporter, then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "xid_error/application_fault", cfg["diagnosis_for"]["warning"]))) + " here.",
+              "likely_cause": "application fault: The driver reported an Xid (NVML's event, or its kernel log line) that NVIDIA's Xid catalog attributes to the application (one of 13, 31, 43, 45, 68, 69) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + "; the kernel log's line names the process and its pod or Slurm job.",
               "fix": "The job's owner restarts the job and checks it for illegal memory accesses (compute-sanitizer) and for the CUDA version it was built for; the GPU stays usable.",
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#xid-error-application-fault",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
@@ -412,8 +440,8 @@ function(cfg)
             },
             annotations: {
               "summary": "The driver reported an informational Xid for the GPU",
-              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: NVML delivered an Xid that needs no action by itself (one of 160, or a code the Xid table does not list) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ". The exporter's diagnosis gpu_diagnosis_active{symptom=\"xid_error\", cause=\"informational\"} is {{ printf \"%.0f\" $value }}: reported at once by the exporter, then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "xid_error/informational", cfg["diagnosis_for"]["info"]))) + " here.",
-              "likely_cause": "informational: NVML delivered an Xid that needs no action by itself (one of 160, or a code the Xid table does not list) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ".",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: The driver reported an Xid (NVML's event, or its kernel log line) that needs no action by itself (one of 160, or a code the Xid table does not list) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ". The exporter's diagnosis gpu_diagnosis_active{symptom=\"xid_error\", cause=\"informational\"} is {{ printf \"%.0f\" $value }}: reported at once by the exporter, then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "xid_error/informational", cfg["diagnosis_for"]["info"]))) + " here.",
+              "likely_cause": "informational: The driver reported an Xid (NVML's event, or its kernel log line) that needs no action by itself (one of 160, or a code the Xid table does not list) within the last " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["xid_hold"])) + ".",
               "fix": "Nothing by itself; look the code up in NVIDIA's Xid catalog when the table does not list it, and move it to its tier in the diagnosis settings.",
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#xid-error-informational",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
@@ -2402,21 +2430,106 @@ function(cfg)
             }
           },
           {
+            "type": "table",
+            "id": 21,
+            "targets": [
+              {
+                "expr": "sum by (gpu, owner, split) (sum_over_time(gpu_owner:gpu_energy_joules:rate5m{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}[$__range:60s]) * 60)",
+                "refId": "A",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              }
+            ],
+            "title": "Energy by workload in the time range",
+            "description": "Joules each workload's GPUs used over the dashboard's time range, from the recording rule gpu_owner:gpu_energy_joules:rate5m (the rate of gpu_energy_joules_total) summed over one-minute steps. A GPU with one owner counts whole (split whole); a GPU several own is split by their processes' share of its SM time (split sm_share; such owners are named by Slurm job, or by pod UID and container ID: the kubelet does not say which container runs which process); where NVML gives no per-process samples it is shown unsplit (split unknown, no owner), and GPUs no one holds as split unowned.",
+            "transparent": false,
+            "datasource": {
+              "type": "prometheus",
+              "uid": "${datasource}"
+            },
+            "gridPos": {
+              "h": 7,
+              "w": 24,
+              "x": 0,
+              "y": 50
+            },
+            "repeatDirection": "h",
+            "transformations": [
+              {
+                "id": "merge",
+                "options": {}
+              },
+              {
+                "id": "organize",
+                "options": {
+                  "excludeByName": {
+                    "Time": true
+                  },
+                  "renameByName": {
+                    "gpu": "GPU",
+                    "owner": "owner",
+                    "split": "split",
+                    "Value": "energy"
+                  }
+                }
+              }
+            ],
+            "fieldConfig": {
+              "defaults": {
+                "unit": "joule",
+                "thresholds": {
+                  "mode": "absolute",
+                  "steps": [
+                    {
+                      "value": null,
+                      "color": "green"
+                    }
+                  ]
+                },
+                "custom": {
+                  "align": "auto",
+                  "inspect": false,
+                  "filterable": true
+                }
+              },
+              "overrides": [
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "joule"
+                    }
+                  ]
+                }
+              ]
+            }
+          },
+          {
             "type": "row",
             "collapsed": false,
-            "id": 21,
+            "id": 22,
             "panels": [],
             "title": "Host beside GPU idle time",
             "gridPos": {
               "h": 1,
               "w": 24,
               "x": 0,
-              "y": 50
+              "y": 57
             }
           },
           {
             "type": "timeseries",
-            "id": 22,
+            "id": 23,
             "targets": [
               {
                 "expr": "1 - rate(gpu_busy_seconds_total{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}[$__rate_interval])",
@@ -2441,7 +2554,7 @@ function(cfg)
               "h": 8,
               "w": 6,
               "x": 0,
-              "y": 51
+              "y": 58
             },
             "repeatDirection": "h",
             "options": {
@@ -2488,7 +2601,7 @@ function(cfg)
           },
           {
             "type": "timeseries",
-            "id": 23,
+            "id": 24,
             "targets": [
               {
                 "expr": "rate(gpu_host_cpu_iowait_seconds_total{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}[$__rate_interval]) / rate(gpu_host_cpu_seconds_total{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}[$__rate_interval])",
@@ -2513,7 +2626,7 @@ function(cfg)
               "h": 8,
               "w": 6,
               "x": 6,
-              "y": 51
+              "y": 58
             },
             "repeatDirection": "h",
             "options": {
@@ -2559,7 +2672,7 @@ function(cfg)
           },
           {
             "type": "timeseries",
-            "id": 24,
+            "id": 25,
             "targets": [
               {
                 "expr": "rate(gpu_host_pressure_stalled_seconds_total{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}[$__rate_interval])",
@@ -2584,7 +2697,7 @@ function(cfg)
               "h": 8,
               "w": 6,
               "x": 12,
-              "y": 51
+              "y": 58
             },
             "repeatDirection": "h",
             "options": {
@@ -2627,7 +2740,7 @@ function(cfg)
           },
           {
             "type": "timeseries",
-            "id": 25,
+            "id": 26,
             "targets": [
               {
                 "expr": "gpu_host_swap_used_bytes{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
@@ -2663,7 +2776,7 @@ function(cfg)
               "h": 8,
               "w": 6,
               "x": 18,
-              "y": 51
+              "y": 58
             },
             "repeatDirection": "h",
             "options": {
@@ -3559,21 +3672,123 @@ function(cfg)
             }
           },
           {
+            "type": "table",
+            "id": 10,
+            "targets": [
+              {
+                "expr": "topk(20, sum by (" + cfg["cluster_label"] + ", owner, split) (sum_over_time(gpu_owner:gpu_energy_joules:rate5m{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", owner=~\"($namespace)/.+\"}[$__range:60s]) * 60)\nor (sum by (" + cfg["cluster_label"] + ", owner, split) (sum_over_time(gpu_owner:gpu_energy_joules:rate5m{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", owner!~\".+/.+\"}[$__range:60s]) * 60)\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\")))",
+                "refId": "A",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              }
+            ],
+            "title": "Energy by workload",
+            "description": "The 20 workloads that used the most energy on the selected nodes. Joules each workload's GPUs used over the dashboard's time range, from the recording rule gpu_owner:gpu_energy_joules:rate5m (the rate of gpu_energy_joules_total) summed over one-minute steps. A GPU with one owner counts whole (split whole); a GPU several own is split by their processes' share of its SM time (split sm_share; such owners are named by Slurm job, or by pod UID and container ID: the kubelet does not say which container runs which process); where NVML gives no per-process samples it is shown unsplit (split unknown, no owner), and GPUs no one holds as split unowned. A chosen namespace shows its pods only.",
+            "transparent": false,
+            "datasource": {
+              "type": "prometheus",
+              "uid": "${datasource}"
+            },
+            "gridPos": {
+              "h": 8,
+              "w": 24,
+              "x": 0,
+              "y": 26
+            },
+            "repeatDirection": "h",
+            "transformations": [
+              {
+                "id": "merge",
+                "options": {}
+              },
+              {
+                "id": "organize",
+                "options": {
+                  "excludeByName": {
+                    "Time": true
+                  },
+                  "renameByName": {
+                    [cfg["cluster_label"]]: "cluster",
+                    "owner": "owner",
+                    "split": "split",
+                    "Value": "energy"
+                  }
+                }
+              }
+            ],
+            "options": {
+              "frameIndex": 0,
+              "showHeader": true,
+              "showTypeIcons": false,
+              "sortBy": [
+                {
+                  "displayName": "energy",
+                  "desc": true
+                }
+              ],
+              "footer": {
+                "show": false,
+                "reducer": [],
+                "countRows": false
+              },
+              "cellHeight": "sm"
+            },
+            "fieldConfig": {
+              "defaults": {
+                "unit": "joule",
+                "thresholds": {
+                  "mode": "absolute",
+                  "steps": [
+                    {
+                      "value": null,
+                      "color": "green"
+                    }
+                  ]
+                },
+                "custom": {
+                  "align": "auto",
+                  "inspect": false,
+                  "filterable": true
+                }
+              },
+              "overrides": [
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "joule"
+                    }
+                  ]
+                }
+              ]
+            }
+          },
+          {
             "type": "row",
             "collapsed": false,
-            "id": 10,
+            "id": 11,
             "panels": [],
             "title": "Which GPUs",
             "gridPos": {
               "h": 1,
               "w": 24,
               "x": 0,
-              "y": 26
+              "y": 34
             }
           },
           {
             "type": "table",
-            "id": 11,
+            "id": 12,
             "targets": [
               {
                 "expr": "label_replace(label_replace(label_replace((gpu_diagnosis_active{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", symptom=~\"throttled_under_load|clocks_capped\"} == 1), \"namespace\", \"\", \"\", \"\"), \"pod\", \"\", \"\", \"\"), \"container\", \"\", \"\", \"\") * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (namespace, pod, container) bottomk by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (1, gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", namespace=~\"$namespace\"})\nor (label_replace(label_replace(label_replace((gpu_diagnosis_active{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", symptom=~\"throttled_under_load|clocks_capped\"} == 1), \"namespace\", \"\", \"\", \"\"), \"pod\", \"\", \"\", \"\"), \"container\", \"\", \"\", \"\") * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (slurm_job_id) bottomk by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (1, gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"})\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\"))\nor ((label_replace(label_replace(label_replace((gpu_diagnosis_active{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", symptom=~\"throttled_under_load|clocks_capped\"} == 1), \"namespace\", \"\", \"\", \"\"), \"pod\", \"\", \"\", \"\"), \"container\", \"\", \"\", \"\") unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} or gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}))\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\"))",
@@ -3599,7 +3814,7 @@ function(cfg)
               "h": 8,
               "w": 8,
               "x": 0,
-              "y": 27
+              "y": 35
             },
             "repeatDirection": "h",
             "transformations": [
@@ -3658,7 +3873,7 @@ function(cfg)
           },
           {
             "type": "table",
-            "id": 12,
+            "id": 13,
             "targets": [
               {
                 "expr": "gpu_pcie_link_width{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} and on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_diagnosis_active{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", symptom=\"pcie_downtrained\"} == 1)",
@@ -3720,7 +3935,7 @@ function(cfg)
               "h": 8,
               "w": 8,
               "x": 8,
-              "y": 27
+              "y": 35
             },
             "repeatDirection": "h",
             "transformations": [
@@ -3772,7 +3987,7 @@ function(cfg)
           },
           {
             "type": "table",
-            "id": 13,
+            "id": 14,
             "targets": [
               {
                 "expr": "gpu:gpu_utilization_ratio:straggler{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}",
@@ -3810,7 +4025,7 @@ function(cfg)
               "h": 8,
               "w": 8,
               "x": 16,
-              "y": 27
+              "y": 35
             },
             "repeatDirection": "h",
             "transformations": [
@@ -3869,19 +4084,19 @@ function(cfg)
           {
             "type": "row",
             "collapsed": false,
-            "id": 14,
+            "id": 15,
             "panels": [],
             "title": "Fleet",
             "gridPos": {
               "h": 1,
               "w": 24,
               "x": 0,
-              "y": 35
+              "y": 43
             }
           },
           {
             "type": "table",
-            "id": 15,
+            "id": 16,
             "targets": [
               {
                 "expr": "count by (" + cfg["cluster_label"] + ", driver_version) (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"})",
@@ -3907,7 +4122,7 @@ function(cfg)
               "h": 8,
               "w": 6,
               "x": 0,
-              "y": 36
+              "y": 44
             },
             "repeatDirection": "h",
             "transformations": [
@@ -3952,7 +4167,7 @@ function(cfg)
           },
           {
             "type": "timeseries",
-            "id": 16,
+            "id": 17,
             "targets": [
               {
                 "expr": "instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
@@ -3977,7 +4192,7 @@ function(cfg)
               "h": 8,
               "w": 10,
               "x": 6,
-              "y": 36
+              "y": 44
             },
             "repeatDirection": "h",
             "options": {
@@ -4024,7 +4239,7 @@ function(cfg)
           },
           {
             "type": "table",
-            "id": 17,
+            "id": 18,
             "targets": [
               {
                 "expr": "count by (" + cfg["cluster_label"] + ", symptom, cause) (\n(gpu_diagnosis_active{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} == 1)\nand on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, namespace, pod, container) (gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", namespace=~\"$namespace\"}), \"held_by\", \"pod\", \"\", \"\")\nor (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, slurm_job_id) (gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"held_by\", \"slurm job\", \"\", \"\")\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\"))\nor (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} or gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"held_by\", \"nobody\", \"\", \"\")\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\")))\n)",
@@ -4050,7 +4265,7 @@ function(cfg)
               "h": 8,
               "w": 8,
               "x": 16,
-              "y": 36
+              "y": 44
             },
             "repeatDirection": "h",
             "transformations": [

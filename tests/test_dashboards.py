@@ -189,9 +189,13 @@ def test_the_fleet_filters_owner_tables_by_namespace() -> None:
     owner_aware = {(p["title"], p["type"]) for p in panels(dash)
                    if any("$namespace" in t["expr"] for t in p["targets"])}
     assert owner_aware == {("Which jobs", "table"), ("Throttled GPUs", "table"),
-                           ("Active diagnoses by row", "table")}
+                           ("Active diagnoses by row", "table"),
+                           ("Energy by workload", "table")}
+    # The energy table names each owner in one column (the recording rule's).
+    own_columns = owner_aware - {("Active diagnoses by row", "table"),
+                                 ("Energy by workload", "table")}
     for panel in panels(dash):
-        if (panel["title"], panel["type"]) in owner_aware - {("Active diagnoses by row", "table")}:
+        if (panel["title"], panel["type"]) in own_columns:
             renamed = panel["transformations"][1]["options"]["renameByName"]
             assert {"namespace", "pod", "container", "slurm_job_id"} <= set(renamed), \
                 panel["title"]
@@ -237,6 +241,14 @@ def test_provisioning_files() -> None:
     assert source["type"] == "prometheus" and source["url"].startswith("http")
 
 
+def _promtool_test(directory: Path, name: str, doc: dict[str, Any]) -> None:
+    """Run the promtool unit test ``doc`` (written as ``name``); fail with its output."""
+    (directory / name).write_text(yaml.safe_dump(doc))
+    result = subprocess.run([tool("promtool"), "test", "rules", name], cwd=directory,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
     """The node dashboard's Xid panel, run by promtool over what the exporter
     exports: a GPU's first Xid (its all-codes total from 0, the code's own
@@ -264,11 +276,54 @@ def test_the_xid_panel_shows_the_first_xid(tmp_path: Path) -> None:
         ],
         "promql_expr_test": cases,
     }]}
-    (tmp_path / "xid-panel.test.yml").write_text(yaml.safe_dump(doc))
-    result = subprocess.run([tool("promtool"), "test", "rules", "xid-panel.test.yml"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _promtool_test(tmp_path, "xid-panel.test.yml", doc)
+
+
+ENERGY_GPU = 'cluster="c1", gpu="0", instance="node-a:9835", job="gpu-exporter", uuid="GPU-0"'
+
+
+@pytest.mark.parametrize(("name", "title", "key"), [
+    ("node", "Energy by workload in the time range", 'gpu="0"'),
+    ("fleet", "Energy by workload", 'cluster="c1"'),
+])
+def test_the_energy_panels_show_the_joules_a_workload_used(
+        tmp_path: Path, name: str, title: str, key: str) -> None:
+    """Both dashboards' energy tables, run by promtool with the recording
+    rules over what the exporter exports. A GPU whose counter grows 600 J a
+    minute (10 J/s) is allocated from 11 to 20 min: its owner used 6000 J in
+    the ten minutes to 20:30 (ten one-minute steps of 600 J, 11 to 20), 3000 J
+    in the five to 20:30 and still 6000 J in the twenty to 30:30, where the
+    GPU's 6000 J of 21 to 30 min are no one's; before the allocation it is
+    no one's (3000 J in the five to 10:30). A job that ran part of a range is
+    counted for that part. (Every range ends half a step past a step, so no
+    version's rule on whether a range's first step counts changes the sums;
+    none starts before 5 min, where the rate of a counter that began at 0
+    still ramps up over its 5 min window.)"""
+    (panel,) = [p for p in panels(_load(name)) if p["title"] == title]
+    (target,) = panel["targets"]
+    owner = f'{{{key}, owner="ml/train-a/trainer", split="whole"}}'
+    nobody = f'{{{key}, split="unowned"}}'
+    cases = []
+    for at, window, expected in (("20m30s", "10m", [(owner, 6000)]),
+                                 ("20m30s", "5m", [(owner, 3000)]),
+                                 ("30m30s", "20m", [(owner, 6000), (nobody, 6000)]),
+                                 ("10m30s", "5m", [(nobody, 3000)])):
+        cases.append({"expr": substitute(target["expr"], {**VARIABLES, "__range": window}),
+                      "eval_time": at, "exp_samples": [{"labels": labels, "value": joules}
+                                                       for labels, joules in expected]})
+    doc = {"rule_files": [str(ROOT / RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": f"gpu_energy_joules_total{{{ENERGY_GPU}}}", "values": "0+600x40"},
+            {"series": f'gpu_info{{{ENERGY_GPU}}}', "values": "1x40"},
+            # Allocated from 11 min to 20 min, then gone (the staleness
+            # marker Prometheus writes when the exporter stops exporting it).
+            {"series": f'gpu_allocation_info{{{ENERGY_GPU}, namespace="ml", pod="train-a", '
+                       'container="trainer"}', "values": "_x11 1x9 stale"},
+        ],
+        "promql_expr_test": cases,
+    }]}
+    _promtool_test(tmp_path, "energy-panel.test.yml", doc)
 
 
 def test_the_fleet_benchmark_fills_in_every_variable() -> None:

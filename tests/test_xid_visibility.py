@@ -7,22 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.collectors import xid as xid_collector
+from tests.exposition import values as _values
 from tests.simnode import SimRun
 
 LOST_GPU = "5"
-
-
-def _values(text: str, name: str, **labels: str) -> list[float]:
-    """The values of ``name`` whose labels include ``labels``."""
-    out = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                out.append(sample.value)
-    return out
 
 
 def _scrape_until_lost(run: SimRun, polls: int = 40) -> tuple[str, float]:

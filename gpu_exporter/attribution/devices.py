@@ -41,6 +41,9 @@ class DeviceKind(StrEnum):
     MIG_UUID = "mig_uuid"
     GPU_INDEX = "gpu_index"
     MIG_INDEX = "mig_index"
+    # Devices of NVIDIA's DRA driver, named by the GPU's device minor number.
+    DRA_GPU = "dra_gpu"
+    DRA_MIG = "dra_mig"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,13 @@ class DeviceRef:
     uuid: str | None = None
     gpu: int | None = None
     mig: int | None = None
+    # DRA devices: the GPU's device minor (/dev/nvidia<minor>), and for a MIG
+    # device its profile as the driver names it ("1g10gb") or its profile ID,
+    # and where it starts among the GPU's memory slices.
+    minor: int | None = None
+    mig_profile: str | None = None
+    mig_profile_id: int | None = None
+    mig_start: int | None = None
 
 
 def is_gpu_resource(resource_name: str) -> bool:
@@ -76,3 +86,45 @@ def parse_device_id(raw: str) -> DeviceRef | None:
         return DeviceRef(DeviceKind.MIG_INDEX, device_id, gpu=int(m.group(1)),
                          mig=int(m.group(2)))
     return None
+
+
+# NVIDIA's DRA driver (k8s-dra-driver-gpu, driver "gpu.nvidia.com") names a
+# whole GPU "gpu-<minor>" and a MIG device after its parent's minor and its
+# place: "gpu-<minor>-mig-<profile id>-<start>-<size>" up to v25.8, and
+# "gpu-<minor>-mig-<profile>-<profile id>-<start>" since v25.12 (the profile
+# "1g.10gb" written "1g10gb"). Before v25.3.2 the number was the GPU's NVML
+# index rather than its minor; those releases are not read (never guessed).
+DRA_DRIVER = "gpu.nvidia.com"
+_DRA_GPU = re.compile(r"^gpu-(\d{1,4})\Z", re.ASCII)
+_DRA_MIG_OLD = re.compile(r"^gpu-(\d{1,4})-mig-(\d{1,3})-(\d{1,2})-(\d{1,2})\Z", re.ASCII)
+_DRA_MIG = re.compile(r"^gpu-(\d{1,4})-mig-([a-z0-9][a-z0-9-]{0,29})-(\d{1,3})-(\d{1,2})\Z",
+                      re.ASCII)
+
+
+def is_gpu_driver(driver_name: str) -> bool:
+    return driver_name == DRA_DRIVER
+
+
+def parse_dra_device(driver: str, pool: str, device: str) -> DeviceRef | None:
+    """The GPU or MIG device a DRA claim's device names, or None for another
+    driver's or a name not known."""
+    if not is_gpu_driver(driver) or len(device) > _MAX_ID or len(pool) > 253:
+        return None
+    device_id = f"{driver}/{pool}/{device}"
+    if m := _DRA_GPU.match(device):
+        return DeviceRef(DeviceKind.DRA_GPU, device_id, minor=int(m.group(1)))
+    if m := _DRA_MIG_OLD.match(device):
+        return DeviceRef(DeviceKind.DRA_MIG, device_id, minor=int(m.group(1)),
+                         mig_profile_id=int(m.group(2)), mig_start=int(m.group(3)))
+    if m := _DRA_MIG.match(device):
+        return DeviceRef(DeviceKind.DRA_MIG, device_id, minor=int(m.group(1)),
+                         mig_profile=m.group(2), mig_profile_id=int(m.group(3)),
+                         mig_start=int(m.group(4)))
+    return None
+
+
+def dra_profile_name(profile: str) -> str:
+    """A MIG profile as NVML names it ("1g.10gb+me") in the form the DRA
+    driver puts in device names ("1g10gb-me")."""
+    name = re.sub(r"[^a-z0-9.-]", "-", profile.replace(".", "").lower()).strip("-")
+    return name.removesuffix(".")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpu_exporter.attribution.devices import DeviceKind, DeviceRef
-from gpu_exporter.attribution.podresources import Allocation, Owner
+from gpu_exporter.attribution.devices import DeviceKind, DeviceRef, dra_profile_name
+from gpu_exporter.attribution.podresources import Allocation, Claim, Owner
 from gpu_exporter.attribution.slurm import SlurmJob
 
 
@@ -23,6 +23,7 @@ class MigIdentity:
     index: int  # the MIG device's index on its GPU (the plugin's "<gpu>:<index>")
     gpu_instance: int
     compute_instance: int
+    profile: str = ""  # "1g.10gb" as NVML names it; "" where not known
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,9 @@ class GpuIdentity:
     index: int
     uuid: str  # "GPU-..."
     migs: tuple[MigIdentity, ...] = ()
+    # The GPU's device minor (/dev/nvidia<minor>), by which the DRA driver
+    # names it; None where the driver's /proc file could not be read.
+    minor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,7 @@ class AllocationRow:
     placement: Placement
     owner: Owner
     resource: str
+    claim: Claim | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +72,37 @@ class DeviceIndex:
         self._by_index: dict[tuple[int, int | None], Placement] = {}
         # Drivers before R470 named MIG devices MIG-GPU-<uuid>/<gi>/<ci>.
         self._legacy: dict[str, Placement] = {}
+        # DRA: a GPU by its device minor; a MIG device by its parent's minor and
+        # its profile as the DRA driver writes it (where one instance has it).
+        self._by_minor: dict[int, Placement] = {}
+        self._by_profile: dict[tuple[int, str], list[Placement]] = {}
         for gpu in gpus:
             whole = Placement(gpu.index, gpu.uuid)
             self._by_uuid[gpu.uuid] = whole
             self._by_index[(gpu.index, None)] = whole
+            if gpu.minor is not None:
+                self._by_minor[gpu.minor] = whole
             for mig in gpu.migs:
                 placed = Placement(gpu.index, gpu.uuid, mig.gpu_instance, mig.compute_instance)
                 self._by_uuid[mig.uuid] = placed
                 self._by_index[(gpu.index, mig.index)] = placed
                 self._legacy[f"MIG-{gpu.uuid}/{mig.gpu_instance}/{mig.compute_instance}"] = placed
+                if gpu.minor is not None and mig.profile:
+                    self._by_profile.setdefault(
+                        (gpu.minor, dra_profile_name(mig.profile)), []).append(placed)
 
     def place(self, device: DeviceRef) -> Placement | None:
         if device.kind in (DeviceKind.GPU_UUID, DeviceKind.MIG_UUID):
             return self._by_uuid.get(device.device_id) or self._legacy.get(device.device_id)
+        if device.kind == DeviceKind.DRA_GPU:
+            return self._by_minor.get(device.minor) if device.minor is not None else None
+        if device.kind == DeviceKind.DRA_MIG:
+            # NVML does not say where an instance starts among the memory
+            # slices: a profile that two instances share names neither.
+            if device.minor is None or device.mig_profile is None:
+                return None
+            found = self._by_profile.get((device.minor, device.mig_profile), [])
+            return found[0] if len(found) == 1 else None
         if device.gpu is None:
             return None
         return self._by_index.get((device.gpu, device.mig))
@@ -99,7 +122,7 @@ def allocation_rows(allocations: Sequence[Allocation], gpus: Iterable[GpuIdentit
         if placement is None:
             unplaced.append(a)
         else:
-            rows[AllocationRow(placement, a.owner, a.resource)] = None
+            rows[AllocationRow(placement, a.owner, a.resource, a.claim)] = None
     return list(rows), unplaced
 
 

@@ -2,8 +2,9 @@
 unix socket.
 
 The kubelet answers ``List`` with every container's devices; the GPUs and MIG
-devices the NVIDIA device plugin handed out are kept, each with its
-(namespace, pod, container). A ``PodResourcesWatcher`` asks on its own thread
+devices the NVIDIA device plugin handed out, and those NVIDIA's DRA driver
+allocated through a ResourceClaim, are kept, each with its (namespace, pod,
+container) and its claim. A ``PodResourcesWatcher`` asks on its own thread
 every ``period`` seconds with a bounded deadline and keeps the last good
 answer: the poll reads ``snapshot()``, which never waits on the kubelet, so a
 slow, hung or missing kubelet never stalls it. A failure is logged once when
@@ -28,7 +29,12 @@ from types import MappingProxyType
 
 import grpc
 
-from gpu_exporter.attribution.devices import DeviceRef, is_gpu_resource, parse_device_id
+from gpu_exporter.attribution.devices import (
+    DeviceRef,
+    is_gpu_resource,
+    parse_device_id,
+    parse_dra_device,
+)
 from gpu_exporter.attribution.podresources_v1 import api_pb2, api_pb2_grpc
 from gpu_exporter.config_types import DEFAULT_POD_RESOURCES_SOCKET
 
@@ -68,12 +74,24 @@ class Owner:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """The ResourceClaim a device was allocated through (Dynamic Resource
+    Allocation)."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Allocation:
-    """One device granted to one container."""
+    """One device granted to one container: by the device plugin (``resource``
+    the plugin's, "nvidia.com/gpu" ...), or through a ResourceClaim
+    (``resource`` the DRA driver's name, "gpu.nvidia.com", and ``claim``)."""
 
     device: DeviceRef
-    resource: str  # "nvidia.com/gpu", "nvidia.com/mig-1g.10gb" ...
+    resource: str
     owner: Owner
+    claim: Claim | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +117,11 @@ def _name(text: str) -> str:
 
 
 def allocations_from(response: api_pb2.ListPodResourcesResponse) -> list[Allocation]:
-    """The GPU and MIG grants in a List answer, in the kubelet's order;
-    devices of other resources and IDs of unknown forms are skipped."""
+    """The GPU and MIG grants in a List answer, in the kubelet's order: the
+    device plugin's, then each container's devices allocated through
+    ResourceClaims (its ``dynamic_resources``, filled by kubelets from 1.34,
+    or 1.27 with the KubeletPodResourcesDynamicResources gate). Devices of
+    other resources or drivers and IDs of unknown forms are skipped."""
     found: list[Allocation] = []
     for pod in response.pod_resources:
         for container in pod.containers:
@@ -115,6 +136,16 @@ def allocations_from(response: api_pb2.ListPodResourcesResponse) -> list[Allocat
                     if len(found) >= MAX_ALLOCATIONS:
                         return found
                     found.append(Allocation(ref, devices.resource_name, owner))
+            for dynamic in container.dynamic_resources:
+                claim = Claim(_name(dynamic.claim_namespace), _name(dynamic.claim_name))
+                for resource in dynamic.claim_resources:
+                    ref = parse_dra_device(resource.driver_name, resource.pool_name,
+                                           resource.device_name)
+                    if ref is None:
+                        continue
+                    if len(found) >= MAX_ALLOCATIONS:
+                        return found
+                    found.append(Allocation(ref, resource.driver_name, owner, claim))
     return found
 
 

@@ -16,7 +16,7 @@ from gpu_exporter.catalog_types import metric_spec as _m
 
 # A MIG device's allocation is on its parent GPU, placed like a process's.
 ALLOCATION = (*GPU, "gpu_instance", "compute_instance", "namespace", "pod", "container",
-              "resource")
+              "resource", "claim_namespace", "claim")
 JOB = (*GPU, "scheduler", "slurm_job_id", "slurm_uid", "slurm_step")
 # One workload: a container of a pod, or a Slurm job.
 WORKLOAD = ("pod_uid", "container_id", "slurm_job_id")
@@ -25,13 +25,22 @@ SOURCE = "attribution"
 METRICS: tuple[Metric, ...] = (
     _m("gpu_allocation_info", "gauge",
        "A GPU or MIG device the kubelet allocated to a container (value 1), from the "
-       "PodResources API; gpu_instance and compute_instance are empty for a whole GPU. A "
-       "GPU shared by time-slicing has one series per container holding it.",
+       "PodResources API: by the device plugin (resource nvidia.com/gpu ...), or through a "
+       "ResourceClaim (resource gpu.nvidia.com, the DRA driver, with the claim's namespace "
+       "and name; empty otherwise); gpu_instance and compute_instance are empty for a whole "
+       "GPU. A GPU shared by time-slicing or by a claim several containers use has one "
+       "series per container holding it.",
        ALLOCATION, SOURCE),
     _m("gpu_job_info", "gauge",
        "A Slurm job running on the GPU (value 1), from its processes' cgroups (or "
        "SLURM_JOB_ID where the environment is readable); slurm_uid is the job's numeric "
        "user id, empty when not known.", JOB, SOURCE),
+    _m("gpu_owner_sm_share_ratio", "gauge",
+       "On a GPU with more than one owner, each owner's share of the SM time its processes "
+       "used since the last per-process sample (NVML), which the energy recording rule splits "
+       "the GPU's energy by: owner is \"slurm job <id>\", \"pod <uid> container <id>\" (a "
+       "process's cgroup names its pod by UID) or \"host\". Absent where NVML gives no "
+       "per-process samples or no process ran kernels.", (*GPU, "owner"), SOURCE),
     _m("gpu_workload_pressure_ratio", "gauge",
        "Share of the last 10 s in which some (kind=some) or all (kind=full) of the "
        "workload's tasks were stalled on the resource, from its cgroup's "

@@ -74,13 +74,16 @@ METRICS: tuple[Metric, ...] = (
        (*GPU, "stat"), "samples",
        detail=True),
     _m("gpu_xid_errors_total", "counter",
-       "Xid errors the driver reported for the GPU since the exporter started, by Xid code "
-       "(NVML critical Xid events). A code's series appears at its first Xid, at 1: count "
-       "first events with gpu_xid_errors_all_total.", (*GPU, "xid"), "xid"),
+       "Xid errors the driver reported for the GPU, by Xid code: NVML's critical Xid events "
+       "since the exporter started, and where the kernel log is readable the driver's Xid "
+       "lines since boot that NVML did not deliver (each Xid once). A code's series appears "
+       "at its first Xid: count first events with gpu_xid_errors_all_total.",
+       (*GPU, "xid"), "xid"),
     _m("gpu_xid_errors_all_total", "counter",
-       "Xid errors of every code the driver reported for the GPU since the exporter "
-       "started; 0 from the GPU's first poll, so increase() sees the first Xid.", GPU,
-       "xid"),
+       "Xid errors of every code the driver reported for the GPU, counted as "
+       "gpu_xid_errors_total; 0 from the GPU's first poll (the kernel log's Xids from "
+       "before the exporter started are added at the second), so increase() sees them.",
+       GPU, "xid"),
     _m("gpu_events_total", "counter",
        "Other NVML events seen for the GPU since the exporter started, by type.",
        (*GPU, "type"), "xid"),

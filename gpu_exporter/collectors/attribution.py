@@ -3,7 +3,8 @@
 Three sources, one reader:
 
 * the kubelet's PodResources API (``--kubernetes.pod-resources-socket``): the
-  GPUs and MIG devices allocated to each container, as ``gpu_allocation_info``;
+  GPUs and MIG devices allocated to each container, by the device plugin or
+  through a ResourceClaim (DRA), as ``gpu_allocation_info``;
 * the GPU processes' cgroups: the Slurm job of each, as ``gpu_job_info``;
 * the cgroup (v2) of each workload with a process on a GPU: its own pressure,
   CPU-limit throttling and OOM kills, one set per workload (not per process).
@@ -40,11 +41,13 @@ from gpu_exporter.attribution.grouping import (
 from gpu_exporter.attribution.podresources import Allocations, PodResourcesWatcher, Status
 from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.host.nvidia_proc import device_minor
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.readings import (
     AttributionReading,
     GpuOwner,
     PollReadings,
+    ProcessReading,
     WorkloadSignals,
 )
 from gpu_exporter.runtime import Runtime
@@ -61,6 +64,23 @@ CALL_TIMEOUT_S = 2.0
 
 def _opt(value: int | None) -> str:
     return "" if value is None else str(value)
+
+
+def _whose(cgroup: str | None, job: SlurmJob | None) -> str:
+    """A process's owner as gpu_owner_sm_share_ratio names it: its Slurm job
+    (as gpu:gpu_owner:info does), its pod's container by UID and container
+    id (the kubelet names containers, a process's cgroup only these), or
+    "host"."""
+    if job is not None:
+        return GpuOwner(slurm_job_id=job.job_id).describe()
+    workload = workload_of(cgroup) if cgroup is not None else None
+    if workload is None:
+        return "host"
+    if workload.kind == "slurm_job":
+        return GpuOwner(slurm_job_id=workload.id).describe()
+    if workload.pod_uid:
+        return f"pod {workload.pod_uid} container {workload.id[:12]}"
+    return f"container {workload.id[:12]}"
 
 
 class AttributionCollector(Collector):
@@ -85,8 +105,11 @@ class AttributionCollector(Collector):
         if socket_path:
             self.watcher = PodResourcesWatcher(socket_path, refresh_every, call_timeout,
                                                clock=monotonic)
+        # GPU bus id -> its device minor (the DRA driver's name for it), once read
+        self._minors: dict[str, int | None] = {}
         # workload cgroup -> (nr_periods, nr_throttled) at the last read
         self._cpu_before: dict[str, tuple[int, int]] = {}
+        self._uuids: dict[int, str] = {}
         self._errors = 0
 
     @classmethod
@@ -104,6 +127,7 @@ class AttributionCollector(Collector):
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
+        self._uuids = {gpu.index: gpu.identity.uuid for gpu in self.session.gpus}
         reading = AttributionReading()
         out.readings.attribution = reading
         owners: dict[int, dict[GpuOwner, None]] = {}
@@ -111,7 +135,8 @@ class AttributionCollector(Collector):
             self._allocations(out, self._kubelet(out), owners, reading)
         procs = out.readings.processes
         if procs:
-            self._processes(out, out.readings, owners, reading)
+            whose = self._processes(out, out.readings, owners, reading)
+            self._shares(out, procs, owners, whose)
         reading.owners = {gpu: tuple(found) for gpu, found in sorted(owners.items())}
 
     # --- the kubelet ------------------------------------------------------------
@@ -132,13 +157,21 @@ class AttributionCollector(Collector):
         out.add("gpu_exporter_pod_resources_failures_total", snap.failures)
         return snap
 
-    def _identities(self, readings: PollReadings) -> list[GpuIdentity]:
+    def _identities(self, readings: PollReadings, minors: bool) -> list[GpuIdentity]:
+        """The node's GPUs and MIG devices; with ``minors``, each GPU's device
+        minor too (only DRA names need it: read then, and kept)."""
         mig = readings.mig or {}
         return [GpuIdentity(gpu.index, gpu.identity.uuid, tuple(
                     MigIdentity(m.uuid, m.index if m.index is not None else slot,
-                                m.gpu_instance, m.compute_instance)
-                    for slot, m in enumerate(mig.get(gpu.index, []))))
+                                m.gpu_instance, m.compute_instance, m.profile)
+                    for slot, m in enumerate(mig.get(gpu.index, []))),
+                    self._minor(gpu.identity.pci_bus_id) if minors else None)
                 for gpu in self.session.gpus]
+
+    def _minor(self, bus_id: str) -> int | None:
+        if bus_id not in self._minors:
+            self._minors[bus_id] = device_minor(self.procfs, bus_id)
+        return self._minors[bus_id]
 
     def _allocations(self, out: SnapshotBuilder, snap: Allocations,
                      owners: dict[int, dict[GpuOwner, None]],
@@ -146,19 +179,25 @@ class AttributionCollector(Collector):
         reading.allocations_known = snap.updated_at is not None
         if not snap.allocations:
             return
-        rows, _unplaced = allocation_rows(snap.allocations, self._identities(out.readings))
+        dra = any(a.claim is not None for a in snap.allocations)
+        rows, _unplaced = allocation_rows(snap.allocations, self._identities(out.readings, dra))
         for row in rows:
-            p, o = row.placement, row.owner
+            p, o, c = row.placement, row.owner, row.claim
             out.add("gpu_allocation_info", 1, gpu=str(p.gpu), uuid=p.uuid,
                     gpu_instance=_opt(p.gpu_instance), compute_instance=_opt(p.compute_instance),
                     namespace=o.namespace, pod=o.pod, container=o.container,
-                    resource=row.resource)
-            owners.setdefault(p.gpu, {})[GpuOwner(o.namespace, o.pod, o.container)] = None
+                    resource=row.resource, claim_namespace=c.namespace if c else "",
+                    claim=c.name if c else "")
+            owner = GpuOwner(o.namespace, o.pod, o.container,
+                             claim=f"{c.namespace}/{c.name}" if c else "")
+            owners.setdefault(p.gpu, {})[owner] = None
 
     # --- the GPU processes' jobs and workloads ------------------------------------
     def _processes(self, out: SnapshotBuilder, readings: PollReadings,
                    owners: dict[int, dict[GpuOwner, None]],
-                   reading: AttributionReading) -> None:
+                   reading: AttributionReading) -> dict[int, str]:
+        """Export the GPUs' Slurm jobs and their workloads' signals; return
+        whose each process is (the owner label of gpu_owner_sm_share_ratio)."""
         procs = readings.processes or []
         uuids = {gpu.index: gpu.identity.uuid for gpu in self.session.gpus}
         process_gpus: dict[int, set[tuple[int, str]]] = {}
@@ -186,6 +225,34 @@ class AttributionCollector(Collector):
                     per_gpu.setdefault(gpu, {})[own] = None
         self._cpu_before = seen
         reading.workloads = {gpu: tuple(w) for gpu, w in sorted(per_gpu.items())}
+        return {pid: _whose(cgroups.get(pid), jobs.get(pid)) for pid in process_gpus}
+
+    def _shares(self, out: SnapshotBuilder, procs: list[ProcessReading],
+                owners: dict[int, dict[GpuOwner, None]], whose: dict[int, str]) -> None:
+        """On each GPU with more than one owner, each owner's share of the SM
+        time its processes used (NVML's per-process samples): how the GPU's
+        energy is split between them. Absent where NVML gives no samples or
+        no process ran kernels: the split is not known there."""
+        for gpu, found in sorted(owners.items()):
+            if len(found) < 2:
+                continue
+            used: dict[str, float] = {}
+            known = True
+            for p in procs:
+                if p.gpu != gpu:
+                    continue
+                if p.sm_utilization is None:
+                    known = False
+                    break
+                owner = whose.get(p.pid, "host")
+                used[owner] = used.get(owner, 0.0) + p.sm_utilization
+            total = sum(used.values())
+            if not known or total <= 0:
+                continue
+            uuid = self._uuids.get(gpu, "")
+            for owner, sm in sorted(used.items()):
+                out.add("gpu_owner_sm_share_ratio", sm / total, gpu=str(gpu), uuid=uuid,
+                        owner=owner)
 
     def _jobs(self, cgroups: dict[int, str],
               pids: Iterable[int]) -> dict[int, SlurmJob]:

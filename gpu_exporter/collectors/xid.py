@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Self
 
 from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.collectors.kmsg import merge_counts, merge_events
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.events import EventSet
@@ -191,15 +192,21 @@ class XidCollector(NvmlCollector):
                      if self.session.up else set())
             for key in known:
                 self._totals[key] += 0
-            for (index, uuid), count in sorted(self._totals.items()):
+            self._exported = Counter(self._totals)
+            # The kernel log's Xids that NVML did not deliver, each Xid once.
+            kernel = out.readings.kmsg
+            counts = merge_counts(dict(self._xids), kernel)
+            totals = Counter(self._totals)
+            for (index, uuid, _xid), count in counts.items():
+                totals[(index, uuid)] += count - self._xids.get((index, uuid, _xid), 0)
+            for (index, uuid), count in sorted(totals.items()):
                 if count or (index, uuid) in known:
                     out.add("gpu_xid_errors_all_total", count, gpu=str(index), uuid=uuid)
-            self._exported = Counter(self._totals)
-            for (index, uuid, xid), count in sorted(self._xids.items()):
+            for (index, uuid, xid), count in sorted(counts.items()):
                 out.add("gpu_xid_errors_total", count, gpu=str(index), uuid=uuid, xid=str(xid))
             for (index, uuid, name), count in sorted(self._events.items()):
                 out.add("gpu_events_total", count, gpu=str(index), uuid=uuid, type=name)
-            out.readings.xid = list(self.recent)
+            out.readings.xid = merge_events(list(self.recent), kernel)
 
     def _await_loss_xids(self) -> None:
         """For GPUs the device reader found lost in this poll: wait, bounded,

@@ -14,10 +14,12 @@ from gpu_exporter.safetext import terminal_safe
 
 
 def owner_text(owner: Mapping[str, Any]) -> str:
-    """``ml/train-a/trainer`` or ``slurm job 4242``, from a finding's owner
-    in its JSON form (not yet escaped for any destination)."""
+    """``ml/train-a/trainer``, ``ml/infer/server (claim ml/gpus)`` or ``slurm
+    job 4242``, from a finding's owner in its JSON form (not yet escaped for
+    any destination)."""
     return GpuOwner(**{k: str(owner.get(k, "")) for k in
-                       ("namespace", "pod", "container", "slurm_job_id")}).describe()
+                       ("namespace", "pod", "container", "slurm_job_id", "claim",
+                        "pod_uid")}).describe()
 
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}

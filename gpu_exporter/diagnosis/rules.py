@@ -464,8 +464,17 @@ def _xid_rule(tier: XidTier) -> Callable[[GpuSignals, DiagnosisConfig, Trend], V
                   if cfg.xid_tier(x) == tier and trend.now - at <= cfg.xid_hold]
         if not recent:
             return Verdict(False)
-        return Verdict(True, {"xid": ", ".join(str(x) for x in sorted({x for _, x in recent})),
-                              "xid_events_recent": len(recent)})
+        evidence: Evidence = {"xid": ", ".join(str(x) for x in sorted({x for _, x in recent})),
+                              "xid_events_recent": len(recent)}
+        # The kernel log's line names the process of the newest one, where it does.
+        blamed = [b for b in s.xid_blames
+                  if cfg.xid_tier(b.xid) == tier and trend.now - b.at <= cfg.xid_hold]
+        if blamed:
+            newest = max(blamed, key=lambda b: b.at)
+            evidence["xid_process"] = newest.process
+            if newest.owner is not None:
+                evidence["xid_owner"] = newest.owner.describe()
+        return Verdict(True, evidence)
     judge.__name__ = judge.__qualname__ = f"_xid_{tier}"
     return judge
 

@@ -14,6 +14,7 @@ from gpu_exporter.readings import (
     PollReadings,
     ProcessReading,
     WorkloadSignals,
+    XidCulprit,
 )
 
 # What the rules read: the PollReadings field each reader fills, by the
@@ -33,6 +34,32 @@ def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
     return tuple(reader for reader, name in INPUTS.items() if getattr(readings, name) is None)
 
 
+@dataclass(frozen=True, slots=True)
+class XidBlame:
+    """The process the driver named for an Xid on the GPU, and whose it is."""
+
+    at: float  # unix time of the Xid
+    xid: int
+    process: str  # "python3 (pid 4242)", not escaped
+    owner: GpuOwner | None  # None: a host process, or gone before it was read
+
+
+def owner_of(culprit: XidCulprit, owners: tuple[GpuOwner, ...]) -> GpuOwner | None:
+    """Whose the process an Xid line names is: its Slurm job; for a process
+    in a pod's container, the container the GPU is allocated to when it is
+    allocated to one, else the pod by its UID (the kubelet names containers,
+    the cgroup only UIDs, so on a GPU shared by several the UID is what is
+    known); None for a host process."""
+    if culprit.slurm_job_id:
+        return GpuOwner(slurm_job_id=culprit.slurm_job_id)
+    if not culprit.pod_uid:
+        return None
+    pods = [o for o in owners if o.pod]
+    if len(pods) == 1:
+        return pods[0]
+    return GpuOwner(pod_uid=culprit.pod_uid)
+
+
 @dataclass(slots=True)
 class GpuSignals:
     index: int
@@ -44,6 +71,8 @@ class GpuSignals:
     sm_active: float | None = None  # GPM
     util_samples: tuple[float, float, float] | None = None  # min, mean, max
     xids: list[tuple[float, int]] = field(default_factory=list)  # (unix time, xid)
+    # The processes the kernel log names for those Xids, where it does.
+    xid_blames: list[XidBlame] = field(default_factory=list)
     processes_known: bool = False  # the process collector ran this poll
     # Whose the GPU is (allocations, Slurm jobs), and the own cgroup signals
     # of the workloads of its processes: preferred over the host's.
@@ -87,5 +116,9 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             sig.owners = attribution.owners.get(index, ())
             sig.workloads = attribution.workloads.get(index, ())
             sig.allocations_known = attribution.allocations_known
+        sig.xid_blames = [
+            XidBlame(e.at, e.xid, f"{e.culprit.process or '?'} (pid {e.culprit.pid})",
+                     owner_of(e.culprit, sig.owners))
+            for e in xids if e.gpu == index and e.culprit is not None]
         out.append(sig)
     return out

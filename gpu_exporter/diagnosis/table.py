@@ -239,8 +239,9 @@ _XID_CONFIRM = ("dmesg -T | grep -i xid", "nvidia-smi -q")
 XID = Row(
     "xid_error", "driver_reported", "critical",
     "The driver reported a hardware or driver Xid error for the GPU",
-    "NVML delivered an Xid that NVIDIA's Xid catalog puts on the GPU's hardware or the "
-    "driver (one of {hardware_xids}) within the last {xid_hold}.",
+    "The driver reported an Xid (NVML's event, or its kernel log line where NVML could not "
+    "deliver it) that NVIDIA's Xid catalog puts on the GPU's hardware or the driver (one of "
+    "{hardware_xids}) within the last {xid_hold}.",
     "Act per Xid (the runbook's Xid table): drain the node and reset the GPU for ECC, "
     "micro-controller, NVLink and GSP errors; a GPU that fell off the bus needs a reboot "
     "and a check of its power and PCIe seating.",
@@ -250,8 +251,9 @@ XID = Row(
 XID_APPLICATION = Row(
     "xid_error", "application_fault", "warning",
     "The job on the GPU faulted: the driver reported an application Xid",
-    "NVML delivered an Xid that NVIDIA's Xid catalog attributes to the application (one of "
-    "{application_xids}) within the last {xid_hold}.",
+    "The driver reported an Xid (NVML's event, or its kernel log line) that NVIDIA's Xid "
+    "catalog attributes to the application (one of {application_xids}) within the last "
+    "{xid_hold}; the kernel log's line names the process and its pod or Slurm job.",
     "The job's owner restarts the job and checks it for illegal memory accesses "
     "(compute-sanitizer) and for the CUDA version it was built for; the GPU stays usable.",
     _XID_CONFIRM,
@@ -260,8 +262,9 @@ XID_APPLICATION = Row(
 XID_INFORMATIONAL = Row(
     "xid_error", "informational", "info",
     "The driver reported an informational Xid for the GPU",
-    "NVML delivered an Xid that needs no action by itself (one of {informational_xids}, or a "
-    "code the Xid table does not list) within the last {xid_hold}.",
+    "The driver reported an Xid (NVML's event, or its kernel log line) that needs no action "
+    "by itself (one of {informational_xids}, or a code the Xid table does not list) within "
+    "the last {xid_hold}.",
     "Nothing by itself; look the code up in NVIDIA's Xid catalog when the table does not "
     "list it, and move it to its tier in the diagnosis settings.",
     _XID_CONFIRM,

@@ -21,8 +21,10 @@ from gpu_exporter.simulator import recordings
 from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement, write_tenants
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
 from gpu_exporter.simulator.hostfs import HostFs
+from gpu_exporter.simulator.kmsg import KernelLogFile
 from gpu_exporter.simulator.kubelet import PodResourcesServer
 from gpu_exporter.simulator.model import DeviceProfile, ProcessCondition, Scenario
+from gpu_exporter.simulator.nvidia_proc import write_information
 from gpu_exporter.simulator.tenants import Tenants
 from gpu_exporter.simulator.world import World
 
@@ -280,6 +282,11 @@ class SimulatedNode:
         self.hostfs = HostFs(self.world, self._root)
         self.procfs = self.hostfs.procfs
         self.sysfs = self.hostfs.sysfs
+        # The driver's /proc files (each GPU's device minor).
+        write_information(self.world, self.procfs)
+        # The kernel log, read as /dev/kmsg (--path.kmsg).
+        self.kernel_log = KernelLogFile(self.world, scenario, self._root, self.procfs)
+        self.kmsg = str(self.kernel_log.path)
         # Where the node's kubelet serves its PodResources API: nothing listens
         # there unless the scenario declares pods.
         self.pod_resources_socket = str(self._root / "pod-resources" / "kubelet.sock")
@@ -294,6 +301,7 @@ class SimulatedNode:
         """Bring the simulated /proc and /sys up to the clock's time."""
         elapsed = self.world.elapsed()
         self.hostfs.render(elapsed)
+        self.kernel_log.render(elapsed)
         if self.scenario.tenants is not None:
             write_tenants(self.scenario.tenants, self.procfs, self.sysfs / "fs" / "cgroup",
                           elapsed)

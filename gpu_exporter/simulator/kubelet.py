@@ -1,6 +1,8 @@
 """A kubelet's PodResources API (v1) for the simulated node, served with
 grpcio on a unix socket from the same generated code the exporter's client
-uses, so what it answers is what a real kubelet puts on the wire.
+uses, so what it answers is what a real kubelet puts on the wire: the device
+plugin's devices and, in ``List`` and ``Get``, the devices of each
+container's ResourceClaims (``dynamic_resources``).
 
 ``delay`` makes every call wait that long before answering, to stand in for
 a kubelet that hangs; stopping the server wakes such calls at once.
@@ -18,7 +20,7 @@ from types import TracebackType
 import grpc
 
 from gpu_exporter.attribution.podresources_v1 import api_pb2, api_pb2_grpc
-from gpu_exporter.simulator.tenants import DeviceGrant, Pod, Tenants
+from gpu_exporter.simulator.tenants import ClaimGrant, DeviceGrant, Pod, Tenants
 
 
 def _devices(grants: Sequence[DeviceGrant]) -> list[api_pb2.ContainerDevices]:
@@ -26,12 +28,27 @@ def _devices(grants: Sequence[DeviceGrant]) -> list[api_pb2.ContainerDevices]:
             for g in grants]
 
 
+def _claims(pod: Pod, claims: Sequence[ClaimGrant]) -> list[api_pb2.DynamicResource]:
+    """A container's ResourceClaims as the kubelet reports them (1.34 and
+    newer): each claim with its devices' driver, pool, name and CDI devices."""
+    return [api_pb2.DynamicResource(
+        claim_name=claim.name, claim_namespace=claim.namespace or pod.namespace,
+        claim_resources=[api_pb2.ClaimResource(
+            cdi_devices=[api_pb2.CDIDevice(name=n) for n in claim.cdi_devices(d)],
+            driver_name=d.driver, pool_name=d.pool, device_name=d.device)
+            for d in claim.devices])
+        for claim in claims]
+
+
+def pod_resources(pod: Pod) -> api_pb2.PodResources:
+    return api_pb2.PodResources(name=pod.name, namespace=pod.namespace, containers=[
+        api_pb2.ContainerResources(name=c.name, devices=_devices(c.devices),
+                                   dynamic_resources=_claims(pod, c.claims))
+        for c in pod.containers])
+
+
 def list_response(pods: Sequence[Pod]) -> api_pb2.ListPodResourcesResponse:
-    return api_pb2.ListPodResourcesResponse(pod_resources=[
-        api_pb2.PodResources(name=pod.name, namespace=pod.namespace, containers=[
-            api_pb2.ContainerResources(name=c.name, devices=_devices(c.devices))
-            for c in pod.containers])
-        for pod in pods])
+    return api_pb2.ListPodResourcesResponse(pod_resources=[pod_resources(pod) for pod in pods])
 
 
 def allocatable_response(tenants: Tenants) -> api_pb2.AllocatableResourcesResponse:
@@ -62,8 +79,7 @@ class _Lister(api_pb2_grpc.PodResourcesListerServicer):
         self._server.wait_delay()
         for pod in self._server.tenants.pods:
             if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
-                return api_pb2.GetPodResourcesResponse(
-                    pod_resources=list_response([pod]).pod_resources[0])
+                return api_pb2.GetPodResourcesResponse(pod_resources=pod_resources(pod))
         context.abort(grpc.StatusCode.NOT_FOUND,
                       f"pod {request.pod_namespace}/{request.pod_name} not found")
 

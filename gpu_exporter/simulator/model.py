@@ -322,6 +322,10 @@ class Node(_Strict):
     # makes the library itself absent).
     nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission",
                   "lib_rm_version_mismatch"] = "ok"
+    # Each GPU's device minor (/dev/nvidia<minor>, in the driver's /proc files),
+    # by NVML index; unset: the same as the index. The driver numbers minors in
+    # probe order, NVML its indices in PCI order: they need not agree.
+    device_minors: list[int] | None = None
 
     @field_validator("driver")
     @classmethod
@@ -338,6 +342,14 @@ class Node(_Strict):
                 self.driver_version = branch.driver_version
             if "cuda_driver_version" not in self.model_fields_set:
                 self.cuda_driver_version = branch.cuda_driver_version
+        return self
+
+    @model_validator(mode="after")
+    def _minors(self) -> Node:
+        minors = self.device_minors
+        if minors is not None and (len(minors) != self.gpus or len(set(minors)) != len(minors)
+                                   or min(minors, default=0) < 0):
+            raise ValueError("device_minors: one distinct minor per GPU")
         return self
 
     @property
@@ -367,6 +379,43 @@ class Replay(_Strict):
     events: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class KernelLogLine(_Strict):
+    """Lines the kernel log has besides the Xids NVML delivers (those are
+    logged by themselves): ``at`` seconds from the scenario's start, negative
+    for before the exporter started (at boot: ``-86400``). Either a raw
+    ``message`` as the kernel prints it (``{bus}`` is GPU ``gpu``'s bus id as
+    the driver writes it, ``0000:18:00``), or an Xid (``xid``, ``gpu`` and the
+    process the driver names: ``pid``, ``name``) in the driver's format; NVML
+    never delivers these. ``repeat`` logs it that many times, 1 ms apart (a
+    flood); ``facility`` 1 is a line user space wrote to /dev/kmsg."""
+
+    at: float = Field(0.0, ge=-86400.0)
+    message: str | None = Field(None, max_length=1000)
+    gpu: int | None = Field(None, ge=0)
+    xid: int | None = Field(None, ge=0, le=1023)
+    pid: int | None = Field(None, gt=0, lt=4194304)
+    name: str = Field("", max_length=64)
+    detail: str = Field("", max_length=200)
+    repeat: int = Field(1, ge=1, le=1_000_000)
+    facility: int = Field(0, ge=0, le=23)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> KernelLogLine:
+        if (self.message is None) == (self.xid is None):
+            raise ValueError("give either message or xid")
+        if self.xid is not None and self.gpu is None:
+            raise ValueError("an xid line needs its gpu")
+        return self
+
+
+class KernelLog(_Strict):
+    """The node's kernel log (/dev/kmsg) beyond the driver's own Xid lines.
+    ``lost``: records the ring buffer overwrote before the first one left."""
+
+    lines: list[KernelLogLine] = Field(default_factory=list)
+    lost: int = Field(0, ge=0)
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -384,6 +433,8 @@ class Scenario(_Strict):
     # Who runs on the node: pods the simulated kubelet serves, Slurm jobs, and
     # each workload's own cgroup signals (its processes are in ``processes``).
     tenants: Tenants | None = None
+    # The kernel log's lines besides the driver's Xids (simulator/kmsg.py).
+    kernel_log: KernelLog = KernelLog()
 
     @model_validator(mode="after")
     def _indices(self) -> Scenario:
@@ -394,6 +445,10 @@ class Scenario(_Strict):
                                      "run (node.nvml library_missing); use driver_not_loaded "
                                      "for an NVML that comes back")
         n = self.node.gpus
+        for k, line in enumerate(self.kernel_log.lines):
+            if line.gpu is not None and not 0 <= line.gpu < n:
+                raise ValueError(f"kernel_log.lines[{k}].gpu: index {line.gpu} is outside "
+                                 f"0..{n - 1}")
         for i in self.gpus:
             if not 0 <= i < n:
                 raise ValueError(f"gpus: index {i} is outside 0..{n - 1}")

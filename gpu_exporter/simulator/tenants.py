@@ -47,9 +47,37 @@ class DeviceGrant(_Strict):
     ids: list[str] = Field(min_length=1)
 
 
+class ClaimDevice(_Strict):
+    """One device a ResourceClaim was allocated, as the kubelet reports it:
+    the DRA driver, its pool (the node, for NVIDIA's driver) and the device's
+    name in it ("gpu-0" is the GPU of device minor 0; "gpu-0-mig-1g10gb-19-0" a
+    MIG device on it)."""
+
+    driver: str = "gpu.nvidia.com"
+    pool: str = Field("sim-node-01", pattern=_DNS_SUBDOMAIN)
+    device: str = Field(pattern=_DNS_LABEL)
+
+
+class ClaimGrant(_Strict):
+    """A ResourceClaim a container uses and the devices allocated to it.
+    ``namespace`` unset: the pod's."""
+
+    name: str = Field(pattern=_DNS_SUBDOMAIN)
+    namespace: str | None = Field(None, pattern=_DNS_LABEL)
+    uid: str = Field("00000000-0000-4000-8000-000000000000", pattern=_UID)
+    devices: list[ClaimDevice] = Field(min_length=1)
+
+    def cdi_devices(self, device: ClaimDevice) -> list[str]:
+        """The CDI device names NVIDIA's DRA driver gives it
+        ("k8s.gpu.nvidia.com/claim=<claim uid>-<device>")."""
+        return [f"k8s.gpu.nvidia.com/claim={self.uid}-{device.device}"]
+
+
 class Container(_Strict):
     name: str = Field(pattern=_DNS_LABEL)
     devices: list[DeviceGrant] = Field(default_factory=list)
+    # Devices allocated through ResourceClaims (Dynamic Resource Allocation).
+    claims: list[ClaimGrant] = Field(default_factory=list)
     cpu_limit: float | None = Field(None, gt=0)  # CPUs; None: no limit
     pids: list[int] = Field(default_factory=list)  # its processes on the node
     cgroup: CgroupCondition = CgroupCondition()

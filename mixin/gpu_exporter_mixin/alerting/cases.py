@@ -255,6 +255,61 @@ def _first_event_cases() -> list[Case]:
                  iv, series, [], exprs)]
 
 
+# --- energy per owner ----------------------------------------------------------
+
+
+def _energy_cases() -> list[Case]:
+    """Joules per owner. The expected values are worked out by hand from the
+    input counters (a counter growing by J joules a minute has a rate of J/60
+    J/s), not taken from the rule."""
+    iv = 60.0
+    g0, g1, g2, g3 = (gpu("node-a", i) for i in range(4))
+    series = [
+        # GPU 0: one owner; 600 J a minute -> 10 J/s, all of it the owner's.
+        Series("gpu_energy_joules_total", g0, "0+600x30"),
+        Series("gpu_allocation_info", {**g0, "namespace": "ml", "pod": "train-a",
+                                       "container": "trainer"}, "1x30"),
+        # GPU 1: two Slurm jobs; 1200 J a minute -> 20 J/s, split 3:1 by their
+        # SM shares -> 15 J/s and 5 J/s.
+        Series("gpu_energy_joules_total", g1, "0+1200x30"),
+        Series("gpu_job_info", {**g1, "slurm_job_id": "4242"}, "1x30"),
+        Series("gpu_job_info", {**g1, "slurm_job_id": "4243"}, "1x30"),
+        Series("gpu_owner_sm_share_ratio", {**g1, "owner": "slurm job 4242"}, "0.75x30"),
+        Series("gpu_owner_sm_share_ratio", {**g1, "owner": "slurm job 4243"}, "0.25x30"),
+        # GPU 2: two pods time-slicing it, no per-process samples; 480 J a
+        # minute -> 8 J/s that cannot be split: reported whole, split unknown.
+        Series("gpu_energy_joules_total", g2, "0+480x30"),
+        Series("gpu_allocation_info", {**g2, "namespace": "team-x", "pod": "notebook-1",
+                                       "container": "jupyter"}, "1x30"),
+        Series("gpu_allocation_info", {**g2, "namespace": "team-y", "pod": "notebook-2",
+                                       "container": "jupyter"}, "1x30"),
+        # GPU 3: no owner; 300 J a minute -> 5 J/s, reported as no one's.
+        Series("gpu_energy_joules_total", g3, "0+300x30"),
+    ]
+    per_owner = "sum by (gpu, owner, split) (gpu_owner:gpu_energy_joules:rate5m)"
+    rates = (Sample({"gpu": "0", "owner": "ml/train-a/trainer", "split": "whole"}, 10),
+             Sample({"gpu": "1", "owner": "slurm job 4242", "split": "sm_share"}, 15),
+             Sample({"gpu": "1", "owner": "slurm job 4243", "split": "sm_share"}, 5),
+             Sample({"gpu": "2", "split": "unknown"}, 8),
+             Sample({"gpu": "3", "split": "unowned"}, 5))
+    # Over a range, joules = the rate's average times the seconds: over the
+    # 10 minutes to 20 min, GPU 0's owner used 10 J/s x 600 s = 6000 J, the
+    # counter's own increase (6000 - 0 ... 12000 - 6000).
+    joules = ("sum by (owner, split) "
+              "(avg_over_time(gpu_owner:gpu_energy_joules:rate5m[10m]) * 600)")
+    return [Case("energy per owner: a GPU's one owner takes it whole, several owners split it "
+                 "by SM share, without shares it is reported unsplit, and a GPU no one holds "
+                 "as no one's",
+                 iv, series, [],
+                 [ExprCheck(600.0, per_owner, rates), ExprCheck(1200.0, per_owner, rates),
+                  ExprCheck(1200.0, joules, (
+                      Sample({"owner": "ml/train-a/trainer", "split": "whole"}, 6000),
+                      Sample({"owner": "slurm job 4242", "split": "sm_share"}, 9000),
+                      Sample({"owner": "slurm job 4243", "split": "sm_share"}, 3000),
+                      Sample({"split": "unknown"}, 4800),
+                      Sample({"split": "unowned"}, 3000)))])]
+
+
 # --- the exporter's health ---------------------------------------------------
 
 
@@ -509,6 +564,7 @@ def test_files(config: AlertConfig) -> list[TestFile]:
         TestFile("consequences.test.yml", 5.0, _consequence_cases(by)),
         TestFile("xids.test.yml", 5.0, _xid_tier_cases(config, by)),
         TestFile("first-events.test.yml", 60.0, _first_event_cases()),
+        TestFile("energy.test.yml", 60.0, _energy_cases()),
         TestFile("exporter.test.yml", 5.0, _exporter_cases(by)),
         TestFile("fleet.test.yml", 5.0, [_straggler_case(by["GpuStraggler"], config)]),
         TestFile("fleet-slow.test.yml", 15.0, [

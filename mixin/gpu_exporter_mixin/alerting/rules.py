@@ -130,6 +130,50 @@ def owner_rule(x: Exprs) -> RecordingRule:
                          "Slurm job on it, the owner label naming it.")
 
 
+# Joules per owner, as a rate (joules per second, watts): the energy counter's
+# rate over the window, whole for a GPU with one owner, split by the owners'
+# SM shares on a GPU with several, and said to be unsplit where the exporter
+# has no shares for it. Over a range, joules = avg_over_time(record) * seconds.
+ENERGY_RATE_WINDOW = "5m"
+ENERGY_RECORD = f"gpu_owner:gpu_energy_joules:rate{ENERGY_RATE_WINDOW}"
+
+
+def energy_rules(x: Exprs) -> list[RecordingRule]:
+    """``ENERGY_RECORD`` per GPU and owner, its ``split`` label saying how:
+    ``whole`` (the GPU has one owner), ``sm_share`` (several, split by
+    gpu_owner_sm_share_ratio), ``unknown`` (several and no shares: the GPU's
+    whole rate, with no owner) or ``unowned`` (no one holds the GPU: what it
+    burns idle or for work no scheduler gave it)."""
+    rate = f"rate({x.m('gpu_energy_joules_total')}[{ENERGY_RATE_WINDOW}])"
+    owners = f"count by ({x.gpu_key}) ({OWNER_RECORD})"
+    share = x.m("gpu_owner_sm_share_ratio")
+    return [
+        RecordingRule(
+            ENERGY_RECORD,
+            f"{OWNER_RECORD}\n  * on ({x.gpu_key}) group_left ()\n"
+            f"    ({rate} and on ({x.gpu_key}) {owners} == 1)",
+            "Energy per owner (J/s) of GPUs with one owner: the GPU's whole rate.",
+            {"split": "whole"}),
+        RecordingRule(
+            ENERGY_RECORD,
+            f"{share}\n  * on ({x.gpu_key}) group_left ()\n"
+            f"    ({rate} and on ({x.gpu_key}) {owners} > 1)",
+            "Energy per owner (J/s) of GPUs with several owners, split by their processes' "
+            "share of the GPU's SM time.", {"split": "sm_share"}),
+        RecordingRule(
+            ENERGY_RECORD,
+            f"{rate}\n  and on ({x.gpu_key}) {owners} > 1\n"
+            f"  unless on ({x.gpu_key}) {share}",
+            "Energy (J/s) of GPUs with several owners that cannot be split (NVML gives no "
+            "per-process samples): the GPU's whole rate, no owner.", {"split": "unknown"}),
+        RecordingRule(
+            ENERGY_RECORD,
+            f"{rate}\n  unless on ({x.gpu_key}) {OWNER_RECORD}",
+            "Energy (J/s) of GPUs no one holds: the GPU's whole rate, no owner.",
+            {"split": "unowned"}),
+    ]
+
+
 def with_owner(x: Exprs, expr: str) -> str:
     """``expr`` (at most one series per GPU) once per owner of the GPU, with
     its ``owner`` label; a GPU with no known owner keeps its series as it is.
@@ -370,6 +414,7 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
             POD_OF_PROCESS_RECORD, POD_OF_PROCESS_EXPR,
             "Each GPU process with the namespace and name of its pod, joined by pod UID with "
             "kube-state-metrics' kube_pod_info (empty without kube-state-metrics)."),
+        *energy_rules(x),
     ]
     return rules
 

@@ -12,6 +12,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.alerting.rules import ENERGY_RECORD
 from gpu_exporter_mixin.dashboards.owners import BY_NOBODY, HELD_BY, Owners, without_pod_labels
 from gpu_exporter_mixin.dashboards.panels import (
     BLUE,
@@ -40,6 +41,27 @@ TAGS = ["gpu", "gpu-exporter", "nvidia"]
 # Rows of the fleet's jobs table: the worst workloads, bounded for a fleet
 # of thousands of pods.
 JOBS_SHOWN = 20
+# Joules over the time range: the energy rate per owner summed over one-minute
+# steps. A step finds no sample before an owner's series began or after it
+# ended, so a job that ran ten minutes of a six-hour range counts ten minutes
+# (an average over the range times its seconds would count six hours).
+ENERGY_STEP_S = 60
+
+
+def joules(selector: str) -> str:
+    """Joules of each series of the energy record over the range."""
+    return (f"sum_over_time({ENERGY_RECORD}{{{selector}}}[$__range:{ENERGY_STEP_S}s]) "
+            f"* {ENERGY_STEP_S}")
+
+
+ENERGY_HELP = (
+    "Joules each workload's GPUs used over the dashboard's time range, from the recording "
+    f"rule {ENERGY_RECORD} (the rate of gpu_energy_joules_total) summed over one-minute "
+    "steps. A GPU with one owner counts whole (split whole); a GPU several own is split by "
+    "their processes' share of its SM time (split sm_share; such owners are named by Slurm "
+    "job, or by pod UID and container ID: the kubelet does not say which container runs "
+    "which process); where NVML gives no per-process samples it is shown unsplit (split "
+    "unknown, no owner), and GPUs no one holds as split unowned.")
 
 
 def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
@@ -262,6 +284,13 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         hide=("Time", "__name__", "job", "instance", "uuid", "gpu_instance",
               "compute_instance", "Value #E", "type", "container_id", "pod_uid")))
 
+    b = b.with_panel(grid(Common(
+        "Energy by workload in the time range", ENERGY_HELP,
+        "joule", [Q(f"sum by (gpu, owner, split) ({joules(GPU)})", instant=True, table=True)],
+        Steps(GREEN), Layout(24, 7)),
+        columns={"gpu": "GPU", "owner": "owner", "split": "split", "Value": "energy"},
+        units={"Value": "joule"}, hide=("Time",)))
+
     b = b.with_row(row("Host beside GPU idle time"))
     b = b.with_panel(graph(Common(
         "GPU idle time",
@@ -394,6 +423,24 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
                  "pod": "pod", "container": "container", "slurm_job_id": "Slurm job",
                  "Value #A": "GPUs", "Value #B": "utilization", "Value #C": "diagnoses"},
         units={"Value #B": "percentunit"}, sort_by="diagnoses"))
+
+    # Energy per owner: pods (owners "namespace/pod/container") follow the
+    # namespace choice; Slurm jobs, pods known by UID, unsplit and unowned GPUs
+    # show under All only.
+    by_owner = f"{f.cluster}, owner, split"
+    in_namespace = joules(FLEET_GPU + ', owner=~"($namespace)/.+"')
+    not_a_pod = joules(FLEET_GPU + ', owner!~".+/.+"')
+    pods = f"sum by ({by_owner}) ({in_namespace})"
+    rest = f"sum by ({by_owner}) ({not_a_pod})"
+    b = b.with_panel(grid(Common(
+        "Energy by workload",
+        f"The {JOBS_SHOWN} workloads that used the most energy on the selected nodes. "
+        + ENERGY_HELP + " A chosen namespace shows its pods only.",
+        "joule", [Q(f"topk({JOBS_SHOWN}, {pods}\nor {owners.only_under_all(rest)})",
+                    instant=True, table=True)],
+        Steps(GREEN), Layout(24, 8)),
+        columns={f.cluster: "cluster", "owner": "owner", "split": "split", "Value": "energy"},
+        units={"Value": "joule"}, hide=("Time",), sort_by="energy"))
 
     b = b.with_row(row("Which GPUs"))
     b = b.with_panel(grid(Common(

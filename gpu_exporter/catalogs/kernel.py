@@ -1,0 +1,30 @@
+"""Metrics of the kernel log (``/dev/kmsg``): whether the exporter can read it,
+what it lost, and the NVSwitch driver's SXids. The driver's Xid lines are not
+a family of their own: they are counted in ``gpu_xid_errors_total`` with
+NVML's events, each Xid once (docs/kernel-log.md says how)."""
+
+from __future__ import annotations
+
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalog_types import metric_spec as _m
+
+SOURCE = "kmsg"
+
+METRICS: tuple[Metric, ...] = (
+    _m("gpu_exporter_kernel_log_state", "gauge",
+       "1 for the current state of reading the kernel log, 0 for the others: ok, off "
+       "(--path.kmsg empty), absent (no such device), unreadable (no CAP_SYSLOG and "
+       "kernel.dmesg_restrict=1: Xids before start and each Xid's process are unknown), "
+       "error.", ("state",), SOURCE),
+    _m("gpu_exporter_kernel_log_records_lost_total", "counter",
+       "Kernel log records the kernel's ring buffer overwrote before the exporter read them "
+       "(from the records' sequence numbers; those before the exporter started count too): "
+       "Xids among them are not counted from the log.", (), SOURCE),
+    _m("gpu_exporter_kernel_log_overflow_total", "counter",
+       "Xid and SXid lines whose (GPU, code, process) found the exporter's table of distinct "
+       "keys full (1024): still counted per GPU and code, not kept apart.", (), SOURCE),
+    _m("gpu_nvswitch_sxid_errors_total", "counter",
+       "SXid errors the NVSwitch driver logged since boot, by switch and SXid code, from the "
+       "kernel log (fatal: \"true\", \"false\" or \"\" as the line says).",
+       ("nvswitch", "pci_bus_id", "sxid", "fatal"), SOURCE),
+)
