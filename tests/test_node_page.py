@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.safetext import html_escape
+from gpu_exporter.simulator import load_scenario
+from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.web.app import Request, Response
 from tests.simnode import SimRun
 
@@ -180,6 +182,41 @@ def test_what_the_exporter_cannot_see_is_said_in_words() -> None:
         stale = parse(get(run, "/").body).visible()
     assert "Cannot see the GPUs: the exporter's newest poll is 120s old" in stale
     assert "Last poll 2 min ago" in stale
+
+
+def _on_branch(scenario: str, driver: str) -> Scenario:
+    data = load_scenario(scenario).model_dump(exclude_unset=True)
+    data.setdefault("node", {})["driver"] = driver
+    return Scenario.model_validate(data)
+
+
+def test_a_node_checked_only_in_part_is_not_called_healthy() -> None:
+    """A driver before R565 gives no recovery action: the page says which
+    checks could not run on which GPUs, once per reason, and no card says
+    "nothing matches"."""
+    with SimRun(_on_branch("healthy", "R535")) as run:
+        run.poll(40)
+        text = parse(get(run, "/").body).visible().replace(" : ", ": ")
+    assert "healthy" not in text.replace("not known to be healthy", "")
+    assert "Findings none in the checks that ran · checked only in part" in text
+    assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, drain_and_reset): "
+            "NVML gives no recovery action (drivers R565 and newer)") in text
+    assert text.count("recovery_action (gpu_reset") == 1
+    assert text.count("No finding in the checks that ran; 5 checks could not run on this "
+                      "GPU.") == 8
+    assert "nothing on this GPU matches the table" not in text
+    # The checks with no subject here are said, apart: no kubelet on this node.
+    assert "Checks with nothing to check on this node (2)" in text
+
+    with SimRun(_on_branch("healthy", "R580")) as run:
+        run.poll(5)  # the window is still filling
+        early = parse(get(run, "/").body).visible()
+        run.poll(35)
+        settled = parse(get(run, "/").body).visible()
+    assert "GPUs 0-7: still watching: a finding needs 30 s of polls" in early
+    assert "every GPU looks healthy" not in early
+    assert "Findings none: every GPU looks healthy" in settled
+    assert "Checked only in part" not in settled
 
 
 def test_rendered_once_per_poll_and_served_compressed() -> None:

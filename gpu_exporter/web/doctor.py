@@ -29,6 +29,7 @@ from typing import Any
 
 from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.cadence import stale_after
+from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, Finding, explanation
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
@@ -229,7 +230,8 @@ class NodePage:
         on: tuple[Finding, ...] = snap.derived(FINDINGS) or ()
         findings = sorted(on, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu, f.row.key))
         gpus = snap.readings.gpus
-        parts = [self._summary(snap, vis, findings)]
+        cov = coverage.answer(snap)
+        parts = [self._summary(snap, vis, findings, cov)]
         if blind:
             parts.append(f'<div class="blind" role="alert">Cannot see the GPUs: {_text(blind)}. '
                          "With no readings there are no findings, so this node is not known "
@@ -241,6 +243,8 @@ class NodePage:
                 f"{html_escape(f.row.summary)}</li>" for f in findings)
             parts.append(f'<section class="wrong"><h2>What is wrong</h2><ul>{items}</ul>'
                          "</section>")
+        if not blind and gpus:
+            parts.append(_coverage(cov))
         missing = snap.derived(INPUTS_MISSING) or ()
         if missing:
             parts.append('<p class="warn">The diagnosis went without these readers, so the '
@@ -264,13 +268,18 @@ class NodePage:
             procs = {}
             for p in snap.readings.processes:
                 procs.setdefault(p.gpu, []).append(p)
+        unchecked: dict[str, int] = {}
+        for entry in cov["not_checked"]:
+            for gpu in entry["gpus"]:
+                unchecked[gpu] = unchecked.get(gpu, 0) + len(entry["checks"])
         for r in sorted((gpus or {}).values(), key=lambda g: g.index):
             parts.append(self._card(snap, r, by_gpu.get(r.index, []),
-                                    None if procs is None else procs.get(r.index, [])))
+                                    None if procs is None else procs.get(r.index, []),
+                                    unchecked.get(str(r.index), 0)))
         return "".join(parts)
 
     def _summary(self, snap: Snapshot, vis: Mapping[str, Any],
-                 findings: Sequence[Finding]) -> str:
+                 findings: Sequence[Finding], cov: Mapping[str, Any]) -> str:
         gpus = snap.readings.gpus or {}
         up = sum(1 for g in gpus.values() if g.up)
         lost = len(gpus) - up
@@ -282,11 +291,16 @@ class NodePage:
         state = f"{up} up" + (f', <span class="bad">{lost} lost</span>' if lost else "")
         counts = {sev: sum(1 for f in findings if f.row.severity == sev)
                   for sev in SEVERITY_ORDER}
+        in_part = ' · <a class="warn" href="#coverage">checked only in part</a>'
         if findings:
             found = ", ".join(f'<span class="{_SEVERITY_CLASS[s]}">'
                               f"{n} {s}</span>" if n else f"{n} {s}" for s, n in counts.items())
+            if not cov["complete"]:
+                found += in_part
         elif vis.get("blind"):
             found = '<span class="bad">unknown: the GPUs cannot be seen</span>'
+        elif not cov["complete"]:
+            found = f"none in the checks that ran{in_part}"
         else:
             found = '<span class="ok">none: every GPU looks healthy</span>'
         age = self._wall() - snap.timestamp
@@ -298,7 +312,7 @@ class NodePage:
         return f'<dl class="summary">{body}</dl>'
 
     def _card(self, snap: Snapshot, r: GpuReading, findings: Sequence[Finding],
-              procs: Sequence[ProcessReading] | None) -> str:
+              procs: Sequence[ProcessReading] | None, unchecked: int) -> str:
         state = '<span class="ok">up</span>' if r.up else '<span class="bad">lost</span>'
         worst = ", ".join(f'<span class="{_SEVERITY_CLASS[f.row.severity]}">'
                           f"{f.row.severity}</span>" for f in findings[:1])
@@ -318,6 +332,10 @@ class NodePage:
             facts = f'<p class="facts">{self._facts(r)}</p>'
         if findings:
             found = "".join(self._finding(snap, f) for f in findings)
+        elif r.up and unchecked:
+            found = ('<p class="warn">No finding in the checks that ran; '
+                     f'<a href="#coverage">{_plural(unchecked, "check")} could not run</a> on '
+                     "this GPU.</p>")
         elif r.up:
             found = '<p class="ok">No finding: nothing on this GPU matches the table.</p>'
         else:
@@ -402,6 +420,33 @@ class NodePage:
         if window is None or not window.times:
             return '<p class="nodata">No history kept for this GPU yet.</p>'
         return f'<div class="charts">{"".join(_gpu_charts(r, window))}</div>'
+
+
+def _coverage(cov: Mapping[str, Any]) -> str:
+    """The checks that could not run, one item per reason and set of GPUs; the
+    GPUs still settling; and, folded, the checks that had nothing to check."""
+    def item(entry: Mapping[str, Any]) -> str:
+        return (f"<li>{_text(coverage.gpu_list(entry['gpus']))}: "
+                f"<code>{_text(coverage.checks_text(entry['checks']))}</code>: "
+                f"{_text(entry['reason'])}</li>")
+
+    items = []
+    settling = cov.get("settling")
+    if settling:
+        items.append(f"<li>{_text(coverage.gpu_list(settling['gpus']))}: still watching: a "
+                     f"finding needs {cov['window_seconds']:g} s of polls, "
+                     f"{settling['seconds_left']:g} s to go.</li>")
+    items += [item(e) for e in cov["not_checked"]]
+    out = ""
+    if items:
+        out = ('<section class="wrong" id="coverage"><h2>Checked only in part</h2>'
+               "<p>These checks could not run: finding nothing in the others says nothing "
+               f"about them.</p><ul>{''.join(items)}</ul></section>")
+    quiet = [item(e) for e in cov["nothing_to_check"]]
+    if quiet:
+        out += ('<details class="muted wrong"><summary>Checks with nothing to check on this '
+                f"node ({len(quiet)})</summary><ul>{''.join(quiet)}</ul></details>")
+    return out
 
 
 def _last(values: Sequence[float | None]) -> float | None:
