@@ -39,10 +39,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(_one_line(message))
 
 
-_EPILOG = ("Subcommands: diagnose, baseline, record, scenarios, catalog (each has --help). "
-           "Every "
-           "flag can also be set in the --config.file YAML (--web.listen-address is "
-           "web: {listen_address: ...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
+def _epilog() -> str:
+    # The subcommands named from the table that runs them: none left out.
+    return (f"Subcommands: {', '.join(SUBCOMMANDS)} (each has --help). Every flag can also be "
+            "set in the --config.file YAML (--web.listen-address is web: {listen_address: "
+            "...}) or as GPU_EXPORTER_WEB__LISTEN_ADDRESS.")
 
 
 def _daemon_parser() -> _Parser:
@@ -50,7 +51,7 @@ def _daemon_parser() -> _Parser:
 
     p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
                 "why the GPU is slow.", allow_abbrev=False,
-                epilog=_EPILOG)
+                epilog=_epilog())
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument("--config.file", dest="config_file", metavar="FILE", type=Path,
                    help="YAML configuration file.")

@@ -23,20 +23,32 @@ fi
 .venv/bin/gpu-exporter --simulate "$scenario" --web.listen-address "127.0.0.1:$port" \
   --config.file scripts/demo-config.yaml --log.level error &
 pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT INT TERM
-
-for _ in $(seq 100); do
-  if .venv/bin/python - "$port" <<'PY' 2>/dev/null; then break; fi
-import sys, urllib.request
-urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/-/ready", timeout=1)
-PY
-  if ! kill -0 "$pid" 2>/dev/null; then echo "the exporter did not start" >&2; exit 1; fi
-  sleep 0.2
-done
+answer=$(mktemp)
+waiting=
+cleanup() {
+  kill "$pid" $waiting 2>/dev/null
+  wait "$pid" 2>/dev/null
+  rm -f "$answer"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 url="http://127.0.0.1:$port"
-echo "==> gpu-exporter is running on a simulated node (scenario: $scenario); diagnosing..."
-sleep 10  # the demo config's 5 s diagnosis window, with room for slow polls
+echo "==> gpu-exporter is starting on a simulated node (scenario: $scenario); diagnosing..."
+# diagnose --wait asks until the exporter answers and every check has been
+# judged for the demo config's 5 s window (/diagnosis says when: coverage.settling),
+# however long a cold start on a loaded machine takes; a dead exporter ends it.
+.venv/bin/gpu-exporter diagnose --url "$url" --wait 120s >"$answer" 2>&1 &
+waiting=$!
+while kill -0 "$waiting" 2>/dev/null; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    kill "$waiting" 2>/dev/null
+    echo "the exporter did not start" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
+wait "$waiting" || true
 cat <<TXT
 
   Landing page, each GPU and what is wrong with it:  $url/
@@ -46,6 +58,6 @@ cat <<TXT
 What \`gpu-exporter diagnose\` says about this node:
 
 TXT
-.venv/bin/gpu-exporter diagnose --url "$url" || true
+cat "$answer"
 echo "Ctrl-C to stop."
 wait "$pid"

@@ -129,8 +129,10 @@ EXPECTED = {
                 "cannot-see": "False"},
     "mixed": {"hardware-fault": "True", "throttled": "True", "link-degraded": "True",
               "cannot-see": "False"},
-    "gpu-lost": {"hardware-fault": "True", "throttled": "False", "link-degraded": "False",
-                 "cannot-see": "False"},
+    # The lost GPU is a hardware fault; whether it is also throttled or its
+    # link degraded cannot be checked on a GPU NVML cannot read.
+    "gpu-lost": {"hardware-fault": "True", "throttled": "Unknown", "link-degraded": "Unknown",
+                 "cannot-see": "Unknown"},
     # NVML down: nothing is known about the GPUs, and that the exporter cannot
     # see them is itself the problem.
     "fault-driver-not-loaded": {"hardware-fault": "Unknown", "throttled": "Unknown",
@@ -164,19 +166,39 @@ def test_the_command_exits_with_the_protocols_status(scenario: str, condition: s
     assert result.stdout.count("\n") == 1 and result.stderr == ""
 
 
-def test_checks_it_could_not_run_make_every_condition_unknown(tmp_path: Path) -> None:
-    """Without the host reader the rows that read the host are not judged:
-    no condition may read OK, though a problem still found stays a problem."""
+def test_checks_it_could_not_run_make_their_conditions_unknown(tmp_path: Path) -> None:
+    """A condition is Unknown where a check that raises it could not run on
+    some GPU, cannot-see wherever any check could not; a problem still found
+    stays a problem."""
     config = tmp_path / "no-host.yaml"
     config.write_text("collectors:\n  host: false\n")
-    healthy = simulate("healthy", config, None)
-    assert "host" in healthy["inputs_missing"]
-    for condition in npd.CONDITIONS:
-        status, message = npd.verdict(condition, healthy)
-        assert status == npd.UNKNOWN, (condition, message)
-        assert "missing: host" in message
+    # GPU 7 holds memory and idles: why (storage, CPUs, swap) needs the host.
     mixed = simulate("mixed", config, None)
+    status, message = npd.verdict(npd.CANNOT_SEE, mixed)
+    assert status == npd.UNKNOWN, message
+    assert re.match(r"GPU 7: \d checks not run: the host reader is switched off", message), \
+        message
+    # No hardware, throttling or link row reads the host: those found stay found.
     assert npd.verdict(npd.THROTTLED, mixed)[0] == npd.PROBLEM
+    # A busy GPU needs no host reading to be judged: the healthy node is checked.
+    healthy = simulate("healthy", config, None)
+    for condition in npd.CONDITIONS:
+        assert npd.verdict(condition, healthy)[0] == npd.OK, condition
+    # A driver before R565 gives no recovery action: hardware-fault cannot be OK.
+    old = run_cli(["diagnose", "--simulate", str(_on_branch(tmp_path, "healthy", "R535")),
+                   "--format", "npd", "--condition", "hardware-fault"])
+    status, message = npd_condition(old)
+    assert status == "Unknown", message
+    assert message.startswith("GPUs 0-7: 4 checks not run: NVML gives no recovery action"), \
+        message
+    assert npd.verdict(npd.THROTTLED, healthy)[0] == npd.OK
+
+
+def _on_branch(tmp: Path, scenario: str, branch: str) -> Path:
+    path = tmp / f"{scenario}-{branch}.yaml"
+    path.write_text(f"name: {scenario}-{branch}\ndescription: {scenario} on {branch}.\n"
+                    f"extends: {scenario}\nnode: {{driver: {branch}}}\n")
+    return path
 
 
 # --- the message ---------------------------------------------------------------
@@ -193,8 +215,9 @@ def test_a_hostile_answer_gives_one_short_printable_line() -> None:
     blind = {"visibility": {"blind": "é" * 500 + "\r\n\x00"}, "findings": []}
     status, message = npd.verdict(npd.CANNOT_SEE, blind)
     assert status == npd.PROBLEM and message.isprintable() and len(message) <= 80
-    # A /diagnosis from before visibility was reported is judged on its findings.
-    assert npd.verdict(npd.THROTTLED, {"findings": []}) == (npd.OK, "no GPU throttling")
+    # A /diagnosis from before coverage was reported cannot say every check ran.
+    status, message = npd.verdict(npd.THROTTLED, {"findings": []})
+    assert status == npd.UNKNOWN and "which checks ran" in message
 
 
 def test_every_row_of_the_table_has_its_condition() -> None:

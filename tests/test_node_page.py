@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.diagnosis.evidence import percent
 from gpu_exporter.safetext import html_escape
+from gpu_exporter.simulator import load_scenario
+from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.web.app import Request, Response
 from tests.simnode import SimRun
 
@@ -88,17 +91,25 @@ def test_each_finding_shows_summary_evidence_fix_confirm_and_runbook() -> None:
     with SimRun("mixed") as run:
         run.poll(120)
         findings = run.exporter.poller.latest.derived(FINDINGS) or ()
-        page = parse(get(run, "/").body)
+        page_source = get(run, "/").body.decode()
+        page = parse(page_source.encode())
         runbook = parse(get(run, "/runbook").body)
     text = page.visible()
     anchors = {attrs.get("id") for _, attrs in runbook.tags}
     links = [attrs["href"] for tag, attrs in page.tags
              if tag == "a" and "runbook" in (attrs.get("class") or "")]
     assert len(findings) >= 5
+    # The commands that confirm a finding name the GPU's own device and process:
+    # no placeholder left where the card shows both.
+    confirm = [html.unescape(m) for m in re.findall(r"<pre>(.*?)</pre>", page_source)]
+    assert not [c for c in confirm if re.search(r"\b(PID|BUS_ID)\b", c)], confirm
+    assert "lspci -vv -s 0000:5d:00.0 | grep -E 'LnkCap|LnkSta'" in confirm  # GPU 3, x8
+    assert "py-spy dump --pid 24107" in confirm  # GPU 7's stalled process
     for f in findings:
         assert f.row.summary in text and f.row.fix in text
         for command in f.row.confirm:
-            assert command in text
+            filled = command.replace("BUS_ID", "0000:5d:00.0").replace("PID", "24107")
+            assert command in confirm or filled in confirm, command
         assert f"runbook#{f.row.anchor}" in links
         assert f.row.anchor in anchors, f"/runbook has no #{f.row.anchor}"
     assert "power limit 450 W" in text and "pcie link width 8" in text
@@ -182,6 +193,97 @@ def test_what_the_exporter_cannot_see_is_said_in_words() -> None:
     assert "Last poll 2 min ago" in stale
 
 
+def _on_branch(scenario: str, driver: str) -> Scenario:
+    data = load_scenario(scenario).model_dump(exclude_unset=True)
+    data.setdefault("node", {})["driver"] = driver
+    return Scenario.model_validate(data)
+
+
+def test_a_node_checked_only_in_part_is_not_called_healthy() -> None:
+    """A driver before R565 gives no recovery action: the page says which
+    checks could not run on which GPUs, once per reason, and no card says
+    "nothing matches"."""
+    with SimRun(_on_branch("healthy", "R535")) as run:
+        run.poll(40)
+        text = parse(get(run, "/").body).visible().replace(" : ", ": ")
+    assert "healthy" not in text.replace("not known to be healthy", "")
+    assert "Findings none in the checks that ran · checked only in part" in text
+    assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, drain_and_reset): "
+            "NVML gives no recovery action (drivers R565 and newer)") in text
+    assert text.count("recovery_action (gpu_reset") == 1
+    assert text.count("No finding in the checks that ran; 5 checks could not run on this "
+                      "GPU.") == 8
+    assert "nothing on this GPU matches the table" not in text
+    # The checks with no subject here are said, apart: no kubelet on this node.
+    assert "Checks with nothing to check on this node (2)" in text
+
+    with SimRun(_on_branch("healthy", "R580")) as run:
+        run.poll(5)  # the window is still filling
+        early = parse(get(run, "/").body).visible()
+        run.poll(35)
+        settled = parse(get(run, "/").body).visible()
+    assert "GPUs 0-7: still watching: a finding needs 30 s of polls" in early
+    assert "every GPU looks healthy" not in early
+    assert "Findings none: every GPU looks healthy" in settled
+    assert "Checked only in part" not in settled
+
+
+def test_a_hostile_bus_id_or_process_in_a_command_stays_one_quoted_word() -> None:
+    """The page fills a command's PID and BUS_ID from NVML and /proc: quoted
+    for the shell (and escaped for HTML afterwards), so a copied command runs
+    only what the table wrote."""
+    from gpu_exporter.diagnosis.engine import Finding
+    from gpu_exporter.readings import GpuReading, ProcessReading
+    from gpu_exporter.web.doctor import _placeholders
+
+    gpu = GpuReading(index=3, uuid="GPU-x", up=True, pci_bus_id="00000000:5D:00.0$(reboot)")
+    finding = Finding(3, "GPU-x", t.PCIE_ERRORS, {}, 0.0)
+    procs = [ProcessReading(gpu=3, pid=41, comm="a", memory_used_bytes=1.0, sm_utilization=0.0),
+             ProcessReading(gpu=3, pid=42, comm="b", memory_used_bytes=9.0, sm_utilization=0.0)]
+    fill = _placeholders(finding, gpu, procs)
+    assert fill("cat /sys/bus/pci/devices/BUS_ID/aer_dev_correctable") == \
+        "cat /sys/bus/pci/devices/'0000:5d:00.0$(reboot)'/aer_dev_correctable"
+    assert fill("top -H -p PID") == "top -H -p 42"  # the process holding the most memory
+    named = Finding(3, "GPU-x", t.IDLE_PROCESS_STALLED, {"process_pid": "41"}, 0.0)
+    assert _placeholders(named, gpu, procs)("py-spy dump --pid PID") == "py-spy dump --pid 41"
+    # Nothing known: the word stays, for the reader to fill in.
+    assert _placeholders(finding, GpuReading(index=0, uuid="u", up=True), None)(
+        "lspci -s BUS_ID; top -p PID") == "lspci -s BUS_ID; top -p PID"
+
+
+def test_a_card_counts_its_processes_and_shows_cpu_as_its_evidence_does(
+        tmp_path: Path) -> None:
+    """Two processes read "2 processes"; a stalled process's CPU reads the
+    same in its finding's evidence and in the process table (one rounding
+    rule, one formatter: it read 0 % in one and 1 % in the other)."""
+    scenario = tmp_path / "two-procs.yaml"
+    scenario.write_text(
+        "name: two-procs\ndescription: 'GPU 7 stalled, with a helper process beside it.'\n"
+        "extends: mixed\nprocess_changes:\n  24107: {cpu_ratio: 0.0044, state: S}\n"
+        "processes:\n"
+        "  - {pid: 24107, comm: python, gpus: [7], gpu_memory_ratio: 0.7, sm_utilization: 0.0,"
+        " cpu_ratio: 0.0044, state: S}\n"
+        "  - {pid: 24207, comm: helper, gpus: [7], gpu_memory_ratio: 0.06, sm_utilization: 0.0,"
+        " cpu_ratio: 0.0, state: S}\n")
+    with SimRun(str(scenario)) as run:
+        snap = run.poll(60)
+        body = get(run, "/").body.decode()
+    [stalled] = [f for f in snap.derived(FINDINGS) or () if f.row.cause == "process_stalled"]
+    card = re.search(r'<section class="gpu" id="gpu-7">(.*?)</section>', body, re.S)
+    assert card is not None
+    assert '<caption class="muted">2 processes</caption>' in card.group(1)
+    row = re.search(r'<tr class="proc"><td class="num">24107</td>(.*?)</tr>', card.group(1))
+    assert row is not None
+    cpu_cell = re.findall(r'<td class="num">([^<]*)</td>', row.group(1))[-1]
+    assert f"process cpu {cpu_cell}" in html.unescape(card.group(1)), stalled.evidence
+
+
+@given(st.floats(min_value=0.0, max_value=1.0))
+def test_a_share_reads_the_same_rounded_or_not(ratio: float) -> None:
+    """The evidence keeps ratios to 0.1 %; shown, they read as the raw value."""
+    assert percent(round(ratio, 3)) == percent(ratio)
+
+
 def test_rendered_once_per_poll_and_served_compressed() -> None:
     with SimRun("mixed") as run:
         run.poll(5)
@@ -207,6 +309,42 @@ def test_charts_have_points_for_every_gpu_that_answered() -> None:
             points = re.findall(r'<polyline class="l\d" points="([^"]+)"', c)
             assert points and all(len(p.split()) >= 2 for p in points), c
 
+
+
+def _axes(card: str) -> list[tuple[str, str, list[float]]]:
+    """Each chart of a card: its time axis's start, its value axis, and the x
+    of every point drawn."""
+    out = []
+    for c in re.findall(r'<figure class="chart">(.*?)</figure>', card):
+        axis = re.search(r'<div class="axis"><span>&minus;([^<]+)</span><span>0 to ([^<]+)'
+                         r"</span><span>now</span></div>", c)
+        assert axis is not None, c
+        xs = [float(p.split(",")[0]) for pts in re.findall(r'points="([^"]+)"', c)
+              for p in pts.split()]
+        out.append((axis.group(1), html.unescape(axis.group(2)), xs))
+    return out
+
+
+@pytest.mark.parametrize(("seconds", "interval", "back", "first_x"), [
+    (30, 2.0, "60 s", 150.0),  # a minute at least: 30 s fill the right half
+    (300, 5.0, "5 min", 0.0),  # the time collected spans the whole chart
+    (1200, 10.0, "15 min", 0.0),  # never more than the 15 minutes kept
+])
+def test_the_charts_span_the_time_collected_and_every_axis_says_its_unit(
+        seconds: int, interval: float, back: str, first_x: float) -> None:
+    with SimRun("healthy") as run:
+        run.poll(seconds, interval=interval)
+        body = get(run, "/").body.decode()
+    card = re.search(r'<section class="gpu" id="gpu-0">(.*?)</section>', body, re.S)
+    assert card is not None
+    axes = _axes(card.group(1))
+    assert len(axes) == 5
+    units = []
+    for start, top, xs in axes:
+        assert start == back
+        assert min(xs) == pytest.approx(first_x, abs=8.0) and max(xs) == pytest.approx(300.0)
+        units.append(top.split(" ", 1)[1])
+    assert units == ["%", "W", "MHz", "°C", "% of max"]
 
 
 def test_only_the_pages_own_script_may_run() -> None:

@@ -214,3 +214,35 @@ def test_the_node_page_in_chromium(browser: Any, shots: Path, scenario: str) -> 
         assert requested, "the performance log recorded nothing"
         outside = [u for u in requested if not u.startswith(origin + "/")]
         assert outside == []
+
+
+# NVML's driver version buffer holds 80 bytes: a vendor build string can use them all.
+LONG_DRIVER = "580.159.04-custom.build.for.a.particular.cluster.with.a.long.suffix-x86_64"
+
+
+def test_long_strings_wrap_inside_their_card_at_phone_width(browser: Any,
+                                                            tmp_path: Path) -> None:
+    """A long driver string (one word, no space to break at) stays inside its
+    summary card at phone width, and so does everything else on the page."""
+    scenario = tmp_path / "long-driver.yaml"
+    scenario.write_text(f"name: long-driver\ndescription: 'A vendor build string.'\n"
+                        f"extends: mixed\nnode: {{driver_version: {LONG_DRIVER}}}\n")
+    with SimRun(str(scenario)) as run:
+        run.poll(60)
+        port = run.serve()
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": PHONE, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+        try:
+            browser.get(f"http://127.0.0.1:{port}/")
+            assert LONG_DRIVER in _text(browser.find_element(By.CSS_SELECTOR, ".summary"))
+            # Each box's content fits its box: no text runs past its card's edge.
+            spill = browser.execute_script(
+                "return Array.from(document.querySelectorAll('.summary div, .summary dd, "
+                ".gpu, .gpu>header>*, .facts')).filter(function(e){"
+                "return e.scrollWidth > e.clientWidth + 1;})"
+                ".map(function(e){return e.className + ' ' + e.textContent.slice(0, 60);})")
+            assert spill == []
+            assert browser.execute_script(
+                "return document.documentElement.scrollWidth") <= PHONE
+        finally:
+            browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from tests.procs import ROOT, free_port, run_cli, start, wait_http
 from tests.simnode import SimRun
 
 EXIT_BLIND = 4
+EXIT_IN_PART = 5
 # The fault scenarios that end with NVML down: the node is blind.
 NVML_DOWN = {"fault-library-missing", "fault-driver-not-loaded", "fault-nvml-flapping"}
 FAULTS = sorted(name for name in builtin_scenarios() if name.startswith("fault-"))
@@ -66,8 +68,15 @@ def test_every_fault_scenario_is_diagnosed_in_bounded_time_and_blind_ones_say_so
         assert result.returncode == EXIT_BLIND, result.stdout + result.stderr
         assert "NVML is not available" in _blind_line(result.stdout)
     else:
-        assert result.returncode in (0, 1, 2), result.stdout + result.stderr
+        assert result.returncode in (0, 1, 2, EXIT_IN_PART), result.stdout + result.stderr
         assert "Could not see" not in result.stdout
+    if scenario == "fault-process-no-permission":
+        # NVML refuses the process list: the rows that judge the GPU's
+        # processes could not run, and say why.
+        assert result.returncode == EXIT_IN_PART, result.stdout
+        assert "healthy" not in result.stdout
+        assert ("numa_misplaced/cpu_affinity: GPU memory is held but NVML lists no process on "
+                "it (another PID namespace, or no permission)") in result.stdout
 
 
 def test_a_node_where_nvml_finds_no_gpu_is_not_healthy(tmp_path: Path) -> None:
@@ -125,6 +134,53 @@ def test_diagnose_calls_an_exporter_whose_polls_stopped_blind(served: SimRun) ->
     result = run_cli(["diagnose", "--url", f"127.0.0.1:{served.exporter.port}"])
     assert result.returncode == EXIT_BLIND
     assert "newest poll is 120s old" in _blind_line(result.stdout)
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/metrics", "/diagnosis", "/diagnosis/"])
+def test_diagnose_takes_the_url_a_person_pastes(served: SimRun, suffix: str) -> None:
+    """The exporter's base URL, its /metrics (what Prometheus is pointed at) or
+    its /diagnosis: all name the same exporter. The runbook printed is that
+    exporter's own /runbook, which states the thresholds the node runs with."""
+    served.poll(30)
+    base = f"http://127.0.0.1:{served.exporter.port}"
+    result = run_cli(["diagnose", "--url", base + suffix])
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"  runbook:  {base}/runbook#gpu-lost-hardware" in result.stdout
+    assert "docs/runbook.md" not in result.stdout
+    served_runbook = run_cli(["diagnose", "--url", base, "--json"])
+    anchor = json.loads(served_runbook.stdout)["findings"][0]["runbook"].partition("#")[2]
+    with urllib.request.urlopen(f"{base}/runbook", timeout=10) as resp:
+        assert f'id="{anchor}"' in resp.read().decode()
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:9835", "file:///etc/passwd",
+                                 "gopher://x", "http://", "http://host:port"])
+def test_diagnose_refuses_a_url_that_names_no_exporter(url: str) -> None:
+    """Only http and https: the command says so in one line and looks nothing
+    up (no connection, no name lookup), exiting 3 like any exporter it could
+    not read (2 would read as "critical")."""
+    t0 = time.monotonic()
+    result = run_cli(["diagnose", "--url", url])
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gpu-exporter diagnose: --url '{url}': ")
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - t0 < 30
+    npd_answer = run_cli(["diagnose", "--url", url, "--format", "npd",
+                          "--condition", "cannot-see"])
+    assert npd_answer.returncode == 3 and npd_answer.stdout.startswith("exporter not read:")
+
+
+def test_the_help_names_every_subcommand() -> None:
+    from gpu_exporter.cli import SUBCOMMANDS
+
+    text = " ".join(run_cli(["--help"]).stdout.split())
+    listed = text.split("Subcommands: ", 1)[1].split(" (each has --help)")[0]
+    assert listed.split(", ") == list(SUBCOMMANDS)
+    assert "fleet" in listed
+    for name in SUBCOMMANDS:
+        assert run_cli([name, "--help"]).returncode == 0, name
 
 
 def test_the_exit_statuses_are_documented() -> None:

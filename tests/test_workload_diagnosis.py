@@ -23,10 +23,10 @@ from tests.simnode import SimRun
 POD_A = {"namespace": "ml", "pod": "train-a", "container": "trainer"}
 
 
-def diagnose_json(*args: str) -> dict[str, object]:
+def diagnose_json(*args: str, statuses: tuple[int, ...] = (0, 1)) -> dict[str, object]:
     result = subprocess.run([sys.executable, "-m", "gpu_exporter", "diagnose", *args, "--json"],
                             capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode in (0, 1), result.stderr
+    assert result.returncode in statuses, result.stderr
     data: dict[str, object] = json.loads(result.stdout)
     return data
 
@@ -49,8 +49,14 @@ def test_judged_by_host_wide_counters_the_same_node_shows_nothing(tmp_path: Path
     # judge: the starving pod raises nothing host-wide.
     config = tmp_path / "config.yaml"
     config.write_text("collectors: {attribution: false}\n")
-    data = diagnose_json("--simulate", "two-tenant-node", "--config.file", str(config))
+    data = diagnose_json("--simulate", "two-tenant-node", "--config.file", str(config),
+                         statuses=(5,))
     assert data["findings"] == []
+    # ... and says that the rows that judge a GPU's owner could not run: exit 5.
+    coverage = data["coverage"]
+    assert isinstance(coverage, dict)
+    assert {e["reason"] for e in coverage["not_checked"]} == {
+        "the attribution reader is switched off (--no-collector.attribution)"}
 
 
 def test_the_throttled_pods_gpus_only_with_the_pod_named() -> None:

@@ -2,10 +2,11 @@
 node. Reads a running exporter's /diagnosis, or runs a scenario on a virtual
 clock (no sleeping), and prints causal chains, most severe first.
 
-Exit status: 0 nothing found, 1 warnings, 2 critical, 3 the exporter could not
-be read, 4 the exporter (or the simulated node) could not see the GPUs: NVML
-down, no GPU, or polls that stopped. A blind exporter has no findings, and that
-must never read as "healthy"."""
+Exit status (report.EXIT_STATUSES): 0 healthy, 1 warnings, 2 critical, 3 the
+exporter could not be read, 4 the exporter (or the simulated node) could not
+see the GPUs: NVML down, no GPU, or polls that stopped; 5 nothing found but
+some checks could not run. A blind exporter has no findings, and a check that
+did not run found nothing: neither may read as "healthy"."""
 
 from __future__ import annotations
 
@@ -14,20 +15,25 @@ import json
 import logging
 import os
 import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.commands import npd
 from gpu_exporter.commands.report import (
+    EXIT_STATUSES,
     EXIT_UNREACHABLE,
+    PRECEDENCE,
     exit_status,
     render_text,
 )
 from gpu_exporter.config import ConfigError, load, parse_duration
+from gpu_exporter.diagnosis.coverage import incomplete
 from gpu_exporter.safetext import terminal_safe
 from gpu_exporter.web.diagnosis import report
 
@@ -70,18 +76,58 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
         exporter.stop()
 
 
+class BadUrl(ValueError):
+    """An --url that names no exporter this command can read."""
+
+
+# The exporter's own paths a person may paste (its metrics path by default):
+# the exporter is what is left before them.
+_EXPORTER_PATHS = ("/diagnosis", "/metrics", "/runbook", "/-/ready", "/-/healthy")
+
+
 def exporter_url(url: str) -> str:
-    """``host:port`` as well as ``http(s)://host:port``."""
-    return url if "://" in url else "http://" + url
+    """The exporter's base URL from what a person gives: ``host:port``, a
+    base URL, or one of its pages (``http://host:9835/metrics``, its
+    ``/diagnosis``), a path prefix in front kept. Only http and https."""
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as exc:
+        raise BadUrl(f"--url {url!r}: not a URL ({exc})") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise BadUrl(f"--url {url!r}: only http:// and https:// URLs name an exporter")
+    if not parts.hostname:
+        raise BadUrl(f"--url {url!r}: names no host")
+    path = parts.path.rstrip("/")
+    for page in _EXPORTER_PATHS:
+        if path.endswith(page):
+            path = path[: -len(page)]
+            break
+    return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc, path, "", ""))
+
+
+def runbook_url(base: str) -> Callable[[Mapping[str, Any]], str]:
+    """A finding's runbook entry on the exporter that answered: its /runbook
+    serves the entry with the thresholds that node runs with."""
+    def entry(finding: Mapping[str, Any]) -> str:
+        anchor = str(finding.get("runbook", "")).partition("#")[2]
+        return f"{base}/runbook" + (f"#{urllib.parse.quote(anchor, safe='-_.')}"
+                                    if anchor else "")
+    return entry
 
 
 def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    target = exporter_url(url).rstrip("/") + "/diagnosis"
+    target = exporter_url(url) + "/diagnosis"
     try:
         with urllib.request.urlopen(target, timeout=timeout) as resp:
             data = json.loads(resp.read().decode())
     except urllib.error.HTTPError as exc:
-        raise ConnectionError(f"{target} answered HTTP {exc.code}") from None
+        hint = (" (is that the exporter's address? give host:port or its base URL)"
+                if exc.code == 404 else "")
+        raise ConnectionError(f"{target} answered HTTP {exc.code}{hint}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ConnectionError(f"cannot reach the exporter at {target}: {reason}") from None
@@ -101,6 +147,31 @@ def blind_reason(data: dict[str, Any]) -> str | None:
     return None if blind is None else str(blind)
 
 
+def settled(data: Mapping[str, Any]) -> bool:
+    """Whether every judged row of the answer has had its diagnosis window
+    (nothing it could find is still on its way)."""
+    cov = data.get("coverage")
+    return not isinstance(cov, Mapping) or not cov.get("settling")
+
+
+def fetch_settled(url: str, wait: float, clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """/diagnosis once the exporter answers and its findings have settled,
+    asking again for up to ``wait`` seconds (an exporter just started, a demo
+    on a slow machine); after that, the last answer, or why there was none."""
+    deadline = clock() + wait
+    while True:
+        try:
+            data = fetch(url)
+        except ConnectionError:
+            if clock() >= deadline:
+                raise
+        else:
+            if settled(data) or clock() >= deadline:
+                return data
+        sleep(min(0.5, max(0.0, deadline - clock())))
+
+
 def _print_npd(answer: tuple[int, str]) -> int:
     status, message = answer
     print(message)
@@ -108,14 +179,18 @@ def _print_npd(answer: tuple[int, str]) -> int:
 
 
 def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
+    statuses = ", ".join(f"{code} {text}" for code, text in EXIT_STATUSES)
     p = parser_cls(prog="gpu-exporter diagnose",
                    description="Say what is wrong with this node's GPUs and why: symptom -> "
-                   "likely cause -> evidence -> fix. Exit status 0 nothing found, 1 "
-                   "warnings, 2 critical, 3 the exporter could not be read, 4 the GPUs "
-                   "could not be seen (NVML down, no GPU, polls stopped).")
+                   f"likely cause -> evidence -> fix. Exit status: {statuses}. {PRECEDENCE} "
+                   "A usage error exits 2, as with every gpu-exporter command.")
     p.add_argument("--url", default=DEFAULT_URL,
-                   help=f"the running exporter to ask, host:port or a URL (default "
-                   f"{DEFAULT_URL})")
+                   help=f"the running exporter to ask: host:port, its base URL or its "
+                   f"/metrics or /diagnosis URL, http or https (default {DEFAULT_URL})")
+    p.add_argument("--wait", metavar="DURATION",
+                   help="wait up to DURATION for the exporter to answer and for its findings "
+                   "to settle (every check judged for its full window since the exporter "
+                   "started), e.g. right after starting it")
     p.add_argument("--simulate", metavar="NAME|FILE",
                    help="instead, run this scenario on a virtual clock and diagnose it")
     p.add_argument("--duration", metavar="DURATION",
@@ -135,39 +210,48 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     args = p.parse_args(argv)
     if (args.format == "npd") != (args.condition is not None):
         p.error("--format npd and --condition go together")
-    duration = None
-    if args.duration is not None:
-        try:
+    duration = wait = None
+    try:
+        if args.duration is not None:
             duration = parse_duration(args.duration)
-        except ValueError as exc:
-            raise ConfigError(f"--duration: {exc}") from None
+        if args.wait is not None:
+            wait = parse_duration(args.wait)
+    except ValueError as exc:
+        raise ConfigError(f"--duration/--wait: {exc}") from None
     if args.simulate:
         # The simulated node's own log (a GPU falling off the bus...) is the
         # scenario talking; the findings below say it better.
         logging.disable(logging.ERROR)
         data = simulate(args.simulate, args.config_file, duration, args.baseline_file)
+        runbook = None  # no exporter to link to: the answer's own docs/runbook.md path
     else:
         try:
-            data = fetch(args.url)
-        except ConnectionError as exc:
+            base = exporter_url(args.url)
+            data = fetch_settled(base, wait or 0.0)
+        except (BadUrl, ConnectionError) as exc:
             if args.format == "npd":
                 return _print_npd(npd.verdict(args.condition, None, str(exc)))
             print(f"gpu-exporter diagnose: {terminal_safe(exc)}", file=sys.stderr)
             return EXIT_UNREACHABLE
+        runbook = runbook_url(base)
     if args.format == "npd":
         return _print_npd(npd.verdict(args.condition, data))
     findings = data.get("findings", [])
     drifts = data.get("baseline_drifts", [])
     blind = blind_reason(data)
+    coverage = data.get("coverage")
     if args.json or args.format == "json":
         print(json.dumps({"findings": findings, "baseline_drifts": drifts,
-                          "visibility": data.get("visibility")}, indent=2))
+                          "visibility": data.get("visibility"), "coverage": coverage},
+                         indent=2))
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_text(findings, color, drifts, blind))
+        sys.stdout.write(render_text(findings, color, drifts, blind,
+                                     coverage if isinstance(coverage, dict) else None,
+                                     runbook))
     if blind is not None and (args.json or args.format == "json"):
         # The JSON says it too; a script that reads only the status and stderr
         # still learns why.
         print(f"gpu-exporter diagnose: could not see the GPUs: {terminal_safe(blind)}",
               file=sys.stderr)
-    return exit_status(findings, blind)
+    return exit_status(findings, blind, incomplete(data))

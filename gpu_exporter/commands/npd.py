@@ -8,10 +8,13 @@ default) as the condition's message (pkg/custompluginmonitor/plugin in
 kubernetes/node-problem-detector). One plugin run answers one condition, so
 the config in deploy/node-problem-detector/ runs this once per class below.
 
-A node whose GPUs the exporter cannot see, or whose checks it could not all
-run, is never OK: its conditions are Unknown, and the cannot-see condition is
-True. Only a problem actually found outranks that (a GPU the exporter does see
-with an ECC error has a hardware fault, whatever else it could not read)."""
+A node whose GPUs the exporter cannot see is never OK: its conditions are
+Unknown, and the cannot-see condition is True. A node checked only in part
+(/diagnosis's ``coverage``) is Unknown for each condition whose rows some GPU
+could not check (a board without GPM leaves hardware-fault judged), and
+cannot-see is Unknown while any check could not run. Only a problem actually
+found outranks that (a GPU the exporter does see with an ECC error has a
+hardware fault, whatever else it could not read)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.coverage import (
+    EVERY_CHECK,
+    checks_text,
+    gpu_list,
+    incomplete,
+    not_checked,
+)
 
 # NPD's custom plugin exit statuses (cpmtypes.OK, NonOK; every other status is
 # Unknown). 3 rather than 2 for Unknown: 2 is also what a usage error exits
@@ -102,6 +112,31 @@ def _problems(findings: Iterable[Mapping[str, Any]], condition: str) -> list[str
     return [f"GPU {gpu} {key}" for gpu, key in hits]
 
 
+def _in_part(data: Mapping[str, Any], condition: str) -> str | None:
+    """Why ``condition`` was checked only in part, or None: the groups of
+    checks raising it that could not run (any check, for cannot-see), the
+    GPUs still settling, or an answer that does not say what ran."""
+    cov = data.get("coverage")
+    if not isinstance(cov, Mapping):
+        return "the exporter does not say which checks ran (an older version)"
+    if not incomplete(data):
+        return None
+    parts = []
+    for entry in not_checked(data):
+        keys = [str(k) for k in entry.get("checks") or ()]
+        if condition != CANNOT_SEE and EVERY_CHECK not in keys:
+            keys = [k for k in keys if _BY_KEY.get(k) == condition]
+        if keys:
+            # The reason first: 80 characters hold one reason, not a list of rows.
+            checks = checks_text(keys) if len(keys) == 1 else f"{len(keys)} checks"
+            parts.append(f"{gpu_list(entry.get('gpus') or ())}: {checks} not run: "
+                         f"{entry.get('reason')}")
+    settling = cov.get("settling")
+    if isinstance(settling, Mapping):
+        parts.insert(0, f"{gpu_list(settling.get('gpus') or ())}: still settling")
+    return "; ".join(parts) if parts else None
+
+
 def verdict(condition: str, data: Mapping[str, Any] | None,
             unreachable: str | None = None) -> tuple[int, str]:
     """The exit status and message for ``condition`` from the exporter's
@@ -110,13 +145,12 @@ def verdict(condition: str, data: Mapping[str, Any] | None,
         return UNKNOWN, one_line(f"exporter not read: {unreachable or 'no answer'}")
     seen = data.get("visibility")
     blind = seen.get("blind") if isinstance(seen, Mapping) else None
-    missing = [str(i) for i in data.get("inputs_missing") or ()]
     if condition == CANNOT_SEE:
         if blind is not None:
             return PROBLEM, one_line(f"cannot see the GPUs: {blind}")
-        if missing:
-            return UNKNOWN, one_line("could not run every check, missing: "
-                                     + ", ".join(missing))
+        in_part = _in_part(data, condition)
+        if in_part is not None:
+            return UNKNOWN, one_line(in_part)
         gpus = seen.get("gpus") if isinstance(seen, Mapping) else None
         return OK, one_line(f"the exporter sees {gpus if gpus is not None else 'the'} GPUs")
     problems = _problems(data.get("findings") or (), condition)
@@ -124,6 +158,7 @@ def verdict(condition: str, data: Mapping[str, Any] | None,
         return PROBLEM, one_line("; ".join(problems))
     if blind is not None:
         return UNKNOWN, one_line(f"cannot see the GPUs: {blind}")
-    if missing:
-        return UNKNOWN, one_line("could not run every check, missing: " + ", ".join(missing))
+    in_part = _in_part(data, condition)
+    if in_part is not None:
+        return UNKNOWN, one_line(in_part)
     return OK, f"no {_WORDS[condition]}"

@@ -4,9 +4,10 @@ likely cause -> evidence -> fix, most severe first)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gpu_exporter.diagnosis.coverage import checks_text, gpu_list
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.readings import GpuOwner
@@ -26,19 +27,28 @@ _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
 
 
+HEALTHY = "No problems found: every GPU on this node looks healthy."
+
+
 def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
-                drifts: Iterable[Mapping[str, Any]] = (), blind: str | None = None) -> str:
+                drifts: Iterable[Mapping[str, Any]] = (), blind: str | None = None,
+                coverage: Mapping[str, Any] | None = None,
+                runbook: Callable[[Mapping[str, Any]], str] | None = None) -> str:
     """The findings for a person. ``blind``: why the GPUs could not be read,
-    said first and instead of any "healthy"."""
+    said first and instead of any "healthy". ``coverage``: /diagnosis's
+    account of the checks that could not run; "healthy" is said only when it
+    is complete (None: the answer did not say, so it is not). ``runbook``:
+    where a finding's runbook entry is read (default: as the answer says)."""
     items = sorted(findings, key=lambda f: (SEVERITY_ORDER.get(str(f["severity"]), 99),
                                             str(f["gpu"]), str(f["symptom"])))
     drift_list = list(drifts)
+    complete = coverage is not None and coverage.get("complete") is True
     lines = []
     if blind is not None:
         lines.append(f"Could not see the GPUs: {terminal_safe(blind)}.")
         lines.append("")
-    elif not items and not drift_list:
-        return "No problems found: every GPU on this node looks healthy.\n"
+    elif not items and not drift_list and complete:
+        return HEALTHY + "\n" + _nothing_to_check(coverage)
     safe = terminal_safe
     for f in items:
         sev = str(f["severity"])
@@ -61,7 +71,7 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
             lines.append(f"  explains: {safe(e['symptom'])} -> {safe(e['cause'])}: "
                          f"{safe(evidence.get(key) or e['why'])}")
         lines.append(f"  fix:      {safe(f['fix'])}")
-        lines.append(f"  runbook:  {safe(f['runbook'])}")
+        lines.append(f"  runbook:  {safe(runbook(f) if runbook else f['runbook'])}")
         lines.append("")
     if drift_list:
         lines.append("Drift from the node baseline:")
@@ -69,21 +79,83 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
             lines.append(f"  GPU {safe(d['gpu'])} {safe(d['field'])}: expected "
                          f"{safe(d['expected'])}, found {safe(d['found'])}")
         lines.append("")
-    return "\n".join(lines)
+    if blind is None and not complete:
+        lines += _in_part(coverage, found=bool(items or drift_list))
+        lines.append("")
+        lines.append(_nothing_to_check(coverage).rstrip("\n"))
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def _in_part(coverage: Mapping[str, Any] | None, found: bool) -> list[str]:
+    """Which checks could not run, one line per reason and set of GPUs."""
+    safe = terminal_safe
+    rest = "other problems" if found else "problems"
+    if coverage is None:
+        return ["Checked only in part: the exporter does not say which checks it could run "
+                f"(a version from before it did): finding no {rest} says nothing of the rest."]
+    lines = [f"Checked only in part: no {rest} found in the checks that ran, but these could "
+             "not run:"]
+    settling = coverage.get("settling")
+    if isinstance(settling, Mapping):
+        window = coverage.get("window_seconds")
+        needs = f"{window:g} s" if isinstance(window, float | int) else "its window"
+        lines.append(f"  {safe(gpu_list(settling.get('gpus') or ()))}: still watching: a "
+                     f"finding needs {needs} of polls, {safe(settling.get('seconds_left'))} s "
+                     "to go (run again, or diagnose --wait)")
+    for entry in coverage.get("not_checked") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        lines.append(f"  {safe(gpu_list(entry.get('gpus') or ()))}: "
+                     f"{safe(checks_text(entry.get('checks') or ()))}: {safe(entry.get('reason'))}")
+    return lines
+
+
+def _nothing_to_check(coverage: Mapping[str, Any] | None) -> str:
+    """The rows that ran and found their subject absent, on one line each
+    group: said, but never counted against the verdict."""
+    entries = [e for e in (coverage or {}).get("nothing_to_check") or ()
+               if isinstance(e, Mapping)]
+    if not entries:
+        return ""
+    safe = terminal_safe
+    lines = ["Nothing to check (not a gap):"]
+    for e in entries:
+        lines.append(f"  {safe(gpu_list(e.get('gpus') or ()))}: "
+                     f"{safe(checks_text(e.get('checks') or ()))}: {safe(e.get('reason'))}")
+    return "\n".join(lines) + "\n"
+
+
+EXIT_HEALTHY = 0
 EXIT_WARNING = 1
 EXIT_CRITICAL = 2
 EXIT_UNREACHABLE = 3  # the exporter could not be asked
 EXIT_BLIND = 4  # asked, but it could not see the GPUs: no verdict either way
+EXIT_IN_PART = 5  # nothing found, but some checks could not run: not "healthy"
+
+# What `diagnose --help` and the README say, from one place.
+EXIT_STATUSES = (
+    (EXIT_HEALTHY, "healthy: every check ran on every GPU and found nothing"),
+    (EXIT_WARNING, "warnings"),
+    (EXIT_CRITICAL, "something critical"),
+    (EXIT_UNREACHABLE, "the exporter could not be read"),
+    (EXIT_BLIND, "the GPUs could not be seen (NVML down, no GPU, polls stopped)"),
+    (EXIT_IN_PART, "checked only in part: nothing found, but some checks could not run "
+                   "(it names them and why)"),
+)
+PRECEDENCE = ("A node it cannot see is 4 whatever else it answered; otherwise a finding "
+              "outranks a check that could not run (2 before 1 before 5).")
 
 
-def exit_status(findings: Iterable[Mapping[str, Any]], blind: str | None = None) -> int:
-    """0 nothing found, 1 warnings (or notes), 2 something critical, 4 the
-    GPUs could not be seen (whatever else was found)."""
+def exit_status(findings: Iterable[Mapping[str, Any]], blind: str | None = None,
+                in_part: bool = False) -> int:
+    """The status of an answer: 4 the GPUs could not be seen (whatever else
+    was found); else 2 something critical, 1 warnings (or notes), 5 nothing
+    found but some checks could not run (``in_part``), 0 healthy."""
     if blind is not None:
         return EXIT_BLIND
     severities = {str(f["severity"]) for f in findings}
     if "critical" in severities:
-        return 2
-    return 1 if severities else 0
+        return EXIT_CRITICAL
+    if severities:
+        return EXIT_WARNING
+    return EXIT_IN_PART if in_part else EXIT_HEALTHY

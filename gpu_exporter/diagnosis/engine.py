@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from gpu_exporter.config import Settings
+from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
-from gpu_exporter.diagnosis.signals import GpuSignals, gather, missing_inputs
+from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.readings import GpuOwner
 from gpu_exporter.runtime import Runtime
@@ -80,6 +81,10 @@ def explanation(item: Explained, cause_evidence: Evidence) -> str:
     return text
 
 
+def _switched_off(settings: Settings) -> tuple[str, ...]:
+    return tuple(name for name in INPUTS if not settings.collector_enabled(name, True))
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu, f.row.key))
 
@@ -95,6 +100,9 @@ class _RowState:
     active: bool = False
     since: float = 0.0
     last_true: float = 0.0
+    # Since when (monotonic) the rule has judged at every poll; None while it
+    # cannot judge. A row judged for less than the window may still turn on.
+    judged_since: float | None = None
     evidence: Evidence = field(default_factory=dict)
     # gpu_diagnosis_active's label values, in catalog order (*GPU, symptom, cause),
     # built once: the collector adds one series per row and GPU every poll.
@@ -132,9 +140,13 @@ class Diagnosis(Derivation):
     description = "the symptom -> cause table evaluated per GPU (gpu_diagnosis_active)"
 
     def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
-                 wall_clock: Callable[[], float], detail: bool = False) -> None:
+                 wall_clock: Callable[[], float], detail: bool = False,
+                 switched_off: tuple[str, ...] = ()) -> None:
         self.cfg = cfg
         self.detail = detail
+        # The readers the rules read that the settings switch off: a row left
+        # unjudged by one says so (coverage.py).
+        self.switched_off = switched_off
         self._mono = monotonic
         self._wall = wall_clock
         self._rows: dict[tuple[int, str], _RowState] = {}
@@ -146,7 +158,7 @@ class Diagnosis(Derivation):
     @classmethod
     def build(cls, rt: Runtime) -> Self:
         return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock,
-                   rt.settings.metrics.detail)
+                   rt.settings.metrics.detail, _switched_off(rt.settings))
 
     @classmethod
     def wanted(cls, settings: Settings) -> bool:
@@ -155,6 +167,7 @@ class Diagnosis(Derivation):
     def reconfigure(self, settings: Settings) -> None:
         self.cfg = settings.diagnosis
         self.detail = settings.metrics.detail
+        self.switched_off = _switched_off(settings)
 
     def errors(self) -> int:
         return self._errors
@@ -167,12 +180,19 @@ class Diagnosis(Derivation):
         for name in missing:
             out.add("gpu_diagnosis_input_missing", 1, input=name)
         out.publish(INPUTS_MISSING, missing)
-        for sig in gather(out.readings):
-            findings += self._evaluate(sig, now, wall, out)
+        signals = gather(out.readings)
+        unjudged: dict[int, list[Row]] = {}
+        settling: dict[int, float] = {}
+        for sig in signals:
+            findings += self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
+                                       settling)
         out.publish(FINDINGS, tuple(sort_findings(findings)))
+        out.publish(COVERAGE, Coverage([s.index for s in signals], unjudged,
+                                       {s.index: s for s in signals}, settling, self.cfg,
+                                       missing, self.switched_off))
 
-    def _evaluate(self, sig: GpuSignals, now: float, wall: float,
-                  out: SnapshotBuilder) -> list[Finding]:
+    def _evaluate(self, sig: GpuSignals, now: float, wall: float, out: SnapshotBuilder,
+                  unjudged: list[Row], settling: dict[int, float]) -> list[Finding]:
         """One GPU: judge every row, keep the steady state, then keep the root
         causes among the rows that are on."""
         trend = Trend(self._increase_fn(sig.index, now), wall)
@@ -194,9 +214,19 @@ class Diagnosis(Derivation):
                 # The board, the driver or a missing reader leaves the rule
                 # nothing to judge: its 0 below means unknown, not healthy.
                 out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
+                unjudged.append(row)
+                state.judged_since = None
+            elif state.judged_since is None:
+                state.judged_since = now
             if self._update(state, verdict, row, timeline, now, wall):
                 on.append(Candidate(row, state.evidence,
                                     now - state.last_true <= self.cfg.explained_within))
+            elif not row.immediate and state.judged_since is not None:
+                # Judged for less than the window: a condition that holds
+                # cannot have turned the row on yet.
+                left = self.cfg.window - (now - state.judged_since)
+                if left > 0 and left > settling.get(sig.index, 0.0):
+                    settling[sig.index] = left
         roots = resolve(on)
         findings = []
         for row, state in zip(ROWS, states, strict=True):

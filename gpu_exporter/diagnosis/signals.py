@@ -80,6 +80,10 @@ class GpuSignals:
     workloads: tuple[WorkloadSignals, ...] = ()
     # The kubelet's allocations are known (None: attribution not read)
     allocations_known: bool | None = None
+    # NVLink links the GPU has (0: none, so no NVSwitch fabric either; None:
+    # the nvlink reader did not run). No rule judges it; the diagnosis's
+    # coverage reads it to tell "no fabric here" from "fabric not read".
+    nvlink_links: int | None = None
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -99,6 +103,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
     samples = readings.samples or {}
     xids = readings.xid or []
     attribution = readings.attribution
+    nvlink = readings.nvlink
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))
@@ -120,5 +125,8 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             XidBlame(e.at, e.xid, f"{e.culprit.process or '?'} (pid {e.culprit.pid})",
                      owner_of(e.culprit, sig.owners))
             for e in xids if e.gpu == index and e.culprit is not None]
+        if nvlink is not None:
+            links = nvlink.get(index)
+            sig.nvlink_links = 0 if links is None else links.links
         out.append(sig)
     return out

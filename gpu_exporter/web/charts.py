@@ -1,7 +1,10 @@
 """Small inline SVG charts of a GPU's last 15 minutes (``history.Window``) for
 the node page: no script, no external asset, colours from the page's CSS
 variables so dark mode needs nothing here. A chart with nothing to draw says
-so in words instead of showing an empty frame."""
+so in words instead of showing an empty frame. The time axis spans what was
+collected so far (at least MIN_SPAN_S, at most the 15 minutes kept), so an
+exporter started a minute ago draws a minute across the whole chart, not a
+sliver at its right edge; both axes say their unit."""
 
 from __future__ import annotations
 
@@ -16,6 +19,15 @@ HEIGHT = 80.0
 # At most this many points per line (History.window thins to it): a chart is
 # narrower than that in pixels, and the page is rendered each poll it is read.
 MAX_POINTS = 150
+# The shortest time axis: a first poll or two are not stretched across it.
+MIN_SPAN_S = 60.0
+
+
+def span_text(seconds: float) -> str:
+    """``45 s``, ``3 min``, ``15 min``: how far back a chart's axis reaches."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,8 @@ def _segments(times: Sequence[float],
 
 def chart(title: str, times: Sequence[float], now: float, lines: Sequence[Line],
           y_max: float, y_label: str) -> str:
-    """One chart: the lines over the last 15 minutes, y from 0 to ``y_max``."""
+    """One chart: the lines over the time collected (MIN_SPAN_S to 15
+    minutes), y from 0 to ``y_max``; ``y_label`` says the top with its unit."""
     drawn = [(line, _segments(times, line.values)) for line in lines]
     legend = "".join(
         f'<span class="key {line.css}">{html_escape(line.label)}: '
@@ -56,11 +69,12 @@ def chart(title: str, times: Sequence[float], now: float, lines: Sequence[Line],
     if not any(segs for line, segs in drawn if line.css != "ref"):
         return (f'<figure class="chart">{head}<p class="nodata">No readings in the last '
                 f"15 minutes.</p></figure>")
-    t0 = now - WINDOW_S
+    span = min(max(now - times[0], MIN_SPAN_S), WINDOW_S)
+    t0 = now - span
     top = y_max if y_max > 0 else 1.0
 
     def xy(t: float, v: float) -> str:
-        x = (t - t0) / WINDOW_S * WIDTH
+        x = (t - t0) / span * WIDTH
         y = HEIGHT - min(max(v / top, 0.0), 1.05) * HEIGHT
         return f"{max(x, 0.0):.1f},{y:.1f}"
 
@@ -73,10 +87,11 @@ def chart(title: str, times: Sequence[float], now: float, lines: Sequence[Line],
             else:
                 pts = " ".join(xy(t, v) for t, v in seg)
                 shapes.append(f'<polyline class="{line.css}" points="{pts}"/>')
-    label = html_escape(f"{title}, last 15 minutes, 0 to {y_label}")
+    back = span_text(span)
+    label = html_escape(f"{title}, last {back}, 0 to {y_label}")
     svg = (f'<svg viewBox="0 0 {WIDTH:.0f} {HEIGHT:.0f}" preserveAspectRatio="none" '
            f'role="img" aria-label="{label}"><rect class="frame" x="0" y="0" '
            f'width="{WIDTH:.0f}" height="{HEIGHT:.0f}"/>{"".join(shapes)}</svg>')
-    axis = (f'<div class="axis"><span>&minus;15 min</span><span>0 to {html_escape(y_label)}</span>'
-            "<span>now</span></div>")
+    axis = (f'<div class="axis"><span>&minus;{back}</span><span>0 to {html_escape(y_label)}'
+            "</span><span>now</span></div>")
     return f'<figure class="chart">{head}{svg}{axis}<div class="legend">{legend}</div></figure>'

@@ -1,8 +1,10 @@
 """``/diagnosis``: what the newest snapshot holds about the GPUs, as JSON. The
 findings and the rows they explain, the drifts from the node baseline and the
-readers the rules went without (the derivations' slots), and whether the GPUs
-could be seen at all: a node whose GPUs cannot be read has no findings, and
-must not pass for healthy. ``gpu-exporter diagnose`` prints the same answer."""
+readers the rules went without (the derivations' slots), which checks could
+not run on which GPU and why (``coverage``), and whether the GPUs could be
+seen at all: a node whose GPUs cannot be read has no findings, and one whose
+checks did not all run found nothing in them: neither may pass for healthy.
+``gpu-exporter diagnose`` prints the same answer."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.cadence import stale_after
+from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
 from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.snapshot import Snapshot
@@ -32,6 +35,8 @@ def report(snap: Snapshot | None, now: float, interval: float) -> dict[str, Any]
             "baseline_drifts": [d.as_dict() for d in snap.derived(DRIFTS) or ()],
             # Readers the rules went without: their rows were not judged.
             "inputs_missing": list(missing),
+            # Which checks could not run on which GPU, and why.
+            "coverage": coverage.answer(snap),
             "visibility": seen}
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import re
+import shlex
 import socket
 import threading
 import time
@@ -29,11 +31,13 @@ from typing import Any
 
 from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.cadence import stale_after
+from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, Finding, explanation
-from gpu_exporter.diagnosis.evidence import evidence_line
+from gpu_exporter.diagnosis.evidence import evidence_line, percent
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.history import History, Window
+from gpu_exporter.nvml.session import normalize_bus_id
 from gpu_exporter.readings import GpuReading, ProcessReading
 from gpu_exporter.safetext import html_escape, terminal_safe
 from gpu_exporter.snapshot import Snapshot
@@ -70,12 +74,13 @@ STYLE = (
     "margin:0 0 1em;padding:0}"
     ".summary div{background:var(--card);border:1px solid var(--line);border-radius:6px;"
     "padding:.5em .7em}.summary dt{color:var(--muted);font-size:.85em}"
-    ".summary dd{margin:0;font-weight:600}"
+    ".summary dd{margin:0;font-weight:600;overflow-wrap:anywhere}.summary div{min-width:0}"
     ".blind{border:2px solid var(--critical);border-radius:6px;padding:.7em 1em;"
     "margin:0 0 1em;font-weight:600}"
     ".gpu{background:var(--card);border:1px solid var(--line);border-radius:8px;"
     "padding:.8em 1em;margin:0 0 1em}"
     ".gpu>header{display:flex;flex-wrap:wrap;gap:.2em .8em;align-items:baseline}"
+    ".gpu>header>*{min-width:0;overflow-wrap:anywhere}"
     ".facts{color:var(--muted);margin:.3em 0 .6em;overflow-wrap:anywhere}"
     ".finding{border-left:4px solid var(--line);padding:.1em 0 .1em .8em;margin:.7em 0}"
     ".finding.critical{border-color:var(--critical)}.finding.warning{border-color:var(--warning)}"
@@ -136,15 +141,15 @@ def _ago(seconds: float) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{v * 100:.0f} %"
+    return "—" if v is None else percent(v)
 
 
 def _gib(v: float | None) -> str:
     return "—" if v is None else f"{v / 2**30:.1f} GiB"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 class NodePage:
@@ -229,7 +234,8 @@ class NodePage:
         on: tuple[Finding, ...] = snap.derived(FINDINGS) or ()
         findings = sorted(on, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu, f.row.key))
         gpus = snap.readings.gpus
-        parts = [self._summary(snap, vis, findings)]
+        cov = coverage.answer(snap)
+        parts = [self._summary(snap, vis, findings, cov)]
         if blind:
             parts.append(f'<div class="blind" role="alert">Cannot see the GPUs: {_text(blind)}. '
                          "With no readings there are no findings, so this node is not known "
@@ -241,6 +247,8 @@ class NodePage:
                 f"{html_escape(f.row.summary)}</li>" for f in findings)
             parts.append(f'<section class="wrong"><h2>What is wrong</h2><ul>{items}</ul>'
                          "</section>")
+        if not blind and gpus:
+            parts.append(_coverage(cov))
         missing = snap.derived(INPUTS_MISSING) or ()
         if missing:
             parts.append('<p class="warn">The diagnosis went without these readers, so the '
@@ -264,13 +272,18 @@ class NodePage:
             procs = {}
             for p in snap.readings.processes:
                 procs.setdefault(p.gpu, []).append(p)
+        unchecked: dict[str, int] = {}
+        for entry in cov["not_checked"]:
+            for gpu in entry["gpus"]:
+                unchecked[gpu] = unchecked.get(gpu, 0) + len(entry["checks"])
         for r in sorted((gpus or {}).values(), key=lambda g: g.index):
             parts.append(self._card(snap, r, by_gpu.get(r.index, []),
-                                    None if procs is None else procs.get(r.index, [])))
+                                    None if procs is None else procs.get(r.index, []),
+                                    unchecked.get(str(r.index), 0)))
         return "".join(parts)
 
     def _summary(self, snap: Snapshot, vis: Mapping[str, Any],
-                 findings: Sequence[Finding]) -> str:
+                 findings: Sequence[Finding], cov: Mapping[str, Any]) -> str:
         gpus = snap.readings.gpus or {}
         up = sum(1 for g in gpus.values() if g.up)
         lost = len(gpus) - up
@@ -282,11 +295,16 @@ class NodePage:
         state = f"{up} up" + (f', <span class="bad">{lost} lost</span>' if lost else "")
         counts = {sev: sum(1 for f in findings if f.row.severity == sev)
                   for sev in SEVERITY_ORDER}
+        in_part = ' · <a class="warn" href="#coverage">checked only in part</a>'
         if findings:
             found = ", ".join(f'<span class="{_SEVERITY_CLASS[s]}">'
                               f"{n} {s}</span>" if n else f"{n} {s}" for s, n in counts.items())
+            if not cov["complete"]:
+                found += in_part
         elif vis.get("blind"):
             found = '<span class="bad">unknown: the GPUs cannot be seen</span>'
+        elif not cov["complete"]:
+            found = f"none in the checks that ran{in_part}"
         else:
             found = '<span class="ok">none: every GPU looks healthy</span>'
         age = self._wall() - snap.timestamp
@@ -298,7 +316,7 @@ class NodePage:
         return f'<dl class="summary">{body}</dl>'
 
     def _card(self, snap: Snapshot, r: GpuReading, findings: Sequence[Finding],
-              procs: Sequence[ProcessReading] | None) -> str:
+              procs: Sequence[ProcessReading] | None, unchecked: int) -> str:
         state = '<span class="ok">up</span>' if r.up else '<span class="bad">lost</span>'
         worst = ", ".join(f'<span class="{_SEVERITY_CLASS[f.row.severity]}">'
                           f"{f.row.severity}</span>" for f in findings[:1])
@@ -317,7 +335,12 @@ class NodePage:
         else:
             facts = f'<p class="facts">{self._facts(r)}</p>'
         if findings:
-            found = "".join(self._finding(snap, f) for f in findings)
+            found = "".join(self._finding(snap, f, _placeholders(f, r, procs))
+                            for f in findings)
+        elif r.up and unchecked:
+            found = ('<p class="warn">No finding in the checks that ran; '
+                     f'<a href="#coverage">{_plural(unchecked, "check")} could not run</a> on '
+                     "this GPU.</p>")
         elif r.up:
             found = '<p class="ok">No finding: nothing on this GPU matches the table.</p>'
         else:
@@ -347,7 +370,7 @@ class NodePage:
         return " · ".join(b for b in bits if b) + f" · <code>{_text(r.uuid)}</code>"
 
     @staticmethod
-    def _finding(snap: Snapshot, f: Finding) -> str:
+    def _finding(snap: Snapshot, f: Finding, fill: Callable[[str], str]) -> str:
         row = f.row
         explained = {f"explains_{e.row.symptom}_{e.row.cause}" for e in f.explains}
         shown = {k: v for k, v in f.evidence.items() if k not in explained}
@@ -357,7 +380,7 @@ class NodePage:
                        for e in f.explains)
         also_block = (f'<p>It also explains:</p><ul class="explained">{also}</ul>'
                       if also else "")
-        confirm = "".join(f"<pre>{html_escape(c)}</pre>" for c in row.confirm)
+        confirm = "".join(f"<pre>{html_escape(fill(c))}</pre>" for c in row.confirm)
         return (
             f'<article class="finding {row.severity}" id="gpu-{f.gpu}-{row.anchor}">'
             f'<span class="sev">{row.severity}</span> '
@@ -381,7 +404,7 @@ class NodePage:
             state = "—" if p.state is None else (
                 f"{_text(p.state)} ({_STATES[p.state]})" if p.state in _STATES
                 else _text(p.state))
-            cpu = "—" if p.cpu_ratio is None else f"{p.cpu_ratio * 100:.0f} %"
+            cpu = _pct(p.cpu_ratio)
             owner = []
             if p.pod_uid:
                 owner.append(f"pod {_text(p.pod_uid)}")
@@ -393,15 +416,63 @@ class NodePage:
                 f'<td class="num">{_pct(p.sm_utilization)}</td><td class="num">{cpu}</td>'
                 f"<td>{state}</td><td>{' · '.join(owner) or '—'}</td></tr>")
         return ('<div class="wrap"><table class="procs"><caption class="muted">'
-                f"{_plural(len(procs), 'process')}</caption><tr><th>PID</th><th>Command</th>"
-                "<th>GPU memory</th><th>SM</th><th>CPU</th><th>State</th><th>Pod / container"
-                f"</th></tr>{''.join(rows)}</table></div>")
+                f"{_plural(len(procs), 'process', 'processes')}</caption><tr><th>PID</th>"
+                "<th>Command</th><th>GPU memory</th><th>SM</th><th>CPU</th><th>State</th>"
+                f"<th>Pod / container</th></tr>{''.join(rows)}</table></div>")
 
     def _charts(self, r: GpuReading) -> str:
         window = self._history.window(r.index, MAX_POINTS)
         if window is None or not window.times:
             return '<p class="nodata">No history kept for this GPU yet.</p>'
         return f'<div class="charts">{"".join(_gpu_charts(r, window))}</div>'
+
+
+# The table's commands name the process and the device by these words.
+_PLACEHOLDER = re.compile(r"\b(PID|BUS_ID)\b")
+
+
+def _placeholders(f: Finding, r: GpuReading,
+                  procs: Sequence[ProcessReading] | None) -> Callable[[str], str]:
+    """What fills a finding's commands in: PID is the process its evidence
+    names, else the GPU's process holding the most memory; BUS_ID the GPU's
+    PCI address as sysfs and lspci write it. Each is quoted for the shell (a
+    process or bus ID is outside text); a word with nothing known stays."""
+    pid = str(f.evidence.get("process_pid", ""))
+    if not pid and procs:
+        pid = str(max(procs, key=lambda p: p.memory_used_bytes or 0.0).pid)
+    values = {"PID": pid, "BUS_ID": normalize_bus_id(r.pci_bus_id) if r.pci_bus_id else ""}
+
+    def fill(command: str) -> str:
+        return _PLACEHOLDER.sub(lambda m: shlex.quote(terminal_safe(values[m.group(1)]))
+                                if values[m.group(1)] else m.group(1), command)
+    return fill
+
+
+def _coverage(cov: Mapping[str, Any]) -> str:
+    """The checks that could not run, one item per reason and set of GPUs; the
+    GPUs still settling; and, folded, the checks that had nothing to check."""
+    def item(entry: Mapping[str, Any]) -> str:
+        return (f"<li>{_text(coverage.gpu_list(entry['gpus']))}: "
+                f"<code>{_text(coverage.checks_text(entry['checks']))}</code>: "
+                f"{_text(entry['reason'])}</li>")
+
+    items = []
+    settling = cov.get("settling")
+    if settling:
+        items.append(f"<li>{_text(coverage.gpu_list(settling['gpus']))}: still watching: a "
+                     f"finding needs {cov['window_seconds']:g} s of polls, "
+                     f"{settling['seconds_left']:g} s to go.</li>")
+    items += [item(e) for e in cov["not_checked"]]
+    out = ""
+    if items:
+        out = ('<section class="wrong" id="coverage"><h2>Checked only in part</h2>'
+               "<p>These checks could not run: finding nothing in the others says nothing "
+               f"about them.</p><ul>{''.join(items)}</ul></section>")
+    quiet = [item(e) for e in cov["nothing_to_check"]]
+    if quiet:
+        out += ('<details class="muted wrong"><summary>Checks with nothing to check on this '
+                f"node ({len(quiet)})</summary><ul>{''.join(quiet)}</ul></details>")
+    return out
 
 
 def _last(values: Sequence[float | None]) -> float | None:
@@ -412,7 +483,11 @@ def _last(values: Sequence[float | None]) -> float | None:
 
 
 def _fmt(v: float | None, scale: float, unit: str) -> str:
-    return "not read" if v is None else f"{v * scale:.0f} {unit}".rstrip()
+    if v is None:
+        return "not read"
+    if unit == "%":  # a ratio: the one rule for shares (evidence.percent)
+        return percent(v)
+    return f"{v * scale:.0f} {unit}".rstrip()
 
 
 def _now(values: Sequence[float | None], scale: float, unit: str) -> str:
@@ -464,5 +539,5 @@ def _gpu_charts(r: GpuReading, w: Window) -> list[str]:
              "not read" if g is None else f"Gen{g:.0f} of Gen{gen_max:.0f}"),
         Line("width", width_ratio, "l2",
              "not read" if wd is None else f"x{wd:.0f} of x{width_max:.0f}")],
-        1.0, "max"))
+        1.0, "100 % of max"))
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from gpu_exporter.catalog import metrics_markdown
+from gpu_exporter.commands.report import EXIT_STATUSES, PRECEDENCE
 from gpu_exporter.config import flag_settings
 from gpu_exporter.pipeline import COLLECTORS
 from gpu_exporter_mixin.series_budget import series_markdown
@@ -26,8 +27,17 @@ def flags_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATED = {"metrics": metrics_markdown, "flags": flags_markdown, "series": series_markdown}
-_BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (\w+) -->\n)(.*?)(<!-- END GENERATED -->)", re.S)
+def exit_statuses_markdown() -> str:
+    """`gpu-exporter diagnose`'s exit statuses, as its --help says them."""
+    lines = ["| exit status | meaning |", "|---|---|"]
+    lines += [f"| {code} | {text} |" for code, text in EXIT_STATUSES]
+    return "\n".join(lines) + f"\n\n{PRECEDENCE} A usage error exits 2, as with every " \
+        "command.\n"
+
+
+GENERATED = {"metrics": metrics_markdown, "flags": flags_markdown, "series": series_markdown,
+             "exit-statuses": exit_statuses_markdown}
+_BLOCK = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)(<!-- END GENERATED -->)", re.S)
 
 
 def render(text: str) -> str:

@@ -1,0 +1,327 @@
+"""A verdict states its coverage: "healthy" only where every row of the table
+was judged on every GPU. Otherwise ``diagnose``, /diagnosis and the node page
+name the checks that could not run and why, grouped by reason across GPUs, and
+``diagnose`` exits 5 ("checked only in part") unless a finding outranks it.
+
+Held on NVIDIA's own mock NVML (every board file it ships: no simulator in the
+process), on every driver branch the simulator emulates, and on the hostile
+cases (a rule that raises, a reader switched off, a lost GPU, processes NVML
+does not list, an exporter from before coverage was reported)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_exporter.commands.diagnose import simulate
+from gpu_exporter.commands.report import (
+    EXIT_BLIND,
+    EXIT_CRITICAL,
+    EXIT_HEALTHY,
+    EXIT_IN_PART,
+    EXIT_STATUSES,
+    EXIT_WARNING,
+    exit_status,
+    render_text,
+)
+from gpu_exporter.diagnosis import rules
+from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.coverage import answer, checks_text, gpu_list
+from gpu_exporter.simulator.drivers import BRANCHES
+from tests.procs import ROOT, free_port, run_cli, start, wait_http
+from tests.simnode import SimRun
+
+_RECOVERY = {"recovery_action/gpu_reset", "recovery_action/node_reboot",
+             "recovery_action/drain_p2p", "recovery_action/drain_and_reset"}
+_GPM = {"utilization_inflated/small_kernels"}
+_FABRIC = {"fabric_degraded/nvswitch_fabric"}
+# What an H100 node cannot check on each branch: the README's driver table
+# (GPM came in R520, Hopper's in R525; fabric info in R550; the driver's
+# recovery action in R565).
+UNCHECKED_ON_H100: dict[str, set[str]] = {
+    "R470": _GPM | _RECOVERY | _FABRIC, "R525": _RECOVERY | _FABRIC,
+    "R535": _RECOVERY | _FABRIC, "R550": _RECOVERY, "R570": set(), "R580": set(),
+}
+# Rows whose subject the simulated node lacks: no kubelet, no CPU limit.
+NOTHING_TO_CHECK = {"memory_held_sm_idle/cpu_limit_throttled", "gpu_allocated_unused/no_process"}
+
+
+def _scenario(tmp: Path, extends: str, **node: str) -> str:
+    path = tmp / f"{extends}-{'-'.join(node.values())}.yaml"
+    fields = ", ".join(f"{k}: {v}" for k, v in node.items())
+    path.write_text(f"name: {path.stem}\ndescription: '{extends} with {fields}.'\n"
+                    f"extends: {extends}\nnode: {{{fields}}}\n")
+    return str(path)
+
+
+def _keys(entries: list[dict[str, Any]]) -> set[str]:
+    return {k for e in entries for k in e["checks"]}
+
+
+# --- every driver branch, simulated --------------------------------------------------------
+
+@pytest.mark.parametrize("branch", [b.name for b in BRANCHES])
+def test_each_driver_branch_names_what_it_cannot_check(branch: str, tmp_path: Path) -> None:
+    result = run_cli(["diagnose", "--simulate", _scenario(tmp_path, "healthy", driver=branch)])
+    out = result.stdout
+    unchecked = UNCHECKED_ON_H100[branch]
+    if not unchecked:
+        assert result.returncode == EXIT_HEALTHY, out
+        assert out.startswith("No problems found: every GPU on this node looks healthy.")
+        return
+    assert result.returncode == EXIT_IN_PART, out
+    assert "healthy" not in out
+    assert out.startswith("Checked only in part: no problems found in the checks that ran")
+    # One line per reason for the whole node, each naming its checks.
+    lines = [line for line in out.splitlines() if line.startswith("  GPUs 0-7: ")]
+    named = out.split("Nothing to check")[0]
+    for key in unchecked:
+        symptom, cause = key.split("/")
+        assert re.search(rf"{symptom}[ /(][^:]*{cause}", named), (key, out)
+    assert len([ln for ln in lines if "Nothing" not in ln]) <= len(unchecked) + len(
+        NOTHING_TO_CHECK)
+    if unchecked >= _RECOVERY:
+        assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, "
+                "drain_and_reset): NVML gives no recovery action (drivers R565 and newer)") in out
+
+
+@pytest.mark.parametrize("branch", ["R470", "R550", "R580"])
+def test_the_coverage_is_what_the_engine_could_not_judge(branch: str, tmp_path: Path) -> None:
+    """/diagnosis's coverage holds each unjudged row and GPU exactly once:
+    the same pairs gpu_diagnosis_not_judged exports."""
+    data = simulate(_scenario(tmp_path, "healthy", driver=branch), None, None)
+    cov = data["coverage"]
+    assert _keys(cov["not_checked"]) == UNCHECKED_ON_H100[branch]
+    assert _keys(cov["nothing_to_check"]) == NOTHING_TO_CHECK
+    assert cov["complete"] is (not UNCHECKED_ON_H100[branch])
+    pairs = [(g, k) for e in cov["not_checked"] + cov["nothing_to_check"]
+             for g in e["gpus"] for k in e["checks"]]
+    assert len(pairs) == len(set(pairs))
+    with SimRun(_load(tmp_path, branch), metrics={"detail": True}) as run:
+        run.poll(40)
+        exported = {(g, f"{s}/{c}") for c, g, s in re.findall(
+            r'^gpu_diagnosis_not_judged\{cause="(\w+)",gpu="(\d+)",symptom="(\w+)"',
+            run.scrape(), re.M)}
+    assert exported == set(pairs)
+
+
+def _load(tmp: Path, branch: str) -> Any:
+    from gpu_exporter.simulator import load_scenario
+    return load_scenario(_scenario(tmp, "healthy", driver=branch))
+
+
+def test_a_board_without_gpm_or_nvlink_says_which_is_a_gap(tmp_path: Path) -> None:
+    data = simulate(_scenario(tmp_path, "healthy", profile="a100-pcie-40gb"), None, None)
+    cov = data["coverage"]
+    gpm = [e for e in cov["not_checked"] if e["checks"] == sorted(_GPM)]
+    assert gpm and gpm[0]["reason"].startswith("NVML gives no GPM metrics")
+    # A GPU with no NVLink is in no NVSwitch fabric: nothing to check, not a gap.
+    fabric = [e for e in cov["nothing_to_check"] if e["checks"] == sorted(_FABRIC)]
+    assert fabric and "no NVLink" in fabric[0]["reason"]
+
+
+# --- the exit status and its precedence ---------------------------------------------------
+
+def test_a_finding_outranks_a_check_that_could_not_run() -> None:
+    critical = [{"severity": "critical"}]
+    warning = [{"severity": "warning"}]
+    assert exit_status(critical, None, in_part=True) == EXIT_CRITICAL
+    assert exit_status(warning, None, in_part=True) == EXIT_WARNING
+    assert exit_status([], None, in_part=True) == EXIT_IN_PART
+    assert exit_status([], None, in_part=False) == EXIT_HEALTHY
+    assert exit_status(critical, "NVML is not available", in_part=True) == EXIT_BLIND
+
+
+def test_a_lost_gpu_is_critical_and_its_unread_checks_are_named() -> None:
+    result = run_cli(["diagnose", "--simulate", "gpu-lost"])
+    assert result.returncode == EXIT_CRITICAL, result.stdout
+    assert result.stdout.startswith("CRITICAL GPU 5 ")
+    assert "Checked only in part: no other problems found in the checks that ran" in result.stdout
+    lost = [ln for ln in result.stdout.splitlines() if ln.startswith("  GPU 5: ")]
+    assert len(lost) == 1 and lost[0].endswith(": the GPU is lost: NVML cannot read it")
+
+
+def test_the_exit_statuses_and_their_precedence_are_documented() -> None:
+    help_text = " ".join(run_cli(["diagnose", "--help"]).stdout.split())
+    assert "5 checked only in part" in help_text
+    assert "2 before 1 before 5" in help_text
+    readme = (ROOT / "README.md").read_text()
+    codes = [code for code, _ in EXIT_STATUSES]
+    assert codes == [0, 1, 2, 3, 4, 5]
+    for code, text in EXIT_STATUSES:
+        assert f"| {code} | {text} |" in readme, code
+        assert f"{code} {text}" in help_text, code
+
+
+def test_an_answer_without_coverage_is_never_healthy() -> None:
+    """An exporter from before coverage was reported cannot say every check ran."""
+    text = render_text([], color=False, coverage=None)
+    assert "healthy" not in text and text.startswith("Checked only in part")
+
+
+# --- why, for the hostile cases ----------------------------------------------------------
+
+def test_a_reader_switched_off_is_named_where_a_row_needed_it(tmp_path: Path) -> None:
+    config = tmp_path / "no-gpm.yaml"
+    config.write_text("collectors:\n  gpm: false\n")
+    cov = simulate("healthy", config, None)["coverage"]
+    assert cov["not_checked"] == [{
+        "gpus": [str(i) for i in range(8)], "checks": sorted(_GPM),
+        "reason": "the gpm reader is switched off (--no-collector.gpm)"}]
+
+
+def test_a_rule_that_raises_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> rules.Verdict:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setitem(rules.RULES, t.THERMAL, broken)
+    logging.disable(logging.ERROR)
+    try:
+        with SimRun("healthy") as run:
+            snap = run.poll(5)
+            cov = answer(snap)
+    finally:
+        logging.disable(logging.NOTSET)
+    [entry] = [e for e in cov["not_checked"] if e["checks"] == [t.THERMAL.key]]
+    assert entry["reason"] == "its rule failed: ZeroDivisionError: division by zero"
+
+
+def test_the_reasons_are_worked_out_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll judges each row once per GPU and only records the rows it could
+    not judge; their rules run once more, for the reasons, only when
+    /diagnosis, diagnose or the page ask, and once however often they ask."""
+    calls = []
+    fabric = rules.RULES[t.FABRIC_DEGRADED]
+
+    def counted(*args: Any) -> rules.Verdict:
+        calls.append(1)
+        return fabric(*args)
+
+    monkeypatch.setitem(rules.RULES, t.FABRIC_DEGRADED, counted)
+    with SimRun(_load_node("healthy", driver="R470")) as run:
+        snap = run.poll(3)  # 4 polls of 8 GPUs
+        assert len(calls) == 4 * 8
+        first = answer(snap)
+        assert answer(snap) == first
+        assert len(calls) == 5 * 8
+    assert _keys(first["not_checked"]) == UNCHECKED_ON_H100["R470"]
+
+
+def _load_node(scenario: str, **node: str) -> Any:
+    from gpu_exporter.simulator import load_scenario
+    from gpu_exporter.simulator.model import Scenario
+
+    data = load_scenario(scenario).model_dump(exclude_unset=True)
+    data.setdefault("node", {}).update(node)
+    return Scenario.model_validate(data)
+
+
+def test_group_lines_read_for_people() -> None:
+    assert gpu_list(["0", "1", "2", "3", "4", "5", "6", "7"]) == "GPUs 0-7"
+    assert gpu_list(["5"]) == "GPU 5"
+    assert gpu_list(["0", "1", "2", "5", "7"]) == "GPUs 0-2, 5, 7"
+    assert checks_text(["recovery_action/gpu_reset", "recovery_action/node_reboot",
+                        "clocks_capped/application_clocks"]) == \
+        "recovery_action (gpu_reset, node_reboot), clocks_capped/application_clocks"
+
+
+# --- while the window fills ----------------------------------------------------------------
+
+def test_a_verdict_before_the_window_filled_is_not_healthy() -> None:
+    with SimRun("healthy") as run:
+        snap = run.poll(10)
+        early = answer(snap)
+        assert early["complete"] is False
+        settling = early["settling"]
+        # 10 s into the 30 s window (the rows that read a rate judge from the second poll).
+        assert settling["gpus"] == [str(i) for i in range(8)]
+        assert 20.0 <= settling["seconds_left"] <= 21.0
+        text = render_text([], color=False, coverage=early)
+        assert (f"GPUs 0-7: still watching: a finding needs 30 s of polls, "
+                f"{settling['seconds_left']} s to go") in text
+        assert "healthy" not in text
+        snap = run.poll(25)
+        assert answer(snap)["settling"] is None and answer(snap)["complete"] is True
+
+
+# --- NVIDIA's mock NVML, every board file it ships -----------------------------------------
+
+def _mock_dir() -> Path | None:
+    """NVIDIA's mock NVML: $GPU_EXPORTER_MOCKNVML or <repo>/../shared/nvidia-mocknvml."""
+    configured = os.environ.get("GPU_EXPORTER_MOCKNVML")
+    path = Path(configured) if configured else ROOT.parent / "shared" / "nvidia-mocknvml"
+    return path if (path / "libnvidia-ml.so.1").is_file() else None
+
+
+MOCK = _mock_dir()
+MOCK_BOARDS = sorted(p.stem.removeprefix("mock-nvml-config-")
+                     for p in (MOCK / "configs").glob("mock-nvml-config-*.yaml")) if MOCK else []
+needs_mock = pytest.mark.skipif(
+    MOCK is None, reason="NVIDIA's mock NVML is not at $GPU_EXPORTER_MOCKNVML or "
+    f"{ROOT.parent / 'shared' / 'nvidia-mocknvml'}")
+
+
+@pytest.fixture(scope="module")
+def mock_exporters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    """The exporter as a process of its own on each board file, all at once,
+    with a short window so each settles in seconds."""
+    assert MOCK is not None
+    config = tmp_path_factory.mktemp("mock") / "fast.yaml"
+    config.write_text("poll: {interval: 0.5s}\ndiagnosis: {window: 2s, clear_after: 2s}\n")
+    procs, ports = [], {}
+    try:
+        for board in MOCK_BOARDS:
+            port = ports[board] = free_port()
+            procs.append(start(
+                ["--web.listen-address", f"127.0.0.1:{port}", "--config.file", str(config),
+                 "--log.level", "error"],
+                env={"LD_LIBRARY_PATH": str(MOCK), "MOCK_NVML_CONFIG":
+                     str(MOCK / "configs" / f"mock-nvml-config-{board}.yaml")}))
+        for port in ports.values():
+            wait_http(f"http://127.0.0.1:{port}/-/ready", timeout=60)
+        yield ports
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+@needs_mock
+@pytest.mark.parametrize("board", MOCK_BOARDS)
+def test_on_every_mock_board_diagnose_names_the_checks_it_could_not_run(
+        board: str, mock_exporters: dict[str, int]) -> None:
+    url = f"http://127.0.0.1:{mock_exporters[board]}"
+    result = run_cli(["diagnose", "--url", url, "--wait", "60s"])
+    out = result.stdout
+    # The mock gives no utilization samples on any board: never all checks.
+    assert result.returncode == EXIT_IN_PART, out + result.stderr
+    assert "healthy" not in out
+    assert out.startswith("Checked only in part: no problems found in the checks that ran")
+    assert "utilization_bursty/input_starvation: NVML gives no utilization samples" in out
+    with urllib.request.urlopen(url + "/diagnosis", timeout=10) as resp:
+        data = json.load(resp)
+    cov = data["coverage"]
+    assert cov["settling"] is None and cov["not_checked"]
+    # Every row the engine did not judge, on every GPU, is in the answer once,
+    # with a reason; and each group is one line of the command's output.
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    exported = {(g, f"{s}/{c}") for c, g, s in re.findall(
+        r'^gpu_diagnosis_not_judged\{cause="(\w+)",gpu="(\d+)",symptom="(\w+)"', metrics, re.M)}
+    entries = cov["not_checked"] + cov["nothing_to_check"]
+    pairs = [(g, k) for e in entries for g in e["gpus"] for k in e["checks"]]
+    assert sorted(pairs) == sorted(exported)
+    for e in entries:
+        assert e["reason"] and f"{gpu_list(e['gpus'])}: {checks_text(e['checks'])}: " \
+            f"{e['reason']}" in out
+    # An 8-GPU node reads in a few lines.
+    assert len(entries) <= 12
