@@ -29,8 +29,9 @@ def _escape_label(value: str) -> str:
     # Label values come from the node (process names, GPU names, pod names):
     # a control character (an escape sequence, a bidirectional override) is
     # shown as its escape (\x1b) rather than sent raw to whoever reads the
-    # exposition in a terminal; prometheus_client sends it raw.
-    value = terminal_safe(value)
+    # exposition in a terminal; prometheus_client sends it raw. A newline
+    # keeps the exposition's own escape, so a parser reads back the newline.
+    value = "\n".join(terminal_safe(part) for part in value.split("\n"))
     if "\\" in value or '"' in value or "\n" in value:
         return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
     return value
