@@ -19,7 +19,7 @@ never repeat the previous poll's value. A value NVML answers with SUCCESS but
 no GPU can report (its "not available" sentinel, an impossible reading) must
 leave its series absent in that poll too; and no sample of any family in the
 catalog ever carries a sentinel or a value outside its plausible range
-(``gpu_exporter/collectors/plausible.py``). Facts the exporter deliberately reads
+(the bounds each metric's catalog entry carries). Facts the exporter deliberately reads
 once or on a slower cadence (limits, thresholds, ECC aggregates) are not part
 of the check.
 
@@ -40,7 +40,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse
 
 from gpu_exporter.catalog import CATALOG
-from gpu_exporter.collectors.plausible import BOUNDS, RELATIVE, U8_NA, U16_NA, U32_NA, U64_NA
+from gpu_exporter.nvml.constants import U8_NA, U16_NA, U32_NA, U64_NA
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator import load_profile
 from gpu_exporter.simulator.clib import FUNCTIONS
@@ -224,7 +224,7 @@ def _has(series: list[tuple[dict[str, str], float]], gpu: int, want: dict[str, s
 def check_plausible(snap: Snapshot) -> None:
     """No sample of any family in the catalog is a sentinel or out of its range."""
     ceilings: dict[str, dict[tuple[str, ...], float]] = {
-        # metric -> (gpu, clock) -> the board's figure plausible.py holds it against
+        # metric -> (gpu, clock) -> the board's figure its bounds hold it against
         "gpu_power_watts": {(lab["gpu"],): v for lab, v in snap.series("gpu_power_limit_watts")},
         "gpu_memory_used_bytes": {(lab["gpu"],): v
                                   for lab, v in snap.series("gpu_memory_total_bytes")},
@@ -235,18 +235,18 @@ def check_plausible(snap: Snapshot) -> None:
             ((), v) for _, v in snap.series("gpu_host_memory_total_bytes")),
     }
     for family in CATALOG:
-        bounds = BOUNDS.get(family.name)
+        bounds = family.bounds
         for labels, value in snap.series(family.name):
             where = (family.name, labels, value)
             assert value == value and abs(value) != float("inf"), where
             assert value not in SENTINEL_READINGS, where
             if bounds is None:
                 continue
-            assert bounds[0] <= value <= bounds[1], where
+            assert bounds.low <= value <= bounds.high, where
             ceiling = ceilings.get(family.name, {}).get(
                 tuple(labels[k] for k in ("gpu", "clock") if k in labels))
             if ceiling is not None:
-                assert value <= ceiling * RELATIVE[family.name], (where, ceiling)
+                assert bounds.holds(value, ceiling), (where, ceiling)
 
 
 def check_values(snap: Snapshot, poll: int, chaos: Chaos) -> None:
