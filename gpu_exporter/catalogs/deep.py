@@ -3,7 +3,7 @@ NVLink and MIG instances."""
 
 from __future__ import annotations
 
-from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.cadence import FACT_READ_EVERY_POLLS, SAMPLES_EVERY_S
 from gpu_exporter.catalog_types import GPU, Metric, declared
 from gpu_exporter.catalog_types import metric_spec as _m
 
@@ -176,7 +176,9 @@ NVLINK_BYTES_TOTAL = _m(
     detail=True)
 
 MIG_MODE_ENABLED = _m(
-    "gpu_mig_mode_enabled", "gauge", "1 when MIG mode is on for the GPU.", GPU, "mig")
+    "gpu_mig_mode_enabled", "gauge",
+    f"1 when MIG mode is on for the GPU. Read every {FACT_READ_EVERY_POLLS} polls, and at once "
+    "after an NVML event on the GPU or a reload.", GPU, "mig")
 
 MIG_INFO = _m(
     "gpu_mig_info", "gauge",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.cadence import FACT_READ_EVERY_POLLS, SLOW_READ_EVERY_POLLS
 from gpu_exporter.catalog_types import GPU, Bounds, Metric, declared
 from gpu_exporter.catalog_types import metric_spec as _m
 
@@ -13,6 +13,11 @@ _TIB = 1024**4
 _GHZ = 1e9
 _U32_ALL_ONES = 2.0**32 - 1  # NVML's "not available" in a 32-bit answer
 _PCIE_GENERATION = Bounds(1.0, 7.0)
+# How often the slower reads are taken (gpu_exporter/cadence.py), for the help.
+_LOAD = (f"Read every {SLOW_READ_EVERY_POLLS} polls, and at once when the GPU turns busy or "
+         "idle.")
+_FACT = (f"Read every {FACT_READ_EVERY_POLLS} polls, and at once after an NVML event on the "
+         "GPU or a reload.")
 _PCIE_WIDTH = Bounds(1.0, 32.0)
 
 INFO = _m(
@@ -126,7 +131,7 @@ CLOCK_MAX_HERTZ = _m(
 
 CLOCK_APPLICATION_HERTZ = _m(
     "gpu_clock_application_hertz", "gauge",
-    "Application clock target set by the administrator (nvidia-smi -ac), from NVML.",
+    "Application clock target set by the administrator (nvidia-smi -ac), from NVML. " + _FACT,
     (*GPU, "clock"), "device",
     detail=True,
     bounds=Bounds(0.0, 40 * _GHZ, over_ceiling=1.5))
@@ -141,7 +146,8 @@ CLOCK_APPLICATION_DEFAULT_HERTZ = _m(
 # P0 (fastest) to P15 (slowest); NVML_PSTATE_UNKNOWN is 32.
 PERFORMANCE_STATE = _m(
     "gpu_performance_state", "gauge",
-    "Performance state (P-state): 0 is maximum performance, 15 minimum.", GPU, "device",
+    "Performance state (P-state): 0 is maximum performance, 15 minimum. " + _LOAD, GPU,
+    "device",
     bounds=Bounds(0.0, 15.0))
 
 # NVML: percent of the fan's intended maximum, which it "may exceed"; twice
@@ -176,7 +182,7 @@ THROTTLE_SECONDS_TOTAL = _m(
 # the specification defines). 0 is no link to read at all.
 PCIE_LINK_GENERATION = _m(
     "gpu_pcie_link_generation", "gauge",
-    "PCIe generation the link is trained at now; idle GPUs downshift to save power.",
+    "PCIe generation the link is trained at now; idle GPUs downshift to save power. " + _LOAD,
     GPU, "device",
     bounds=_PCIE_GENERATION)
 
@@ -187,7 +193,8 @@ PCIE_LINK_GENERATION_MAX = _m(
     bounds=_PCIE_GENERATION)
 
 PCIE_LINK_WIDTH = _m(
-    "gpu_pcie_link_width", "gauge", "PCIe lanes the link is trained at now.", GPU, "device",
+    "gpu_pcie_link_width", "gauge", "PCIe lanes the link is trained at now. " + _LOAD, GPU,
+    "device",
     bounds=_PCIE_WIDTH)
 
 PCIE_LINK_WIDTH_MAX = _m(
@@ -213,7 +220,8 @@ PCIE_BYTES_TOTAL = _m(
     bounds=Bounds(0.0, 2.0**63))
 
 ECC_ENABLED = _m(
-    "gpu_ecc_enabled", "gauge", "1 when ECC is enabled on the GPU's memory.", GPU, "device")
+    "gpu_ecc_enabled", "gauge", "1 when ECC is enabled on the GPU's memory. " + _FACT, GPU,
+    "device")
 
 # A board with four billion ECC errors has been retired long before; the 32-
 # and 64-bit sentinels are at or above it. The volatile counts reset "each
@@ -228,7 +236,9 @@ ECC_ERRORS_TOTAL = _m(
 # 32-bit sentinel is above a million.
 REMAPPED_ROWS_TOTAL = _m(
     "gpu_remapped_rows_total", "counter",
-    "Memory rows remapped to spares because of correctable or uncorrectable errors.",
+    "Memory rows remapped to spares because of correctable or uncorrectable errors. Read "
+    f"every {FACT_READ_EVERY_POLLS} polls, and at once after an NVML event on the GPU, a "
+    "reload, or a volatile ECC count that moved.",
     (*GPU, "type"), "device",
     bounds=Bounds(0.0, 1e6))
 
@@ -243,7 +253,8 @@ ROW_REMAP_FAILED = _m(
 
 PERSISTENCE_MODE_ENABLED = _m(
     "gpu_persistence_mode_enabled", "gauge",
-    "1 when persistence mode keeps the driver loaded with no clients.", GPU, "device")
+    "1 when persistence mode keeps the driver loaded with no clients. " + _FACT, GPU,
+    "device")
 
 RECOVERY_ACTION = _m(
     "gpu_recovery_action", "gauge",
@@ -255,7 +266,7 @@ FABRIC_STATE = _m(
     "gpu_fabric_state", "gauge",
     "Value 1; the GPU's registration with the NVSwitch fabric (NVML fabric info, HGX and "
     "NVL systems): state of the probe (not_started, in_progress, completed), its NVML "
-    f"status once completed, and the health summary (unknown before R580). Read every "
-    f"{SLOW_READ_EVERY_POLLS} polls.", (*GPU, "state", "status", "health"), "device")
+    "status once completed, and the health summary (unknown before R580). " + _FACT,
+    (*GPU, "state", "status", "health"), "device")
 
 METRICS: tuple[Metric, ...] = declared(globals())
