@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from enum import Enum
 
-# Costly counters (energy, PCIe replay and byte counters, ECC aggregates) and
-# the states that follow the load (PCIe link, P-state, memory clock): every N
-# polls. A rate() over a counter is unchanged by it.
+# Costly counters (energy, PCIe replay and byte counters, ECC aggregates),
+# remapped rows, the fabric probe, and the states that follow the load (PCIe
+# link, P-state, memory clock): every N polls. A rate() over a counter is
+# unchanged by it.
 SLOW_READ_EVERY_POLLS = 10
 # Facts that change only across a reset, a reconfiguration or an event (ECC
-# mode, persistence, MIG mode, application clocks, remapped rows, the fabric
-# probe): every N polls, and at once after an NVML event on the GPU (an Xid,
-# an ECC error), a lost GPU that answers again, or a reload.
+# mode, persistence, MIG mode, application clocks): every N polls, and at once
+# after an NVML event on the GPU (an Xid, an ECC error), a lost GPU that
+# answers again, or a reload. Remapped rows and the fabric probe change
+# without an event to wait on: they are read with the slow reads.
 FACT_READ_EVERY_POLLS = 30
 # NVML's utilization and SM clock sample buffers (the driver keeps 14 s), and
 # GPM's samples: the GPM metrics are the averages of the interval between two

@@ -107,7 +107,7 @@ SIM_BUDGET: dict[str, float] = {
     "nvmlDeviceGetCurrPcieLinkWidth": 1 / SLOW_READ_EVERY_POLLS,
     "nvmlDeviceGetApplicationsClock": 3 / FACT_READ_EVERY_POLLS,
     "nvmlDeviceGetPersistenceMode": 1 / FACT_READ_EVERY_POLLS,
-    "nvmlDeviceGetGpuFabricInfoV": 1 / FACT_READ_EVERY_POLLS,
+    "nvmlDeviceGetGpuFabricInfoV": 1 / SLOW_READ_EVERY_POLLS,
     "nvmlDeviceGetMigMode": 1 / FACT_READ_EVERY_POLLS,
 }
 

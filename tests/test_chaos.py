@@ -104,12 +104,16 @@ def scenario() -> Scenario:
     timeline: list[dict[str, Any]] = []
     for poll in range(POLLS + 1):
         for gpu in range(GPUS):
+            # The GPU's used memory moves with its processes' (each one's
+            # memory is part of it, as on a real GPU): the process reader reads
+            # its lists again when it moves.
             timeline.append({"at": float(poll), "gpus": [gpu], "set": {
                 "power_w": _power_w(gpu, poll), "utilization": _util(gpu, poll),
-                "temperature_c": _temp_c(gpu, poll)}})
+                "temperature_c": _temp_c(gpu, poll),
+                "memory_used_ratio": 0.9 + poll * PROCS_PER_GPU / USABLE_MIB}})
         timeline.append({"at": float(poll), "processes": _processes(poll)})
     return Scenario(name="chaos", node={"gpus": GPUS}, noise=False,
-                    state={"memory_used_ratio": 0.9}, timeline=timeline)
+                    timeline=timeline)
 
 
 SCENARIO = scenario()
@@ -144,8 +148,9 @@ BAD_VALUES: dict[str, Any] = {
 
 # The series a bad value read in a poll must leave absent in that poll's
 # snapshot (family, labels the series has). Values read on a slower cadence
-# (energy, PCIe counters, ECC aggregates, remapped rows, application clocks)
-# are read on some polls only: the range check below covers them.
+# (energy, PCIe counters, ECC aggregates, remapped rows, application clocks;
+# the PCIe link, P-state and memory clock, which follow the load) are read on
+# some polls only: the range check below covers them.
 ABSENT_WHEN_BAD: dict[str, list[tuple[str, dict[str, str]]]] = {
     "power_mw": [("gpu_power_watts", {})],
     "limit_mw": [("gpu_power_limit_watts", {})],
@@ -155,10 +160,7 @@ ABSENT_WHEN_BAD: dict[str, list[tuple[str, dict[str, str]]]] = {
     "mem_util_pct": [("gpu_memory_controller_utilization_ratio", {})],
     "mem_used": [("gpu_memory_used_bytes", {})],
     "mem_total": [("gpu_memory_total_bytes", {}), ("gpu_memory_used_bytes", {})],
-    "pcie_width": [("gpu_pcie_link_width", {})],
-    "pcie_gen": [("gpu_pcie_link_generation", {})],
-    "pstate": [("gpu_performance_state", {})],
-    "clocks_mhz": [("gpu_clock_hertz", {"clock": "sm"}), ("gpu_clock_hertz", {"clock": "memory"})],
+    "clocks_mhz": [("gpu_clock_hertz", {"clock": "sm"})],
     "ecc": [("gpu_ecc_errors_total", {"type": "corrected", "scope": "volatile"})],
 }
 

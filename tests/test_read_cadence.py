@@ -1,12 +1,13 @@
 """Each NVML read is taken as often as what it answers can change, and what it
 feeds is still exported every poll: the costly counters (energy, PCIe replay
-and byte counters, ECC aggregates) every 10 polls in the GPU's one field-values
-call; the states that follow the load (PCIe link, P-state, memory clock) every
-10 polls and at once when the GPU turns busy or idle; the facts (ECC mode,
-persistence, MIG mode, application clocks, remapped rows, the fabric) every 30
-polls and at once after an NVML event on the GPU or a reload; utilization and
-GPM samples every 5 s; the process lists when the GPU's used memory moves;
-per-process utilization every 5 s and never on a GPU without processes."""
+and byte counters, ECC aggregates) and remapped rows every 10 polls in the
+GPU's one field-values call, the fabric probe every 10 polls; the states that
+follow the load (PCIe link, P-state, memory clock) every 10 polls and at once
+when the GPU turns busy or idle; the facts (ECC mode, persistence, MIG mode,
+application clocks) every 30 polls and at once after an NVML event on the GPU
+or a reload; utilization and GPM samples every 5 s; the process lists when the
+GPU's used memory moves; per-process utilization every 5 s and never on a GPU
+without processes."""
 
 from __future__ import annotations
 
@@ -50,10 +51,12 @@ def test_costly_counters_ride_the_one_field_call_every_ten_polls() -> None:
     assert all(e is not None for e in energy)  # exported every poll
     assert len(set(energy)) == reads + 1  # and moves when it is read again
     assert energy == sorted(energy)
-    # Facts once in 30 polls (each GPU at its own offset), cheap reads every poll.
-    for name in ("nvmlDeviceGetMigMode", "nvmlDeviceGetPersistenceMode",
-                 "nvmlDeviceGetGpuFabricInfoV"):
+    # Facts once in 30 polls (each GPU at its own offset), the fabric probe
+    # (which completes or degrades without an event) every 10, cheap reads
+    # every poll.
+    for name in ("nvmlDeviceGetMigMode", "nvmlDeviceGetPersistenceMode"):
         assert calls[name] == GPUS, name
+    assert calls["nvmlDeviceGetGpuFabricInfoV"] == GPUS * reads
     for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetUtilizationRates",
                  "nvmlDeviceGetTemperature", "nvmlDeviceGetMemoryInfo_v2"):
         assert calls[name] == GPUS * polls, name

@@ -237,7 +237,7 @@ ECC_ERRORS_TOTAL = _m(
 REMAPPED_ROWS_TOTAL = _m(
     "gpu_remapped_rows_total", "counter",
     "Memory rows remapped to spares because of correctable or uncorrectable errors. Read "
-    f"every {FACT_READ_EVERY_POLLS} polls, and at once after an NVML event on the GPU, a "
+    f"every {SLOW_READ_EVERY_POLLS} polls, and at once after an NVML event on the GPU, a "
     "reload, or a volatile ECC count that moved.",
     (*GPU, "type"), "device",
     bounds=Bounds(0.0, 1e6))
@@ -266,7 +266,8 @@ FABRIC_STATE = _m(
     "gpu_fabric_state", "gauge",
     "Value 1; the GPU's registration with the NVSwitch fabric (NVML fabric info, HGX and "
     "NVL systems): state of the probe (not_started, in_progress, completed), its NVML "
-    "status once completed, and the health summary (unknown before R580). " + _FACT,
+    f"status once completed, and the health summary (unknown before R580). Read every "
+    f"{SLOW_READ_EVERY_POLLS} polls, and at once after an NVML event on the GPU or a reload.",
     (*GPU, "state", "status", "health"), "device")
 
 METRICS: tuple[Metric, ...] = declared(globals())

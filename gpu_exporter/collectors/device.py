@@ -11,9 +11,13 @@ once however many values it answers (``nvml/values.py``). A value is read as
 often as it can change (``cadence.Every``): the fast ones every poll, the
 costly counters and the states that follow the load every 10 polls (those at
 once when the GPU turns busy or idle), the facts that change only across a
-reset, a reconfiguration or an event every 30 polls and at once after an NVML
-event on the GPU or a reload, the limits and maxima once. Between reads the
-last value is exported again.
+reset, a reconfiguration or an event (ECC mode, persistence, application
+clocks) every 30 polls and at once after an NVML event on the GPU or a reload,
+the limits and maxima once. Remapped rows and the fabric probe, which change
+without an NVML event the exporter could wait on (a probe completing, a
+remap pending after errors), are read every 10 polls, remapped rows also at
+once when a volatile ECC count moved. Between reads the last value is
+exported again.
 
 A capability NVML does not support is asked for once and its series stays
 absent. A lost GPU exports ``gpu_up 0`` while the others keep reporting.
@@ -336,9 +340,9 @@ class _GpuPass:
         ecc_on = gpu.held(ECC_MODE.key)
         self.want((row.source, row.every) for row in rows if row.every is not Every.LOAD)
         self.want([(RECOVERY_ACTION, Every.POLL), (REASONS, Every.POLL),
-                   (REASONS_SUPPORTED, Every.ONCE), (FABRIC, Every.FACT),
-                   (ECC_MODE, Every.FACT), (REMAP_PENDING, Every.FACT),
-                   (REMAP_FAILED, Every.FACT), *_remapped()])
+                   (REASONS_SUPPORTED, Every.ONCE), (FABRIC, Every.SLOW),
+                   (ECC_MODE, Every.FACT), (REMAP_PENDING, Every.SLOW),
+                   (REMAP_FAILED, Every.SLOW), *_remapped()])
         if ecc_on:
             self.want(_ecc_counts())
         self.want(self._fans())
@@ -361,7 +365,7 @@ class _GpuPass:
         if mode and self._volatile_moved():
             self.want(((s, Every.SLOW) for (_, scope), s in ECC_COUNT.items()
                        if scope == "aggregate"), now=True)
-            self.want([(REMAP_PENDING, Every.FACT), (REMAP_FAILED, Every.FACT), *_remapped()],
+            self.want([(REMAP_PENDING, Every.SLOW), (REMAP_FAILED, Every.SLOW), *_remapped()],
                       now=True)
             self.read()
         self._export(rows, out, r)
@@ -500,7 +504,7 @@ def _ecc_counts() -> list[tuple[Source, Every]]:
 
 
 def _remapped() -> list[tuple[Source, Every]]:
-    return [(source, Every.FACT) for source in REMAPPED.values()]
+    return [(source, Every.SLOW) for source in REMAPPED.values()]
 
 
 def _busy(utilization: float | None) -> bool | None:
