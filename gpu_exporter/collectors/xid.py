@@ -145,9 +145,11 @@ class XidCollector(NvmlCollector):
         gpu = next((g for g in self.session.gpus
                     if g.device is not None and g.device.handle_value == device), None)
         index, uuid = (gpu.index, gpu.identity.uuid) if gpu else (-1, "")
-        if gpu is not None:
-            # An Xid or an ECC error may have changed the GPU's facts (remapped
-            # rows, ECC counts, the fabric): its readers read them again at once.
+        if gpu is not None and event_type & (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC):
+            # An Xid or an uncorrectable ECC error may have changed the GPU's
+            # facts (remapped rows, ECC counts, the fabric): its readers read
+            # them again at once. A correctable error moves the volatile count,
+            # which has the same effect on what it concerns.
             gpu.refresh()
         with self._lock:
             if event_type & c.EVENT_XID_CRITICAL:
