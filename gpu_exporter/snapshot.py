@@ -11,12 +11,13 @@ gone is simply absent from the next one: nothing has to be removed by hand.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from gpu_exporter.catalog import metric
+from gpu_exporter.catalog_types import Metric
 from gpu_exporter.readings import PollReadings
 
 T = TypeVar("T")
@@ -104,10 +105,15 @@ class SnapshotBuilder:
         """What a derivation that ran earlier in this poll published, or None."""
         return cast("T | None", self._published.get(slot))
 
-    def add(self, name: str, value: float | int | bool, /, **labels: str) -> None:
-        # The hot path of every poll (~2500 calls on an 8-GPU node): one dict
-        # lookup for the label names, the values read and converted in C.
-        names = _LABEL_NAMES.get(name) or _label_names(name)
+    def add(self, family: Metric | str, value: float | int | bool, /, **labels: str) -> None:
+        """One sample of ``family``: a catalog handle (readers), or its name."""
+        # The hot path of every poll (~2500 calls on an 8-GPU node): the label
+        # names from the handle, the values read and converted in C.
+        if isinstance(family, Metric):
+            name, names = family.name, family.labels
+        else:
+            name = family
+            names = _LABEL_NAMES.get(name) or _label_names(name)
         if len(labels) != len(names):
             missing = set(names) - set(labels)
             extra = set(labels) - set(names)
@@ -119,8 +125,8 @@ class SnapshotBuilder:
             raise ValueError(f"{name}: missing label {exc}") from None
         self._append(name, values, value)
 
-    def add_values(self, name: str, labels: tuple[str, ...], value: float | int | bool,
-                   /) -> None:
+    def add_values(self, family: Metric | str, labels: tuple[str, ...],
+                   value: float | int | bool, /) -> None:
         """Like add(), with the label values already in the catalog's order.
 
         For the collectors that add hundreds of series a poll with label sets
@@ -128,7 +134,11 @@ class SnapshotBuilder:
         per label. The caller keeps the order: build ``labels`` from the same
         catalog tuples (GPU, PROC...) the metric is declared with.
         """
-        names = _LABEL_NAMES.get(name) or _label_names(name)
+        if isinstance(family, Metric):
+            name, names = family.name, family.labels
+        else:
+            name = family
+            names = _LABEL_NAMES.get(name) or _label_names(name)
         if len(labels) != len(names):
             raise ValueError(f"{name}: {len(labels)} label values for {names}")
         self._append(name, labels, value)
@@ -152,6 +162,11 @@ class SnapshotBuilder:
         """Drop every family whose name matches ``predicate``."""
         for name in [n for n in self._samples if predicate(n)]:
             del self._samples[name]
+
+    def discard_families(self, families: Collection[Metric]) -> None:
+        """Drop these families."""
+        for family in families:
+            self._samples.pop(family.name, None)
 
     def build(self) -> Snapshot:
         frozen = {k: tuple(v) for k, v in self._samples.items()}

@@ -87,9 +87,9 @@ def test_poll_on_gpu_reports_collectors_and_nvml_calls() -> None:
         assert f"| {collector} |" in out
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip()
             for line in out.splitlines() if line.startswith("| nvml")}
-    assert rows["nvmlDeviceGetPowerUsage"] == "8.0"  # every poll, every GPU
+    assert rows["nvmlDeviceGetTemperature"] == "8.0"  # every poll, every GPU
     # Read with the slow reads: 8 GPUs every 10 polls.
-    assert rows["nvmlDeviceGetTotalEnergyConsumption"] == "0.8"
+    assert rows["nvmlDeviceGetCurrPcieLinkGeneration"] == "0.8"
 
 
 def test_poll_on_gpu_says_so_when_no_gpu_answers() -> None:

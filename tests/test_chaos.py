@@ -19,7 +19,7 @@ never repeat the previous poll's value. A value NVML answers with SUCCESS but
 no GPU can report (its "not available" sentinel, an impossible reading) must
 leave its series absent in that poll too; and no sample of any family in the
 catalog ever carries a sentinel or a value outside its plausible range
-(``gpu_exporter/collectors/plausible.py``). Facts the exporter deliberately reads
+(the bounds each metric's catalog entry carries). Facts the exporter deliberately reads
 once or on a slower cadence (limits, thresholds, ECC aggregates) are not part
 of the check.
 
@@ -40,7 +40,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse
 
 from gpu_exporter.catalog import CATALOG
-from gpu_exporter.collectors.plausible import BOUNDS, RELATIVE, U8_NA, U16_NA, U32_NA, U64_NA
+from gpu_exporter.nvml.constants import U8_NA, U16_NA, U32_NA, U64_NA
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator import load_profile
 from gpu_exporter.simulator.clib import FUNCTIONS
@@ -104,12 +104,16 @@ def scenario() -> Scenario:
     timeline: list[dict[str, Any]] = []
     for poll in range(POLLS + 1):
         for gpu in range(GPUS):
+            # The GPU's used memory moves with its processes' (each one's
+            # memory is part of it, as on a real GPU): the process reader reads
+            # its lists again when it moves.
             timeline.append({"at": float(poll), "gpus": [gpu], "set": {
                 "power_w": _power_w(gpu, poll), "utilization": _util(gpu, poll),
-                "temperature_c": _temp_c(gpu, poll)}})
+                "temperature_c": _temp_c(gpu, poll),
+                "memory_used_ratio": 0.9 + poll * PROCS_PER_GPU / USABLE_MIB}})
         timeline.append({"at": float(poll), "processes": _processes(poll)})
     return Scenario(name="chaos", node={"gpus": GPUS}, noise=False,
-                    state={"memory_used_ratio": 0.9}, timeline=timeline)
+                    timeline=timeline)
 
 
 SCENARIO = scenario()
@@ -144,8 +148,9 @@ BAD_VALUES: dict[str, Any] = {
 
 # The series a bad value read in a poll must leave absent in that poll's
 # snapshot (family, labels the series has). Values read on a slower cadence
-# (energy, PCIe counters, ECC aggregates, remapped rows, application clocks)
-# are read on some polls only: the range check below covers them.
+# (energy, PCIe counters, ECC aggregates, remapped rows, application clocks;
+# the PCIe link, P-state and memory clock, which follow the load) are read on
+# some polls only: the range check below covers them.
 ABSENT_WHEN_BAD: dict[str, list[tuple[str, dict[str, str]]]] = {
     "power_mw": [("gpu_power_watts", {})],
     "limit_mw": [("gpu_power_limit_watts", {})],
@@ -155,10 +160,7 @@ ABSENT_WHEN_BAD: dict[str, list[tuple[str, dict[str, str]]]] = {
     "mem_util_pct": [("gpu_memory_controller_utilization_ratio", {})],
     "mem_used": [("gpu_memory_used_bytes", {})],
     "mem_total": [("gpu_memory_total_bytes", {}), ("gpu_memory_used_bytes", {})],
-    "pcie_width": [("gpu_pcie_link_width", {})],
-    "pcie_gen": [("gpu_pcie_link_generation", {})],
-    "pstate": [("gpu_performance_state", {})],
-    "clocks_mhz": [("gpu_clock_hertz", {"clock": "sm"}), ("gpu_clock_hertz", {"clock": "memory"})],
+    "clocks_mhz": [("gpu_clock_hertz", {"clock": "sm"})],
     "ecc": [("gpu_ecc_errors_total", {"type": "corrected", "scope": "volatile"})],
 }
 
@@ -224,7 +226,7 @@ def _has(series: list[tuple[dict[str, str], float]], gpu: int, want: dict[str, s
 def check_plausible(snap: Snapshot) -> None:
     """No sample of any family in the catalog is a sentinel or out of its range."""
     ceilings: dict[str, dict[tuple[str, ...], float]] = {
-        # metric -> (gpu, clock) -> the board's figure plausible.py holds it against
+        # metric -> (gpu, clock) -> the board's figure its bounds hold it against
         "gpu_power_watts": {(lab["gpu"],): v for lab, v in snap.series("gpu_power_limit_watts")},
         "gpu_memory_used_bytes": {(lab["gpu"],): v
                                   for lab, v in snap.series("gpu_memory_total_bytes")},
@@ -235,18 +237,18 @@ def check_plausible(snap: Snapshot) -> None:
             ((), v) for _, v in snap.series("gpu_host_memory_total_bytes")),
     }
     for family in CATALOG:
-        bounds = BOUNDS.get(family.name)
+        bounds = family.bounds
         for labels, value in snap.series(family.name):
             where = (family.name, labels, value)
             assert value == value and abs(value) != float("inf"), where
             assert value not in SENTINEL_READINGS, where
             if bounds is None:
                 continue
-            assert bounds[0] <= value <= bounds[1], where
+            assert bounds.low <= value <= bounds.high, where
             ceiling = ceilings.get(family.name, {}).get(
                 tuple(labels[k] for k in ("gpu", "clock") if k in labels))
             if ceiling is not None:
-                assert value <= ceiling * RELATIVE[family.name], (where, ceiling)
+                assert bounds.holds(value, ceiling), (where, ceiling)
 
 
 def check_values(snap: Snapshot, poll: int, chaos: Chaos) -> None:

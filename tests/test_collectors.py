@@ -3,11 +3,15 @@ a condition of the GPU in, the series and the typed readings out."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpu_exporter.catalog import CATALOG
+from gpu_exporter import collectors
+from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.catalog import BY_NAME, CATALOG
 from gpu_exporter.collectors.base import Collector, NvmlCollector
 from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.gpm import GpmCollector
@@ -107,7 +111,9 @@ def test_gpm(condition: dict[str, Any], name: str, value: float) -> None:
         gpm = node.build(GpmCollector)
         first = node.poll(gpm)
         assert first.get(name, **GPU0) is None  # one sample gives no rate yet
-        snap = node.poll(gpm)
+        # The next sample SAMPLES_EVERY_S later; a poll before it has none either.
+        assert node.poll(gpm, seconds=SAMPLES_EVERY_S / 2).get(name, **GPU0) is None
+        snap = node.poll(gpm, seconds=SAMPLES_EVERY_S / 2)
         assert snap.get(name, **GPU0) == pytest.approx(value, abs=0.01)
         assert (snap.readings.gpm or {})[0].sm_active is not None
 
@@ -116,7 +122,7 @@ def test_gpm_samples_the_instances_the_mig_reader_found() -> None:
     with OneGpu(mig_instances=[MIG_7, MIG_8]) as node:
         mig, gpm = node.build(MigCollector), node.build(GpmCollector)
         node.poll(mig, gpm)
-        snap = node.poll(mig, gpm)
+        snap = node.poll(mig, gpm, seconds=SAMPLES_EVERY_S)
         got = {lab["gpu_instance"]: v for lab, v in snap.series("gpu_mig_sm_active_ratio")}
         assert got == pytest.approx({"7": 0.6, "8": 0.3}, abs=0.01)
         # Without the MIG reader the GPU is still sampled as a whole.
@@ -124,7 +130,7 @@ def test_gpm_samples_the_instances_the_mig_reader_found() -> None:
         try:
             g = alone.build(GpmCollector)
             alone.poll(g)
-            assert alone.poll(g).series("gpu_mig_sm_active_ratio") == []
+            assert alone.poll(g, seconds=SAMPLES_EVERY_S).series("gpu_mig_sm_active_ratio") == []
         finally:
             alone.close()
 
@@ -151,7 +157,7 @@ SAMPLES_CASES: list[tuple[dict[str, Any], str, str, float]] = [
 @pytest.mark.parametrize("condition,name,stat,value", SAMPLES_CASES)
 def test_samples(condition: dict[str, Any], name: str, stat: str, value: float) -> None:
     with OneGpu(**condition) as node:
-        samples = node.build(SamplesCollector)
+        samples = SamplesCollector(node.session, detail=True)
         assert node.poll(samples).series(name) == []  # the first read sets the start
         snap = node.poll(samples, seconds=6.0)
         assert snap.get(name, **GPU0, stat=stat) == pytest.approx(value, abs=0.02)
@@ -159,6 +165,21 @@ def test_samples(condition: dict[str, Any], name: str, stat: str, value: float) 
         assert stats.count > 0 and stats.min <= stats.mean <= stats.max
         power = (snap.readings.samples or {})[0]["gpu_power_samples_watts"]
         assert 0 < power.min <= power.mean <= power.max
+
+
+def test_power_and_clock_samples_are_not_read_without_detail() -> None:
+    """Their summaries are detail series and nothing else reads them: without
+    --metrics.detail their buffers are never asked for, the utilization
+    samples (busy time, the diagnosis) still are."""
+    with OneGpu(utilization=0.5) as node:
+        samples = node.build(SamplesCollector)
+        for _ in range(8):
+            snap = node.poll(samples, seconds=1.0)
+        calls = node.node.library.calls["nvmlDeviceGetSamples"]
+    assert set((snap.readings.samples or {})[0]) == {"gpu_utilization_samples_ratio"}
+    # Two calls a read (size, then data): the start, the first read after it,
+    # one 5 s later; eight polls would have asked the power buffer eight times.
+    assert calls == 2 * 3
 
 
 # condition -> (metric, labels, value after 10 s)
@@ -272,3 +293,27 @@ def test_reconfigure_hands_reloaded_settings_to_a_collector() -> None:
             c.reconfigure(new)
         assert isinstance(procs, ProcessesCollector) and procs.max_per_gpu == 3
         assert isinstance(diag, Diagnosis) and diag.cfg.window == 5.0
+
+
+def _metric_names_written_in(source: str) -> list[str]:
+    """String constants in ``source`` that name a metric, or begin one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if text in BY_NAME or (text.startswith("gpu_")
+                                   and any(name.startswith(text) for name in BY_NAME)):
+                found.append(text)
+    return found
+
+
+def test_collectors_name_no_metric_they_add_values_through_its_handle() -> None:
+    """A metric is one handle (its catalog entry): a collector adds values
+    through it, so a metric is renamed, retyped or re-bounded in one place."""
+    assert _metric_names_written_in('out.add("gpu_power_watts", 1)') == ["gpu_power_watts"]
+    assert _metric_names_written_in('name = "gpu_pcie_" + kind') == ["gpu_pcie_"]
+    assert _metric_names_written_in('labels = {"gpu_instance": "1"}') == []
+    package = Path(collectors.__file__).parent
+    written = {path.name: names for path in sorted(package.glob("*.py"))
+               if (names := _metric_names_written_in(path.read_text()))}
+    assert written == {}

@@ -159,9 +159,9 @@ def test_busy_time_skips_gaps_and_impossible_samples() -> None:
 
     collector = SamplesCollector(NvmlSession())
     uuid = "GPU-x"
-    collector._integrate_busy(uuid, None, [(1_000_000, 100.0)])  # the starting point
+    collector._integrate_samples(uuid, None, [(1_000_000, 100.0)])  # the starting point
     assert collector._busy_s[uuid] == 0.0
     # 0.2 s at 100 %, 0.2 s at 50 %; a 255 % sentinel and a 20 s gap count nothing.
-    collector._integrate_busy(uuid, 1_000_000, [(1_200_000, 100.0), (1_400_000, 50.0),
+    collector._integrate_samples(uuid, 1_000_000, [(1_200_000, 100.0), (1_400_000, 50.0),
                                                 (1_600_000, 255.0), (21_600_000, 100.0)])
     assert collector._busy_s[uuid] == pytest.approx(0.3)

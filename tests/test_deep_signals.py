@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator import SimulatedNode
@@ -61,12 +62,21 @@ def test_utilization_inflated_gpu_is_busy_but_its_sms_are_not() -> None:
     assert by_gpu(snap, "gpu_sm_active_ratio")["3"] > 0.7
 
 
-def test_gpm_samples_closer_than_100ms_wait_for_a_later_poll() -> None:
+def test_gpm_is_sampled_every_five_seconds_and_its_rates_held_between() -> None:
+    """A sample is two NVML calls per GPU; GPM's metrics are the interval's
+    averages, so a sample every SAMPLES_EVERY_S loses nothing. Between samples
+    the newest rates are exported again."""
     with SimRun("healthy", metrics={"detail": True}) as run:
-        run.poll(1)
-        snap = run.poll(0.5, interval=0.05)
-    # Rates still come, from samples at least 100 ms apart.
-    assert 0.7 < snap.get("gpu_sm_active_ratio", gpu="0") < 0.95  # type: ignore[operator]
+        run.poll()
+        gets = run.node.library.calls["nvmlGpmSampleGet"]
+        snaps = [run.poll(0.5, interval=0.25) for _ in range(int(2 * SAMPLES_EVERY_S))]
+        taken = run.node.library.calls["nvmlGpmSampleGet"] - gets
+        held = run.poll(1.0, interval=0.25)
+    ratios = [s.get("gpu_sm_active_ratio", gpu="0") for s in snaps]
+    assert all(r is None for r in ratios[:-1])
+    assert 0.7 < ratios[-1] < 0.95  # type: ignore[operator]
+    assert taken == 8  # one sample per GPU, 5 s after the first, over 20 polls
+    assert held.get("gpu_sm_active_ratio", gpu="0") == ratios[-1]
 
 
 def test_bursty_input_shows_in_sub_second_samples() -> None:

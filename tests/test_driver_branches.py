@@ -208,3 +208,33 @@ def test_no_link_state_at_all_leaves_the_state_series_absent() -> None:
     assert calls["nvmlDeviceGetNvLinkState"] == 8  # asked once per GPU, not every poll
     assert re.search(r'^gpu_exporter_collector_errors_total\{collector="nvlink"\} 0\.0$',
                      text, re.M)
+
+
+def _busy(text: str) -> tuple[dict[str, float], dict[str, str]]:
+    """GPU -> busy seconds, and GPU -> the source its counter comes from."""
+    busy = {gpu: float(v) for gpu, v in re.findall(
+        r'^gpu_busy_seconds_total\{gpu="(\d)",[^}]*\} (\S+)$', text, re.M)}
+    source = dict(re.findall(r'^gpu_busy_source_info\{gpu="(\d)",source="(\w+)"', text, re.M))
+    return busy, source
+
+
+@pytest.mark.parametrize("branch", list(LOSES))
+def test_utilization_is_never_missing(branch: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Where the driver keeps no utilization samples (some boards, vGPU, NVIDIA's
+    mock library), the busy counter comes from the 1-second utilization rate
+    at each poll, says so in gpu_busy_source_info and once in the log; where
+    it keeps them, from the samples. Either way rate() of it is the GPU's
+    utilization (0.96 in this scenario, with its noise)."""
+    _, text = exported("healthy", branch)
+    busy, source = _busy(text)
+    assert set(source.values()) == {"samples"} and len(busy) == 8
+    sc = on_branch("healthy", branch)
+    sc.state.errors = {"nvmlDeviceGetSamples": "NOT_SUPPORTED"}
+    with caplog.at_level(logging.INFO), SimRun(sc) as run:
+        run.poll(40)
+        text = run.scrape()
+    busy, source = _busy(text)
+    assert set(source.values()) == {"utilization_rate"} and len(source) == 8
+    assert all(0.85 * 40 <= seconds <= 40 for seconds in busy.values()), busy
+    said = [r for r in caplog.records if "utilization_rate" in r.getMessage()]
+    assert len(said) == 1, "one line for the node, not one per GPU or per poll"

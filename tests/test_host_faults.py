@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_exporter.catalog import CATALOG
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.pcie import PcieCollector
-from gpu_exporter.collectors.plausible import BOUNDS, RESETTABLE
 from gpu_exporter.host import procs as procs_module
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
 from gpu_exporter.poller import Poller
@@ -254,16 +254,17 @@ def test_fuzzed_proc_and_sys_never_crash_and_failures_are_reported(
 
 def _every_host_value_is_plausible(snap: Snapshot,
                                    last: dict[tuple[str, tuple[str, ...]], float]) -> None:
-    """Every host series in its range (collectors/plausible.py), available
-    memory within the total, and no counter lower than its last exported
-    value unless its resets are documented."""
-    for name, (low, high) in BOUNDS.items():
-        if not name.startswith("gpu_host_"):
+    """Every host series within its metric's bounds, available memory within
+    the total, and no counter lower than its last exported value unless its
+    resets are documented."""
+    for family in CATALOG:
+        bounds, name = family.bounds, family.name
+        if bounds is None or not name.startswith("gpu_host_"):
             continue
         for labels, value in snap.series(name):
-            assert low <= value <= high, (name, labels, value)
+            assert bounds.low <= value <= bounds.high, (name, labels, value)
             key = (name, tuple(labels.values()))
-            if name.endswith("_total") and name not in RESETTABLE:
+            if name.endswith("_total") and not bounds.resets:
                 assert value >= last.get(key, value), (name, labels, value, last[key])
             last[key] = value
     total = snap.get("gpu_host_memory_total_bytes")

@@ -3,7 +3,7 @@
 there is, NaN, a counter lower than its last reading) leaves that series
 absent for the poll, counts a read error and is logged once per series; the
 other series of the same file are still exported, and the series is back with
-the next sane reading. The ranges are ``collectors/plausible.py``'s one table.
+the next sane reading. The ranges are the bounds of each metric's catalog entry.
 
 Fast (a fixture tree and a virtual clock, no simulator) so that mutation
 testing can run it per mutant.
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.collectors import plausible as p
+from gpu_exporter.catalog import BY_NAME, CATALOG
+from gpu_exporter.collectors import values as p
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.snapshot import Snapshot
 from tests.test_host_collector import PAGE, Host, values
@@ -45,7 +46,7 @@ def test_every_host_series_the_collector_exports_has_a_range(tmp_path: Path) -> 
     host = Host(tmp_path)
     host.collect()
     snap = host.one_second_later()
-    names = {name for name in p.BOUNDS if name.startswith("gpu_host_")}
+    names = {m.name for m in CATALOG if m.bounds is not None and m.name.startswith("gpu_host_")}
     assert {n for n in names if snap.series(n)} == names
 
 
@@ -53,23 +54,26 @@ def test_a_share_just_outside_its_range_is_shown_at_the_edge_farther_out_rejecte
     host_src = _tally()
     for value, shown in [(-0.05, 0.0), (-0.0499, 0.0), (0.0, 0.0), (0.5, 0.5), (1.0, 1.0),
                          (1.05, 1.0)]:
-        assert p.accept_share(host_src, "gpu_host_cpu_iowait_ratio", value) == shown, value
+        assert p.accept_share(host_src, IOWAIT, value) == shown, value
     assert host_src.errors == 0
     for value in (-0.0501, 1.0501, math.nan, math.inf, -math.inf):
-        assert p.accept_share(host_src, "gpu_host_cpu_iowait_ratio", value) is None, value
+        assert p.accept_share(host_src, IOWAIT, value) is None, value
     assert host_src.errors == 5
     # a disk's busy time against the collector's own clock may land farther out
-    assert p.accept_share(host_src, "gpu_host_disk_busy_ratio", 1.5, ":sda") == 1.0
-    assert p.accept_share(host_src, "gpu_host_disk_busy_ratio", 1.5001, ":sda") is None
-    assert p.accept_share(host_src, "gpu_host_disk_busy_ratio", -0.5, ":sda") == 0.0
-    assert p.accept_share(host_src, "gpu_host_disk_busy_ratio", -0.5001, ":sda") is None
+    assert p.accept_share(host_src, DISK_BUSY, 1.5, "sda") == 1.0
+    assert p.accept_share(host_src, DISK_BUSY, 1.5001, "sda") is None
+    assert p.accept_share(host_src, DISK_BUSY, -0.5, "sda") == 0.0
+    assert p.accept_share(host_src, DISK_BUSY, -0.5001, "sda") is None
     assert host_src.errors == 7
     assert host_src.warned == {"implausible:gpu_host_cpu_iowait_ratio",
                                "implausible:gpu_host_disk_busy_ratio:sda"}
 
 
+IOWAIT, DISK_BUSY = BY_NAME["gpu_host_cpu_iowait_ratio"], BY_NAME["gpu_host_disk_busy_ratio"]
+
+
 def _tally() -> p.Tally:
-    """The host collector's tally, as plausible.py sees it."""
+    """The host collector's tally, as collectors/values.py sees it."""
     return HostCollector(Path("/nonexistent"))._src
 
 

@@ -1,10 +1,12 @@
-"""Readings checked against what a GPU can report (collectors/plausible.py):
-NVML's "not available" sentinels and impossible values leave the series absent
-for that poll, count a read error and are logged once per GPU and series;
-counters that go backwards are dropped unless NVML documents their resets.
+"""Readings checked against what a GPU or host can report: the bounds each
+metric's catalog entry carries (``catalog_types.Bounds``), applied by
+``collectors/values.py``. NVML's "not available" sentinels and impossible
+values leave the series absent for that poll, count a read error and are
+logged once per GPU and series; counters that go backwards are dropped unless
+their metric says NVML (or the kernel) documents their resets.
 
 Table-driven and fast: mutation testing (``./scripts/mutation.sh``) runs these
-for every edit of plausible.py and the device collector's conversions."""
+for every edit of the bounds and the device collector's conversions."""
 
 from __future__ import annotations
 
@@ -15,22 +17,29 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.catalog import CATALOG
-from gpu_exporter.collectors import plausible as p
+from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.catalog import BY_NAME, CATALOG
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.collectors import values as v
 from gpu_exporter.collectors.device import DeviceCollector
+from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.session import Gpu, Identity
 from gpu_exporter.simulator.world import GpuState
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.onegpu import OneGpu
 
-U32, U64 = p.U32_NA, p.U64_NA
+U32, U64 = c.U32_NA, c.U64_NA
 
 
 def gpu() -> Gpu:
     return Gpu(index=3, device=None, identity=Identity(3))
 
 
-# --- the table -----------------------------------------------------------------
+def metric(name: str) -> Metric:
+    return BY_NAME[name]
+
+
+# --- the bounds ------------------------------------------------------------------
 
 # Device metrics whose value is a flag or a label carrier (NVML answers them
 # as booleans the binding converts): nothing to range-check.
@@ -38,25 +47,28 @@ FLAGS = {"gpu_info", "gpu_up", "gpu_throttle_reason_active", "gpu_ecc_enabled",
          "gpu_row_remap_pending", "gpu_row_remap_failed", "gpu_persistence_mode_enabled",
          # value 1, the reading is the label (an unknown code is named code_N)
          "gpu_recovery_action", "gpu_fabric_state"}
+BOUNDED = sorted(m.name for m in CATALOG if m.bounds is not None)
 
 
-def test_every_device_and_host_reading_has_a_range() -> None:
-    checked = {m.name for m in CATALOG if m.collector in ("device", "host")}
-    assert checked - FLAGS == set(p.BOUNDS), "a device or host metric without a range"
-    assert set(p.RELATIVE) <= set(p.BOUNDS)
-    assert set(p.SLACK) <= set(p.BOUNDS)
-    for low, high in p.BOUNDS.values():
-        assert low < high
+def test_every_device_and_host_reading_has_bounds() -> None:
+    unbounded = {m.name for m in CATALOG if m.collector in ("device", "host")
+                 and m.bounds is None}
+    assert unbounded == FLAGS, "a device or host reading without bounds"
+    for name in BOUNDED:
+        bounds = BY_NAME[name].bounds
+        assert bounds is not None and bounds.low < bounds.high
 
 
-@pytest.mark.parametrize("name", sorted(p.BOUNDS))
+@pytest.mark.parametrize("name", BOUNDED)
 def test_a_range_is_inclusive_at_both_ends(name: str) -> None:
-    low, high = p.BOUNDS[name]
-    assert p.plausible(name, low)
-    assert p.plausible(name, high)
-    assert p.plausible(name, (low + high) / 2)
-    assert not p.plausible(name, low - 1e-9 * max(1.0, abs(low)) - 1e-12)
-    assert not p.plausible(name, high + 1e-9 * high)
+    bounds = BY_NAME[name].bounds
+    assert bounds is not None
+    low, high = bounds.low, bounds.high
+    assert v.plausible(metric(name), low)
+    assert v.plausible(metric(name), high)
+    assert v.plausible(metric(name), (low + high) / 2)
+    assert not v.plausible(metric(name), low - 1e-9 * max(1.0, abs(low)) - 1e-12)
+    assert not v.plausible(metric(name), high + 1e-9 * high)
 
 
 # What NVML's sentinels become after the binding's unit conversion, each of
@@ -88,60 +100,93 @@ SENTINELS = [
 
 @pytest.mark.parametrize(("name", "value"), SENTINELS)
 def test_sentinels_are_not_readings(name: str, value: float) -> None:
-    assert not p.plausible(name, value)
+    assert not v.plausible(metric(name), value)
 
 
 @pytest.mark.parametrize(("name", "value", "ceiling", "ok"), [
     ("gpu_power_watts", 700.0, 700.0, True),
     ("gpu_power_watts", 1750.0, 700.0, True),    # 2.5 x the limit: a transient
     ("gpu_power_watts", 1750.5, 700.0, False),
-    ("gpu_power_watts", 1750.5, None, True),     # no limit known: the table alone
+    ("gpu_power_watts", 1750.5, None, True),     # no limit known: the bounds alone
     ("gpu_memory_used_bytes", 80e9, 80e9, True),
     ("gpu_memory_used_bytes", 80e9 + 1, 80e9, False),
     ("gpu_memory_reserved_bytes", 80e9 + 1, 80e9, False),
     ("gpu_clock_hertz", 2.97e9, 1.98e9, True),
     ("gpu_clock_hertz", 2.98e9, 1.98e9, False),
     ("gpu_clock_application_hertz", 2.98e9, 1.98e9, False),
-    ("gpu_power_watts", 6000.0, 10000.0, False),  # the table's bound still holds
+    ("gpu_power_watts", 6000.0, 10000.0, False),  # the metric's own bound still holds
 ])
 def test_a_reading_is_held_against_the_boards_own_figure(name: str, value: float,
                                                          ceiling: float | None,
                                                          ok: bool) -> None:
-    assert p.plausible(name, value, ceiling) is ok
+    assert v.plausible(metric(name), value, ceiling) is ok
+
+
+def test_a_ceiling_for_a_metric_not_held_against_one_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="ceiling"):
+        v.plausible(metric("gpu_temperature_celsius"), 50.0, 100.0)
 
 
 # --- counters --------------------------------------------------------------------
 
-@pytest.mark.parametrize(("series", "values", "backwards"), [
-    ("gpu_pcie_replays_total", [5, 5, 6], [False, False, False]),
-    ("gpu_pcie_replays_total", [5, 4, 6], [False, True, False]),
-    ("gpu_pcie_replays_total", [5, 4, 4, 5], [False, True, True, False]),
+@pytest.mark.parametrize(("name", "series", "values", "backwards"), [
+    ("gpu_pcie_replays_total", (), [5, 5, 6], [False, False, False]),
+    ("gpu_pcie_replays_total", (), [5, 4, 6], [False, True, False]),
+    ("gpu_pcie_replays_total", (), [5, 4, 4, 5], [False, True, True, False]),
     # NVML documents these resets: a lower value is the counter's new start.
-    ("gpu_energy_joules_total", [900.0, 10.0, 20.0], [False, False, False]),
-    ("gpu_ecc_errors_total:volatile/corrected", [7, 0, 1], [False, False, False]),
+    ("gpu_energy_joules_total", (), [900.0, 10.0, 20.0], [False, False, False]),
+    ("gpu_ecc_errors_total", ("corrected", "volatile"), [7, 0, 1], [False, False, False]),
     # ...and no others: the aggregate ECC counts persist in the InfoROM.
-    ("gpu_ecc_errors_total:aggregate/corrected", [7, 0, 8], [False, True, False]),
+    ("gpu_ecc_errors_total", ("corrected", "aggregate"), [7, 0, 8], [False, True, False]),
 ])
-def test_a_counter_that_goes_backwards(series: str, values: list[float],
+def test_a_counter_that_goes_backwards(name: str, series: tuple[str, ...], values: list[float],
                                        backwards: list[bool]) -> None:
     g = gpu()
-    assert [p.went_backwards(g, series, v) for v in values] == backwards
+    assert [v.went_backwards(g, metric(name), series, x) for x in values] == backwards
 
 
 def test_a_dropped_counter_keeps_the_last_accepted_reading() -> None:
     g = gpu()
-    p.went_backwards(g, "gpu_pcie_replays_total", 10)
-    p.went_backwards(g, "gpu_pcie_replays_total", 3)
+    replays, energy = metric("gpu_pcie_replays_total"), metric("gpu_energy_joules_total")
+    v.went_backwards(g, replays, (), 10)
+    v.went_backwards(g, replays, (), 3)
     assert g.counters == {"gpu_pcie_replays_total": 10}
-    p.went_backwards(g, "gpu_energy_joules_total", 10)
-    p.went_backwards(g, "gpu_energy_joules_total", 3)
+    v.went_backwards(g, energy, (), 10)
+    v.went_backwards(g, energy, (), 3)
     assert g.counters["gpu_energy_joules_total"] == 3
 
 
 def test_counters_of_other_series_do_not_mix() -> None:
     g = gpu()
-    assert not p.went_backwards(g, "gpu_pcie_bytes_total:tx", 100)
-    assert not p.went_backwards(g, "gpu_pcie_bytes_total:rx", 50)
+    assert not v.went_backwards(g, metric("gpu_pcie_bytes_total"), ("tx",), 100)
+    assert not v.went_backwards(g, metric("gpu_pcie_bytes_total"), ("rx",), 50)
+
+
+@pytest.mark.parametrize(("name", "series", "resets"), [
+    ("gpu_host_network_receive_drops_total", ("eth0",), True),
+    ("gpu_energy_joules_total", (), True),
+    ("gpu_ecc_errors_total", ("corrected", "volatile"), True),
+    ("gpu_ecc_errors_total", ("uncorrected", "volatile"), True),
+    ("gpu_ecc_errors_total", ("corrected", "aggregate"), False),
+    ("gpu_pcie_replays_total", (), False),
+    ("gpu_host_cpu_seconds_total", (), False),
+])
+def test_a_documented_reset_is_told_by_the_metric_and_its_labels(
+        name: str, series: tuple[str, ...], resets: bool) -> None:
+    g = gpu()
+    assert not v.went_backwards(g, metric(name), series, 10.0)
+    assert v.went_backwards(g, metric(name), series, 1.0) is not resets
+    assert g.counters[v.series_key(metric(name), series)] == (1.0 if resets else 10.0)
+
+
+def test_a_reset_by_a_label_the_metric_lacks_is_refused() -> None:
+    from gpu_exporter.catalog_types import Bounds, metric_spec
+
+    with pytest.raises(ValueError, match="resets by a label"):
+        metric_spec("gpu_x_total", "counter", "x", ("gpu",), "device",
+                    bounds=Bounds(0.0, 1.0, resets=("scope", "volatile")))
+    with pytest.raises(ValueError, match="cannot reset"):
+        metric_spec("gpu_x", "gauge", "x", ("gpu",), "device", bounds=Bounds(0.0, 1.0, resets=True))
 
 
 # --- accept: counted and logged ------------------------------------------------------
@@ -149,19 +194,20 @@ def test_counters_of_other_series_do_not_mix() -> None:
 def test_accept_passes_a_reading_without_a_trace(caplog: pytest.LogCaptureFixture) -> None:
     g = gpu()
     with caplog.at_level(logging.WARNING):
-        assert p.accept(g, "gpu_power_watts", 300.0, 700.0)
-        assert p.accept_slow_counter(g, "gpu_pcie_replays_total", 3, cache_key="pcie_replays")
+        assert v.accept(g, metric("gpu_power_watts"), 300.0, ceiling=700.0)
+        assert v.accept_counter(g, metric("gpu_pcie_replays_total"), 3)
     assert g.errors == 0 and not caplog.records and not g.warned
 
 
 def test_a_rejected_reading_counts_an_error_and_logs_once_per_series(
         caplog: pytest.LogCaptureFixture) -> None:
     g = gpu()
+    temperature = metric("gpu_temperature_celsius")
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
-            assert not p.accept(g, "gpu_temperature_celsius", float(U32), series=":gpu")
-        assert not p.accept(g, "gpu_temperature_celsius", float(U32), series=":memory")
-        assert not p.accept(g, "gpu_power_watts", 800.0, 300.0)
+            assert not v.accept(g, temperature, float(U32), "gpu")
+        assert not v.accept(g, temperature, float(U32), "memory")
+        assert not v.accept(g, metric("gpu_power_watts"), 800.0, ceiling=300.0)
     assert g.errors == 5
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3
@@ -172,43 +218,36 @@ def test_a_rejected_reading_counts_an_error_and_logs_once_per_series(
     assert "gpu_power_watts reads 800.0" in messages[2]
     other = Gpu(index=4, device=None, identity=Identity(4))
     with caplog.at_level(logging.WARNING):
-        p.accept(other, "gpu_temperature_celsius", float(U32), series=":gpu")
+        v.accept(other, temperature, float(U32), "gpu")
     assert caplog.records[-1].getMessage().startswith("GPU 4:")  # once per GPU, not globally
 
 
 def test_a_counter_is_remembered_by_its_series() -> None:
     g = gpu()
-    assert p.accept_counter(g, "gpu_pcie_replays_total", 3)
-    assert p.accept_counter(g, "gpu_pcie_bytes_total", 7.0, ":rx")
+    assert v.accept_counter(g, metric("gpu_pcie_replays_total"), 3)
+    assert v.accept_counter(g, metric("gpu_pcie_bytes_total"), 7.0, "rx")
     assert g.counters == {"gpu_pcie_replays_total": 3, "gpu_pcie_bytes_total:rx": 7.0}
-
-
-def test_a_rejected_counter_not_held_by_a_slow_read_is_just_dropped() -> None:
-    g = gpu()
-    assert not p.accept_slow_counter(g, "gpu_pcie_replays_total", U32, cache_key="pcie_replays")
-    assert g.errors == 1 and g.slow == {}
-
-
-def test_a_rejected_counter_is_asked_again_next_poll() -> None:
-    g = gpu()
-    g.slow["pcie_replays"] = (0, U32)
-    g.slow["energy"] = (0, 5.0)
-    assert not p.accept_slow_counter(g, "gpu_pcie_replays_total", U32, cache_key="pcie_replays")
-    assert "pcie_replays" not in g.slow and "energy" in g.slow
-    assert g.errors == 1
-    assert not p.accept_counter(g, "gpu_pcie_replays_total", U32)
-    assert g.errors == 2 and "energy" in g.slow
 
 
 def test_a_counter_going_backwards_is_rejected_and_counted(
         caplog: pytest.LogCaptureFixture) -> None:
     g = gpu()
-    assert p.accept_counter(g, "gpu_pcie_bytes_total", 1000.0, ":tx")
+    pcie_bytes = metric("gpu_pcie_bytes_total")
+    assert v.accept_counter(g, pcie_bytes, 1000.0, "tx")
     with caplog.at_level(logging.WARNING):
-        assert not p.accept_counter(g, "gpu_pcie_bytes_total", 10.0, ":tx")
+        assert not v.accept_counter(g, pcie_bytes, 10.0, "tx")
     assert g.errors == 1
     assert "gpu_pcie_bytes_total:tx reads 10.0" in caplog.records[0].getMessage()
-    assert p.accept_counter(g, "gpu_pcie_bytes_total", 1001.0, ":tx")
+    assert v.accept_counter(g, pcie_bytes, 1001.0, "tx")
+
+
+def test_the_energy_counter_is_exported_after_the_driver_resets_it() -> None:
+    g = gpu()
+    energy = metric("gpu_energy_joules_total")
+    assert v.accept_counter(g, energy, 100.0)
+    assert v.accept_counter(g, energy, 5.0)
+    assert g.counters == {"gpu_energy_joules_total": 5.0}
+    assert g.errors == 0
 
 
 # --- the device collector -------------------------------------------------------------
@@ -281,7 +320,12 @@ def test_a_bad_reading_leaves_its_series_absent_for_that_poll(
     assert _values(good, *absent[:1], **absent[1]), "present while the reading is good"
     assert collector.errors() == 0
     tamper.bad = {field: bad}
-    snap = one.poll(collector)
+    # A value read on a cadence (the link, the P-state, the memory clock) is
+    # rejected at its next read.
+    for _ in range(SLOW_READ_EVERY_POLLS + 1):
+        snap = one.poll(collector)
+        if not _values(snap, absent[0], **absent[1]):
+            break
     assert _values(snap, absent[0], **absent[1]) == []
     assert _values(snap, kept[0], **kept[1]), "a bad reading took another series with it"
     assert collector.errors() >= 1
@@ -343,12 +387,12 @@ def test_a_slow_counter_that_goes_backwards_is_dropped_and_asked_again(
     polls = 0
     while _values(one.poll(collector), "gpu_pcie_replays_total") != [40.0]:
         polls += 1
-        assert polls < 12, "the slow read never came"
+        assert polls <= SLOW_READ_EVERY_POLLS, "the slow read never came"
     tamper.bad = {"pcie_replays": 3, "pcie_tx_bytes": 1}
     polls = 0
     while _values(snap := one.poll(collector), "gpu_pcie_replays_total") == [40.0]:
         polls += 1  # the held value until the next slow read
-        assert polls < 12, "the slow read never came"
+        assert polls <= SLOW_READ_EVERY_POLLS, "the slow read never came"
     assert _values(snap, "gpu_pcie_replays_total") == []
     assert _values(snap, "gpu_pcie_bytes_total", direction="tx") == []
     assert _values(snap, "gpu_pcie_bytes_total", direction="rx")
@@ -369,25 +413,3 @@ def test_volatile_ecc_counts_reset_and_are_exported(
     snap = one.poll(collector)
     assert _values(snap, "gpu_ecc_errors_total", type="corrected", scope="volatile") == [1.0]
     assert collector.errors() == 0
-
-
-def test_a_documented_reset_is_told_by_the_metric_name_before_the_first_colon() -> None:
-    g = gpu()
-    for series in ("gpu_host_network_receive_drops_total:eth0:1",
-                   "gpu_ecc_errors_total:volatile/corrected", "gpu_energy_joules_total"):
-        assert not p.went_backwards(g, series, 10.0)
-        assert not p.went_backwards(g, series, 1.0), series  # a reset: accepted
-        assert g.counters[series] == 1.0
-    for series in ("gpu_ecc_errors_total:aggregate/corrected", "gpu_pcie_replays_total:x:y"):
-        assert not p.went_backwards(g, series, 10.0)
-        assert p.went_backwards(g, series, 1.0), series
-        assert g.counters[series] == 10.0
-
-
-def test_the_energy_counter_is_exported_after_the_driver_resets_it() -> None:
-    g = gpu()
-    g.slow["energy"] = (0, 100.0)
-    assert p.accept_slow_counter(g, "gpu_energy_joules_total", 100.0, cache_key="energy")
-    assert p.accept_slow_counter(g, "gpu_energy_joules_total", 5.0, cache_key="energy")
-    assert g.counters == {"gpu_energy_joules_total": 5.0}
-    assert g.errors == 0 and "energy" in g.slow

@@ -40,8 +40,10 @@ def recorded_at(t: float) -> dict[str, Any]:
 
 def test_a_real_h100s_answers_become_metrics_in_base_units() -> None:
     with DetailRun(load_scenario(str(RECORDING)), metrics={"detail": True}) as run:
-        snap = run.poll(3)
-    rec, first = recorded_at(3.0), recorded_at(0.0)
+        # GPM is sampled every 5 s: the rates of 5 to 10 s (the first interval
+        # holds the recording's first poll, which had no GPM rates yet).
+        snap = run.poll(10)
+    rec, first = recorded_at(10.0), recorded_at(0.0)
     uuid = rec["uuid"]
     (info, _), = snap.series("gpu_info")
     assert info["name"] == "NVIDIA H100 80GB HBM3" and info["uuid"] == uuid
@@ -56,9 +58,10 @@ def test_a_real_h100s_answers_become_metrics_in_base_units() -> None:
     assert snap.get("gpu_utilization_ratio", gpu="0") == rec["util_pct"] / 100
     assert snap.get("gpu_temperature_celsius", gpu="0", sensor="memory") == rec["mem_temp_c"]
     # The energy counter is a slow read (3 ms of CPU a call on this board):
-    # three polls in, it still holds the first poll's value, in joules.
+    # read at the first poll, then again ten polls later, in joules.
+    assert first["energy_mj"] != rec["energy_mj"]
     assert snap.get("gpu_energy_joules_total", gpu="0") == pytest.approx(
-        first["energy_mj"] / 1000)
+        rec["energy_mj"] / 1000)
     assert snap.get("gpu_throttle_reason_active", gpu="0", reason="sw_power_cap") == 1.0
     assert snap.get("gpu_throttle_reason_active", gpu="0", reason="hw_slowdown") == 0.0
     assert snap.get("gpu_tensor_active_ratio", gpu="0") == pytest.approx(0.93, abs=0.02)

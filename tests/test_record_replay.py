@@ -51,16 +51,16 @@ def test_recording_replays_to_the_same_metrics(tmp_path: Path, scenario: str) ->
 def test_recording_keeps_error_codes(tmp_path: Path) -> None:
     scenario = tmp_path / "broken.yaml"
     scenario.write_text("name: broken\nnode: {gpus: 2, profile: rtx-4090}\n"
-                        "state: {utilization: 0.9, errors: {nvmlDeviceGetPowerUsage: UNKNOWN}}\n")
+                        "state: {utilization: 0.9, errors: {nvmlDeviceGetTemperature: UNKNOWN}}\n")
     out = tmp_path / "node.yaml"
     assert run_cli(["record", "--simulate", str(scenario), "--duration", "3s", "--out",
                     str(out)]).returncode == 0
     text = out.read_text()
-    assert "nvmlDeviceGetPowerUsage: UNKNOWN" in text
+    assert "nvmlDeviceGetTemperature: UNKNOWN" in text
     assert "nvmlDeviceGetEccMode: NOT_SUPPORTED" in text
     with SimRun(load_scenario(str(out))) as run:
         snap = run.poll(3)
-    assert not snap.series("gpu_power_watts")
+    assert [lab["sensor"] for lab, _ in snap.series("gpu_temperature_celsius")] == []
     assert not snap.series("gpu_ecc_enabled")
     assert snap.series("gpu_fan_speed_ratio")
 

@@ -62,8 +62,8 @@ def test_a_hung_call_on_one_gpu_does_not_stop_the_others_or_metrics() -> None:
     scenario = Scenario(
         name="hang", node={"gpus": 3}, state={"utilization": 0.9},
         timeline=[{"at": "1s", "gpus": [1],
-                   "set": {"hangs": {"nvmlDeviceGetPowerUsage": HANG_AND_RECOVER_S}}},
-                  {"at": "3s", "gpus": [1], "set": {"hangs": {"nvmlDeviceGetPowerUsage": 0}}}])
+                   "set": {"hangs": {"nvmlDeviceGetTemperature": HANG_AND_RECOVER_S}}},
+                  {"at": "3s", "gpus": [1], "set": {"hangs": {"nvmlDeviceGetTemperature": 0}}}])
     node = SimulatedNode(scenario)
     exporter = Exporter(settings(poll=HUNG_POLL), node)
     exporter.start()
@@ -104,11 +104,11 @@ def test_a_hung_call_on_one_gpu_does_not_stop_the_others_or_metrics() -> None:
 
 def test_no_permission_on_one_call_degrades_only_that_series() -> None:
     scenario = Scenario(name="noperm", node={"gpus": 2}, state={
-        "utilization": 0.9, "errors": {"nvmlDeviceGetTotalEnergyConsumption": "NO_PERMISSION"}})
+        "utilization": 0.9, "errors": {"nvmlDeviceGetTemperature": "NO_PERMISSION"}})
     with SimRun(scenario) as run:
         snap = run.poll(3)
-        calls = run.node.library.calls["nvmlDeviceGetTotalEnergyConsumption"]
-    assert not snap.series("gpu_energy_joules_total")
+        calls = run.node.library.calls["nvmlDeviceGetTemperature"]
+    assert [lab["sensor"] for lab, _ in snap.series("gpu_temperature_celsius")] == ["memory"] * 2
     assert snap.get("gpu_up", gpu="0") == 1.0 and snap.series("gpu_power_watts")
     assert calls == 2  # documented degrade: asked once per GPU, not every poll
 
@@ -248,9 +248,9 @@ def test_no_permission_on_process_queries_degrades_to_no_process_series(
 
 
 def test_the_hung_call_scenario_keeps_metrics_answering() -> None:
-    """fault-hung-call, its timeline brought forward: GPU 2's power reads block."""
+    """fault-hung-call, its timeline brought forward: GPU 2's temperature reads block."""
     scenario = load_scenario("fault-hung-call")
-    assert scenario.timeline[0].set.hangs == {"nvmlDeviceGetPowerUsage": HANG_S}
+    assert scenario.timeline[0].set.hangs == {"nvmlDeviceGetTemperature": HANG_S}
     early = scenario.model_copy(update={"timeline": [
         scenario.timeline[0].model_copy(update={"at": 0.5}),
         scenario.timeline[1].model_copy(update={"at": 3.0})]})
@@ -389,7 +389,7 @@ def _wait_metrics(url: str, done: Callable[[str], bool], timeout: float = 15) ->
 def test_sigterm_stops_within_5s_even_while_an_nvml_call_hangs(tmp_path: Path) -> None:
     path = tmp_path / "hang.yaml"
     path.write_text("name: hang\nextends: healthy\ntimeline:\n  - at: 0.5s\n    gpus: [2]\n"
-                    "    set: {hangs: {nvmlDeviceGetPowerUsage: 60}}\n")
+                    "    set: {hangs: {nvmlDeviceGetTemperature: 60}}\n")
     port = free_port()
     proc = start(["--simulate", str(path), "--web.listen-address", f"127.0.0.1:{port}",
                   "--poll.interval", "0.2s", "--poll.timeout", "0.3s"])

@@ -180,7 +180,7 @@ def test_unsupported_calls_are_asked_once_not_every_poll() -> None:
         calls = run.node.library.calls
     assert calls["nvmlDeviceGetEccMode"] == 2  # once per GPU
     assert calls["nvmlDeviceGetRemappedRows"] == 2
-    assert calls["nvmlDeviceGetPowerUsage"] == 2 * 11  # every poll
+    assert calls["nvmlDeviceGetTemperature"] == 2 * 11  # every poll
 
 
 def test_a100_pcie_has_no_pcie_byte_counters_but_memory_temperature() -> None:
@@ -193,10 +193,10 @@ def test_a100_pcie_has_no_pcie_byte_counters_but_memory_temperature() -> None:
 
 
 def test_one_failing_call_leaves_the_rest_of_the_gpu_reporting() -> None:
-    scenario = _node("h100-sxm5-80gb", errors={"nvmlDeviceGetPowerUsage": "UNKNOWN"})
+    scenario = _node("h100-sxm5-80gb", errors={"nvmlDeviceGetTemperature": "UNKNOWN"})
     with DetailRun(scenario) as run:
         snap = run.poll(3)
-    assert not snap.series("gpu_power_watts")
+    assert not values(snap, "gpu_temperature_celsius", sensor="gpu")
     assert set(values(snap, "gpu_up").values()) == {1.0}
     assert values(snap, "gpu_utilization_ratio")
     assert snap.get("gpu_exporter_collector_errors_total", collector="device") > 0

@@ -131,19 +131,21 @@ def test_without_a_timeout_polls_run_inline() -> None:
 
 def test_what_the_gpus_answer_not_supported_for_is_said_once_naming_them_all(
         caplog: pytest.LogCaptureFixture) -> None:
-    """On an 8-GPU node every GPU answers NOT_SUPPORTED for the power reading
-    and two GPUs for the energy counter: one line for each, with the GPUs it applies to."""
+    """On an 8-GPU node every GPU answers NOT_SUPPORTED for the temperature
+    reading and two GPUs for the PCIe link width: one line for each, with the
+    GPUs it applies to."""
     caplog.set_level(logging.INFO)
-    no_energy = {"errors": {"nvmlDeviceGetTotalEnergyConsumption": "NOT_SUPPORTED"}}
+    no_width = {"errors": {"nvmlDeviceGetCurrPcieLinkWidth": "NOT_SUPPORTED"}}
     scenario = Scenario(name="unsupported", node={"gpus": 8},
-                        state={"errors": {"nvmlDeviceGetPowerUsage": "NOT_SUPPORTED"}},
-                        gpus={2: no_energy, 5: no_energy})
+                        state={"errors": {"nvmlDeviceGetTemperature": "NOT_SUPPORTED"}},
+                        gpus={2: no_width, 5: no_width})
     with SimRun(scenario) as run:
         run.poll(10)
     said = [m for m in (r.getMessage() for r in caplog.records)
             if "NVML answers NOT_SUPPORTED" in m]
-    power = [m for m in said if "nvmlDeviceGetPowerUsage" in m]
-    energy = [m for m in said if "nvmlDeviceGetTotalEnergyConsumption" in m]
-    assert len(power) == 1 and power[0].startswith("GPUs 0-7: NVML answers NOT_SUPPORTED"), said
-    assert len(energy) == 1 and energy[0].startswith("GPUs 2, 5: "), said
+    temperature = [m for m in said if "nvmlDeviceGetTemperature" in m]
+    width = [m for m in said if "nvmlDeviceGetCurrPcieLinkWidth" in m]
+    assert len(temperature) == 1, said
+    assert temperature[0].startswith("GPUs 0-7: NVML answers NOT_SUPPORTED"), said
+    assert len(width) == 1 and width[0].startswith("GPUs 2, 5: "), said
     assert not [m for m in said if m.startswith("GPU 0:")], said

@@ -11,7 +11,7 @@ Prometheus sets those at scrape.
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Metric
+from gpu_exporter.catalog_types import GPU, Metric, declared
 from gpu_exporter.catalog_types import metric_spec as _m
 
 # A MIG device's allocation is on its parent GPU, placed like a process's.
@@ -22,54 +22,77 @@ JOB = (*GPU, "scheduler", "slurm_job_id", "slurm_uid", "slurm_step")
 WORKLOAD = ("pod_uid", "container_id", "slurm_job_id")
 SOURCE = "attribution"
 
-METRICS: tuple[Metric, ...] = (
-    _m("gpu_allocation_info", "gauge",
-       "A GPU or MIG device the kubelet allocated to a container (value 1), from the "
-       "PodResources API: by the device plugin (resource nvidia.com/gpu ...), or through a "
-       "ResourceClaim (resource gpu.nvidia.com, the DRA driver, with the claim's namespace "
-       "and name; empty otherwise); gpu_instance and compute_instance are empty for a whole "
-       "GPU. A GPU shared by time-slicing or by a claim several containers use has one "
-       "series per container holding it.",
-       ALLOCATION, SOURCE),
-    _m("gpu_job_info", "gauge",
-       "A Slurm job running on the GPU (value 1), from its processes' cgroups (or "
-       "SLURM_JOB_ID where the environment is readable); slurm_uid is the job's numeric "
-       "user id, empty when not known.", JOB, SOURCE),
-    _m("gpu_owner_sm_share_ratio", "gauge",
-       "On a GPU with more than one owner, each owner's share of the SM time its processes "
-       "used since the last per-process sample (NVML), which the energy recording rule splits "
-       "the GPU's energy by: owner is \"slurm job <id>\", \"pod <uid> container <id>\" (a "
-       "process's cgroup names its pod by UID) or \"host\". Absent where NVML gives no "
-       "per-process samples or no process ran kernels.", (*GPU, "owner"), SOURCE),
-    _m("gpu_workload_pressure_ratio", "gauge",
-       "Share of the last 10 s in which some (kind=some) or all (kind=full) of the "
-       "workload's tasks were stalled on the resource, from its cgroup's "
-       "{cpu,io,memory}.pressure. Absent on cgroup v1 and kernels without PSI. "
-       "rate(gpu_workload_pressure_stalled_seconds_total) is the same share over any window.",
-       (*WORKLOAD, "resource", "kind"), SOURCE, detail=True),
-    _m("gpu_workload_pressure_stalled_seconds_total", "counter",
-       "Time the workload's tasks were stalled on the resource, from its cgroup's "
-       "{cpu,io,memory}.pressure totals.", (*WORKLOAD, "resource", "kind"), SOURCE),
-    _m("gpu_workload_cpu_periods_total", "counter",
-       "CPU-limit enforcement periods in which the workload ran, from cpu.stat nr_periods "
-       "(stays 0 without a CPU limit).", WORKLOAD, SOURCE),
-    _m("gpu_workload_cpu_throttled_periods_total", "counter",
-       "Periods in which the workload used up its CPU limit and was throttled, from "
-       "cpu.stat nr_throttled.", WORKLOAD, SOURCE),
-    _m("gpu_workload_cpu_throttled_seconds_total", "counter",
-       "Time the workload's tasks were held off the CPU by its limit, from cpu.stat "
-       "throttled_usec.", WORKLOAD, SOURCE),
-    _m("gpu_workload_cpu_limit_cores", "gauge",
-       "The workload's CPU limit in CPUs (quota / period from cpu.max); absent when "
-       "unlimited.", WORKLOAD, SOURCE),
-    _m("gpu_workload_oom_kills_total", "counter",
-       "Tasks of the workload killed by the OOM killer, from memory.events oom_kill.",
-       WORKLOAD, SOURCE),
-    _m("gpu_exporter_pod_resources_state", "gauge",
-       "1 for the current state of the kubelet PodResources client, 0 for the others: ok, "
-       "socket_absent (attribution off), unreadable, timed_out, error, starting.",
-       ("state",), SOURCE),
-    _m("gpu_exporter_pod_resources_failures_total", "counter",
-       "Failed attempts to read the kubelet's PodResources API (an absent socket is not "
-       "a failure: attribution is off).", (), SOURCE),
-)
+ALLOCATION_INFO = _m(
+    "gpu_allocation_info", "gauge",
+    "A GPU or MIG device the kubelet allocated to a container (value 1), from the "
+    "PodResources API: by the device plugin (resource nvidia.com/gpu ...), or through a "
+    "ResourceClaim (resource gpu.nvidia.com, the DRA driver, with the claim's namespace "
+    "and name; empty otherwise); gpu_instance and compute_instance are empty for a whole "
+    "GPU. A GPU shared by time-slicing or by a claim several containers use has one "
+    "series per container holding it.",
+    ALLOCATION, SOURCE)
+
+JOB_INFO = _m(
+    "gpu_job_info", "gauge",
+    "A Slurm job running on the GPU (value 1), from its processes' cgroups (or "
+    "SLURM_JOB_ID where the environment is readable); slurm_uid is the job's numeric "
+    "user id, empty when not known.", JOB, SOURCE)
+
+OWNER_SM_SHARE_RATIO = _m(
+    "gpu_owner_sm_share_ratio", "gauge",
+    "On a GPU with more than one owner, each owner's share of the SM time its processes "
+    "used since the last per-process sample (NVML), which the energy recording rule splits "
+    "the GPU's energy by: owner is \"slurm job <id>\", \"pod <uid> container <id>\" (a "
+    "process's cgroup names its pod by UID) or \"host\". Absent where NVML gives no "
+    "per-process samples or no process ran kernels.", (*GPU, "owner"), SOURCE)
+
+WORKLOAD_PRESSURE_RATIO = _m(
+    "gpu_workload_pressure_ratio", "gauge",
+    "Share of the last 10 s in which some (kind=some) or all (kind=full) of the "
+    "workload's tasks were stalled on the resource, from its cgroup's "
+    "{cpu,io,memory}.pressure. Absent on cgroup v1 and kernels without PSI. "
+    "rate(gpu_workload_pressure_stalled_seconds_total) is the same share over any window.",
+    (*WORKLOAD, "resource", "kind"), SOURCE, detail=True)
+
+WORKLOAD_PRESSURE_STALLED_SECONDS_TOTAL = _m(
+    "gpu_workload_pressure_stalled_seconds_total", "counter",
+    "Time the workload's tasks were stalled on the resource, from its cgroup's "
+    "{cpu,io,memory}.pressure totals.", (*WORKLOAD, "resource", "kind"), SOURCE)
+
+WORKLOAD_CPU_PERIODS_TOTAL = _m(
+    "gpu_workload_cpu_periods_total", "counter",
+    "CPU-limit enforcement periods in which the workload ran, from cpu.stat nr_periods "
+    "(stays 0 without a CPU limit).", WORKLOAD, SOURCE)
+
+WORKLOAD_CPU_THROTTLED_PERIODS_TOTAL = _m(
+    "gpu_workload_cpu_throttled_periods_total", "counter",
+    "Periods in which the workload used up its CPU limit and was throttled, from "
+    "cpu.stat nr_throttled.", WORKLOAD, SOURCE)
+
+WORKLOAD_CPU_THROTTLED_SECONDS_TOTAL = _m(
+    "gpu_workload_cpu_throttled_seconds_total", "counter",
+    "Time the workload's tasks were held off the CPU by its limit, from cpu.stat "
+    "throttled_usec.", WORKLOAD, SOURCE)
+
+WORKLOAD_CPU_LIMIT_CORES = _m(
+    "gpu_workload_cpu_limit_cores", "gauge",
+    "The workload's CPU limit in CPUs (quota / period from cpu.max); absent when "
+    "unlimited.", WORKLOAD, SOURCE)
+
+WORKLOAD_OOM_KILLS_TOTAL = _m(
+    "gpu_workload_oom_kills_total", "counter",
+    "Tasks of the workload killed by the OOM killer, from memory.events oom_kill.",
+    WORKLOAD, SOURCE)
+
+EXPORTER_POD_RESOURCES_STATE = _m(
+    "gpu_exporter_pod_resources_state", "gauge",
+    "1 for the current state of the kubelet PodResources client, 0 for the others: ok, "
+    "socket_absent (attribution off), unreadable, timed_out, error, starting.",
+    ("state",), SOURCE)
+
+EXPORTER_POD_RESOURCES_FAILURES_TOTAL = _m(
+    "gpu_exporter_pod_resources_failures_total", "counter",
+    "Failed attempts to read the kubelet's PodResources API (an absent socket is not "
+    "a failure: attribution is off).", (), SOURCE)
+
+METRICS: tuple[Metric, ...] = declared(globals())

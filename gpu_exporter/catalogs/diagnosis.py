@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Metric
+from gpu_exporter.catalog_types import GPU, Metric, declared
 from gpu_exporter.catalog_types import metric_spec as _m
 
-METRICS: tuple[Metric, ...] = (
-    _m("gpu_diagnosis_active", "gauge",
-       "1 while this row of the symptom -> cause table holds for the GPU (it held for the "
-       "whole diagnosis window) and it is a root cause; the rows that do not hold are "
-       "exported at 0 with --metrics.detail only.",
-       (*GPU, "symptom", "cause"), "diagnosis"),
-    _m("gpu_diagnosis_not_judged", "gauge",
-       "1 for each row of the symptom -> cause table the exporter cannot judge on this GPU "
-       "this poll (the board, the driver or a missing reader does not give what the rule "
-       "reads, e.g. utilization_inflated without GPM before Hopper): no finding there means "
-       "unknown, not healthy. Absent for the rows it judges.",
-       (*GPU, "symptom", "cause"), "diagnosis"),
-    _m("gpu_diagnosis_input_missing", "gauge",
-       "1 for each collector (input) whose readings the diagnosis reads but did not get this poll "
-       "(switched off, or failed before reading): the rows that need them are not judged. "
-       "Absent while every input was read.", ("input",), "diagnosis"),
-    _m("gpu_baseline_drift", "gauge",
-       "1 when this fact of the GPU differs from the node baseline file (--baseline.file), "
-       "else 0.", (*GPU, "field"), "baseline"),
-)
+DIAGNOSIS_ACTIVE = _m(
+    "gpu_diagnosis_active", "gauge",
+    "1 while this row of the symptom -> cause table holds for the GPU (it held for the "
+    "whole diagnosis window) and it is a root cause; the rows that do not hold are "
+    "exported at 0 with --metrics.detail only.",
+    (*GPU, "symptom", "cause"), "diagnosis")
+
+DIAGNOSIS_NOT_JUDGED = _m(
+    "gpu_diagnosis_not_judged", "gauge",
+    "1 for each row of the symptom -> cause table the exporter cannot judge on this GPU "
+    "this poll (the board, the driver or a missing reader does not give what the rule "
+    "reads, e.g. utilization_inflated without GPM before Hopper): no finding there means "
+    "unknown, not healthy. Absent for the rows it judges.",
+    (*GPU, "symptom", "cause"), "diagnosis")
+
+DIAGNOSIS_INPUT_MISSING = _m(
+    "gpu_diagnosis_input_missing", "gauge",
+    "1 for each collector (input) whose readings the diagnosis reads but did not get this poll "
+    "(switched off, or failed before reading): the rows that need them are not judged. "
+    "Absent while every input was read.", ("input",), "diagnosis")
+
+BASELINE_DRIFT = _m(
+    "gpu_baseline_drift", "gauge",
+    "1 when this fact of the GPU differs from the node baseline file (--baseline.file), "
+    "else 0.", (*GPU, "field"), "baseline")
+
+METRICS: tuple[Metric, ...] = declared(globals())

@@ -5,26 +5,33 @@ NVML's events, each Xid once (docs/kernel-log.md says how)."""
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalog_types import Metric, declared
 from gpu_exporter.catalog_types import metric_spec as _m
 
 SOURCE = "kmsg"
 
-METRICS: tuple[Metric, ...] = (
-    _m("gpu_exporter_kernel_log_state", "gauge",
-       "1 for the current state of reading the kernel log, 0 for the others: ok, off "
-       "(--path.kmsg empty), absent (no such device), unreadable (no CAP_SYSLOG and "
-       "kernel.dmesg_restrict=1: Xids before start and each Xid's process are unknown), "
-       "error.", ("state",), SOURCE),
-    _m("gpu_exporter_kernel_log_records_lost_total", "counter",
-       "Kernel log records the kernel's ring buffer overwrote before the exporter read them "
-       "(from the records' sequence numbers; those before the exporter started count too): "
-       "Xids among them are not counted from the log.", (), SOURCE),
-    _m("gpu_exporter_kernel_log_overflow_total", "counter",
-       "Xid and SXid lines whose (GPU, code, process) found the exporter's table of distinct "
-       "keys full (1024): still counted per GPU and code, not kept apart.", (), SOURCE),
-    _m("gpu_nvswitch_sxid_errors_total", "counter",
-       "SXid errors the NVSwitch driver logged since boot, by switch and SXid code, from the "
-       "kernel log (fatal: \"true\", \"false\" or \"\" as the line says).",
-       ("nvswitch", "pci_bus_id", "sxid", "fatal"), SOURCE),
-)
+EXPORTER_KERNEL_LOG_STATE = _m(
+    "gpu_exporter_kernel_log_state", "gauge",
+    "1 for the current state of reading the kernel log, 0 for the others: ok, off "
+    "(--path.kmsg empty), absent (no such device), unreadable (no CAP_SYSLOG and "
+    "kernel.dmesg_restrict=1: Xids before start and each Xid's process are unknown), "
+    "error.", ("state",), SOURCE)
+
+EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL = _m(
+    "gpu_exporter_kernel_log_records_lost_total", "counter",
+    "Kernel log records the kernel's ring buffer overwrote before the exporter read them "
+    "(from the records' sequence numbers; those before the exporter started count too): "
+    "Xids among them are not counted from the log.", (), SOURCE)
+
+EXPORTER_KERNEL_LOG_OVERFLOW_TOTAL = _m(
+    "gpu_exporter_kernel_log_overflow_total", "counter",
+    "Xid and SXid lines whose (GPU, code, process) found the exporter's table of distinct "
+    "keys full (1024): still counted per GPU and code, not kept apart.", (), SOURCE)
+
+NVSWITCH_SXID_ERRORS_TOTAL = _m(
+    "gpu_nvswitch_sxid_errors_total", "counter",
+    "SXid errors the NVSwitch driver logged since boot, by switch and SXid code, from the "
+    "kernel log (fatal: \"true\", \"false\" or \"\" as the line says).",
+    ("nvswitch", "pci_bus_id", "sxid", "fatal"), SOURCE)
+
+METRICS: tuple[Metric, ...] = declared(globals())

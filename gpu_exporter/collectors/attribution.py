@@ -40,6 +40,20 @@ from gpu_exporter.attribution.grouping import (
 )
 from gpu_exporter.attribution.podresources import Allocations, PodResourcesWatcher, Status
 from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
+from gpu_exporter.catalogs.attribution import (
+    ALLOCATION_INFO,
+    EXPORTER_POD_RESOURCES_FAILURES_TOTAL,
+    EXPORTER_POD_RESOURCES_STATE,
+    JOB_INFO,
+    OWNER_SM_SHARE_RATIO,
+    WORKLOAD_CPU_LIMIT_CORES,
+    WORKLOAD_CPU_PERIODS_TOTAL,
+    WORKLOAD_CPU_THROTTLED_PERIODS_TOTAL,
+    WORKLOAD_CPU_THROTTLED_SECONDS_TOTAL,
+    WORKLOAD_OOM_KILLS_TOTAL,
+    WORKLOAD_PRESSURE_RATIO,
+    WORKLOAD_PRESSURE_STALLED_SECONDS_TOTAL,
+)
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host.nvidia_proc import device_minor
 from gpu_exporter.nvml.session import NvmlSession
@@ -153,8 +167,8 @@ class AttributionCollector(Collector):
                 self.watcher.refresh()
         snap = self.watcher.snapshot()
         for state in Status:
-            out.add("gpu_exporter_pod_resources_state", snap.status == state, state=state.value)
-        out.add("gpu_exporter_pod_resources_failures_total", snap.failures)
+            out.add(EXPORTER_POD_RESOURCES_STATE, snap.status == state, state=state.value)
+        out.add(EXPORTER_POD_RESOURCES_FAILURES_TOTAL, snap.failures)
         return snap
 
     def _identities(self, readings: PollReadings, minors: bool) -> list[GpuIdentity]:
@@ -183,7 +197,7 @@ class AttributionCollector(Collector):
         rows, _unplaced = allocation_rows(snap.allocations, self._identities(out.readings, dra))
         for row in rows:
             p, o, c = row.placement, row.owner, row.claim
-            out.add("gpu_allocation_info", 1, gpu=str(p.gpu), uuid=p.uuid,
+            out.add(ALLOCATION_INFO, 1, gpu=str(p.gpu), uuid=p.uuid,
                     gpu_instance=_opt(p.gpu_instance), compute_instance=_opt(p.compute_instance),
                     namespace=o.namespace, pod=o.pod, container=o.container,
                     resource=row.resource, claim_namespace=c.namespace if c else "",
@@ -207,7 +221,7 @@ class AttributionCollector(Collector):
         cgroups = read_cgroups(self.procfs, process_gpus)
         jobs = self._jobs(cgroups, process_gpus)
         for row in job_rows(process_gpus, jobs):
-            out.add("gpu_job_info", 1, gpu=str(row.gpu), uuid=row.uuid, scheduler="slurm",
+            out.add(JOB_INFO, 1, gpu=str(row.gpu), uuid=row.uuid, scheduler="slurm",
                     slurm_job_id=row.job_id, slurm_uid=_opt(row.uid),
                     slurm_step=row.step or "")
             owners.setdefault(row.gpu, {})[GpuOwner(slurm_job_id=row.job_id)] = None
@@ -251,7 +265,7 @@ class AttributionCollector(Collector):
                 continue
             uuid = self._uuids.get(gpu, "")
             for owner, sm in sorted(used.items()):
-                out.add("gpu_owner_sm_share_ratio", sm / total, gpu=str(gpu), uuid=uuid,
+                out.add(OWNER_SM_SHARE_RATIO, sm / total, gpu=str(gpu), uuid=uuid,
                         owner=owner)
 
     def _jobs(self, cgroups: dict[int, str],
@@ -283,19 +297,19 @@ class AttributionCollector(Collector):
                 continue
             for kind, stall in (("some", pressure.some), ("full", pressure.full)):
                 if stall is not None:
-                    out.add("gpu_workload_pressure_ratio", stall.avg10, **keys,
+                    out.add(WORKLOAD_PRESSURE_RATIO, stall.avg10, **keys,
                             resource=resource, kind=kind)
-                    out.add("gpu_workload_pressure_stalled_seconds_total",
+                    out.add(WORKLOAD_PRESSURE_STALLED_SECONDS_TOTAL,
                             stall.total_seconds, **keys, resource=resource, kind=kind)
         throttled_ratio = None
         stat = sig.cpu_stat
         if stat is not None:
             if stat.nr_periods is not None:
-                out.add("gpu_workload_cpu_periods_total", stat.nr_periods, **keys)
+                out.add(WORKLOAD_CPU_PERIODS_TOTAL, stat.nr_periods, **keys)
             if stat.nr_throttled is not None:
-                out.add("gpu_workload_cpu_throttled_periods_total", stat.nr_throttled, **keys)
+                out.add(WORKLOAD_CPU_THROTTLED_PERIODS_TOTAL, stat.nr_throttled, **keys)
             if stat.throttled_seconds is not None:
-                out.add("gpu_workload_cpu_throttled_seconds_total", stat.throttled_seconds,
+                out.add(WORKLOAD_CPU_THROTTLED_SECONDS_TOTAL, stat.throttled_seconds,
                         **keys)
             if stat.nr_periods is not None and stat.nr_throttled is not None:
                 now = (stat.nr_periods, stat.nr_throttled)
@@ -305,9 +319,9 @@ class AttributionCollector(Collector):
                     throttled_ratio = min(1.0, (now[1] - before[1]) / (now[0] - before[0]))
         limit = sig.cpu_limit.cores if sig.cpu_limit is not None else None
         if limit is not None:
-            out.add("gpu_workload_cpu_limit_cores", limit, **keys)
+            out.add(WORKLOAD_CPU_LIMIT_CORES, limit, **keys)
         if sig.oom_kills is not None:
-            out.add("gpu_workload_oom_kills_total", sig.oom_kills, **keys)
+            out.add(WORKLOAD_OOM_KILLS_TOTAL, sig.oom_kills, **keys)
         return WorkloadSignals(
             keys["pod_uid"], keys["container_id"], keys["slurm_job_id"],
             cpu_pressure_some=sig.cpu.some.avg10 if sig.cpu else None,

@@ -2,64 +2,204 @@
 power, energy, clocks, P-state, fans, throttle reasons, PCIe, ECC, row
 remapping and persistence mode, per GPU.
 
-Static facts (identity, limits, maxima, thresholds) are read once per GPU; a
-capability NVML does not support is asked for once and its series stays absent.
-A lost GPU exports ``gpu_up 0`` while the others keep reporting.
+Each GPU is read in one pass a poll: every value the poll wants that NVML
+offers as a field (power, its limits, energy, memory temperature, ECC totals
+and mode, remapped rows, the PCIe counters, the throttle time counters, the
+recovery action, and the other readers' fields: NVLink's) in one
+nvmlDeviceGetFieldValues call, each of the others through its own call, made
+once however many values it answers (``nvml/values.py``). A value is read as
+often as it can change (``cadence.Every``): the fast ones every poll, the
+costly counters and the states that follow the load every 10 polls (those at
+once when the GPU turns busy or idle), the facts that change only across a
+reset, a reconfiguration or an event (ECC mode, persistence, application
+clocks) every 30 polls and at once after an NVML event on the GPU or a reload,
+the limits and maxima once. Remapped rows and the fabric probe, which change
+without an NVML event the exporter could wait on (a probe completing, a
+remap pending after errors), are read every 10 polls, remapped rows also at
+once when a volatile ECC count moved. Between reads the last value is
+exported again.
+
+A capability NVML does not support is asked for once and its series stays
+absent. A lost GPU exports ``gpu_up 0`` while the others keep reporting.
+
+Measured on an H100 80GB HBM3 (driver 580.159.04), CPU per call: energy
+3.8-4.2 ms (the field-value route costs the same), PCIe replay counter
+0.15 ms, ECC mode 0.15 ms, application clock 0.9-1.3 ms, the PCIe byte
+counters 0.1-0.3 ms each (the field's own latencyUsec), while utilization,
+power, clocks and throttle reasons cost 1-10 us. nvmlDeviceGetPcieThroughput
+(which blocks 20 ms) is never called: PCIe bytes come from the field counters.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Self
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Self
 
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.cadence import Every
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalogs import device as m
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.collectors.plausible import accept, accept_counter, accept_slow_counter
+from gpu_exporter.collectors.values import Series
 from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml import values as nv
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone, NvmlSession
+from gpu_exporter.nvml.values import Source
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
-# Memory temperature and the volatile ECC totals are read every poll, in one
-# call (the ECC totals took two nvmlDeviceGetTotalEccErrors calls); the PCIe
-# byte counters cost the driver 0.1-0.3 ms each on an H100 (the field's own
-# latencyUsec), so they are slow reads like the other counters below.
-# The per-reason throttle time counters ride in the same call: one
-# nvmlDeviceGetFieldValues answers them all, and a counter read every poll
-# lets rate() see every nanosecond a reason held, whatever the scrape interval.
-_ECC_VOLATILE_FIELDS = {"corrected": c.FI_DEV_ECC_SBE_VOL_TOTAL,
-                        "uncorrected": c.FI_DEV_ECC_DBE_VOL_TOTAL}
-_FIELDS = (c.FI_DEV_MEMORY_TEMP, c.FI_DEV_GET_GPU_RECOVERY_ACTION, *c.THROTTLE_TIME_FIELDS,
-           *_ECC_VOLATILE_FIELDS.values())
-_NS = 1e-9
-_PCIE_BYTE_FIELDS = (c.FI_DEV_PCIE_COUNT_TX_BYTES, c.FI_DEV_PCIE_COUNT_RX_BYTES)
-_PCIE_DIRECTION = {c.FI_DEV_PCIE_COUNT_TX_BYTES: "tx", c.FI_DEV_PCIE_COUNT_RX_BYTES: "rx"}
 
-# Facts that change rarely, and counters that are costly to read, are re-read
-# every SLOW_READ_EVERY_POLLS polls (20 s at the default 2 s interval; see
-# gpu_exporter/cadence.py) and exported from
-# the last read in between: ECC mode (changes only across a reset), ECC
-# aggregate counters and remapped rows (re-read at once when a volatile ECC
-# counter moves, the event that retires rows), persistence mode and application
-# clocks (changed by an administrator), and the energy, PCIe replay and PCIe
-# byte counters. Measured on an H100 80GB HBM3 (driver 580.159.04), CPU per
-# call: energy 3.8-4.2 ms (the field-value route costs the same), PCIe replay
-# counter 0.15 ms, ECC mode 0.15 ms, application clock 0.9-1.3 ms, while
-# utilization, power, clocks and throttle reasons cost 1-10 us; reading the
-# counters every 10 polls instead of every poll takes most of a poll's CPU away
-# and a rate() over them is unchanged. nvmlDeviceGetPcieThroughput (which
-# blocks 20 ms) is never called: PCIe bytes come from the field-value counters.
+def _call(key: str, *calls: nv.Call, args: tuple[int, ...] = (), part: int | None = None,
+          ) -> Source:
+    return Source(key, calls=calls, args=args, part=part)
 
 
-# Reasons with a time counter the GPU answers for: their state gauge is detail
-# (the counter's rate says when and how much they held, between scrapes too).
-_COUNTED = {reason: fid for fid, reason in c.THROTTLE_TIME_FIELDS.items()}
+# --- where NVML answers each value ---------------------------------------------
+UTILIZATION = _call("utilization", Device.utilization, part=0)
+MEMORY_UTILIZATION = _call("memory_utilization", Device.utilization, part=1)
+# (total, reserved, used); before R510 through the v1 call, which has no reserved.
+MEMORY_TOTAL = _call("memory_total", Device.memory, Device.memory_v1, part=0)
+MEMORY_RESERVED = _call("memory_reserved", Device.memory, Device.memory_v1, part=1)
+MEMORY_USED = _call("memory_used", Device.memory, Device.memory_v1, part=2)
+TEMPERATURE = _call("temperature", Device.temperature)
+MEMORY_TEMPERATURE = Source("memory_temperature", c.FI_DEV_MEMORY_TEMP)
+POWER_LIMIT = Source("power_limit", c.FI_DEV_POWER_CURRENT_LIMIT, calls=(Device.power_limit_watts,),
+                     per=1000)
+POWER = Source("power", c.FI_DEV_POWER_AVERAGE, calls=(Device.power_watts,), per=1000)
+POWER_DEFAULT_LIMIT = Source("power_default_limit", c.FI_DEV_POWER_DEFAULT_LIMIT,
+                             calls=(Device.power_default_limit_watts,), per=1000)
+ENERGY = Source("energy", c.FI_DEV_TOTAL_ENERGY_CONSUMPTION, calls=(Device.energy_joules,),
+                per=1000)
+PCIE_REPLAYS = Source("pcie_replays", c.FI_DEV_PCIE_REPLAY_COUNTER, 1.0, (Device.pcie_replays,))
+PCIE_GENERATION = _call("pcie_generation", Device.pcie_link_generation)
+PCIE_WIDTH = _call("pcie_width", Device.pcie_link_width)
+PCIE_GENERATION_MAX = _call("pcie_generation_max", Device.pcie_link_generation_max)
+PCIE_WIDTH_MAX = _call("pcie_width_max", Device.pcie_link_width_max)
+PSTATE = _call("pstate", Device.performance_state)
+PERSISTENCE = _call("persistence_mode", Device.persistence_mode)
+RECOVERY_ACTION = Source("recovery_action", c.FI_DEV_GET_GPU_RECOVERY_ACTION)
+# Under the names R535 introduced first, then under the older ones: a driver
+# before R535 lacks the new calls, and some answer the new supported mask
+# NOT_SUPPORTED while the rest still answers.
+REASONS = _call("clock_reasons", Device.clock_event_reasons, Device.clock_throttle_reasons)
+REASONS_SUPPORTED = _call("clock_reasons_supported", Device.supported_clock_event_reasons,
+                          Device.supported_clock_throttle_reasons)
+# The fabric probe with its health summary first (R580), else without it (R550
+# to R575); boards outside an NVSwitch fabric answer NOT_SUPPORTED.
+FABRIC = _call("fabric", Device.fabric_info_v3, Device.fabric_info_v2)
+CLOCK = {name: _call(f"clock_{name}", Device.clock_hz, args=(code,))
+         for name, code in c.CLOCK_TYPES.items()}
+CLOCK_MAX = {name: _call(f"clock_max_{name}", Device.max_clock_hz, args=(code,))
+             for name, code in c.CLOCK_TYPES.items()}
+CLOCK_APPLICATION = {name: _call(f"clock_app_{name}", Device.application_clock_hz, args=(code,))
+                     for name, code in c.CLOCK_TYPES.items()}
+CLOCK_APPLICATION_DEFAULT = {
+    name: _call(f"clock_app_default_{name}", Device.default_application_clock_hz, args=(code,))
+    for name, code in c.CLOCK_TYPES.items()}
+THRESHOLD = {name: _call(f"temperature_threshold_{name}", Device.temperature_threshold,
+                         args=(code,))
+             for name, code in c.TEMPERATURE_THRESHOLDS.items()}
+THROTTLE_TIME = {reason: Source(f"throttle_time_{reason}", fid, 1e-9)
+                 for fid, reason in c.THROTTLE_TIME_FIELDS.items()}
+PCIE_BYTES = {"tx": Source("pcie_tx_bytes", c.FI_DEV_PCIE_COUNT_TX_BYTES),
+              "rx": Source("pcie_rx_bytes", c.FI_DEV_PCIE_COUNT_RX_BYTES)}
+# ECC: the mode (whether to read the counts at all), the volatile totals every
+# poll (nvmlDeviceGetTotalEccErrors where the field is missing), the aggregates
+# and the remapped rows on their cadence, and at once when a volatile total
+# moved (the event that grows the aggregates and retires rows).
+ECC_MODE = Source("ecc_mode", c.FI_DEV_ECC_CURRENT, 1.0, (Device.ecc_mode,), part=0)
+_ECC_FIELDS = {("corrected", "volatile"): c.FI_DEV_ECC_SBE_VOL_TOTAL,
+               ("corrected", "aggregate"): c.FI_DEV_ECC_SBE_AGG_TOTAL,
+               ("uncorrected", "volatile"): c.FI_DEV_ECC_DBE_VOL_TOTAL,
+               ("uncorrected", "aggregate"): c.FI_DEV_ECC_DBE_AGG_TOTAL}
+ECC_COUNT = {(tname, sname): Source(f"ecc_{tname}_{sname}", fid, 1.0, (Device.ecc_errors,),
+                                    args=(c.ECC_TYPES[tname], c.ECC_SCOPES[sname]))
+             for (tname, sname), fid in _ECC_FIELDS.items()}
+_REMAP = Device.remapped_rows  # (correctable, uncorrectable, pending, failed)
+REMAPPED = {"correctable": Source("remapped_correctable", c.FI_DEV_REMAPPED_COR, 1.0,
+                                  (_REMAP,), part=0),
+            "uncorrectable": Source("remapped_uncorrectable", c.FI_DEV_REMAPPED_UNC, 1.0,
+                                    (_REMAP,), part=1)}
+REMAP_PENDING = Source("remap_pending", c.FI_DEV_REMAPPED_PENDING, 1.0, (_REMAP,), part=2)
+REMAP_FAILED = Source("remap_failed", c.FI_DEV_REMAPPED_FAILURE, 1.0, (_REMAP,), part=3)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One value of a GPU: the metric it is exported as (``series``: its label
+    values after the GPU's), where NVML answers it, and how often it is read.
+
+    ``ceiling``: the board's own figure the value is held against (power
+    against its limit); where that is no reading this poll, the value is held
+    against its metric's bounds alone, or left out with ``needs_ceiling``
+    (memory used of a total that is garbage: the same answer). ``unknown``:
+    NVML's answer for "it does not know" (absent, no error); ``detail``: read
+    at all only with --metrics.detail.
+    """
+
+    metric: Metric
+    source: Source
+    series: tuple[str, ...] = ()
+    every: Every = Every.POLL
+    ceiling: Source | None = None
+    unknown: float | None = None
+    detail: bool = False
+    needs_ceiling: bool = False
+
+
+# The graphics clock runs in step with the SM clock on the boards a fleet runs
+# (one clock domain): it is read with --metrics.detail only.
+ROWS: tuple[Row, ...] = (
+    Row(m.UTILIZATION_RATIO, UTILIZATION),
+    Row(m.MEMORY_CONTROLLER_UTILIZATION_RATIO, MEMORY_UTILIZATION),
+    Row(m.MEMORY_TOTAL_BYTES, MEMORY_TOTAL),
+    Row(m.MEMORY_USED_BYTES, MEMORY_USED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
+    Row(m.MEMORY_RESERVED_BYTES, MEMORY_RESERVED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
+    Row(m.TEMPERATURE_CELSIUS, TEMPERATURE, ("gpu",)),
+    Row(m.TEMPERATURE_CELSIUS, MEMORY_TEMPERATURE, ("memory",)),
+    # NVML answers 0 for thresholds a board does not define.
+    *(Row(m.TEMPERATURE_THRESHOLD_CELSIUS, THRESHOLD[name], (name,), Every.ONCE, unknown=0)
+      for name in c.TEMPERATURE_THRESHOLDS),
+    Row(m.POWER_LIMIT_WATTS, POWER_LIMIT),
+    Row(m.POWER_WATTS, POWER, ceiling=POWER_LIMIT),
+    Row(m.POWER_DEFAULT_LIMIT_WATTS, POWER_DEFAULT_LIMIT, every=Every.ONCE),
+    Row(m.ENERGY_JOULES_TOTAL, ENERGY, every=Every.SLOW),
+    *(Row(m.CLOCK_MAX_HERTZ, CLOCK_MAX[name], (name,), Every.ONCE, detail=name == "graphics")
+      for name in c.CLOCK_TYPES),
+    Row(m.CLOCK_HERTZ, CLOCK["sm"], ("sm",), ceiling=CLOCK_MAX["sm"]),
+    Row(m.CLOCK_HERTZ, CLOCK["graphics"], ("graphics",), ceiling=CLOCK_MAX["graphics"],
+        detail=True),
+    Row(m.CLOCK_HERTZ, CLOCK["memory"], ("memory",), Every.LOAD, CLOCK_MAX["memory"]),
+    *(Row(m.CLOCK_APPLICATION_HERTZ, CLOCK_APPLICATION[name], (name,), Every.FACT,
+          CLOCK_MAX[name]) for name in c.CLOCK_TYPES),
+    *(Row(m.CLOCK_APPLICATION_DEFAULT_HERTZ, CLOCK_APPLICATION_DEFAULT[name], (name,),
+          Every.ONCE) for name in c.CLOCK_TYPES),
+    # 32 is NVML_PSTATE_UNKNOWN: the driver says it does not know, not a fault.
+    Row(m.PERFORMANCE_STATE, PSTATE, every=Every.LOAD, unknown=c.PSTATE_UNKNOWN),
+    # A counter read every poll lets rate() see every nanosecond a reason held.
+    *(Row(m.THROTTLE_SECONDS_TOTAL, source, (reason,)) for reason, source in THROTTLE_TIME.items()),
+    Row(m.PCIE_LINK_GENERATION, PCIE_GENERATION, every=Every.LOAD),
+    Row(m.PCIE_LINK_GENERATION_MAX, PCIE_GENERATION_MAX, every=Every.ONCE),
+    Row(m.PCIE_LINK_WIDTH, PCIE_WIDTH, every=Every.LOAD),
+    Row(m.PCIE_LINK_WIDTH_MAX, PCIE_WIDTH_MAX, every=Every.ONCE),
+    Row(m.PCIE_REPLAYS_TOTAL, PCIE_REPLAYS, every=Every.SLOW),
+    *(Row(m.PCIE_BYTES_TOTAL, source, (direction,), Every.SLOW)
+      for direction, source in PCIE_BYTES.items()),
+    Row(m.PERSISTENCE_MODE_ENABLED, PERSISTENCE, every=Every.FACT),
+)
+
+# Reasons with a time counter: their state gauge is detail where the GPU
+# answers the counter (its rate says when and how much they held, between
+# scrapes too).
+_COUNTED = {reason: source for reason, source in THROTTLE_TIME.items()}
+_MAX_FANS = 16
 
 
 class DeviceCollector(NvmlCollector):
@@ -78,6 +218,9 @@ class DeviceCollector(NvmlCollector):
 
     def reconfigure(self, settings: Settings) -> None:
         self.detail = settings.metrics.detail
+        # A reload may follow a change on the node: read every fact again.
+        for gpu in self.session.gpus:
+            gpu.refresh()
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -93,26 +236,25 @@ class DeviceCollector(NvmlCollector):
             # Nothing read this poll can be trusted; export no GPU series.
             self.session.mark_down(exc.error)
             readings.clear()
-            out.discard(lambda name: name.startswith("gpu_") and
-                        not name.startswith("gpu_exporter_"))
+            out.discard_families(m.METRICS)
 
     def _collect_gpu(self, gpu: Gpu, out: SnapshotBuilder) -> GpuReading:
         if gpu.lost:
             self.session.try_recover(gpu)
         ident = gpu.identity
-        labels = {"gpu": str(gpu.index), "uuid": ident.uuid}
+        base = (str(gpu.index), ident.uuid)
         r = GpuReading(gpu.index, ident.uuid, up=False, name=ident.name,
                        pci_bus_id=ident.pci_bus_id,
                        driver_version=self.session.driver_version,
                        vbios_version=ident.vbios_version)
-        out.add("gpu_info", 1, **labels, name=ident.name, pci_bus_id=ident.pci_bus_id,
-                serial=ident.serial, driver_version=self.session.driver_version,
-                vbios_version=ident.vbios_version,
-                cuda_driver_version=self.session.cuda_driver_version,
-                architecture=ident.architecture, compute_capability=ident.compute_capability)
+        out.add_values(m.INFO, (*base, ident.name, ident.pci_bus_id, ident.serial,
+                                self.session.driver_version, ident.vbios_version,
+                                self.session.cuda_driver_version, ident.architecture,
+                                ident.compute_capability), 1)
         device = gpu.device
+        gpu.shared_answers = None
         if gpu.lost or gpu.hung or device is None:
-            out.add("gpu_up", 0, **labels)
+            out.add_values(m.UP, base, 0)
             return r
         # Read into a scratch builder so a GPU lost half-way contributes no
         # half-read values, only gpu_up 0.
@@ -120,185 +262,273 @@ class DeviceCollector(NvmlCollector):
         gpu.errors = 0
         gpu.polls += 1
         try:
-            self.session.run(gpu, lambda: _read_device(gpu, device, scratch, labels, r,
-                                                       self.detail))
+            self.session.run(gpu, lambda: _GpuPass(gpu, device, self.detail).collect(
+                Series(scratch, gpu, base), r))
         except (GpuGone, GpuHung) as exc:
             if isinstance(exc, GpuGone):
                 self.session.mark_lost(gpu, str(exc))
-            out.add("gpu_up", 0, **labels)
+            out.add_values(m.UP, base, 0)
             return GpuReading(gpu.index, ident.uuid, up=False, name=ident.name,
                               pci_bus_id=ident.pci_bus_id)
         self._errors += gpu.errors
         r.up = True
         out.merge(scratch)
-        out.add("gpu_up", 1, **labels)
+        out.add_values(m.UP, base, 1)
         return r
 
 
-def _read_device(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
-                 r: GpuReading, detail: bool = False) -> None:
-    # Every reading passes collectors/plausible.py before it is exported or
-    # handed to the diagnosis: NVML's "not available" sentinels and impossible
-    # values leave the series absent for this poll and count a read error.
-    util = gpu.read("utilization", d.utilization)
-    if util is not None:
-        if accept(gpu, "gpu_utilization_ratio", util[0]):
-            r.utilization = util[0]
-            out.add("gpu_utilization_ratio", util[0], **labels)
-        if accept(gpu, "gpu_memory_controller_utilization_ratio", util[1]):
-            r.memory_utilization = util[1]
-            out.add("gpu_memory_controller_utilization_ratio", util[1], **labels)
+class _GpuPass:
+    """One GPU's values this poll. What is due is read in as few NVML calls
+    as the branch allows: the first read holds every field of the poll (the
+    other readers' too); a second is made only for what this poll's answers
+    make due (the load changed, ECC counts moved), and holds calls only,
+    unless ECC counts first became readable."""
 
-    mem = gpu.read("memory_v2", d.memory)
-    if mem is None and "memory_v2" in gpu.unsupported:
-        mem = gpu.read("memory_v1", d.memory_v1)
-    if mem is not None and accept(gpu, "gpu_memory_total_bytes", mem[0]):
-        total, reserved, used = mem
-        r.memory_total_bytes = total
-        out.add("gpu_memory_total_bytes", total, **labels)
-        if accept(gpu, "gpu_memory_used_bytes", used, total):
-            r.memory_used_bytes = used
-            out.add("gpu_memory_used_bytes", used, **labels)
-        if "memory_v2" not in gpu.unsupported and accept(gpu, "gpu_memory_reserved_bytes",
-                                                         reserved, total):
-            out.add("gpu_memory_reserved_bytes", reserved, **labels)
+    def __init__(self, gpu: Gpu, device: Device, detail: bool) -> None:
+        self.gpu = gpu
+        self.device = device
+        self.detail = detail
+        # Every source asked for this poll -> its value (read now, or held).
+        self.values: dict[Source, Any] = {}
+        self._fresh: set[Source] = set()  # read this poll
+        self._due: dict[Source, Every] = {}
 
-    temp = gpu.read("temperature", d.temperature)
-    if temp is not None and accept(gpu, "gpu_temperature_celsius", temp, series=":gpu"):
-        r.temperature_celsius = temp
-        out.add("gpu_temperature_celsius", temp, **labels, sensor="gpu")
-    for name, code in c.TEMPERATURE_THRESHOLDS.items():
-        value = gpu.static_read(f"temperature_threshold_{name}", d.temperature_threshold, code)
-        # NVML answers 0 for thresholds a board does not define.
-        if value and accept(gpu, "gpu_temperature_threshold_celsius", value, series=":" + name):
-            out.add("gpu_temperature_threshold_celsius", value, **labels, threshold=name)
-            if name == "slowdown":
-                r.slowdown_celsius = value
+    # --- reading ------------------------------------------------------------
+    def want(self, sources: Iterable[tuple[Source, Every]], now: bool = False) -> None:
+        """Ask for these: those due (or all, ``now``) are read at the next
+        read(), the others answer from their last read."""
+        gpu = self.gpu
+        for source, every in sources:
+            if source in self._fresh or source in self._due or (source in self.values
+                                                                and not now):
+                continue
+            if every is Every.ONCE:
+                if source.key in gpu.static:
+                    self.values[source] = gpu.static[source.key]
+                    continue
+            elif every is not Every.POLL and not now and not gpu.due(source.key, every.polls):
+                self.values[source] = gpu.held(source.key)
+                continue
+            self._due[source] = every
 
-    fields = gpu.read("field_values", d.field_values, _FIELDS)
-    if fields is not None:
-        _add_fields(gpu, fields, out, labels, r)
-    counters = gpu.slow_read("pcie_byte_fields", d.field_values, _PCIE_BYTE_FIELDS,
-                             every=SLOW_READ_EVERY_POLLS)
-    if counters is not None:
-        _add_fields(gpu, counters, out, labels, r)
+    def read(self, also: tuple[tuple[int, int], ...] = ()) -> None:
+        due, self._due = self._due, {}
+        if not due and not also:
+            return
+        values, answers = nv.read(self.gpu, self.device, due, also=also)
+        if also:
+            self.gpu.shared_answers = answers
+        self._fresh.update(due)
+        for source, every in due.items():
+            value = values.get(source)
+            self.values[source] = value
+            if every is Every.ONCE:
+                if value is not None:
+                    self.gpu.static[source.key] = value
+            elif every is not Every.POLL:
+                self.gpu.hold(source.key, every.polls, value)
 
-    # The limit first: power is held against it.
-    limit = gpu.read("power_limit", d.power_limit_watts)
-    if limit is not None and not accept(gpu, "gpu_power_limit_watts", limit):
-        limit = None
-    if limit is not None:
-        r.power_limit_watts = limit
-        out.add("gpu_power_limit_watts", limit, **labels)
-    power = gpu.read("power_usage", d.power_watts)
-    if power is not None and accept(gpu, "gpu_power_watts", power, limit):
-        r.power_watts = power
-        out.add("gpu_power_watts", power, **labels)
-    default_limit = gpu.static_read("power_default_limit", d.power_default_limit_watts)
-    if default_limit is not None and accept(gpu, "gpu_power_default_limit_watts",
-                                            default_limit):
-        r.power_default_limit_watts = default_limit
-        out.add("gpu_power_default_limit_watts", default_limit, **labels)
-    energy = gpu.slow_read("energy", d.energy_joules, every=SLOW_READ_EVERY_POLLS)
-    if energy is not None and accept_slow_counter(gpu, "gpu_energy_joules_total", energy,
-                                                  cache_key="energy"):
-        out.add("gpu_energy_joules_total", energy, **labels)
+    def forget(self, source: Source) -> None:
+        """A held value that was no reading: asked again next poll."""
+        self.gpu.slow.pop(source.key, None)
+        self.gpu.static.pop(source.key, None)
 
-    for name, code in c.CLOCK_TYPES.items():
-        series = ":" + name
-        # The graphics clock runs in step with the SM clock on the boards a
-        # fleet runs (one clock domain): its series are detail, its reading
-        # is kept either way.
-        shown = detail or name != "graphics"
-        # The maximum first: the clocks are held against it.
-        top = gpu.static_read(f"clock_max_{name}", d.max_clock_hz, code)
-        if top is not None and not accept(gpu, "gpu_clock_max_hertz", top, series=series):
-            top = None
-        if top is not None:
-            r.clocks_max_hz[name] = top
-            if shown:
-                out.add("gpu_clock_max_hertz", top, **labels, clock=name)
-        cur = gpu.read(f"clock_{name}", d.clock_hz, code)
-        if cur is not None and accept(gpu, "gpu_clock_hertz", cur, top, series):
-            r.clocks_hz[name] = cur
-            if shown:
-                out.add("gpu_clock_hertz", cur, **labels, clock=name)
-        app = gpu.slow_read(f"clock_app_{name}", d.application_clock_hz, code,
-                            every=SLOW_READ_EVERY_POLLS)
-        if app is not None and accept(gpu, "gpu_clock_application_hertz", app, top, series):
-            r.clocks_application_hz[name] = app
-            out.add("gpu_clock_application_hertz", app, **labels, clock=name)
-        default_app = gpu.static_read(f"clock_app_default_{name}",
-                                      d.default_application_clock_hz, code)
-        if default_app is not None and accept(gpu, "gpu_clock_application_default_hertz",
-                                              default_app, series=series):
-            r.clocks_application_default_hz[name] = default_app
-            out.add("gpu_clock_application_default_hertz", default_app, **labels, clock=name)
+    # --- the pass -----------------------------------------------------------
+    def collect(self, out: Series, r: GpuReading) -> None:
+        gpu, detail = self.gpu, self.detail
+        rows = [row for row in ROWS if detail or not row.detail]
+        ecc_on = gpu.held(ECC_MODE.key)
+        self.want((row.source, row.every) for row in rows if row.every is not Every.LOAD)
+        self.want([(RECOVERY_ACTION, Every.POLL), (REASONS, Every.POLL),
+                   (REASONS_SUPPORTED, Every.ONCE), (FABRIC, Every.SLOW),
+                   (ECC_MODE, Every.FACT), (REMAP_PENDING, Every.SLOW),
+                   (REMAP_FAILED, Every.SLOW), *_remapped()])
+        if ecc_on:
+            self.want(_ecc_counts())
+        self.want(self._fans())
+        self.read(also=tuple(dict.fromkeys(
+            pair for request in gpu.shared_fields.values() for pair in request)))
+        # What this poll's answers make due: the states that follow the load
+        # when the GPU turned busy or idle; the ECC counts when ECC is on and
+        # they were not asked (the first poll); the aggregates and remapped
+        # rows at once when a volatile count moved.
+        busy = _busy(self.values.get(UTILIZATION))
+        turned = busy is not None and busy != gpu.held("load_busy")
+        self.want(((row.source, row.every) for row in rows if row.every is Every.LOAD),
+                  now=turned)
+        if turned or "load_busy" not in gpu.slow:
+            gpu.hold("load_busy", Every.LOAD.polls, busy)
+        mode = self.values.get(ECC_MODE)
+        if mode and not ecc_on:
+            self.want(_ecc_counts())
+        self.read()
+        if mode and self._volatile_moved():
+            self.want(((s, Every.SLOW) for (_, scope), s in ECC_COUNT.items()
+                       if scope == "aggregate"), now=True)
+            self.want([(REMAP_PENDING, Every.SLOW), (REMAP_FAILED, Every.SLOW), *_remapped()],
+                      now=True)
+            self.read()
+        self._export(rows, out, r)
 
-    pstate = gpu.read("pstate", d.performance_state)
-    # 32 is NVML_PSTATE_UNKNOWN: the driver says it does not know, not a fault.
-    if pstate is not None and pstate != c.PSTATE_UNKNOWN and accept(
-            gpu, "gpu_performance_state", pstate):
-        out.add("gpu_performance_state", pstate, **labels)
+    def _fans(self) -> list[tuple[Source, Every]]:
+        gpu = self.gpu
+        fans = gpu.static_read("fan_count", Device.fan_count, self.device)
+        if fans is None and "fan_count" in gpu.unsupported:
+            # Drivers before R510 have no nvmlDeviceGetNumFans: count the fans
+            # that answer instead.
+            fans = gpu.static_read("fan_count_probed", _probe_fans, self.device)
+        return [(_fan(fan), Every.POLL) for fan in range(fans or 0)]
 
-    fans = gpu.static_read("fan_count", d.fan_count)
-    if fans is None and "fan_count" in gpu.unsupported:
-        # Drivers before R510 have no nvmlDeviceGetNumFans: count the fans
-        # that answer instead.
-        fans = gpu.static_read("fan_count_probed", _probe_fans, d)
-    for fan in range(fans or 0):
-        speed = gpu.read(f"fan_{fan}", d.fan_speed_ratio, fan)
-        if speed is not None and accept(gpu, "gpu_fan_speed_ratio", speed, series=f":{fan}"):
-            out.add("gpu_fan_speed_ratio", speed, **labels, fan=str(fan))
+    def _volatile_moved(self) -> bool:
+        volatile = tuple(self.values.get(ECC_COUNT[tname, "volatile"])
+                         for tname in c.ECC_TYPES)
+        before = self.gpu.held("ecc_volatile_seen")
+        self.gpu.hold("ecc_volatile_seen", 1, volatile)
+        return before is not None and before != volatile
 
-    # Under the names R535 introduced first, then under the older ones: a
-    # driver before R535 lacks the new calls, and some answer the new supported
-    # mask NOT_SUPPORTED while the rest still answers.
-    supported = gpu.read_first(
-        ("clock_reasons_supported", d.supported_clock_event_reasons),
-        ("clock_reasons_supported_legacy", d.supported_clock_throttle_reasons), static=True)
-    active = gpu.read_first(("clock_reasons", d.clock_event_reasons),
-                            ("clock_reasons_legacy", d.clock_throttle_reasons))
-    if (supported is None and active is not None
-            and "clock_reasons_supported_legacy" in gpu.unsupported):
-        # No call gives the supported mask on this driver: the nine classic
-        # reasons, and any other bit the driver sets (an active bit is never
-        # dropped). A mask that failed only this once is asked for again instead.
-        supported = c.CLASSIC_REASONS_MASK | active
-    if supported is not None and active is not None:
+    # --- the series -----------------------------------------------------------
+    def _export(self, rows: list[Row], out: Series, r: GpuReading) -> None:
+        ok: dict[Source, float] = {}
+        values = self.values
+        for row in rows:
+            value = values.get(row.source)
+            if value is None or value == row.unknown:
+                continue
+            if row.metric.kind == "counter":
+                added = out.counter(row.metric, value, *row.series)
+            else:
+                ceiling = ok.get(row.ceiling) if row.ceiling is not None else None
+                if ceiling is None and row.needs_ceiling:
+                    continue
+                added = out.gauge(row.metric, value, *row.series, ceiling=ceiling)
+            if added is None:
+                if row.every is not Every.POLL:
+                    self.forget(row.source)
+                continue
+            ok[row.source] = added
+        r.utilization = ok.get(UTILIZATION)
+        r.memory_utilization = ok.get(MEMORY_UTILIZATION)
+        r.memory_total_bytes = ok.get(MEMORY_TOTAL)
+        r.memory_used_bytes = ok.get(MEMORY_USED)
+        r.temperature_celsius = ok.get(TEMPERATURE)
+        r.slowdown_celsius = ok.get(THRESHOLD["slowdown"])
+        r.power_limit_watts = ok.get(POWER_LIMIT)
+        r.power_watts = ok.get(POWER)
+        r.power_default_limit_watts = ok.get(POWER_DEFAULT_LIMIT)
+        for name in c.CLOCK_TYPES:
+            _put(r.clocks_hz, name, ok.get(CLOCK[name]))
+            _put(r.clocks_max_hz, name, ok.get(CLOCK_MAX[name]))
+            _put(r.clocks_application_hz, name, ok.get(CLOCK_APPLICATION[name]))
+            _put(r.clocks_application_default_hz, name, ok.get(CLOCK_APPLICATION_DEFAULT[name]))
+        r.pcie_generation = _int(ok.get(PCIE_GENERATION))
+        r.pcie_generation_max = _int(ok.get(PCIE_GENERATION_MAX))
+        r.pcie_width = _int(ok.get(PCIE_WIDTH))
+        r.pcie_width_max = _int(ok.get(PCIE_WIDTH_MAX))
+        r.pcie_replays = ok.get(PCIE_REPLAYS)
+        persistence = ok.get(PERSISTENCE)
+        r.persistence_mode = None if persistence is None else bool(persistence)
+        for fan in range(_MAX_FANS):
+            source = _FANS.get(fan)
+            if source is None or source not in values:
+                break
+            out.gauge(m.FAN_SPEED_RATIO, values[source], str(fan))
+        self._export_reasons(out, r)
+        self._export_memory_health(out, r)
+        self._export_verdicts(out, r)
+
+    def _export_reasons(self, out: Series, r: GpuReading) -> None:
+        gpu, values = self.gpu, self.values
+        supported, active = values.get(REASONS_SUPPORTED), values.get(REASONS)
+        if (supported is None and active is not None
+                and REASONS_SUPPORTED.call_key(1) in gpu.unsupported):
+            # No call gives the supported mask on this driver: the nine classic
+            # reasons, and any other bit the driver sets (an active bit is never
+            # dropped). A mask that failed only this once is asked for again instead.
+            supported = c.CLASSIC_REASONS_MASK | active
+        if supported is None or active is None:
+            return
         names = set()
         for bit, reason in c.CLOCK_EVENT_REASONS.items():
             if supported & bit:
                 on = bool(active & bit)
                 if on:
                     names.add(reason)
-                counted = reason in _COUNTED and f"field_{_COUNTED[reason]}" not in gpu.unsupported
-                if detail or not counted:
-                    out.add("gpu_throttle_reason_active", on, **labels, reason=reason)
+                counter = _COUNTED.get(reason)
+                counted = counter is not None and counter.field_key not in gpu.unsupported
+                if self.detail or not counted:
+                    out.state(m.THROTTLE_REASON_ACTIVE, on, reason)
         r.throttle_reasons = frozenset(names)
 
-    _read_pcie(gpu, d, out, labels, r)
-    _read_memory_health(gpu, d, out, labels, r, fields)
+    def _export_memory_health(self, out: Series, r: GpuReading) -> None:
+        values = self.values
+        mode = values.get(ECC_MODE)
+        if mode is not None:
+            r.ecc_enabled = bool(mode)
+            out.state(m.ECC_ENABLED, bool(mode))
+        if mode:
+            for (tname, sname), source in ECC_COUNT.items():
+                count = out.counter(m.ECC_ERRORS_TOTAL, values.get(source), tname, sname)
+                if count is None:
+                    if sname != "volatile" and source in values:
+                        self.forget(source)
+                    continue
+                if tname == "uncorrected" and sname == "volatile":
+                    r.ecc_uncorrected_volatile = count
+        pending, failed = values.get(REMAP_PENDING), values.get(REMAP_FAILED)
+        for kind, source in REMAPPED.items():
+            value = values.get(source)
+            if value is not None and out.counter(m.REMAPPED_ROWS_TOTAL, value, kind) is None:
+                self.forget(source)
+        if pending is not None and failed is not None:
+            r.remap_pending, r.remap_failed = bool(pending), bool(failed)
+            out.state(m.ROW_REMAP_PENDING, bool(pending))
+            out.state(m.ROW_REMAP_FAILED, bool(failed))
 
-    # The fabric probe with its health summary first (R580), else without it
-    # (R550 to R575); boards outside an NVSwitch fabric answer NOT_SUPPORTED.
-    fabric = gpu.slow_read("fabric_info_v3", d.fabric_info_v3, every=SLOW_READ_EVERY_POLLS)
-    if fabric is None and "fabric_info_v3" in gpu.unsupported:
-        fabric = gpu.slow_read("fabric_info_v2", d.fabric_info_v2, every=SLOW_READ_EVERY_POLLS)
-    if fabric is not None:
-        r.fabric_state, r.fabric_status, r.fabric_health = (fabric.state, fabric.status,
-                                                             fabric.health)
-        out.add("gpu_fabric_state", 1, **labels, state=fabric.state,
-                status=fabric.status.lower(), health=fabric.health or "unknown")
-
-    persistence = gpu.slow_read("persistence_mode", d.persistence_mode,
-                                every=SLOW_READ_EVERY_POLLS)
-    if persistence is not None:
-        r.persistence_mode = persistence
-        out.add("gpu_persistence_mode_enabled", persistence, **labels)
+    def _export_verdicts(self, out: Series, r: GpuReading) -> None:
+        action_code = self.values.get(RECOVERY_ACTION)
+        if action_code is not None:
+            action = c.RECOVERY_ACTIONS.get(int(action_code), f"code_{int(action_code)}")
+            r.recovery_action = action
+            out.state(m.RECOVERY_ACTION, 1, action)
+        fabric = self.values.get(FABRIC)
+        if fabric is not None:
+            r.fabric_state, r.fabric_status, r.fabric_health = (fabric.state, fabric.status,
+                                                                 fabric.health)
+            out.state(m.FABRIC_STATE, 1, fabric.state, fabric.status.lower(),
+                      fabric.health or "unknown")
 
 
-_MAX_FANS = 16
+def _ecc_counts() -> list[tuple[Source, Every]]:
+    return [(source, Every.POLL if scope == "volatile" else Every.SLOW)
+            for (_, scope), source in ECC_COUNT.items()]
+
+
+def _remapped() -> list[tuple[Source, Every]]:
+    return [(source, Every.SLOW) for source in REMAPPED.values()]
+
+
+def _busy(utilization: float | None) -> bool | None:
+    """Whether the GPU runs work, for the reads that follow the load."""
+    return None if utilization is None else utilization > 0.0
+
+
+def _put(into: dict[str, float], key: str, value: float | None) -> None:
+    if value is not None:
+        into[key] = value
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+_FANS: dict[int, Source] = {}
+
+
+def _fan(fan: int) -> Source:
+    source = _FANS.get(fan)
+    if source is None:
+        source = _FANS[fan] = _call(f"fan_{fan}", Device.fan_speed_ratio, args=(fan,))
+    return source
 
 
 def _probe_fans(d: Device) -> int:
@@ -311,123 +541,3 @@ def _probe_fans(d: Device) -> int:
                 raise
             return fan
     return _MAX_FANS
-
-
-def _add_fields(gpu: Gpu, fields: dict[int, float | NvmlError], out: SnapshotBuilder,
-                labels: dict[str, str], r: GpuReading) -> None:
-    for fid, value in fields.items():
-        key = f"field_{fid}"
-        if key in gpu.unsupported:
-            continue
-        if isinstance(value, NvmlError):
-            # Each field carries its own return code; one unsupported field
-            # must not hide the others.
-            if value.capability_absent:
-                gpu.unsupported.add(key)
-            elif value.device_gone:
-                raise GpuGone(str(value))
-            else:
-                gpu.errors += 1
-            continue
-        if fid == c.FI_DEV_GET_GPU_RECOVERY_ACTION:
-            action = c.RECOVERY_ACTIONS.get(int(value), f"code_{int(value)}")
-            r.recovery_action = action
-            out.add("gpu_recovery_action", 1, **labels, action=action)
-        elif fid == c.FI_DEV_MEMORY_TEMP:
-            if accept(gpu, "gpu_temperature_celsius", value, series=":memory"):
-                out.add("gpu_temperature_celsius", value, **labels, sensor="memory")
-        elif fid in c.THROTTLE_TIME_FIELDS:
-            reason = c.THROTTLE_TIME_FIELDS[fid]
-            if accept_counter(gpu, "gpu_throttle_seconds_total", value * _NS, ":" + reason):
-                out.add("gpu_throttle_seconds_total", value * _NS, **labels, reason=reason)
-        elif fid in _PCIE_DIRECTION:
-            direction = _PCIE_DIRECTION[fid]
-            if accept_slow_counter(gpu, "gpu_pcie_bytes_total", value, ":" + direction,
-                                   cache_key="pcie_byte_fields"):
-                out.add("gpu_pcie_bytes_total", value, **labels, direction=direction)
-
-
-def _read_pcie(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
-               r: GpuReading) -> None:
-    r.pcie_generation = _link(gpu, "gpu_pcie_link_generation",
-                              gpu.read("pcie_gen", d.pcie_link_generation))
-    r.pcie_generation_max = _link(gpu, "gpu_pcie_link_generation_max",
-                                  gpu.static_read("pcie_gen_max", d.pcie_link_generation_max))
-    r.pcie_width = _link(gpu, "gpu_pcie_link_width", gpu.read("pcie_width", d.pcie_link_width))
-    r.pcie_width_max = _link(gpu, "gpu_pcie_link_width_max",
-                             gpu.static_read("pcie_width_max", d.pcie_link_width_max))
-    for name, value in (("gpu_pcie_link_generation", r.pcie_generation),
-                        ("gpu_pcie_link_generation_max", r.pcie_generation_max),
-                        ("gpu_pcie_link_width", r.pcie_width),
-                        ("gpu_pcie_link_width_max", r.pcie_width_max)):
-        if value is not None:
-            out.add(name, value, **labels)
-    replays = gpu.slow_read("pcie_replays", d.pcie_replays, every=SLOW_READ_EVERY_POLLS)
-    if replays is not None and accept_slow_counter(gpu, "gpu_pcie_replays_total", replays,
-                                                   cache_key="pcie_replays"):
-        r.pcie_replays = replays
-        out.add("gpu_pcie_replays_total", replays, **labels)
-
-
-def _link(gpu: Gpu, name: str, value: int | None) -> int | None:
-    """A PCIe link reading, or None where there is none or it is implausible."""
-    return value if value is not None and accept(gpu, name, value) else None
-
-
-def _volatile_ecc(gpu: Gpu, d: Device, fields: dict[int, float | NvmlError] | None,
-                  tname: str, tcode: int) -> int | None:
-    """A volatile ECC total from this poll's field values; where the driver has
-    no such field (or the field-values call itself is not there), from
-    nvmlDeviceGetTotalEccErrors. None after the field's own error (counted
-    with the fields)."""
-    fid = _ECC_VOLATILE_FIELDS[tname]
-    value = None if fields is None else fields.get(fid)
-    if value is not None and not isinstance(value, NvmlError):
-        return int(value)
-    if fields is None or value is None or f"field_{fid}" in gpu.unsupported:
-        return gpu.read(f"ecc_{tname}_volatile", d.ecc_errors, tcode, c.ECC_SCOPES["volatile"])
-    return None
-
-
-def _read_memory_health(gpu: Gpu, d: Device, out: SnapshotBuilder, labels: dict[str, str],
-                        r: GpuReading, fields: dict[int, float | NvmlError] | None) -> None:
-    every = SLOW_READ_EVERY_POLLS
-    mode = gpu.slow_read("ecc_mode", d.ecc_mode, every=every)
-    # A volatile ECC counter that moved since the last poll may have retired a
-    # row or grown the aggregates: those slow reads are then taken now.
-    moved = False
-    if mode is not None:
-        r.ecc_enabled = mode[0]
-        out.add("gpu_ecc_enabled", mode[0], **labels)
-        if mode[0]:
-            volatile = {tname: _volatile_ecc(gpu, d, fields, tname, tcode)
-                        for tname, tcode in c.ECC_TYPES.items()}
-            before = gpu.slow.get("ecc_volatile_seen")
-            moved = before is not None and before[1] != volatile
-            gpu.slow["ecc_volatile_seen"] = (gpu.polls, volatile)
-            for tname, tcode in c.ECC_TYPES.items():
-                for sname, scode in c.ECC_SCOPES.items():
-                    if sname == "volatile":
-                        count = volatile[tname]
-                    else:
-                        count = gpu.slow_read(f"ecc_{tname}_{sname}", d.ecc_errors, tcode,
-                                              scode, every=every, now=moved)
-                    if count is None or not accept_slow_counter(
-                            gpu, "gpu_ecc_errors_total", count, f":{sname}/{tname}",
-                            "" if sname == "volatile" else f"ecc_{tname}_{sname}"):
-                        continue
-                    if tname == "uncorrected" and sname == "volatile":
-                        r.ecc_uncorrected_volatile = count
-                    out.add("gpu_ecc_errors_total", count, **labels, type=tname, scope=sname)
-    rows = gpu.slow_read("remapped_rows", d.remapped_rows, every=every, now=moved)
-    if rows is not None:
-        corr, unc, pending, failed = rows
-        r.remap_pending, r.remap_failed = pending, failed
-        if accept_slow_counter(gpu, "gpu_remapped_rows_total", corr, ":correctable",
-                               "remapped_rows"):
-            out.add("gpu_remapped_rows_total", corr, **labels, type="correctable")
-        if accept_slow_counter(gpu, "gpu_remapped_rows_total", unc, ":uncorrectable",
-                               "remapped_rows"):
-            out.add("gpu_remapped_rows_total", unc, **labels, type="uncorrectable")
-        out.add("gpu_row_remap_pending", pending, **labels)
-        out.add("gpu_row_remap_failed", failed, **labels)

@@ -1,7 +1,13 @@
 """GPM (GPU Performance Monitoring, Hopper and newer): how busy the SMs, tensor
 cores and memory really are, where NVML's utilization only says "a kernel was
 running". Needs two samples more than 100 ms apart, so the previous sample of
-each GPU (and MIG instance) is kept between polls."""
+each GPU (and MIG instance) is kept between polls.
+
+A sample is taken every SAMPLES_EVERY_S (two NVML calls: the sample, then the
+metrics of the interval since the one before), and the newest rates are
+exported again between samples: GPM's metrics are averages over the interval,
+and the activity counters add each interval times its length, so nothing is
+lost by sampling less often than the poll."""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
 
+from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalogs import deep as m
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
@@ -24,27 +33,28 @@ from gpu_exporter.snapshot import SnapshotBuilder
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.1  # GPM's own rule: samples closer than this give no rates
+SAMPLE_EVERY_S = max(MIN_INTERVAL_S, SAMPLES_EVERY_S)
 _MIB = 1024 * 1024
 
-# metric id -> (device-level metric, MIG-level metric or None, scale)
-_RATIOS: dict[int, tuple[str, str | None]] = {
-    c.GPM_SM_UTIL: ("gpu_sm_active_ratio", "gpu_mig_sm_active_ratio"),
-    c.GPM_SM_OCCUPANCY: ("gpu_sm_occupancy_ratio", "gpu_mig_sm_occupancy_ratio"),
-    c.GPM_ANY_TENSOR_UTIL: ("gpu_tensor_active_ratio", "gpu_mig_tensor_active_ratio"),
-    c.GPM_DRAM_BW_UTIL: ("gpu_dram_active_ratio", "gpu_mig_dram_active_ratio"),
+# metric id -> (device-level metric, MIG-level metric)
+_RATIOS: dict[int, tuple[Metric, Metric]] = {
+    c.GPM_SM_UTIL: (m.SM_ACTIVE_RATIO, m.MIG_SM_ACTIVE_RATIO),
+    c.GPM_SM_OCCUPANCY: (m.SM_OCCUPANCY_RATIO, m.MIG_SM_OCCUPANCY_RATIO),
+    c.GPM_ANY_TENSOR_UTIL: (m.TENSOR_ACTIVE_RATIO, m.MIG_TENSOR_ACTIVE_RATIO),
+    c.GPM_DRAM_BW_UTIL: (m.DRAM_ACTIVE_RATIO, m.MIG_DRAM_ACTIVE_RATIO),
 }
-_RATES: dict[int, tuple[str, str]] = {
-    c.GPM_PCIE_TX_PER_SEC: ("gpu_gpm_pcie_bytes_per_second", "tx"),
-    c.GPM_PCIE_RX_PER_SEC: ("gpu_gpm_pcie_bytes_per_second", "rx"),
-    c.GPM_NVLINK_TOTAL_RX_PER_SEC: ("gpu_gpm_nvlink_bytes_per_second", "rx"),
-    c.GPM_NVLINK_TOTAL_TX_PER_SEC: ("gpu_gpm_nvlink_bytes_per_second", "tx"),
+_RATES: dict[int, tuple[Metric, str]] = {
+    c.GPM_PCIE_TX_PER_SEC: (m.GPM_PCIE_BYTES_PER_SECOND, "tx"),
+    c.GPM_PCIE_RX_PER_SEC: (m.GPM_PCIE_BYTES_PER_SECOND, "rx"),
+    c.GPM_NVLINK_TOTAL_RX_PER_SEC: (m.GPM_NVLINK_BYTES_PER_SECOND, "rx"),
+    c.GPM_NVLINK_TOTAL_TX_PER_SEC: (m.GPM_NVLINK_BYTES_PER_SECOND, "tx"),
 }
 # metric id -> counter of the activity's time: the ratio of each interval
 # times its length, so rate() over any window is the window's mean activity.
-_ACTIVE_SECONDS: dict[int, str] = {
-    c.GPM_SM_UTIL: "gpu_sm_active_seconds_total",
-    c.GPM_ANY_TENSOR_UTIL: "gpu_tensor_active_seconds_total",
-    c.GPM_DRAM_BW_UTIL: "gpu_dram_active_seconds_total",
+_ACTIVE_SECONDS: dict[int, Metric] = {
+    c.GPM_SM_UTIL: m.SM_ACTIVE_SECONDS_TOTAL,
+    c.GPM_ANY_TENSOR_UTIL: m.TENSOR_ACTIVE_SECONDS_TOTAL,
+    c.GPM_DRAM_BW_UTIL: m.DRAM_ACTIVE_SECONDS_TOTAL,
 }
 DEVICE_METRICS = tuple(_RATIOS) + tuple(_RATES)
 MIG_METRICS = tuple(_RATIOS)
@@ -124,9 +134,9 @@ class GpmCollector(NvmlCollector):
             for inst in mig.get(gpu.index, []):
                 values = self._sample(gpu, inst.gpu_instance, MIG_METRICS)
                 at = (*base, str(inst.gpu_instance))
-                for mid, (_dev, mig_name) in _RATIOS.items():
-                    if values is not None and mid in values and mig_name:
-                        out.add_values(mig_name, at, values[mid] / 100.0)
+                for mid, (_dev, mig_metric) in _RATIOS.items():
+                    if values is not None and mid in values:
+                        out.add_values(mig_metric, at, values[mid] / 100.0)
 
         self._errors += self.session.each_gpu(one)
 
@@ -145,9 +155,9 @@ class GpmCollector(NvmlCollector):
             if pair is None:
                 pair = self._pairs[key] = _Pair(GpmSample(), GpmSample())
             now = self._mono()
-            if pair.prev_at is not None and now - pair.prev_at < MIN_INTERVAL_S:
-                # Polled faster than GPM can measure: keep the older sample until
-                # the interval is long enough, and repeat the newest rates.
+            if pair.prev_at is not None and now - pair.prev_at < SAMPLE_EVERY_S:
+                # Keep the older sample until the interval is long enough, and
+                # repeat the newest rates.
                 return pair.last
             if gpu_instance is None:
                 device.gpm_sample(pair.cur)
@@ -189,21 +199,21 @@ class GpmCollector(NvmlCollector):
                                                + ratio * interval_s)
 
     def _export_active(self, uuid: str, out: SnapshotBuilder, base: tuple[str, str]) -> None:
-        for mid, name in _ACTIVE_SECONDS.items():
+        for mid, metric in _ACTIVE_SECONDS.items():
             total = self._active_s.get((uuid, mid))
             if total is not None:
-                out.add_values(name, base, total)
+                out.add_values(metric, base, total)
 
     @staticmethod
     def _export(values: dict[int, float], out: SnapshotBuilder,
                 base: tuple[str, str]) -> GpmReading:
         ratios: dict[int, float] = {}
-        for mid, (name, _mig) in _RATIOS.items():
+        for mid, (metric, _mig) in _RATIOS.items():
             if mid in values:
                 ratios[mid] = min(1.0, max(0.0, values[mid] / 100.0))
-                out.add_values(name, base, ratios[mid])
-        for mid, (name, direction) in _RATES.items():
+                out.add_values(metric, base, ratios[mid])
+        for mid, (metric, direction) in _RATES.items():
             if mid in values:
-                out.add_values(name, (*base, direction), values[mid] * _MIB)
+                out.add_values(metric, (*base, direction), values[mid] * _MIB)
         return GpmReading(ratios.get(c.GPM_SM_UTIL), ratios.get(c.GPM_SM_OCCUPANCY),
                           ratios.get(c.GPM_ANY_TENSOR_UTIL), ratios.get(c.GPM_DRAM_BW_UTIL))

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self, TypeVar
 
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalogs import host as m
 from gpu_exporter.collectors.base import Collector
-from gpu_exporter.collectors.plausible import accept, accept_counter, accept_share
+from gpu_exporter.collectors.values import accept, accept_counter, accept_share, series_key
 from gpu_exporter.host import cpu, disks, memory, network, pressure
 from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
@@ -35,7 +37,7 @@ MAX_DEVICES = 64
 class _Sources:
     """Reads each source, remembering which are absent or failing so each is
     logged once (and once more when it recovers), not every poll. Also the
-    host's tally for collectors/plausible.py: a reading no host can report
+    host's tally for collectors/values.py: a reading no host can report
     counts in ``errors`` like a file that cannot be read."""
 
     label = kind = "host"
@@ -81,7 +83,7 @@ class _Sources:
 
 
 class HostCollector(Collector):
-    """Every value passes collectors/plausible.py before it is exported or
+    """Every value passes its metric's bounds before it is exported or
     reaches the diagnosis: one the host cannot report (a negative count, a
     ratio above 1, a counter going backwards, more memory available than
     there is) leaves its series absent for that poll and counts a read error.
@@ -145,49 +147,46 @@ class HostCollector(Collector):
         out.readings.host = reading
         out.readings.host_signals = _signals(reading)
 
-    def _counter(self, out: SnapshotBuilder, name: str, value: float, now: float,
-                 **labels: str) -> float | None:
-        """Export counter ``name`` if plausible.accept_counter() accepts it;
+    def _counter(self, out: SnapshotBuilder, metric: Metric, value: float, now: float,
+                 *series: str) -> float | None:
+        """Export the counter if collectors.values.accept_counter() accepts it;
         its rate per second since its last accepted reading (None on the
         first one, when rejected, or when no time passed)."""
-        series = _series(labels)
-        if not accept_counter(self._src, name, value, series):
+        if not accept_counter(self._src, metric, value, *series):
             return None
-        out.add(name, value, **labels)
-        key = name + series
+        out.add_values(metric, series, value)
+        key = series_key(metric, series)
         before = self._counted.get(key)
         self._counted[key] = (now, value)
         if before is None or now <= before[0]:
             return None
         return (value - before[1]) / (now - before[0])
 
-    def _held(self, name: str, value: float) -> float:
+    def _held(self, metric: Metric, value: float) -> float:
         """A CPU time that stepped back held at its last accepted reading. The
         kernel's iowait count may decrease (proc(5): "not reliable"; it is kept
         per CPU and a task moves between CPUs): the step back is the kernel's
         own, not a faulty reading, and a counter exported lower would read as a
         reset to rate()."""
-        last = self._counted.get(name)
+        last = self._counted.get(metric.name)
         return max(value, last[1]) if last is not None else value
 
-    def _share(self, out: SnapshotBuilder, name: str, value: float | None,
-               **labels: str) -> float | None:
-        """Export a share of the interval if plausible.accept_share() accepts it."""
+    def _share(self, out: SnapshotBuilder, metric: Metric, value: float | None,
+               *series: str) -> float | None:
+        """Export a share of the interval if collectors.values.accept_share() accepts it."""
         if value is None:
             return None
-        series = _series(labels)
-        share = accept_share(self._src, name, value, series)
+        share = accept_share(self._src, metric, value, *series)
         if share is not None:
-            out.add(name, share, **labels)
+            out.add_values(metric, series, share)
         return share
 
-    def _gauge(self, out: SnapshotBuilder, name: str, value: float,
-               ceiling: float | None = None, **labels: str) -> bool:
-        """Export a gauge if plausible.accept() accepts it; whether it did."""
-        series = _series(labels)
-        if not accept(self._src, name, value, ceiling, series):
+    def _gauge(self, out: SnapshotBuilder, metric: Metric, value: float, *series: str,
+               ceiling: float | None = None) -> bool:
+        """Export a gauge if collectors.values.accept() accepts it; whether it did."""
+        if not accept(self._src, metric, value, *series, ceiling=ceiling):
             return False
-        out.add(name, value, **labels)
+        out.add_values(metric, series, value)
         return True
 
     def _cpu(self, out: SnapshotBuilder, times: cpu.CpuTimes | None,
@@ -197,19 +196,19 @@ class HostCollector(Collector):
             return None, None, None
         # The counters carry every second between scrapes; the ratios below
         # are the last poll's share, for the diagnosis's now-value.
-        self._counter(out, "gpu_host_cpu_seconds_total", times.total, now)
-        for mode, name in (("iowait", "gpu_host_cpu_iowait_seconds_total"),
-                           ("steal", "gpu_host_cpu_steal_seconds_total")):
+        self._counter(out, m.HOST_CPU_SECONDS_TOTAL, times.total, now)
+        for mode, family in (("iowait", m.HOST_CPU_IOWAIT_SECONDS_TOTAL),
+                             ("steal", m.HOST_CPU_STEAL_SECONDS_TOTAL)):
             if mode in times.seconds:
-                self._counter(out, name, self._held(name, times.seconds[mode]), now)
+                self._counter(out, family, self._held(family, times.seconds[mode]), now)
         before, self._cpu_before = self._cpu_before, (now, times)
         ratios = cpu.cpu_ratios(before[1], times) if before is not None else None
         iowait = steal = rate = None
         if ratios is not None:
-            iowait = self._share(out, "gpu_host_cpu_iowait_ratio", ratios.iowait)
-            steal = self._share(out, "gpu_host_cpu_steal_ratio", ratios.steal)
+            iowait = self._share(out, m.HOST_CPU_IOWAIT_RATIO, ratios.iowait)
+            steal = self._share(out, m.HOST_CPU_STEAL_RATIO, ratios.steal)
         if times.context_switches is not None:
-            rate = self._counter(out, "gpu_host_context_switches_total",
+            rate = self._counter(out, m.HOST_CONTEXT_SWITCHES_TOTAL,
                                  times.context_switches, now)
         return iowait, steal, rate
 
@@ -225,11 +224,10 @@ class HostCollector(Collector):
             for kind, stall in (("some", p.some), ("full", p.full)):
                 if stall is None:
                     continue
-                if self._gauge(out, "gpu_host_pressure_ratio", stall.avg10,
-                               resource=resource, kind=kind):
+                if self._gauge(out, m.HOST_PRESSURE_RATIO, stall.avg10, resource, kind):
                     shown[kind] = stall
-                self._counter(out, "gpu_host_pressure_stalled_seconds_total",
-                              stall.total_seconds, now, resource=resource, kind=kind)
+                self._counter(out, m.HOST_PRESSURE_STALLED_SECONDS_TOTAL,
+                              stall.total_seconds, now, resource, kind)
             some = shown.get("some")
             if some is not None:
                 stalls[resource] = pressure.Pressure(some, shown.get("full"))
@@ -241,14 +239,14 @@ class HostCollector(Collector):
         if mem is None:
             return None, None, None
         total = (mem.total_bytes
-                 if self._gauge(out, "gpu_host_memory_total_bytes", mem.total_bytes) else None)
+                 if self._gauge(out, m.HOST_MEMORY_TOTAL_BYTES, mem.total_bytes) else None)
         available = None
         if mem.available_bytes is not None and self._gauge(
-                out, "gpu_host_memory_available_bytes", mem.available_bytes, total):
+                out, m.HOST_MEMORY_AVAILABLE_BYTES, mem.available_bytes, ceiling=total):
             available = mem.available_bytes
         used = mem.swap_used_bytes
-        swap_used = used if self._gauge(out, "gpu_host_swap_used_bytes", used,
-                                        mem.swap_total_bytes) else None
+        swap_used = used if self._gauge(out, m.HOST_SWAP_USED_BYTES, used,
+                                        ceiling=mem.swap_total_bytes) else None
         return total, available, swap_used
 
     def _swap(self, out: SnapshotBuilder, swap: memory.SwapActivity | None,
@@ -256,10 +254,8 @@ class HostCollector(Collector):
         """Swap-in and swap-out bytes per second since the last poll."""
         if swap is None:
             return None, None
-        swap_in = self._counter(out, "gpu_host_swap_bytes_total", swap.in_bytes, now,
-                                direction="in")
-        swap_out = self._counter(out, "gpu_host_swap_bytes_total", swap.out_bytes, now,
-                                 direction="out")
+        swap_in = self._counter(out, m.HOST_SWAP_BYTES_TOTAL, swap.in_bytes, now, "in")
+        swap_out = self._counter(out, m.HOST_SWAP_BYTES_TOTAL, swap.out_bytes, now, "out")
         return swap_in, swap_out
 
     def _load(self, out: SnapshotBuilder,
@@ -267,7 +263,7 @@ class HostCollector(Collector):
         """The load averages; the reading keeps them only when all three pass."""
         if load is None:
             return None
-        shown = [self._gauge(out, "gpu_host_load_average", value, window=window)
+        shown = [self._gauge(out, m.HOST_LOAD_AVERAGE, value, window)
                  for window, value in (("1m", load.load1), ("5m", load.load5),
                                        ("15m", load.load15))]
         return load if all(shown) else None
@@ -277,15 +273,15 @@ class HostCollector(Collector):
         if busy is None:
             return {}
         for name in self._cap("block devices", busy.busy_seconds):
-            self._counter(out, "gpu_host_disk_busy_seconds_total", busy.busy_seconds[name], now,
-                          device=name)
+            self._counter(out, m.HOST_DISK_BUSY_SECONDS_TOTAL, busy.busy_seconds[name], now,
+                          name)
         before, self._disks_before = self._disks_before, (now, busy)
         if before is None:
             return {}
         ratios = disks.busy_ratios(before[1], busy, now - before[0])
         shown = {}
         for name in self._cap("block devices", ratios):
-            share = self._share(out, "gpu_host_disk_busy_ratio", ratios[name], device=name)
+            share = self._share(out, m.HOST_DISK_BUSY_RATIO, ratios[name], name)
             if share is not None:
                 shown[name] = share
         return shown
@@ -295,10 +291,9 @@ class HostCollector(Collector):
         if net is None:
             return
         for name in self._cap("network interfaces", net):
-            self._counter(out, "gpu_host_network_receive_errors_total", net[name].errors, now,
-                          interface=name)
-            self._counter(out, "gpu_host_network_receive_drops_total", net[name].drops, now,
-                          interface=name)
+            self._counter(out, m.HOST_NETWORK_RECEIVE_ERRORS_TOTAL, net[name].errors, now,
+                          name)
+            self._counter(out, m.HOST_NETWORK_RECEIVE_DROPS_TOTAL, net[name].drops, now, name)
 
     def _cap(self, what: str, by_name: dict[str, T]) -> list[str]:
         names = sorted(by_name)
@@ -307,12 +302,6 @@ class HostCollector(Collector):
             log.warning("%d %s: exporting the first %d by name to bound the number of series",
                         len(names), what, self._max)
         return names[:self._max]
-
-
-def _series(labels: dict[str, str]) -> str:
-    """What tells a series of a metric apart, as plausible.py keys it and the
-    log names it: ``:io/some``, ``:eth0``; nothing for a metric of one series."""
-    return ":" + "/".join(labels.values()) if labels else ""
 
 
 def _signals(f: HostReading) -> HostSignals:

@@ -41,6 +41,12 @@ from typing import Self
 from gpu_exporter.attribution.grouping import workload_of
 from gpu_exporter.attribution.procfiles import read_text_bounded
 from gpu_exporter.attribution.slurm import read_job
+from gpu_exporter.catalogs.kernel import (
+    EXPORTER_KERNEL_LOG_OVERFLOW_TOTAL,
+    EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL,
+    EXPORTER_KERNEL_LOG_STATE,
+    NVSWITCH_SXID_ERRORS_TOTAL,
+)
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host.driver_log import DriverLog, XidEntry
 from gpu_exporter.host.kmsg import (
@@ -261,15 +267,15 @@ class KmsgCollector(Collector):
                 self._thread = threading.Thread(target=self._run, name="kmsg", daemon=True)
                 self._thread.start()
         for state in KmsgState:
-            out.add("gpu_exporter_kernel_log_state", state == self._state, state=state.value)
+            out.add(EXPORTER_KERNEL_LOG_STATE, state == self._state, state=state.value)
         reading = KernelLogReading(self._state.value if self._state else KmsgState.ERROR.value)
         with self._lock:
             lost = self._reader.lost if self._reader is not None else 0
-            out.add("gpu_exporter_kernel_log_records_lost_total", lost)
-            out.add("gpu_exporter_kernel_log_overflow_total", self.store.overflow)
+            out.add(EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL, lost)
+            out.add(EXPORTER_KERNEL_LOG_OVERFLOW_TOTAL, self.store.overflow)
             for e in sorted(self.store.sxids.values(),
                             key=lambda e: (e.switch, e.bus, e.code)):
-                out.add("gpu_nvswitch_sxid_errors_total", e.count, nvswitch=e.switch,
+                out.add(NVSWITCH_SXID_ERRORS_TOTAL, e.count, nvswitch=e.switch,
                         pci_bus_id=e.bus, sxid=str(e.code),
                         fatal="" if e.fatal is None else str(e.fatal).lower())
             if not first:

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import logging
 
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.cadence import FACT_READ_EVERY_POLLS
+from gpu_exporter.catalogs.deep import (
+    MIG_INFO,
+    MIG_MEMORY_TOTAL_BYTES,
+    MIG_MEMORY_USED_BYTES,
+    MIG_MODE_ENABLED,
+)
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml.adapter import Device, MigDevice
 from gpu_exporter.nvml.errors import NvmlError, Return
@@ -60,8 +66,8 @@ def instance_memory(gpu: Gpu, mig: MigDevice) -> tuple[int, int]:
 def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
     """The GPU's MIG instances; None when MIG is unsupported or off."""
     # MIG mode changes only across a GPU reset, and the call costs 0.13-0.3 ms
-    # on an H100: read it with the device collector's slow reads.
-    if not gpu.slow_read("mig_mode", d.mig_mode, every=SLOW_READ_EVERY_POLLS):
+    # on an H100: read with the facts (and at once after an event or a reload).
+    if not gpu.slow_read("mig_mode", d.mig_mode, every=FACT_READ_EVERY_POLLS):
         return None
     slots = gpu.static_read("mig_max", d.max_mig_devices) or 0
     # A profile does not change while its instance lives, and a new instance
@@ -111,13 +117,13 @@ class MigCollector(NvmlCollector):
             if "mig_mode" in gpu.unsupported:
                 return
             labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
-            out.add("gpu_mig_mode_enabled", instances is not None, **labels)
+            out.add(MIG_MODE_ENABLED, instances is not None, **labels)
             for m in instances or []:
                 found.setdefault(gpu.index, []).append(m)
                 mig = {**labels, "gpu_instance": str(m.gpu_instance),
                        "compute_instance": str(m.compute_instance)}
-                out.add("gpu_mig_info", 1, **mig, mig_uuid=m.uuid, mig_profile=m.profile)
-                out.add("gpu_mig_memory_total_bytes", m.memory_total_bytes, **mig)
-                out.add("gpu_mig_memory_used_bytes", m.memory_used_bytes, **mig)
+                out.add(MIG_INFO, 1, **mig, mig_uuid=m.uuid, mig_profile=m.profile)
+                out.add(MIG_MEMORY_TOTAL_BYTES, m.memory_total_bytes, **mig)
+                out.add(MIG_MEMORY_USED_BYTES, m.memory_used_bytes, **mig)
 
         self._errors = self.session.each_gpu(one)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalogs import deep as m
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
@@ -63,9 +65,9 @@ class _LinkPlan:
     request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
     # (field id, link) -> (metric, label values, scale; None for the link state),
     # the link state's too where it is read with the per-link call
-    targets: dict[tuple[int, int], tuple[str, tuple[str, ...], float | None]]
+    targets: dict[tuple[int, int], tuple[Metric, tuple[str, ...], float | None]]
     # field id of a counter -> (the all-links metric, its label values)
-    totals: dict[int, tuple[str, tuple[str, ...]]]
+    totals: dict[int, tuple[Metric, tuple[str, ...]]]
     # Whether the link state is in the request (else read with the per-link call).
     state_field: bool
 
@@ -85,25 +87,44 @@ def _plan(gpu: Gpu, links: int) -> _LinkPlan:
     base = (str(gpu.index), gpu.identity.uuid)
     request = tuple((fid, link) for fid in _PER_LINK for link in range(links)
                     if state_field or fid != c.FI_DEV_NVLINK_GET_STATE)
-    targets: dict[tuple[int, int], tuple[str, tuple[str, ...], float | None]] = {}
+    targets: dict[tuple[int, int], tuple[Metric, tuple[str, ...], float | None]] = {}
     for fid, link in ((fid, link) for fid in _PER_LINK for link in range(links)):
         kind, detail = _PER_LINK[fid]
         if kind == "state":
-            targets[fid, link] = ("gpu_nvlink_link_up", (*base, str(link)), None)
+            targets[fid, link] = (m.NVLINK_LINK_UP, (*base, str(link)), None)
         elif kind == "errors":
-            targets[fid, link] = ("gpu_nvlink_errors_total", (*base, str(link), detail), 1.0)
+            targets[fid, link] = (m.NVLINK_ERRORS_TOTAL, (*base, str(link), detail), 1.0)
         else:  # NVML counts NVLink throughput in KiB
-            targets[fid, link] = ("gpu_nvlink_bytes_total", (*base, str(link), detail), 1024.0)
-    totals: dict[int, tuple[str, tuple[str, ...]]] = {}
+            targets[fid, link] = (m.NVLINK_BYTES_TOTAL, (*base, str(link), detail), 1024.0)
+    totals: dict[int, tuple[Metric, tuple[str, ...]]] = {}
     for fid, (kind, detail) in _PER_LINK.items():
         if kind == "errors":
-            totals[fid] = ("gpu_nvlink_errors_all_links_total", (*base, detail))
+            totals[fid] = (m.NVLINK_ERRORS_ALL_LINKS_TOTAL, (*base, detail))
         elif kind == "bytes":
-            totals[fid] = ("gpu_nvlink_bytes_all_links_total", (*base, detail))
+            totals[fid] = (m.NVLINK_BYTES_ALL_LINKS_TOTAL, (*base, detail))
     plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets, totals,
                      state_field)
     gpu.static["nvlink_plan"] = plan
     return plan
+
+
+# How the device reader knows the fields this reader wants of a GPU
+# (Gpu.shared_fields).
+_READER = "nvlink"
+
+
+def _answers(gpu: Gpu, d: Device, request: tuple[tuple[int, int], ...],
+             ) -> dict[tuple[int, int], float | NvmlError] | None:
+    """This poll's answers to ``request``: from the device reader's one
+    nvmlDeviceGetFieldValues call of the GPU where it asked them this poll,
+    else from a call of this reader's own. From then on the device reader asks
+    them with its own fields."""
+    shared, gpu.shared_answers = gpu.shared_answers, None
+    registered = gpu.shared_fields.get(_READER) == request
+    gpu.shared_fields[_READER] = request
+    if registered and shared is not None:
+        return shared
+    return gpu.read("nvlink_fields", d.scoped_field_values, request)
 
 
 class NvlinkCollector(NvmlCollector):
@@ -116,6 +137,10 @@ class NvlinkCollector(NvmlCollector):
         # link whose read fails one poll keeps its share of the all-links total,
         # so the total never dips (a dip would read as a counter reset).
         self._last: dict[tuple[str, int, int], float] = {}
+
+    def close(self) -> None:
+        for gpu in self.session.gpus:
+            gpu.shared_fields.pop(_READER, None)
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -132,11 +157,15 @@ class NvlinkCollector(NvmlCollector):
         if not links:
             return
         plan = _plan(gpu, links)
-        values = gpu.read("nvlink_fields", d.scoped_field_values, plan.request)
+        values = _answers(gpu, d, plan.request)
         targets, add = plan.targets, out.add_values
         states: dict[int, bool] = {}
         state_absent: NvmlError | None = None
-        for key, value in (values or {}).items():
+        answers = values or {}
+        for key in plan.request:
+            value = answers.get(key)
+            if value is None:
+                continue
             if isinstance(value, NvmlError):
                 if value.device_gone:
                     raise GpuGone(str(value))
@@ -145,11 +174,11 @@ class NvlinkCollector(NvmlCollector):
                 elif key[0] == c.FI_DEV_NVLINK_GET_STATE:
                     state_absent = value
                 continue
-            name, labels, scale = targets[key]
+            metric, labels, scale = targets[key]
             if scale is None:
                 states[key[1]] = value == c.NVLINK_STATE_ACTIVE
             else:
-                add(name, labels, value * scale)
+                add(metric, labels, value * scale)
                 self._last[(plan.uuid, *key)] = value * scale
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
@@ -159,17 +188,17 @@ class NvlinkCollector(NvmlCollector):
         if _STATE_FIELD in gpu.unsupported:
             states = self._states_by_call(gpu, d, links)
         for link, active in states.items():
-            add("gpu_nvlink_link_up", targets[c.FI_DEV_NVLINK_GET_STATE, link][1], active)
+            add(m.NVLINK_LINK_UP, targets[c.FI_DEV_NVLINK_GET_STATE, link][1], active)
         base = (str(gpu.index), plan.uuid)
-        add("gpu_nvlink_links", base, links)
+        add(m.NVLINK_LINKS, base, links)
         up = sum(states.values())
         if states:  # never a 0 that only means "not read"
-            add("gpu_nvlink_links_active", base, up)
-        for fid, (name, labels) in plan.totals.items():
+            add(m.NVLINK_LINKS_ACTIVE, base, up)
+        for fid, (metric, labels) in plan.totals.items():
             read = [self._last[k] for link in range(links)
                     if (k := (plan.uuid, fid, link)) in self._last]
             if read:
-                add(name, labels, sum(read))
+                add(metric, labels, sum(read))
         found[gpu.index] = NvlinkReading(links, up)
 
     @staticmethod

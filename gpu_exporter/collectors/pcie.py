@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Self
 
+from gpu_exporter.catalogs import pcie as m
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.udev import EventSource, UdevWatcher, open_source
 from gpu_exporter.host.pci import PciDevice, PcieLink, PciPlacement, read_pci_device
@@ -26,12 +27,12 @@ PLACEMENT_REFRESH_POLLS = 60
 
 
 def _add_link(out: SnapshotBuilder, labels: dict[str, str], port: str, link: PcieLink) -> None:
-    for name, value in (("gpu_pcie_sysfs_link_generation", link.generation),
-                        ("gpu_pcie_sysfs_link_generation_max", link.generation_max),
-                        ("gpu_pcie_sysfs_link_width", link.width),
-                        ("gpu_pcie_sysfs_link_width_max", link.width_max)):
+    for metric, value in ((m.PCIE_SYSFS_LINK_GENERATION, link.generation),
+                          (m.PCIE_SYSFS_LINK_GENERATION_MAX, link.generation_max),
+                          (m.PCIE_SYSFS_LINK_WIDTH, link.width),
+                          (m.PCIE_SYSFS_LINK_WIDTH_MAX, link.width_max)):
         if value is not None:
-            out.add(name, value, **labels, port=port)
+            out.add(metric, value, **labels, port=port)
 
 
 def kernel_view(dev: PciDevice) -> PcieKernelView:
@@ -96,7 +97,7 @@ class PcieCollector(NvmlCollector):
             devices[gpu.index] = dev
             self._note_problems(dev)
             labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
-            out.add("gpu_numa_info", 1, **labels,
+            out.add(m.NUMA_INFO, 1, **labels,
                     numa_node="-1" if dev.numa_node is None else str(dev.numa_node),
                     local_cpulist=dev.local_cpulist or "")
             if dev.link is not None:
@@ -104,10 +105,10 @@ class PcieCollector(NvmlCollector):
             if dev.upstream is not None:
                 _add_link(out, labels, "upstream", dev.upstream)
             for severity, total in dev.aer.items():
-                out.add("gpu_pcie_aer_errors_total", total, **labels, severity=severity)
+                out.add(m.PCIE_AER_ERRORS_TOTAL, total, **labels, severity=severity)
         if self.watcher is not None:
             for action, count in self.watcher.counts().items():
-                out.add("gpu_udev_events_total", count, action=action)
+                out.add(m.UDEV_EVENTS_TOTAL, count, action=action)
         out.readings.pcie = devices
         out.readings.pcie_view = {i: kernel_view(d) for i, d in devices.items()}
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S
+from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SLOW_READ_EVERY_POLLS
+from gpu_exporter.catalogs import processes as m
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.config import Settings
 from gpu_exporter.host.files import MalformedFile
@@ -28,7 +29,7 @@ from gpu_exporter.host.procs import ProcessInfo, ProcessReader, parse_cpulist
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.processes import ProcessEntry
 from gpu_exporter.nvml.session import Gpu, NvmlSession, normalize_bus_id
-from gpu_exporter.readings import ProcessReading
+from gpu_exporter.readings import PollReadings, ProcessReading
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
@@ -126,6 +127,10 @@ class ProcessesCollector(NvmlCollector):
         self._labels: dict[tuple[int, int, int | None, int | None], _Labels] = {}
         self._local_cpus: dict[int, frozenset[int] | None] = {}
         self._reader = ProcessReader(procfs)
+        # gpu index -> (its used memory when the list was read, polls since,
+        # the list)
+        self._listed: dict[int, tuple[float | None, int, list[ProcessEntry]]] = {}
+        self._generation = -1
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -137,16 +142,40 @@ class ProcessesCollector(NvmlCollector):
         # The paths take effect at the next start (a running reader keeps its root).
         self.max_per_gpu = settings.processes.max_per_gpu
 
-    def _list(self, gpu: Gpu, device: Device, found: dict[int, list[_Listed]]) -> None:
-        entries: list[ProcessEntry] = []
-        entries += gpu.read_first(("processes_compute", device.compute_processes),
-                                  ("processes_compute_v2", device.compute_processes_v2)) or []
-        entries += gpu.read_first(("processes_graphics", device.graphics_processes),
-                                  ("processes_graphics_v2", device.graphics_processes_v2)) or []
-        listed = _merge(entries)
+    def _list(self, gpu: Gpu, device: Device, found: dict[int, list[_Listed]],
+              readings: PollReadings) -> None:
+        listed = _merge(self._entries(gpu, device, readings))
         if listed:
             self._attribute_sm(gpu, device, listed)
         found[gpu.index] = listed
+
+    def _entries(self, gpu: Gpu, device: Device, readings: PollReadings) -> list[ProcessEntry]:
+        """The GPU's process list (two NVML calls: compute, graphics). Read
+        again where the GPU's used memory moved since the list was read (every
+        CUDA context holds device memory: a process that starts, ends or
+        allocates moves it), where that is not known this poll (the device
+        reader off or failing, MIG instances), and at least every
+        SLOW_READ_EVERY_POLLS polls; else the list read then."""
+        reading = (readings.gpus or {}).get(gpu.index)
+        used = reading.memory_used_bytes if reading is not None else None
+        if gpu.index in (readings.mig or {}):
+            used = None
+        held = self._listed.get(gpu.index)
+        if (held is not None and used is not None and held[0] == used
+                and held[1] < SLOW_READ_EVERY_POLLS):
+            self._listed[gpu.index] = (used, held[1] + 1, held[2])
+            return held[2]
+        compute = gpu.read_first(("processes_compute", device.compute_processes),
+                                 ("processes_compute_v2", device.compute_processes_v2))
+        graphics = gpu.read_first(("processes_graphics", device.graphics_processes),
+                                  ("processes_graphics_v2", device.graphics_processes_v2))
+        entries = [*(compute or []), *(graphics or [])]
+        if (compute is None and "processes_compute_v2" not in gpu.unsupported) or (
+                graphics is None and "processes_graphics_v2" not in gpu.unsupported):
+            self._listed.pop(gpu.index, None)  # failed this once: read again next poll
+        else:
+            self._listed[gpu.index] = (used, 1, entries)
+        return entries
 
     def _attribute_sm(self, gpu: Gpu, device: Device, listed: list[_Listed]) -> None:
         """Each listed process's SM utilization, the mean of its samples since the
@@ -184,14 +213,18 @@ class ProcessesCollector(NvmlCollector):
         out.readings.processes = readings
         series = SnapshotBuilder(out.timestamp)
         out.publish(PROCESS_SERIES, series)
-        self._collect(series, readings)
+        self._collect(series, readings, out.readings)
 
-    def _collect(self, out: SnapshotBuilder, readings: list[ProcessReading]) -> None:
+    def _collect(self, out: SnapshotBuilder, readings: list[ProcessReading],
+                 polled: PollReadings) -> None:
         if not self.session.up:
             self._errors = 0
             return
         found: dict[int, list[_Listed]] = {}
-        self._errors = self.session.each_gpu(lambda gpu, d: self._list(gpu, d, found))
+        if self.session.generation != self._generation:
+            self._listed.clear()  # lists of a session that is gone
+            self._generation = self.session.generation
+        self._errors = self.session.each_gpu(lambda gpu, d: self._list(gpu, d, found, polled))
         now = self._mono()
         prev, self._prev = self._prev, {}
         known, self._labels = self._labels, {}
@@ -207,7 +240,7 @@ class ProcessesCollector(NvmlCollector):
                                             + len(listed) - self.max_per_gpu)
                 listed = listed[: self.max_per_gpu]
             if gpu.index in self._dropped:
-                out.add_values("gpu_process_series_dropped_total", gpu_labels,
+                out.add_values(m.PROCESS_SERIES_DROPPED_TOTAL, gpu_labels,
                                self._dropped[gpu.index])
             local = self._gpu_local_cpus(gpu)
             for p in listed:
@@ -257,27 +290,27 @@ class ProcessesCollector(NvmlCollector):
         # mapping add() does for each of the ~12 series.
         labels = lab.proc
         add = out.add_values
-        add("gpu_process_info", lab.info, 1)
+        add(m.PROCESS_INFO, lab.info, 1)
         if p.used_bytes is not None:
-            add("gpu_process_memory_used_bytes", labels, p.used_bytes)
+            add(m.PROCESS_MEMORY_USED_BYTES, labels, p.used_bytes)
         if p.sm_ratio is not None:
-            add("gpu_process_sm_utilization_ratio", labels, p.sm_ratio)
-        add("gpu_process_cpu_seconds_total", labels, info.cpu_seconds)
+            add(m.PROCESS_SM_UTILIZATION_RATIO, labels, p.sm_ratio)
+        add(m.PROCESS_CPU_SECONDS_TOTAL, labels, info.cpu_seconds)
         if info.run_queue_wait_seconds is not None:
-            add("gpu_process_run_queue_wait_seconds_total", labels, info.run_queue_wait_seconds)
-        add("gpu_process_resident_memory_bytes", labels, info.rss_bytes)
-        add("gpu_process_threads", labels, info.threads)
-        add("gpu_process_state", lab.state_labels, 1)
+            add(m.PROCESS_RUN_QUEUE_WAIT_SECONDS_TOTAL, labels, info.run_queue_wait_seconds)
+        add(m.PROCESS_RESIDENT_MEMORY_BYTES, labels, info.rss_bytes)
+        add(m.PROCESS_THREADS, labels, info.threads)
+        add(m.PROCESS_STATE, lab.state_labels, 1)
         if info.voluntary_ctxt_switches is not None:
-            add("gpu_process_context_switches_total", lab.voluntary,
+            add(m.PROCESS_CONTEXT_SWITCHES_TOTAL, lab.voluntary,
                 info.voluntary_ctxt_switches)
         if info.involuntary_ctxt_switches is not None:
-            add("gpu_process_context_switches_total", lab.involuntary,
+            add(m.PROCESS_CONTEXT_SWITCHES_TOTAL, lab.involuntary,
                 info.involuntary_ctxt_switches)
         affinity_local = None
         if local is not None and info.cpus_allowed is not None:
             affinity_local = info.cpus_allowed <= local
-            add("gpu_process_cpu_affinity_local", labels, affinity_local)
+            add(m.PROCESS_CPU_AFFINITY_LOCAL, labels, affinity_local)
         cpu_ratio = wait_ratio = None
         before = prev.get(p.pid)
         if before is not None and now > before[0]:

@@ -1,7 +1,8 @@
 """Sub-second samples: NVML keeps a ring buffer of GPU utilization, power and
 SM clock samples. Everything since the last read is read and summarised as min,
 mean and max — what a 1 Hz point sample hides, e.g. a GPU that alternates
-between idle and flat out because its input pipeline starves it.
+between idle and flat out because its input pipeline starves it — and the
+utilization samples are integrated into gpu_busy_seconds_total.
 
 How often each buffer is read follows what it holds and what a read costs.
 Measured on an H100 80GB HBM3 (driver 580.159.04): power is sampled every
@@ -10,48 +11,83 @@ every poll; utilization is sampled every 200 ms into a buffer of 71 (14 s) and
 a read costs 2-2.8 ms of CPU whether or not it finds new samples, so it is read
 every 5 s, which loses no sample; SM clock samples are never filled on that
 GPU (NOT_FOUND) and are asked for on the same 5 s cadence. Between reads the
-last summary is exported again.
+last summary is exported again. The power and SM clock summaries are detail
+(--metrics.detail) and nothing else reads them: without it those buffers are
+not read at all.
+
+Utilization is never missing: where the driver keeps no utilization samples
+(nvmlDeviceGetSamples NOT_SUPPORTED or absent: some boards, vGPU, NVIDIA's mock
+library), gpu_busy_seconds_total is integrated from the 1-second utilization
+rate the device reader takes every poll, times the time since the poll before.
+gpu_busy_source_info says which source each GPU's counter comes from, and the
+log says it once.
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Self
+
 from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalogs import deep as m
+from gpu_exporter.catalogs import device as device_metrics
 from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.collectors.values import plausible
+from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.session import Gpu, NvmlSession
-from gpu_exporter.readings import SampleStats
+from gpu_exporter.readings import GpuReading, SampleStats
+from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
+log = logging.getLogger(__name__)
+
 # sampling type -> (metric, scale from NVML's unit to the base unit, seconds
-# between reads: 0 reads every poll)
-_KINDS: dict[int, tuple[str, float, float]] = {
-    c.SAMPLING_GPU_UTILIZATION: ("gpu_utilization_samples_ratio", 0.01, SAMPLES_EVERY_S),
-    c.SAMPLING_TOTAL_POWER: ("gpu_power_samples_watts", 0.001, 0.0),
-    c.SAMPLING_PROCESSOR_CLOCK: ("gpu_sm_clock_samples_hertz", 1e6, SAMPLES_EVERY_S),
+# between reads: 0 reads every poll, read without --metrics.detail)
+_KINDS: dict[int, tuple[Metric, float, float, bool]] = {
+    c.SAMPLING_GPU_UTILIZATION: (m.UTILIZATION_SAMPLES_RATIO, 0.01, SAMPLES_EVERY_S, True),
+    c.SAMPLING_TOTAL_POWER: (m.POWER_SAMPLES_WATTS, 0.001, 0.0, False),
+    c.SAMPLING_PROCESSOR_CLOCK: (m.SM_CLOCK_SAMPLES_HERTZ, 1e6, SAMPLES_EVERY_S, False),
 }
+_UTILIZATION_KEY = f"samples_{c.SAMPLING_GPU_UTILIZATION}"
+SAMPLES, RATE = "samples", "utilization_rate"
 
-
-# A gap between two utilization samples longer than this is not one sample's
-# span (the exporter stalled past the buffer's 14 s, or the GPU was reset): the
-# time is left out of the busy counter rather than guessed.
+# A gap between two utilization samples (or two polls, for the rate) longer
+# than this is not one sample's span (the exporter stalled past the buffer's
+# 14 s, or the GPU was reset): the time is left out of the busy counter rather
+# than guessed.
 MAX_SAMPLE_GAP_S = 15.0
 
 
 class SamplesCollector(NvmlCollector):
     name = "samples"
-    description = "min/mean/max of NVML's sub-second utilization, power and SM clock samples"
+    description = ("GPU busy time, and min/mean/max of NVML's sub-second utilization "
+                   "(power and SM clock with --metrics.detail) samples")
+    settings = (lambda s: s.metrics.detail,)
 
-    def __init__(self, session: NvmlSession) -> None:
+    def __init__(self, session: NvmlSession, detail: bool = False) -> None:
         super().__init__(session)
+        self.detail = detail
         # (gpu index, sampling type) -> newest sample timestamp seen (µs)
         self._last_seen: dict[tuple[int, int], int] = {}
         # (gpu index, sampling type) -> (when it was last read, its summary then)
         self._held: dict[tuple[int, int], tuple[float, SampleStats | None]] = {}
         self._generation = -1
-        # GPU UUID -> busy seconds integrated from the utilization samples; kept
-        # across NVML sessions so the counter never goes back.
+        # GPU UUID -> busy seconds integrated so far; kept across NVML sessions
+        # and sources so the counter never goes back.
         self._busy_s: dict[str, float] = {}
+        # GPU UUID -> when its busy time was last integrated from the rate.
+        self._rate_at: dict[str, float] = {}
+        self._said: set[str] = set()  # the sources the log has named
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Self:
+        return cls(rt.session, rt.settings.metrics.detail)
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.detail = settings.metrics.detail
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -62,14 +98,18 @@ class SamplesCollector(NvmlCollector):
         if self.session.generation != self._generation:
             self._last_seen.clear()
             self._held.clear()
+            self._rate_at.clear()
             self._generation = self.session.generation
+        gpus = out.readings.gpus
 
         def one(gpu: Gpu, device: Device) -> None:
             # Label values in catalog order (*GPU, "stat"), for add_values.
             base = (str(gpu.index), gpu.identity.uuid)
             at_min, at_mean, at_max = (*base, "min"), (*base, "mean"), (*base, "max")
             now = self.session.now()
-            for kind, (name, scale, every) in _KINDS.items():
+            for kind, (metric, scale, every, always) in _KINDS.items():
+                if not always and not self.detail:
+                    continue
                 key = (gpu.index, kind)
                 held = self._held.get(key)
                 if held is not None and now - held[0] < every:
@@ -79,15 +119,17 @@ class SamplesCollector(NvmlCollector):
                     st = self._read(gpu, device, key, scale)
                     if not starting:  # after the starting point, read again next poll
                         self._held[key] = (now, st)
-                if kind == c.SAMPLING_GPU_UTILIZATION and gpu.identity.uuid in self._busy_s:
-                    out.add_values("gpu_busy_seconds_total", base,
-                                   self._busy_s[gpu.identity.uuid])
                 if st is None:
                     continue
-                stats.setdefault(gpu.index, {})[name] = st
-                out.add_values(name, at_min, st.min)
-                out.add_values(name, at_mean, st.mean)
-                out.add_values(name, at_max, st.max)
+                stats.setdefault(gpu.index, {})[metric.name] = st
+                out.add_values(metric, at_min, st.min)
+                out.add_values(metric, at_mean, st.mean)
+                out.add_values(metric, at_max, st.max)
+            reading = gpus.get(gpu.index) if gpus is not None else None
+            source = self._busy(gpu, device, reading, now)
+            if gpu.identity.uuid in self._busy_s:
+                out.add_values(m.BUSY_SECONDS_TOTAL, base, self._busy_s[gpu.identity.uuid])
+                out.add_values(m.BUSY_SOURCE_INFO, (*base, source), 1)
 
         self._errors = self.session.each_gpu(one)
 
@@ -100,7 +142,7 @@ class SamplesCollector(NvmlCollector):
             self._last_seen.setdefault(key, 0)
             return None
         if key[1] == c.SAMPLING_GPU_UTILIZATION:
-            self._integrate_busy(gpu.identity.uuid, self._last_seen.get(key), raw)
+            self._integrate_samples(gpu.identity.uuid, self._last_seen.get(key), raw)
         self._last_seen[key] = max(ts for ts, _ in raw)
         if first:
             # The first read returns the driver's whole buffer, from before
@@ -109,8 +151,46 @@ class SamplesCollector(NvmlCollector):
         values = [v * scale for _, v in raw]
         return SampleStats(len(values), min(values), sum(values) / len(values), max(values))
 
-    def _integrate_busy(self, uuid: str, last_seen_us: int | None,
-                        raw: list[tuple[int, float]]) -> None:
+    def _busy(self, gpu: Gpu, device: Device, reading: GpuReading | None, now: float) -> str:
+        """Where the GPU's busy time comes from this poll; integrates it from
+        the utilization rate where the driver keeps no samples."""
+        uuid = gpu.identity.uuid
+        if _UTILIZATION_KEY not in gpu.unsupported:
+            self._rate_at.pop(uuid, None)
+            self._say(gpu, SAMPLES)
+            return SAMPLES
+        self._say(gpu, RATE)
+        utilization = reading.utilization if reading is not None else self._rate(gpu, device)
+        total = self._busy_s.setdefault(uuid, 0.0)
+        before, self._rate_at[uuid] = self._rate_at.get(uuid), now
+        if before is not None and utilization is not None and 0 < now - before <= \
+                MAX_SAMPLE_GAP_S:
+            self._busy_s[uuid] = total + utilization * (now - before)
+        return RATE
+
+    @staticmethod
+    def _rate(gpu: Gpu, device: Device) -> float | None:
+        """The utilization rate, where no device reader took it this poll."""
+        rates = gpu.read("utilization", device.utilization)
+        if rates is None or not plausible(device_metrics.UTILIZATION_RATIO, rates[0]):
+            return None
+        return rates[0]
+
+    def _say(self, gpu: Gpu, source: str) -> None:
+        if source in self._said:
+            return
+        self._said.add(source)
+        if source == RATE:
+            log.info("GPU %d keeps no utilization samples (nvmlDeviceGetSamples): its %s "
+                     "comes from the 1-second utilization rate at each poll (source=%s in %s), "
+                     "as does that of any other GPU without samples", gpu.index,
+                     m.BUSY_SECONDS_TOTAL.name, RATE, m.BUSY_SOURCE_INFO.name)
+        else:
+            log.info("GPU %d keeps utilization samples: its %s comes from them (source=%s in "
+                     "%s)", gpu.index, m.BUSY_SECONDS_TOTAL.name, SAMPLES, m.BUSY_SOURCE_INFO.name)
+
+    def _integrate_samples(self, uuid: str, last_seen_us: int | None,
+                           raw: list[tuple[int, float]]) -> None:
         """Add the busy time the samples newer than ``last_seen_us`` cover: each
         sample's share (percent) holds for the time since the sample before it.
         The first read only sets the starting point (the counter starts at 0)."""

@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Self
 
+from gpu_exporter.catalogs.deep import EVENTS_TOTAL, XID_ERRORS_ALL_TOTAL, XID_ERRORS_TOTAL
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.kmsg import merge_counts, merge_events
 from gpu_exporter.nvml import constants as c
@@ -144,6 +145,12 @@ class XidCollector(NvmlCollector):
         gpu = next((g for g in self.session.gpus
                     if g.device is not None and g.device.handle_value == device), None)
         index, uuid = (gpu.index, gpu.identity.uuid) if gpu else (-1, "")
+        if gpu is not None and event_type & (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC):
+            # An Xid or an uncorrectable ECC error may have changed the GPU's
+            # facts (remapped rows, ECC counts, the fabric): its readers read
+            # them again at once. A correctable error moves the volatile count,
+            # which has the same effect on what it concerns.
+            gpu.refresh()
         with self._lock:
             if event_type & c.EVENT_XID_CRITICAL:
                 self._xids[(index, uuid, data)] += 1
@@ -201,11 +208,11 @@ class XidCollector(NvmlCollector):
                 totals[(index, uuid)] += count - self._xids.get((index, uuid, _xid), 0)
             for (index, uuid), count in sorted(totals.items()):
                 if count or (index, uuid) in known:
-                    out.add("gpu_xid_errors_all_total", count, gpu=str(index), uuid=uuid)
+                    out.add(XID_ERRORS_ALL_TOTAL, count, gpu=str(index), uuid=uuid)
             for (index, uuid, xid), count in sorted(counts.items()):
-                out.add("gpu_xid_errors_total", count, gpu=str(index), uuid=uuid, xid=str(xid))
+                out.add(XID_ERRORS_TOTAL, count, gpu=str(index), uuid=uuid, xid=str(xid))
             for (index, uuid, name), count in sorted(self._events.items()):
-                out.add("gpu_events_total", count, gpu=str(index), uuid=uuid, type=name)
+                out.add(EVENTS_TOTAL, count, gpu=str(index), uuid=uuid, type=name)
             out.readings.xid = merge_events(list(self.recent), kernel)
 
     def _await_loss_xids(self) -> None:

@@ -47,6 +47,10 @@ class Recorder:
         self.polls: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self._samples: dict[int, tuple[int, int | None]] = {}  # id(GpmSample) -> gpu, gi
+        # gpu -> the poll (its index in self.polls) of its newest GPM sample, and
+        # of the one before: the exporter samples GPM every few polls, and the
+        # rates a sample gives hold for every poll since the one before.
+        self._gpm_polls: dict[int, tuple[int | None, int]] = {}
         self._migs: dict[int, tuple[int, int]] = {}  # id(MigDevice) -> gpu, slot
         self._handles: dict[int, int] = {}  # device handle address -> gpu
         self._t = 0.0
@@ -132,7 +136,15 @@ class Recorder:
             if gi is None:
                 name, scale = names[mid]
                 g.setdefault("rates", {})[name] = value * scale
-            elif mid == c.GPM_SM_UTIL:
+        since = self._gpm_polls.get(gpu, (None, 0))[0] if gi is None else None
+        if since is not None and since + 1 < len(self.polls) and "rates" in g:
+            # The polls since the previous sample replay at these rates too.
+            first = self.polls[since + 1]["gpus"].setdefault(gpu, {})
+            first["rates"] = copy.deepcopy(g["rates"])
+        for mid, value in result.items():
+            if mid not in names or isinstance(value, NvmlError) or gi is None:
+                continue
+            if mid == c.GPM_SM_UTIL:
                 for inst in g.get("mig", {}).values():
                     if inst.get("gpu_instance") == gi:
                         inst["sm_active"] = value / 100.0
@@ -271,24 +283,54 @@ def _memory(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) 
     g["mem_total"], g["mem_reserved"], g["mem_used"] = v
 
 
+# Device fields -> the state key they set, as their own calls are recorded.
+_FIELD_KEYS = {c.FI_DEV_MEMORY_TEMP: "mem_temp_c", c.FI_DEV_PCIE_COUNT_TX_BYTES: "pcie_tx_bytes",
+               c.FI_DEV_PCIE_COUNT_RX_BYTES: "pcie_rx_bytes",
+               c.FI_DEV_TOTAL_ENERGY_CONSUMPTION: "energy_mj",
+               c.FI_DEV_PCIE_REPLAY_COUNTER: "pcie_replays", c.FI_DEV_POWER_AVERAGE: "power_mw",
+               c.FI_DEV_POWER_CURRENT_LIMIT: "limit_mw",
+               c.FI_DEV_POWER_DEFAULT_LIMIT: "default_limit_mw"}
+# ECC total fields -> (type, counter), as nvmlDeviceGetTotalEccErrors is recorded.
+_ECC_FIELDS = {c.FI_DEV_ECC_SBE_VOL_TOTAL: (c.ECC_CORRECTED, c.ECC_VOLATILE),
+               c.FI_DEV_ECC_DBE_VOL_TOTAL: (c.ECC_UNCORRECTED, c.ECC_VOLATILE),
+               c.FI_DEV_ECC_SBE_AGG_TOTAL: (c.ECC_CORRECTED, c.ECC_AGGREGATE),
+               c.FI_DEV_ECC_DBE_AGG_TOTAL: (c.ECC_UNCORRECTED, c.ECC_AGGREGATE)}
+# Remapped row fields -> their place in nvmlDeviceGetRemappedRows' answer.
+_REMAP_FIELDS = {c.FI_DEV_REMAPPED_COR: 0, c.FI_DEV_REMAPPED_UNC: 1,
+                 c.FI_DEV_REMAPPED_PENDING: 2, c.FI_DEV_REMAPPED_FAILURE: 3}
+_NVLINK_FIELDS = {c.FI_DEV_NVLINK_GET_STATE, c.FI_DEV_NVLINK_ERROR_DL_REPLAY,
+                  c.FI_DEV_NVLINK_ERROR_DL_RECOVERY, c.FI_DEV_NVLINK_ERROR_DL_CRC,
+                  c.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, c.FI_DEV_NVLINK_THROUGHPUT_DATA_RX}
+
+
 def _fields(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
-    keys = {c.FI_DEV_MEMORY_TEMP: "mem_temp_c", c.FI_DEV_PCIE_COUNT_TX_BYTES: "pcie_tx_bytes",
-            c.FI_DEV_PCIE_COUNT_RX_BYTES: "pcie_rx_bytes"}
-    ecc = {c.FI_DEV_ECC_SBE_VOL_TOTAL: c.ECC_CORRECTED,
-           c.FI_DEV_ECC_DBE_VOL_TOTAL: c.ECC_UNCORRECTED}
-    for fid, value in v.items():
-        if isinstance(value, NvmlError):
+    """One nvmlDeviceGetFieldValues answer: keyed by field id, or by (field
+    id, scope id) where the exporter asked per-link NVLink fields with the
+    GPU's own in one call."""
+    scoped: dict[tuple[int, int], Any] = {}
+    for key, value in v.items():
+        fid, scope = key if isinstance(key, tuple) else (key, 0)
+        if fid in _NVLINK_FIELDS:
+            scoped[fid, scope] = value
+        elif isinstance(value, NvmlError):
             g.setdefault("field_errors", {})[fid] = value.name
-        elif fid in keys:
-            g[keys[fid]] = int(value)
-        elif fid in ecc:  # as nvmlDeviceGetTotalEccErrors(type, volatile) is recorded
-            g.setdefault("ecc", {})[f"{ecc[fid]}/{c.ECC_VOLATILE}"] = int(value)
+        elif fid in _FIELD_KEYS:
+            g[_FIELD_KEYS[fid]] = int(value)
+        elif fid in _ECC_FIELDS:
+            etype, counter = _ECC_FIELDS[fid]
+            g.setdefault("ecc", {})[f"{etype}/{counter}"] = int(value)
+        elif fid == c.FI_DEV_ECC_CURRENT:
+            g["ecc_enabled"] = bool(value)
+        elif fid in _REMAP_FIELDS:
+            g.setdefault("remapped", [0, 0, 0, 0])[_REMAP_FIELDS[fid]] = int(value)
         elif fid == c.FI_DEV_NVLINK_LINK_COUNT:
             g["nvlink_count"] = int(value)
         elif fid == c.FI_DEV_GET_GPU_RECOVERY_ACTION:
             g["recovery_action"] = c.RECOVERY_ACTIONS.get(int(value), f"code_{int(value)}")
         elif fid in c.THROTTLE_TIME_FIELDS:  # nanoseconds, as NVML answers
             g.setdefault("throttle_ns", {})[c.THROTTLE_TIME_FIELDS[fid]] = int(value)
+    if scoped:
+        _scoped(rec, g, d, args, scoped)
 
 
 def _fabric(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
@@ -342,6 +384,9 @@ def _gpm_sample(gi: int | None) -> Handler:
     def handler(rec: Recorder, g: GpuRec, d: Device, args: tuple[Any, ...], v: Any) -> None:
         sample = args[-1]
         rec._samples[id(sample)] = (d.index, args[0] if gi == -1 else None)
+        if gi is None:
+            newest = rec._gpm_polls.get(d.index, (None, None))[1]
+            rec._gpm_polls[d.index] = (newest, len(rec.polls))
 
     return handler
 
@@ -383,9 +428,7 @@ _HANDLERS: dict[str, Handler] = {
     "nvmlDeviceGetMemoryInfo_v2": _memory,
     "nvmlDeviceGetTemperature": _set("temp_c", round),
     "nvmlDeviceGetTemperatureThreshold": _keyed("thresholds", round),
-    "nvmlDeviceGetFieldValues": lambda r, g, d, a, v: (_scoped if a and a[0] and
-                                                       isinstance(a[0][0], tuple)
-                                                       else _fields)(r, g, d, a, v),
+    "nvmlDeviceGetFieldValues": _fields,
     "nvmlDeviceGetPowerUsage": _set("power_mw", lambda w: round(w * 1000)),
     "nvmlDeviceGetEnforcedPowerLimit": _set("limit_mw", lambda w: round(w * 1000)),
     "nvmlDeviceGetPowerManagementDefaultLimit": _set("default_limit_mw",

@@ -33,7 +33,7 @@ class CpuRatios:
     """Share of all CPU time in a mode between two readings, as the counters
     give it: 0-1 from a sane kernel, a little below 0 where the kernel's
     iowait stepped back, anything from a broken /proc (the collector holds
-    it against collectors/plausible.py)."""
+    it against its metric's bounds)."""
 
     iowait: float | None
     steal: float | None

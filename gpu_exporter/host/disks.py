@@ -49,7 +49,7 @@ def busy_ratios(before: DiskBusy, after: DiskBusy, seconds: float) -> dict[str, 
     """Share of ``seconds`` each device was busy; devices seen in both only.
     As the counters give it: a little above 1 where the poll was late, below
     0 where the device was re-created (the collector holds it against
-    collectors/plausible.py)."""
+    its metric's bounds)."""
     if seconds <= 0:
         return {}
     out = {}

@@ -22,7 +22,7 @@ class MemInfo:
     @property
     def swap_used_bytes(self) -> int:
         """Negative where the file claims more swap free than there is (the
-        collector holds it against collectors/plausible.py)."""
+        collector holds it against its metric's bounds)."""
         return self.swap_total_bytes - self.swap_free_bytes
 
 

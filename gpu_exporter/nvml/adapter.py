@@ -98,10 +98,10 @@ class Device:
         return int(m.total), int(m.reserved), int(m.used)
 
     @translate("nvmlDeviceGetMemoryInfo")
-    def memory_v1(self) -> tuple[int, int, int]:
-        """Fallback for drivers without the v2 call; reserved is unknown (0)."""
+    def memory_v1(self) -> tuple[int, int | None, int]:
+        """Fallback for drivers without the v2 call; reserved is unknown (None)."""
         m = pynvml.nvmlDeviceGetMemoryInfo(self._h)
-        return int(m.total), 0, int(m.used)
+        return int(m.total), None, int(m.used)
 
     # --- temperature --------------------------------------------------------
     @translate("nvmlDeviceGetTemperature")

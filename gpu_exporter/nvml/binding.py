@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -113,3 +114,51 @@ def struct_layout(ctype: Any, members: tuple[tuple[str, int, str], ...]) -> stru
 # Request templates kept per kind (fields, GPM): distinct requests are few
 # (field lists, link counts).
 TEMPLATES_MAX = 64
+
+
+class _CountedFunction:
+    """A C function of the loaded library that counts its calls."""
+
+    def __init__(self, fn: Any, name: str, counts: Counter[str]) -> None:
+        object.__setattr__(self, "_fn", fn)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_counts", counts)
+
+    def __call__(self, *args: Any) -> Any:
+        self._counts[self._name] += 1
+        return self._fn(*args)
+
+    # pynvml sets restype on a few functions (nvmlErrorString): the real one's.
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._fn, name, value)
+
+
+class _CountingLibrary:
+    def __init__(self, lib: Any, counts: Counter[str]) -> None:
+        self._lib = lib
+        self._counts = counts
+
+    def __getattr__(self, name: str) -> Any:
+        return _CountedFunction(getattr(self._lib, name), name, self._counts)
+
+
+def count_calls() -> Counter[str]:
+    """From now on, count every call into the loaded NVML library by its C
+    function name, in the Counter returned: the NVML call budget of a poll,
+    measured on whatever library is loaded (NVIDIA's, its mock, the
+    simulator's). A call the exporter makes through pynvml and one it makes
+    through a fast path (fields, samples) are counted alike, each C call once.
+    NVML must have been initialised (the library loaded)."""
+    counts: Counter[str] = Counter()
+    with pynvml.libLoadLock:
+        lib = pynvml.nvmlLib
+        if lib is None:
+            raise RuntimeError("NVML is not loaded: initialise it first")
+        if isinstance(lib, _CountingLibrary):
+            lib = lib._lib
+        pynvml.nvmlLib = _CountingLibrary(lib, counts)
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    return counts

@@ -69,6 +69,13 @@ ARCHITECTURES: dict[int, str] = {
     10: "blackwell",
 }
 
+# NVML's "not available" answers, in the widths it answers with: a reading
+# equal to one of them (before the unit conversion) is never a measurement.
+U8_NA = 0xFF
+U16_NA = 0xFFFF
+U32_NA = 0xFFFFFFFF
+U64_NA = 0xFFFFFFFFFFFFFFFF
+
 # Field ids (nvmlDeviceGetFieldValues). pynvml does not define the PCIe byte
 # counters, so they live here.
 FI_DEV_MEMORY_TEMP = 82
@@ -76,6 +83,26 @@ FI_DEV_MEMORY_TEMP = 82
 # (corrected|uncorrected, volatile), single-bit being the corrected errors.
 FI_DEV_ECC_SBE_VOL_TOTAL = 3
 FI_DEV_ECC_DBE_VOL_TOTAL = 4
+# The same over the GPU's life (what it answers for (type, aggregate)), and the
+# ECC mode in force (1 enabled, 0 disabled).
+FI_DEV_ECC_SBE_AGG_TOTAL = 5
+FI_DEV_ECC_DBE_AGG_TOTAL = 6
+FI_DEV_ECC_CURRENT = 1
+# Counters and limits nvmlDeviceGetFieldValues answers like their own calls:
+# energy in mJ and the PCIe replay counter (every branch here), remapped rows
+# (R450 on), and power in mW (NVML 12.2, R535 on: CUDA 12.1's nvml.h ends at
+# NVML_FI_MAX 173). POWER_AVERAGE is what nvmlDeviceGetPowerUsage answers on
+# Ampere and newer (not GA100); elsewhere the field is NOT_SUPPORTED and the
+# call answers.
+FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+FI_DEV_PCIE_REPLAY_COUNTER = 94
+FI_DEV_REMAPPED_COR = 142
+FI_DEV_REMAPPED_UNC = 143
+FI_DEV_REMAPPED_PENDING = 144
+FI_DEV_REMAPPED_FAILURE = 145
+FI_DEV_POWER_AVERAGE = 185
+FI_DEV_POWER_DEFAULT_LIMIT = 189
+FI_DEV_POWER_CURRENT_LIMIT = 190
 FI_DEV_PCIE_COUNT_TX_BYTES = 197
 FI_DEV_PCIE_COUNT_RX_BYTES = 198
 FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, per link (scopeId)

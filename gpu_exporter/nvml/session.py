@@ -146,17 +146,28 @@ class Gpu:
     errors: int = 0  # errors in the current poll
     warned: set[str] = field(default_factory=set)
     # Polls this GPU has been read in (the device collector counts them), the
-    # clock of slow_read().
+    # clock of the reads taken on a cadence (due()).
     polls: int = 0
-    # Slow-changing facts by key: (the poll they were read at, the value).
-    slow: dict[str, tuple[int, object]] = field(default_factory=dict)
+    # Values read on a cadence, by key: (the poll they were read at, the epoch
+    # then, the value).
+    slow: dict[str, tuple[int, int, object]] = field(default_factory=dict)
+    # Bumped where something may have changed what the slow reads hold (an
+    # NVML event on the GPU, a reload): each of them is read again at once.
+    epoch: int = 0
+    # Fields other readers want of the GPU every poll, by reader (NVLink's
+    # per-link counters): the device reader asks them in the same
+    # nvmlDeviceGetFieldValues call as its own, one call per GPU and poll, and
+    # leaves this poll's answers here for them to take (None once taken, or
+    # where the device reader did not run).
+    shared_fields: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    shared_answers: dict[tuple[int, int], float | NvmlError] | None = None
     # Each counter's last accepted reading, by series: a counter that goes
-    # backwards is no reading (collectors/plausible.py).
+    # backwards is no reading (collectors/values.py).
     counters: dict[str, float] = field(default_factory=dict)
     # Shared by the session's GPUs: a missing capability is logged once per node.
     missing: MissingCapabilities = field(default_factory=MissingCapabilities)
 
-    # How collectors/plausible.py names this GPU when it rejects a reading.
+    # How collectors/values.py names this GPU when it rejects a reading.
     kind = "GPU"
 
     @property
@@ -222,24 +233,44 @@ class Gpu:
         return value
 
 
+    def due(self, key: str, every: int) -> bool:
+        """Whether the value read on a cadence under ``key`` is to be read this
+        poll: never read, read ``every`` polls ago or more, or read before the
+        last event that may have changed it (refresh())."""
+        held = self.slow.get(key)
+        return held is None or self.polls - held[0] >= every or held[1] != self.epoch
+
+    def hold(self, key: str, every: int, value: object) -> None:
+        """Keep ``value``, read this poll, until it is due again; None forgets
+        it (asked again next poll). GPUs start their cadence at different
+        offsets, so their slow reads fall on different polls."""
+        if value is None:
+            self.slow.pop(key, None)
+            return
+        start = self.polls - (self.index % every if key not in self.slow else 0)
+        self.slow[key] = (start, self.epoch, value)
+
+    def held(self, key: str) -> object | None:
+        """The value last kept under ``key``, or None."""
+        held = self.slow.get(key)
+        return None if held is None else held[2]
+
+    def refresh(self) -> None:
+        """Something happened to the GPU (an NVML event, a reload): every
+        value read on a cadence is read again at its reader's next poll.
+        Safe from another thread: one integer written."""
+        self.epoch += 1
+
     def slow_read(self, key: str, fn: Callable[..., T], *args: object, every: int,
                   now: bool = False) -> T | None:
-        """Like read(), but a value read less than ``every`` polls ago is
-        answered again without asking NVML, unless ``now``.
-
-        For facts that change rarely (ECC aggregates, remapped rows, modes):
-        NVML calls are the cost of a poll on a real node. GPUs start their
-        cadence at different offsets so their slow reads fall on different polls.
-        """
-        held = self.slow.get(key)
-        if held is not None and not now and self.polls - held[0] < every:
-            return held[1]  # type: ignore[return-value]
+        """Like read(), but a value read less than ``every`` polls ago (and
+        since the last refresh()) is answered again without asking NVML,
+        unless ``now``. For facts that change rarely: NVML calls are the cost
+        of a poll on a real node."""
+        if not now and not self.due(key, every):
+            return self.held(key)  # type: ignore[return-value]
         value = self.read(key, fn, *args)
-        if value is None:
-            self.slow.pop(key, None)  # ask again next poll
-        else:
-            first = held is None
-            self.slow[key] = (self.polls - (self.index % every if first else 0), value)
+        self.hold(key, every, value)
         return value
 
 

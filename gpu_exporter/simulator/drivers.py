@@ -73,6 +73,12 @@ FIELD_SINCE: dict[int, int] = {
     k.FI_DEV_PCIE_COUNT_TX_BYTES: 555,  # "Changes between v550 and v555"
     k.FI_DEV_PCIE_COUNT_RX_BYTES: 555,  # same section
     k.FI_DEV_GET_GPU_RECOVERY_ACTION: 565,  # "Changes between v560 and v565"
+    # Not in the change log: nvml.h of CUDA 12.1 (R530) ends at NVML_FI_MAX 173,
+    # that of CUDA 12.2 (R535) defines the power fields 185-192 (NVIDIA's
+    # headers as NVIDIA/go-nvml publishes them, "Bump to NVML version 12.2").
+    k.FI_DEV_POWER_AVERAGE: 535,
+    k.FI_DEV_POWER_DEFAULT_LIMIT: 535,
+    k.FI_DEV_POWER_CURRENT_LIMIT: 535,
 }
 
 # nvmlGpuFabricInfoV_t struct version -> the first branch that accepts it; an

@@ -9,6 +9,7 @@ from ctypes import c_int, c_uint, c_ulonglong
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.drivers import knows_field
+from gpu_exporter.simulator.libnvml.fields import SCALAR_FIELDS
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     FakeNvmlLibrary,
@@ -309,6 +310,16 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
             else:
                 fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
                 fv.value.ullVal = errors
+            continue
+        scalar = SCALAR_FIELDS.get(fid)
+        if scalar is not None:
+            answer = (None if scalar.call in lib.world.profile.unsupported_calls
+                      or lib.world.profile.architecture < scalar.since_architecture
+                      or fid in unsupported else scalar.value(st))
+            if answer is None:
+                fv.nvmlReturn = int(Return.NOT_SUPPORTED)
+            else:
+                fv.nvmlReturn, fv.valueType, fv.value.ullVal = OK, scalar.value_type, answer
             continue
         if fid in k.THROTTLE_TIME_FIELDS:
             # NOT_SUPPORTED for a reason the board does not have (no entry).

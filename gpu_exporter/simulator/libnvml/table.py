@@ -140,7 +140,11 @@ class FakeNvmlLibrary:
         self.world = world
         self.latency_us = latency_us or {}
         self._latency_by_arg = {key.partition(":")[0] for key in self.latency_us if ":" in key}
+        # Every call, by C function; and each device call by (function, GPU
+        # index; -1 for a handle no GPU has): the NVML call budget of a poll,
+        # per GPU (tests/test_call_budget.py).
         self.calls: Counter[str] = Counter()
+        self.calls_per_gpu: Counter[tuple[str, int]] = Counter()
         # Symbols pynvml asked for that this library does not have.
         self.missing: set[str] = set()
         self.init_count = 0
@@ -187,6 +191,9 @@ class FakeNvmlLibrary:
 
     def _dispatch(self, name: str, impl: Impl, device: bool, args: tuple[Any, ...]) -> int:
         self.calls[name] += 1
+        if device:
+            where = self._index(args[0]) if args else None
+            self.calls_per_gpu[name, where[0] if where is not None else -1] += 1
         delay = self.latency_us.get(name)
         if name in self._latency_by_arg and len(args) > 1:
             # A row "name:N" prices the call whose first argument after the

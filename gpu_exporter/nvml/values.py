@@ -1,0 +1,145 @@
+"""A GPU's values in one pass: every field a poll wants of the GPU in one
+nvmlDeviceGetFieldValues call, the rest through their own calls, each call
+made once however many values it answers, every value in base units.
+
+A :class:`Source` says how NVML answers one value: as a field (NVML's
+``NVML_FI_DEV_*`` id and the scale from its unit to the base unit) where the
+driver branch has the field, else through its own call (an adapter method,
+which converts), or through a chain of calls (a newer one, then its older
+name). A field that a branch answers NOT_SUPPORTED in its own return code is
+never asked again on that GPU, and its value comes from the call from then on,
+in the same poll: nothing is lost on a branch without the field, and nothing is
+asked twice on one with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.errors import NvmlError
+from gpu_exporter.nvml.session import Gpu, GpuGone
+
+log = logging.getLogger(__name__)
+
+Call = Callable[..., Any]
+Request = tuple[tuple[int, int], ...]
+Answers = dict[tuple[int, int], float | NvmlError]
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """How NVML answers one value of a GPU (compared by identity: one per value).
+
+    ``key`` names it in the GPU's memory of what it cannot answer and of its
+    slow reads (and in the log). ``calls`` are adapter methods, called with the
+    device and ``args``; the first that is not absent for good answers. A
+    field's answer times ``scale`` over ``per`` is the value in base units.
+    ``part`` picks one value of a call that answers several (utilization's
+    GPU and memory shares, memory's total, reserved and used).
+    """
+
+    key: str
+    field: int | None = None
+    scale: float = 1.0
+    calls: tuple[Call, ...] = ()
+    # The field's unit per base unit (1000 for mW): divided, as the adapter's
+    # own conversions divide, so both routes give the same float.
+    per: float = 1.0
+    args: tuple[int, ...] = ()
+    part: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.field is None and not self.calls:
+            raise ValueError(f"{self.key}: neither a field nor a call")
+
+    @property
+    def field_key(self) -> str:
+        return f"field_{self.field}"
+
+    def call_key(self, index: int) -> str:
+        """How the GPU remembers the index-th call of the chain."""
+        fn = self.calls[index]
+        return fn.__name__ + (f"({', '.join(map(str, self.args))})" if self.args else "")
+
+
+def _field_answer(gpu: Gpu, source: Source, answer: float | NvmlError | None) -> tuple[bool, Any]:
+    """(answered, the value in base units). Not answered: the field is absent
+    for good on this GPU (its call answers instead), or failed this once."""
+    if answer is None:
+        return False, None
+    if isinstance(answer, NvmlError):
+        if answer.device_gone:
+            raise GpuGone(str(answer))
+        if answer.capability_absent:
+            gpu.unsupported.add(source.field_key)
+            gpu.missing.note(gpu.index, source.field_key, NvmlError(
+                answer.code, f"nvmlDeviceGetFieldValues({source.key})"))
+            return False, None
+        gpu.errors += 1
+        if source.field_key not in gpu.warned:
+            gpu.warned.add(source.field_key)
+            log.warning("GPU %d: reading %s failed: %s", gpu.index, source.key,
+                        NvmlError(answer.code, f"nvmlDeviceGetFieldValues({source.key})"))
+        return True, None
+    return True, answer * source.scale / source.per
+
+
+def read(gpu: Gpu, device: Device, sources: Iterable[Source], *,
+         also: Request = ()) -> tuple[dict[Source, Any], Answers]:
+    """``sources``' values (None where there is none this poll), and the
+    answers to the (field id, scope id) pairs of ``also`` (another reader's
+    fields, asked in the same call).
+
+    Raises GpuGone when the GPU itself went away.
+    """
+    wanted = list(sources)
+    # A driver without the call at all (or refusing it): every value through its own.
+    batched = "field_values" not in gpu.unsupported
+    by_field = [s for s in wanted if batched and s.field is not None
+                and s.field_key not in gpu.unsupported]
+    request = tuple(dict.fromkeys([(s.field, 0) for s in by_field if s.field is not None]
+                                  + list(also)))
+    answers: Answers = {}
+    if request:
+        answers = gpu.read("field_values", device.scoped_field_values, request) or {}
+        batched = "field_values" not in gpu.unsupported
+    values: dict[Source, Any] = {}
+    called: dict[tuple[tuple[Call, ...], tuple[int, ...]], Any] = {}
+    for source in wanted:
+        if source in values:
+            continue
+        if batched and source.field is not None and source.field_key not in gpu.unsupported:
+            answered, value = _field_answer(gpu, source, answers.get((source.field, 0)))
+            if answered or source.field_key not in gpu.unsupported:
+                values[source] = value
+                continue
+        if not source.calls:
+            values[source] = None
+            continue
+        key = (source.calls, source.args)
+        if key not in called:
+            called[key] = _call(gpu, device, source)
+        whole = called[key]
+        values[source] = whole if whole is None or source.part is None else whole[source.part]
+    return values, answers
+
+
+def _call(gpu: Gpu, device: Device, source: Source) -> Any:
+    """The first call of the chain that answers; the next is tried only where
+    the one before is absent for good (NOT_SUPPORTED, a symbol this branch
+    lacks), never after a refusal (the older call is refused the same way)."""
+    for index, fn in enumerate(source.calls):
+        key = source.call_key(index)
+        value = gpu.read(key, fn, device, *source.args)
+        if value is not None or key not in gpu.unsupported or key in gpu.denied:
+            return value
+    return None
+
+
+def fields(gpu: Gpu, device: Device, request: Sequence[tuple[int, int]]) -> Answers | None:
+    """One nvmlDeviceGetFieldValues call of its own (None where it failed)."""
+    return gpu.read("field_values", device.scoped_field_values, tuple(request))
