@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.commands.diagnose import simulate
 from gpu_exporter.commands.report import (
     EXIT_BLIND,
@@ -241,9 +242,10 @@ def test_a_verdict_before_the_window_filled_is_not_healthy() -> None:
         early = answer(snap)
         assert early["complete"] is False
         settling = early["settling"]
-        # 10 s into the 30 s window (the rows that read a rate judge from the second poll).
+        # 10 s into the 30 s window. The rows that read a rate judge from the second
+        # poll; those that read GPM from its second sample, SAMPLES_EVERY_S later.
         assert settling["gpus"] == [str(i) for i in range(8)]
-        assert 20.0 <= settling["seconds_left"] <= 21.0
+        assert 20.0 <= settling["seconds_left"] <= 20.0 + SAMPLES_EVERY_S
         text = render_text([], color=False, coverage=early)
         assert (f"GPUs 0-7: still watching: a finding needs 30 s of polls, "
                 f"{settling['seconds_left']} s to go") in text
