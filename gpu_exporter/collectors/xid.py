@@ -49,10 +49,12 @@ WANTED = (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC | c.EVENT_SINGLE_BIT_ECC
           | c.EVENT_POWER_SOURCE_CHANGE)
 # How long one wait on the event set blocks. The call cannot be interrupted,
 # and NVML must not be shut down under it, so a stop waits for the wait in
-# flight: 100 ms keeps SIGTERM to exit well under half a second. Events are
-# queued in the set between two waits, so none is lost by waiting in slices;
-# an idle wait that times out costs one poll() on the driver's descriptors.
-WAIT_MS = 100
+# flight: 200 ms keeps SIGTERM to exit near 0.3 s at worst (0.5 s allowed).
+# Events are queued in the set between two waits, so none is lost by waiting
+# in slices. A wait that times out costs the driver one poll() on its
+# descriptors; NVIDIA's mock sleeps in Go and burns about 0.2 ms of CPU per
+# wait (0.9 ms/s at 200 ms, 1.5 ms/s at 100 ms, 0.5 ms/s at 500 ms).
+WAIT_MS = 200
 # How long a poll that finds a GPU newly lost waits for the event thread to
 # count its Xid (79: fallen off the bus). Once per loss; a GPU lost without an
 # Xid costs that poll this much.
