@@ -307,7 +307,11 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
              settings.web.telemetry_path)
     stopping = False
     while not stopping:
-        for signum in os.read(wake_r, 64):  # blocks, holding no lock
+        # Blocks, holding no lock. Signals that arrive together come in any
+        # order (each thread's handler writes its own byte): taken in number
+        # order, as Python runs its handlers, a SIGHUP sent just before a
+        # SIGTERM is still said.
+        for signum in sorted(os.read(wake_r, 64)):
             if signum == signal.SIGHUP:
                 # The reload runs off the main thread: it reads files and may hash.
                 log.info("received SIGHUP; %s",
