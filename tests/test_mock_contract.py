@@ -59,6 +59,8 @@ FABRIC = ("gpu_fabric_state",)
 ABSENT_HERE = {
     "gpu_xid_errors_total": "per Xid code: appears at a GPU's first Xid",
     "gpu_events_total": "appears at the first ECC or power-source event",
+    "gpu_nvswitch_sxid_errors_total": "per switch and SXid code: appears at the first SXid",
+    "gpu_owner_sm_share_ratio": "only on a GPU with more than one owner",
     "gpu_fan_speed_ratio": "data-center boards have no fans (nvmlDeviceGetNumFans 0)",
     "gpu_pcie_bytes_total": "the mock declines the PCIe byte-counter fields",
     "gpu_recovery_action": "a field of drivers 570 and newer; the mock's drivers are older",
