@@ -15,7 +15,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from benchmarks.daemon_probe import machine as probe_machine
 from benchmarks.scenarios import ALL, HEADLINE, TARGET, Config
 from gpu_exporter.simulator.latency import NVML_LATENCY_US, latency_table
 
@@ -363,22 +363,7 @@ def ratio(a: float, b: float) -> str:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
-    except (OSError, ValueError, IndexError):
-        pass
-    return (f"{os.cpu_count()} x {cpu}{mem}, Linux {platform.release()}, "
-            f"Python {platform.python_version()}; no GPU (simulated nodes)")
+    return f"{probe_machine()}; no GPU (simulated nodes)"
 
 
 def headline_rows(results: list[Result]) -> list[list[str]] | None:
@@ -537,12 +522,13 @@ def report(results: list[Result], plan: Plan, argv: list[str], latency: bool,
     return "\n".join(lines)
 
 
-def write_markdown(path: Path, generated: str) -> None:
-    block = f"{BEGIN}\n{generated}\n{END}"
+def write_markdown(path: Path, generated: str, begin: str = BEGIN, end: str = END) -> None:
+    """Rewrite the part of ``path`` between the markers (appended when absent)."""
+    block = f"{begin}\n{generated}\n{end}"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+    if begin in text and end in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
         text = head + block + tail
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"

@@ -5,10 +5,14 @@ timing belongs in BENCHMARKS.md, not in a test that must pass on any machine."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from benchmarks.daemon_probe import board, mock_missing
 from benchmarks.fleet_scale import RuleGroupLog
 from benchmarks.run import (
     BEGIN,
@@ -73,28 +77,50 @@ def test_quick_run_on_one_gpu_writes_a_well_formed_table(tmp_path: Path) -> None
     assert "| ours | 1gpu/0p |" in text and "| nvitop | 1gpu/0p |" in text
 
 
-def test_poll_on_gpu_reports_collectors_and_nvml_calls() -> None:
-    """The GPU-node probe runs end to end (here on a simulated node): one row
-    per collector and per pynvml call the polls made, calls counted per poll."""
+def _poll_on_gpu(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.poll_on_gpu", "--simulate", "healthy",
-         "--polls", "10", "--interval", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert out.startswith("10 polls of 8 GPU(s)")
-    for collector in ("device", "processes", "samples", "gpm", "host", "diagnosis"):
-        assert f"| {collector} |" in out
-    rows = {line.split("|")[1].strip(): line.split("|")[2].strip()
-            for line in out.splitlines() if line.startswith("| nvml")}
-    assert rows["nvmlDeviceGetTemperature"] == "8.0"  # every poll, every GPU
-    # Read with the slow reads: 8 GPUs every 10 polls.
-    assert rows["nvmlDeviceGetCurrPcieLinkGeneration"] == "0.8"
+        [sys.executable, "-m", "benchmarks.poll_on_gpu", "--warmup", "2", "--window", "8",
+         *args], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+        env={**os.environ, **(env or {})})
+    assert result.returncode == 0, result.stderr[-3000:]
+    got, end = json.JSONDecoder().raw_decode(result.stdout)
+    tables = result.stdout[end:]
+    for header in ("| measure | value |", "| NVML function | calls per GPU-poll |",
+                   "| collector | wall ms, last poll |"):
+        assert header in tables
+    assert isinstance(got, dict)
+    # Whole polls measured, every C call of them counted once per GPU-poll:
+    # each function's figure is a whole number of calls over GPUs x polls.
+    per = got["gpus"] * got["polls"]
+    calls = got["nvml_calls_by_function"]
+    assert got["polls"] >= 3 and calls
+    assert "nvmlEventSetWait_v2" not in calls  # the Xid thread's, not a poll's
+    for name, value in calls.items():
+        assert abs(value * per - round(value * per)) < 1e-6, name
+    assert abs(sum(calls.values()) - got["nvml_calls_per_gpu_poll"]) < 1e-9
+    assert got["cpu_ms_per_gpu_poll"] > 0 and 10 < got["rss_mib"] <= got["rss_peak_mib"]
+    assert got["stop_status"] == 0 and got["stop_ms"] > 0
+    assert "device" in got["collector_ms_last_poll"]
+    return got
+
+
+def test_poll_on_gpu_measures_the_daemon_on_a_simulated_node() -> None:
+    got = _poll_on_gpu("--simulate", "healthy")
+    assert got["gpus"] == 8
+
+
+@pytest.mark.skipif(mock_missing() is not None, reason="NVIDIA's mock NVML is absent: "
+                    + (mock_missing() or "").partition(chr(10))[0])
+def test_poll_on_gpu_measures_the_daemon_on_nvidias_mock_nvml() -> None:
+    t4 = board("t4")
+    got = _poll_on_gpu(env=t4.env())
+    assert (got["gpus"], got["gpu"]) == (t4.gpus, t4.product)
+    assert got["driver"]
 
 
 def test_poll_on_gpu_says_so_when_no_gpu_answers() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.poll_on_gpu", "--polls", "1", "--interval", "0"],
+        [sys.executable, "-m", "benchmarks.poll_on_gpu", "--warmup", "0", "--window", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
         env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/nonexistent"})
     assert result.returncode == 2

@@ -145,6 +145,9 @@ class FakeSource:
         self._handing_out = True
         return event
 
+    def wake(self) -> None:
+        pass  # its poll times out within the test's poll_timeout
+
     def close(self) -> None:
         self.closed = True
 

@@ -1,12 +1,15 @@
 """The daemon loads only what it runs: a fresh interpreter that starts the
 exporter as ``gpu-exporter`` does (settings from flags, one poll) has not
 imported the simulator, the generators, the one-shot commands, the web
-config file's module (TLS and bcrypt) or prometheus_client, which cost memory
-on every node."""
+config file's module (TLS and bcrypt), prometheus_client, or, without a
+kubelet socket, gRPC and protobuf, which cost memory on every node (see
+BENCHMARKS.md, "What each library costs")."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,25 +23,32 @@ NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.co
                 # reference only.
                 "prometheus_client", "gpu_exporter.web.reference",
                 # Its table of named entities, for unescaping only (html_escape).
-                "html")
+                "html",
+                # The kubelet's gRPC client and its protobuf messages (about
+                # 14 MiB): only once the pod-resources socket exists.
+                "grpc", "google.protobuf", "gpu_exporter.attribution.kubelet_grpc",
+                "gpu_exporter.attribution.podresources_v1")
 
 START = """
-import json, sys
+import json, sys, time
 from gpu_exporter.cli import settings_loader
 from gpu_exporter.daemon import Exporter
 settings = settings_loader(sys.argv[1:])()
 exporter = Exporter(settings)
 exporter.bind()
 exporter.poller.poll_once()
+# The kubelet client's thread asks at once; give it time to have loaded gRPC.
+time.sleep(float(__import__("os").environ.get("SETTLE_S", "0")))
 exporter.stop()
 print(json.dumps(sorted(sys.modules)))
 """
 
 
-def _modules_after_start(*flags: str) -> list[str]:
+def _modules_after_start(*flags: str, settle_s: float = 0.0) -> list[str]:
     proc = subprocess.run([sys.executable, "-c", START, "--web.listen-address", "127.0.0.1:0",
                            "--log.level", "error", *flags],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "SETTLE_S": str(settle_s)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     modules: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
     return modules
@@ -48,8 +58,10 @@ def _loaded(modules: list[str], prefix: str) -> bool:
     return any(m == prefix or m.startswith(prefix + ".") for m in modules)
 
 
-def test_the_daemon_starts_without_what_it_does_not_run() -> None:
-    modules = _modules_after_start()
+def test_the_daemon_starts_without_what_it_does_not_run(tmp_path: Path) -> None:
+    # No kubelet socket at the path: attribution is on, asks, finds nothing.
+    modules = _modules_after_start("--kubernetes.pod-resources-socket",
+                                   str(tmp_path / "kubelet.sock"), settle_s=0.5)
     assert _loaded(modules, "gpu_exporter.collectors.device")  # it did build the pipeline
     assert [p for p in NOT_AT_START if _loaded(modules, p)] == []
 
@@ -59,3 +71,16 @@ def test_a_web_config_file_loads_its_module(tmp_path: Path) -> None:
     config.write_text("basic_auth_users: {}\n")
     modules = _modules_after_start("--web.config.file", str(config))
     assert _loaded(modules, "gpu_exporter.web.webconfig")
+
+
+def test_a_kubelet_socket_loads_the_grpc_client(tmp_path: Path) -> None:
+    """The other side of the rule: where the socket exists, the client is
+    loaded (and asks; nobody answers here, which is its own error)."""
+    path = tmp_path / "kubelet.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        listener.listen()
+        modules = _modules_after_start("--kubernetes.pod-resources-socket", str(path),
+                                       settle_s=1.0)
+    assert _loaded(modules, "gpu_exporter.attribution.kubelet_grpc")
+    assert _loaded(modules, "grpc")

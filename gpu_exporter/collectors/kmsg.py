@@ -29,6 +29,7 @@ exporter counts NVML's events alone, as before.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -143,6 +144,7 @@ class KmsgCollector(Collector):
         self._next_try: float | None = None
         self._polls = 0
         self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()  # close() wakes the reader thread's poll
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -232,6 +234,9 @@ class KmsgCollector(Collector):
         reader = self._reader
         assert reader is not None
         poller = select.poll()
+        # A byte here ends a wait for the next record: a stop does not wait
+        # out the poll's timeout.
+        poller.register(self._wake_r, select.POLLIN)
         registered: int | None = None
         while not self._stop.is_set():
             if not self._open():
@@ -313,9 +318,17 @@ class KmsgCollector(Collector):
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+            if self._thread.is_alive():
+                return  # still inside a read: it keeps its descriptors
             self._thread = None
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
         if self._reader is not None:
             self._reader.close()
 

@@ -4,7 +4,10 @@ failing NVML call, an ``add`` lets the next poll try it again."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import select
 import threading
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +25,9 @@ class EventSource(Protocol):
     def poll(self, timeout: float) -> UdevEvent | None:
         """The next event, or None when none came within ``timeout`` seconds."""
 
+    def wake(self) -> None:
+        """Make a poll in flight return None now (another thread is stopping)."""
+
     def close(self) -> None: ...
 
 
@@ -34,20 +40,33 @@ class PyudevSource:
         self._monitor: Any = pyudev.Monitor.from_netlink(pyudev.Context())
         self._monitor.filter_by(subsystem="pci")
         self._monitor.start()
+        # A byte here ends a poll in flight: a stop does not wait out its timeout.
+        self._wake_r, self._wake_w = os.pipe()
 
     def poll(self, timeout: float) -> UdevEvent | None:
         monitor = self._monitor
         if monitor is None:
             return None
-        device = monitor.poll(timeout=timeout)
+        ready, _, _ = select.select([monitor, self._wake_r], [], [], timeout)
+        if monitor not in ready:
+            return None
+        device = monitor.poll(timeout=0)
         if device is None:
             return None
         slot = device.properties.get("PCI_SLOT_NAME") or device.sys_name
         return str(device.action), str(slot)
 
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
     def close(self) -> None:
         # pyudev frees the netlink socket with the monitor object.
         self._monitor = None
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
 
 
 def open_source(sysfs: Path) -> EventSource | None:
@@ -101,7 +120,7 @@ class UdevWatcher:
         self._thread.start()
 
     def _run(self) -> None:
-        # A short poll timeout lets stop() end the thread promptly.
+        # stop() wakes a poll in flight; the timeout only bounds a missed wake.
         while not self._stop.is_set():
             try:
                 event = self.source.poll(self._timeout)
@@ -115,6 +134,7 @@ class UdevWatcher:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread is not None:
+            self.source.wake()
             self._thread.join(timeout)
             self._thread = None
         self.source.close()
