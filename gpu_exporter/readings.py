@@ -9,8 +9,8 @@ failed, absent, or the reader is switched off), never 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from gpu_exporter.host.pci import PciDevice
 from gpu_exporter.host.reading import HostReading
@@ -186,40 +186,52 @@ class KernelLogReading:
     counts: dict[tuple[int, str, int], tuple[int, int]] = field(default_factory=dict)
 
 
+def filled_by(reader: str) -> Any:
+    """A PollReadings field that only ``reader`` fills (None until it has read
+    this poll): the field's metadata names it, so what a derivation reads maps
+    to the reader it waits on without a second list."""
+    return field(default=None, metadata={"reader": reader})
+
+
 @dataclass(slots=True)
 class PollReadings:
-    """What the readers read in one poll: one field per reader, named after it.
+    """What the readers read in one poll, each field filled by the reader its
+    metadata names (``filled_by``).
 
     A field stays ``None`` when its reader is switched off or did not get as far
     as reading this poll: a derivation tells "nothing there" (an empty mapping)
     from "nobody looked" (None), and says which inputs it went without.
     """
 
-    # device: per GPU index, every GPU NVML lists (lost ones with up=False)
-    gpus: dict[int, GpuReading] | None = None
-    # mig: per GPU index, its MIG instances (GPUs without MIG are absent)
-    mig: dict[int, list[MigReading]] | None = None
-    # gpm: per GPU index, the GPM ratios over the last interval
-    gpm: dict[int, GpmReading] | None = None
-    # samples: per GPU index, metric name -> summary of NVML's sub-second samples
-    samples: dict[int, dict[str, SampleStats]] | None = None
-    # nvlink: per GPU index with NVLink, its links and how many are up
-    nvlink: dict[int, NvlinkReading] | None = None
-    # kmsg: the kernel log's Xid lines (read before xid, which merges them)
-    kmsg: KernelLogReading | None = None
-    # xid: the most recent Xid events, oldest first (NVML's, and the kernel
-    # log's that NVML did not deliver)
-    xid: list[XidEvent] | None = None
-    # processes: every exported GPU process, joined with /proc
-    processes: list[ProcessReading] | None = None
-    # host: the host's figures, and the ones the diagnosis rules read
-    host: HostReading | None = None
-    host_signals: HostSignals | None = None
-    # pcie: per GPU index, the GPU's PCI device in sysfs, and the kernel's view of it
-    pcie: dict[int, PciDevice] | None = None
-    pcie_view: dict[int, PcieKernelView] | None = None
-    # attribution: who holds each GPU, and its workloads' own signals
-    attribution: AttributionReading | None = None
+    # per GPU index, every GPU NVML lists (lost ones with up=False)
+    gpus: dict[int, GpuReading] | None = filled_by("device")
+    # per GPU index, its MIG instances (GPUs without MIG are absent)
+    mig: dict[int, list[MigReading]] | None = filled_by("mig")
+    # per GPU index, the GPM ratios over the last interval
+    gpm: dict[int, GpmReading] | None = filled_by("gpm")
+    # per GPU index, metric name -> summary of NVML's sub-second samples
+    samples: dict[int, dict[str, SampleStats]] | None = filled_by("samples")
+    # per GPU index with NVLink, its links and how many are up
+    nvlink: dict[int, NvlinkReading] | None = filled_by("nvlink")
+    # the kernel log's Xid lines (read before xid, which merges them)
+    kmsg: KernelLogReading | None = filled_by("kmsg")
+    # the most recent Xid events, oldest first (NVML's, and the kernel log's
+    # that NVML did not deliver)
+    xid: list[XidEvent] | None = filled_by("xid")
+    # every exported GPU process, joined with /proc
+    processes: list[ProcessReading] | None = filled_by("processes")
+    # the host's figures, and the ones the diagnosis rules read
+    host: HostReading | None = filled_by("host")
+    host_signals: HostSignals | None = filled_by("host")
+    # per GPU index, the GPU's PCI device in sysfs, and the kernel's view of it
+    pcie: dict[int, PciDevice] | None = filled_by("pcie")
+    pcie_view: dict[int, PcieKernelView] | None = filled_by("pcie")
+    # who holds each GPU, and its workloads' own signals
+    attribution: AttributionReading | None = filled_by("attribution")
+
+
+# PollReadings field -> the reader that fills it.
+READER_OF_FIELD: dict[str, str] = {f.name: f.metadata["reader"] for f in fields(PollReadings)}
 
 
 @dataclass(frozen=True, slots=True)

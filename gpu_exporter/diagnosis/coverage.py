@@ -34,23 +34,15 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from gpu_exporter.diagnosis.rules import RULES, Trend
-from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals
+from gpu_exporter.diagnosis.signals import READER_OF_SIGNAL, GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.snapshot import Slot, Snapshot
 from gpu_exporter.thresholds import DiagnosisConfig
 
-# The reader behind each top-level GpuSignals field (signals.gather fills it
-# from that reader's PollReadings field): a value absent because its reader
-# did not run is said as such.
-_READER_OF_SIGNAL: dict[str, str] = {
-    "gpu": "device", "memory_used_ratio": "device", "sm_active": "gpm",
-    "util_samples": "samples", "processes": "processes", "processes_known": "processes",
-    "host": "host", "pcie": "pcie", "xids": "xid", "owners": "attribution",
-    "workloads": "attribution", "allocations_known": "attribution",
-}
-_unknown = set(_READER_OF_SIGNAL.values()) - set(INPUTS)
-if _unknown:  # pragma: no cover - a programming error, caught at import
-    raise ImportError(f"coverage names readers the diagnosis does not read: {sorted(_unknown)}")
+# The reader behind each top-level GpuSignals value (its fields declare their
+# source; memory_used_ratio is a property of the device's reading): a value
+# absent because its reader did not run is said as such.
+_READER_OF_SIGNAL: dict[str, str] = {**READER_OF_SIGNAL, "memory_used_ratio": "device"}
 
 # How a person names what NVML did not give (GpuReading's fields); a field not
 # named here is said by its name.

@@ -5,8 +5,10 @@ switched off, is None, and a rule that needs it does not judge."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from gpu_exporter.readings import (
+    READER_OF_FIELD,
     GpuOwner,
     GpuReading,
     HostSignals,
@@ -17,21 +19,11 @@ from gpu_exporter.readings import (
     XidCulprit,
 )
 
-# What the rules read: the PollReadings field each reader fills, by the
-# reader's name (the ``input`` label of gpu_diagnosis_input_missing). A reader
-# switched off leaves its field None, and the rows that need it unjudged.
-INPUTS: dict[str, str] = {
-    "device": "gpus", "processes": "processes", "host": "host_signals", "pcie": "pcie_view",
-    "gpm": "gpm", "samples": "samples", "xid": "xid", "attribution": "attribution",
-}
-_unknown = set(INPUTS.values()) - {f.name for f in fields(PollReadings)}
-if _unknown:  # pragma: no cover - a programming error, caught at import
-    raise ImportError(f"diagnosis inputs name no PollReadings field: {sorted(_unknown)}")
 
-
-def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
-    """The readers whose readings the rules went without this poll."""
-    return tuple(reader for reader, name in INPUTS.items() if getattr(readings, name) is None)
+def read_from(source: str, **default: Any) -> Any:
+    """A GpuSignals field that gather() fills from the PollReadings field
+    ``source`` (and so waits on the reader that fills it)."""
+    return field(metadata={"source": source}, **default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,28 +54,33 @@ def owner_of(culprit: XidCulprit, owners: tuple[GpuOwner, ...]) -> GpuOwner | No
 
 @dataclass(slots=True)
 class GpuSignals:
-    index: int
-    uuid: str
-    gpu: GpuReading
-    host: HostSignals | None
-    pcie: PcieKernelView | None
-    processes: list[ProcessReading] = field(default_factory=list)
-    sm_active: float | None = None  # GPM
-    util_samples: tuple[float, float, float] | None = None  # min, mean, max
-    xids: list[tuple[float, int]] = field(default_factory=list)  # (unix time, xid)
+    """One GPU's signals in one poll. Each field names the PollReadings field
+    it is gathered from: the diagnosis's inputs, and the reader behind each
+    value it went without, follow from these declarations."""
+
+    index: int = read_from("gpus")
+    uuid: str = read_from("gpus")
+    gpu: GpuReading = read_from("gpus")
+    host: HostSignals | None = read_from("host_signals")
+    pcie: PcieKernelView | None = read_from("pcie_view")
+    processes: list[ProcessReading] = read_from("processes", default_factory=list)
+    sm_active: float | None = read_from("gpm", default=None)
+    # min, mean, max of NVML's utilization samples
+    util_samples: tuple[float, float, float] | None = read_from("samples", default=None)
+    xids: list[tuple[float, int]] = read_from("xid", default_factory=list)  # (unix time, xid)
     # The processes the kernel log names for those Xids, where it does.
-    xid_blames: list[XidBlame] = field(default_factory=list)
-    processes_known: bool = False  # the process collector ran this poll
+    xid_blames: list[XidBlame] = read_from("xid", default_factory=list)
+    processes_known: bool = read_from("processes", default=False)  # the process reader ran
     # Whose the GPU is (allocations, Slurm jobs), and the own cgroup signals
     # of the workloads of its processes: preferred over the host's.
-    owners: tuple[GpuOwner, ...] = ()
-    workloads: tuple[WorkloadSignals, ...] = ()
+    owners: tuple[GpuOwner, ...] = read_from("attribution", default=())
+    workloads: tuple[WorkloadSignals, ...] = read_from("attribution", default=())
     # The kubelet's allocations are known (None: attribution not read)
-    allocations_known: bool | None = None
+    allocations_known: bool | None = read_from("attribution", default=None)
     # NVLink links the GPU has (0: none, so no NVSwitch fabric either; None:
     # the nvlink reader did not run). No rule judges it; the diagnosis's
     # coverage reads it to tell "no fabric here" from "fabric not read".
-    nvlink_links: int | None = None
+    nvlink_links: int | None = read_from("nvlink", default=None)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -91,6 +88,26 @@ class GpuSignals:
         if g.memory_used_bytes is None or not g.memory_total_bytes:
             return None
         return g.memory_used_bytes / g.memory_total_bytes
+
+
+# GpuSignals field -> the PollReadings field it is gathered from, and the reader behind it.
+SOURCE_OF_SIGNAL: dict[str, str] = {f.name: f.metadata["source"] for f in fields(GpuSignals)}
+READER_OF_SIGNAL: dict[str, str] = {
+    name: READER_OF_FIELD[source] for name, source in SOURCE_OF_SIGNAL.items()}
+# What the diagnosis reads: per reader (the ``input`` label of
+# gpu_diagnosis_input_missing), the PollReadings fields it fills that the
+# signals are gathered from. A reader switched off leaves them None, and the
+# rows that need them unjudged.
+INPUTS: dict[str, tuple[str, ...]] = {
+    reader: tuple(source for source in dict.fromkeys(SOURCE_OF_SIGNAL.values())
+                  if READER_OF_FIELD[source] == reader)
+    for reader in dict.fromkeys(READER_OF_SIGNAL.values())}
+
+
+def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
+    """The readers whose readings the rules went without this poll."""
+    return tuple(reader for reader, names in INPUTS.items()
+                 if any(getattr(readings, name) is None for name in names))
 
 
 def gather(readings: PollReadings) -> list[GpuSignals]:
