@@ -110,3 +110,17 @@ def test_owner_names_are_escaped_for_html_and_the_exposition() -> None:
     assert allocation.labels["namespace"] == 'ml"<b>'
     assert allocation.labels["pod"] == "</td><script>x</script>"
     assert allocation.labels["container"] == 'c\\"\n'
+
+
+def test_the_fix_names_the_process_the_evidence_names() -> None:
+    # The table's commands say PID; diagnose's text gives the process itself
+    # where the finding names one, and leaves the word where it names none
+    # (or names something that is not a process number).
+    finding = {"gpu": "0", "uuid": "GPU-0", "symptom": "s", "cause": "c",
+               "severity": "warning", "summary": "x", "runbook": "r",
+               "fix": "Attach py-spy dump --pid PID to see where it waits (PIDs)"}
+    named = render_text([{**finding, "evidence": {"process_pid": "4242"}}], color=False)
+    assert "fix:      Attach py-spy dump --pid 4242 to see where it waits (PIDs)" in named
+    for evidence in ({}, {"process_pid": "1; rm -rf /"}):
+        text = render_text([{**finding, "evidence": evidence}], color=False)
+        assert "--pid PID to see" in text

@@ -4,6 +4,7 @@ likely cause -> evidence -> fix, most severe first)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -70,7 +71,7 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         for key, e in explained.items():
             lines.append(f"  explains: {safe(e['symptom'])} -> {safe(e['cause'])}: "
                          f"{safe(evidence.get(key) or e['why'])}")
-        lines.append(f"  fix:      {safe(f['fix'])}")
+        lines.append(f"  fix:      {safe(_named_process(str(f['fix']), evidence))}")
         lines.append(f"  runbook:  {safe(runbook(f) if runbook else f['runbook'])}")
         lines.append("")
     if drift_list:
@@ -84,6 +85,16 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         lines.append("")
         lines.append(_nothing_to_check(coverage).rstrip("\n"))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+_PID = re.compile(r"\bPID\b")
+
+
+def _named_process(text: str, evidence: Mapping[str, Any]) -> str:
+    """The table's fix with its word PID replaced by the process the evidence
+    names (a number, or nothing replaced where the evidence names none)."""
+    pid = str(evidence.get("process_pid", ""))
+    return _PID.sub(pid, text) if pid.isdigit() else text
 
 
 def _in_part(coverage: Mapping[str, Any] | None, found: bool) -> list[str]:
