@@ -110,6 +110,11 @@ class SnapshotBuilder:
         """What a derivation that ran earlier in this poll published, or None."""
         return cast("T | None", self._published.get(slot))
 
+    def keeps(self, family: Metric) -> bool:
+        """Whether samples of ``family`` are kept (exported): a reader may skip
+        making the ones that would not be."""
+        return family.name not in self._drop
+
     def add(self, family: Metric | str, value: float | int | bool, /, **labels: str) -> None:
         """One sample of ``family``: a catalog handle (readers), or its name."""
         # The hot path of every poll (~2500 calls on an 8-GPU node): the label
