@@ -6,8 +6,8 @@ it is in the daemon), measured from outside:
 
 * CPU ms per GPU-poll: the process's utime + stime (/proc, every thread) over
   a window of whole polls, divided by GPUs x polls (its own poll counter);
-* NVML calls per GPU-poll, per C function (the Xid thread's event waits
-  apart: they are not a poll's);
+* NVML calls per GPU-poll, per C function (the poll's drain of the Xid event
+  set included: one nvmlEventSetWait_v2 per poll, more when events wait);
 * RSS (VmRSS) and its peak (VmHWM);
 * each collector's wall time in the last poll (gpu_exporter_collector_duration_seconds);
 * SIGTERM to exit.
@@ -120,7 +120,6 @@ def measure(warmup_s: float, window_s: float, simulate: str | None) -> dict[str,
         finally:
             d.kill()
     polls = polls1 - polls0
-    waits = made.pop("nvmlEventSetWait_v2", 0)
     per = gpus * polls
     collectors = {labels.split('"')[1]: value * 1e3 for labels, value in
                   samples(body, "gpu_exporter_collector_duration_seconds")}
@@ -137,7 +136,6 @@ def measure(warmup_s: float, window_s: float, simulate: str | None) -> dict[str,
         "cpu_ms_per_s": (cpu1 - cpu0) * 1e3 / (t1 - t0),
         "nvml_calls_per_gpu_poll": sum(made.values()) / per if per else None,
         "nvml_calls_by_function": {k: v / per for k, v in sorted(made.items())} if per else {},
-        "event_waits_per_s": waits / (t1 - t0),
         "rss_mib": round(rss, 1),
         "rss_peak_mib": round(peak, 1),
         "collector_ms_last_poll": dict(sorted(collectors.items(), key=lambda kv: -kv[1])),
@@ -168,7 +166,6 @@ def markdown(result: dict[str, Any]) -> str:
         ["CPU ms per GPU-poll (process CPU / (GPUs x polls))", num("cpu_ms_per_gpu_poll")],
         ["CPU ms per second", num("cpu_ms_per_s")],
         ["NVML calls per GPU-poll", num("nvml_calls_per_gpu_poll", 1)],
-        ["NVML event waits per second (Xid thread)", num("event_waits_per_s", 1)],
         ["RSS MiB (peak)", f"{num('rss_mib', 1)} ({num('rss_peak_mib', 1)})"],
         ["SIGTERM to exit, ms", f"{num('stop_ms', 0)} (status {result['stop_status']})"],
     ]

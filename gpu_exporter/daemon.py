@@ -54,7 +54,7 @@ class Exporter:
                  monotonic: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
                  synchronous: bool = False) -> None:
-        # Before this object starts the poll, HTTP and event threads.
+        # Before this object starts the poll and HTTP threads.
         limit_malloc_arenas()
         self.simulation = simulation
         if simulation is not None:

@@ -157,7 +157,9 @@ class Poller:
         start = self._mono()
         for hook in self.before_poll:
             hook()
-        out = SnapshotBuilder(self._wall())
+        # The collectors read the detail families anyway (the aggregates and
+        # the diagnosis are made from them); only the series stay out.
+        out = SnapshotBuilder(self._wall(), drop=() if self.detail else DETAIL)
         for stage in self.stages:
             t0 = self._mono()
             ok = True
@@ -183,10 +185,6 @@ class Poller:
             out.add("gpu_exporter_collector_errors_total", self._errors_total[stage.name],
                     collector=stage.name)
         self._add_self(out, self._mono() - start)
-        if not self.detail:
-            # The collectors read them anyway (the aggregates and the diagnosis
-            # are made from them); only the series stay out.
-            out.discard(DETAIL.__contains__)
         snap = out.build()
         self._latest = snap
         for listener in self.listeners:

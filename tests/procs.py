@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # How long a stop (SIGTERM, SIGINT) with clients connected may take. The
 # promise is an exit within half a second (about 0.1 s on an idle machine: the
-# signal wakes the main thread at once, the server and poller stop at once, the
-# NVML event thread's wait in flight lasts at most 200 ms). The bound
+# signal wakes the main thread at once, the server and poller stop at once, and
+# no thread waits in NVML: the Xid reader drains its event set in the poll). The bound
 # is wider for loaded CI machines, where the interpreter's own start of exit can
 # lag; a server that waited for its clients took 10 s with one kept-alive
 # connection and 57 s with 20 slow-header clients, far outside it.

@@ -134,8 +134,9 @@ def test_xid_before_registration_is_lost_to_nvml_and_found_in_the_kernel_log() -
     assert snap.get("gpu_xid_errors_total", gpu="0", xid="79") == 1.0
 
 
-def test_xid_thread_delivers_events_in_real_time() -> None:
-    """The daemon's event thread (not the test's synchronous drain) counts an Xid."""
+def test_xid_counted_by_the_daemon_in_real_time() -> None:
+    """The daemon as it runs (real time, not the tests' virtual clock) counts
+    an Xid the simulated driver queues a second after start."""
     scenario = Scenario(name="rt", node={"gpus": 2}, state={"utilization": 0.9},
                         timeline=[{"at": "1s", "gpus": [1], "set": {"xid": [48]}}])
     from gpu_exporter.daemon import Exporter

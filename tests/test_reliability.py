@@ -410,10 +410,10 @@ def test_sigterm_stops_within_5s_even_while_an_nvml_call_hangs(tmp_path: Path) -
     assert "leaving 1 NVML call(s) that have not returned" in proc.stderr.read()  # type: ignore[union-attr]
 
 
-def test_the_xid_event_thread_survives_nvml_failing_while_it_registers() -> None:
+def test_the_xid_reader_survives_nvml_failing_while_it_registers() -> None:
     """Found by the chaos test: an error that means "NVML is gone" or "GPU lost"
-    while the event thread registered GPUs again (after a re-init) ended the
-    thread, and with it every later Xid."""
+    while the Xid reader registered GPUs again (after a re-init) ended the
+    event thread it had then, and with it every later Xid."""
     scenario = Scenario(name="xid-late", node={"gpus": 2}, state={"utilization": 0.9},
                         timeline=[{"at": "1s", "nvml": "lib_rm_version_mismatch"},
                                   {"at": "1.2s", "nvml": "ok"},
@@ -422,7 +422,7 @@ def test_the_xid_event_thread_survives_nvml_failing_while_it_registers() -> None
     failures = {"nvmlDeviceGetSupportedEventTypes": 4}
 
     def flaky(name: str, gpu: int | None) -> int | None:
-        # After NVML came back: the event thread registers the GPUs again.
+        # After NVML came back: the Xid reader registers the GPUs again.
         if node.library.calls["nvmlInitWithFlags"] >= 2 and failures.get(name, 0) > 0:
             failures[name] -= 1
             return int(Return.LIB_RM_VERSION_MISMATCH if failures[name] % 2

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from gpu_exporter.collectors import xid as xid_collector
+from gpu_exporter.nvml.events import EventSet
 from tests.exposition import values as _values
 from tests.simnode import SimRun
 
@@ -30,26 +31,34 @@ def _scrape_until_lost(run: SimRun, polls: int = 40) -> tuple[str, float]:
     raise AssertionError("the GPU was never reported lost")
 
 
-def _delay_counting(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    """The event thread counts each event ``seconds`` after NVML delivers it:
-    the driver's own delivery latency, made long enough that the poll's Xid
-    reader always runs first."""
-    handle = xid_collector.XidCollector._handle
+def _deliver_late(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The driver queues each event in the set ``seconds`` (real time) after
+    the GPU's state changed: the delivery latency a real driver may have,
+    made long enough that the poll that finds the loss drains the set before
+    the GPU's Xid is in it. The wait blocks as NVML's does meanwhile."""
+    wait = EventSet.wait
+    queued: list[tuple[float, tuple[int, int, int]]] = []  # (visible from, event)
 
-    def late(self: xid_collector.XidCollector, device: int, event_type: int,
-             data: int) -> None:
-        time.sleep(seconds)
-        handle(self, device, event_type, data)
+    def late(self: EventSet, timeout_ms: int) -> tuple[int, int, int] | None:
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            while (event := wait(self, 0)) is not None:
+                queued.append((time.monotonic() + seconds, event))
+            if queued and queued[0][0] <= time.monotonic():
+                return queued.pop(0)[1]
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
 
-    monkeypatch.setattr(xid_collector.XidCollector, "_handle", late)
+    monkeypatch.setattr(EventSet, "wait", late)
 
 
-@pytest.mark.parametrize("latency", [0.0, 0.2], ids=["at once", "counted 200 ms late"])
+@pytest.mark.parametrize("latency", [0.0, 0.2], ids=["at once", "delivered 200 ms late"])
 def test_a_gpu_falling_off_the_bus_shows_its_xid_in_the_same_scrape(
         monkeypatch: pytest.MonkeyPatch, latency: float) -> None:
-    # The exporter's own event thread, as in production: the Xid is counted
-    # on that thread while the poll finds the GPU lost.
-    _delay_counting(monkeypatch, latency)
+    # As the daemon runs (a real-time wait): the poll that finds the GPU lost
+    # waits on the event set for its Xid.
+    _deliver_late(monkeypatch, latency)
     with SimRun("gpu-lost-xid-79", synchronous=False) as run:
         text, took = _scrape_until_lost(run)
     assert _values(text, "gpu_xid_errors_total", gpu=LOST_GPU, xid="79") == [1.0]
@@ -59,9 +68,9 @@ def test_a_gpu_falling_off_the_bus_shows_its_xid_in_the_same_scrape(
 
 
 def test_without_the_wait_the_xid_comes_a_poll_later(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the wait fixes: the event thread counts the Xid after the poll's
-    Xid reader ran, so the loss would be exported a poll before its Xid."""
-    _delay_counting(monkeypatch, 0.2)
+    """What the wait fixes: the driver queues the Xid after the poll drained
+    the set, so the loss would be exported a poll before its Xid."""
+    _deliver_late(monkeypatch, 0.2)
     monkeypatch.setattr(xid_collector, "LOSS_XID_WAIT_S", 0.0)
     with SimRun("gpu-lost-xid-79", synchronous=False) as run:
         text, _ = _scrape_until_lost(run)

@@ -349,11 +349,12 @@ def merge_counts(nvml: dict[tuple[int, str, int], int],
 
 
 def merge_events(nvml: list[XidEvent], kernel: KernelLogReading | None,
-                 keep: int = 256) -> list[XidEvent]:
+                 keep: int = 256, late_s: float = 0.0) -> list[XidEvent]:
     """NVML's recent events, each given the process of the log's line of the
-    same GPU and code within MATCH_WINDOW_S; and the log's Xids NVML did not
-    deliver (before start, or beyond its events), at their last line. The
-    newest ``keep``, oldest first."""
+    same GPU and code within MATCH_WINDOW_S (NVML's stamped up to ``late_s``
+    after the driver's report: when a poll took them from the event set); and
+    the log's Xids NVML did not deliver (before start, or beyond its events),
+    at their last line. The newest ``keep``, oldest first."""
     if kernel is None or not kernel.xids:
         return nvml[-keep:]
     events = list(nvml)
@@ -368,7 +369,7 @@ def merge_events(nvml: list[XidEvent], kernel: KernelLogReading | None,
             continue
         hits = [i for i, e in enumerate(events)
                 if i not in matched and e.gpu == k.gpu and e.xid == k.xid
-                and k.first_at - MATCH_WINDOW_S <= e.at <= k.last_at + MATCH_WINDOW_S]
+                and k.first_at - MATCH_WINDOW_S <= e.at <= k.last_at + MATCH_WINDOW_S + late_s]
         for i in hits[:live]:
             matched.add(i)
             if k.culprit is not None and events[i].culprit is None:

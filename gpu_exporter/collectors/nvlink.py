@@ -159,6 +159,10 @@ class NvlinkCollector(NvmlCollector):
         plan = _plan(gpu, links)
         values = _answers(gpu, d, plan.request)
         targets, add = plan.targets, out.add_values
+        # The per-link series are made only where they are exported
+        # (--metrics.detail): 108 of them on an 18-link GPU. The totals and the
+        # reading come from the same answers either way.
+        per_link = out.keeps(m.NVLINK_ERRORS_TOTAL) or out.keeps(m.NVLINK_BYTES_TOTAL)
         states: dict[int, bool] = {}
         state_absent: NvmlError | None = None
         answers = values or {}
@@ -178,7 +182,8 @@ class NvlinkCollector(NvmlCollector):
             if scale is None:
                 states[key[1]] = value == c.NVLINK_STATE_ACTIVE
             else:
-                add(metric, labels, value * scale)
+                if per_link:
+                    add(metric, labels, value * scale)
                 self._last[(plan.uuid, *key)] = value * scale
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
@@ -187,8 +192,9 @@ class NvlinkCollector(NvmlCollector):
                 state_absent.code, "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_GET_STATE)"))
         if _STATE_FIELD in gpu.unsupported:
             states = self._states_by_call(gpu, d, links)
-        for link, active in states.items():
-            add(m.NVLINK_LINK_UP, targets[c.FI_DEV_NVLINK_GET_STATE, link][1], active)
+        if out.keeps(m.NVLINK_LINK_UP):
+            for link, active in states.items():
+                add(m.NVLINK_LINK_UP, targets[c.FI_DEV_NVLINK_GET_STATE, link][1], active)
         base = (str(gpu.index), plan.uuid)
         add(m.NVLINK_LINKS, base, links)
         up = sum(states.values())

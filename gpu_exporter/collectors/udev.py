@@ -88,7 +88,7 @@ class UdevWatcher:
     """Feeds PCI events of the session's GPUs to the session and counts them."""
 
     def __init__(self, session: NvmlSession, source: EventSource,
-                 poll_timeout: float = 0.5) -> None:
+                 poll_timeout: float = 30.0) -> None:
         self.session = session
         self.source = source
         self._timeout = poll_timeout

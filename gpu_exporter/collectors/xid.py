@@ -1,10 +1,15 @@
 """Xid errors and other NVML events, counted per GPU and code.
 
-A dedicated thread waits on an NVML event set (the wait blocks), so an Xid is
-counted when it happens, not when the next poll looks. Xid is a counter per
-code — never a last-value gauge that hides repeats. The thread survives a GPU
-being lost (it keeps waiting for the others) and builds a new event set after
-NVML is initialised again. Events that happened before registration are lost:
+Each poll drains the GPUs' NVML event set without blocking: the driver
+queues every event in the set from registration on, so none is lost between
+two polls, and an Xid is in the snapshot of the poll that follows it, the
+first that could have shown it. (A thread blocked in the wait would see it
+sooner but could show it no sooner, held SIGTERM for the wait in flight, and
+on NVIDIA's mock NVML cost about 0.2 ms of CPU per timed-out wait: 0.9 ms/s
+at one every 200 ms; a wait that does not block costs it 3 us.)
+Xid is a counter per code — never a last-value gauge that hides repeats.
+The reader survives a GPU being lost and builds a new event set after NVML
+is initialised again. Events that happened before registration are lost:
 that is NVML's rule.
 
 Two things make an Xid visible where it matters:
@@ -16,16 +21,15 @@ Two things make an Xid visible where it matters:
   so each appears at its first event, at 1 (``increase()`` over a range that
   contains only that appearance is 0; the total shows it).
 - A GPU that falls off the bus reports Xid 79 as it goes. When a poll finds a
-  GPU newly lost, it waits (at most ``LOSS_XID_WAIT_S``, once per loss) for
-  the event thread to count that GPU's Xid, so the snapshot with ``gpu_up 0``
-  carries its Xid rather than the next one.
+  GPU newly lost and the set holds no Xid of it yet, the poll waits on the
+  set (at most ``LOSS_XID_WAIT_S``, once per loss) for that GPU's Xid, so the
+  snapshot with ``gpu_up 0`` carries its Xid rather than the next one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,6 +38,7 @@ from typing import Self
 from gpu_exporter.catalogs.deep import EVENTS_TOTAL, XID_ERRORS_ALL_TOTAL, XID_ERRORS_TOTAL
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.kmsg import merge_counts, merge_events
+from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.events import EventSet
@@ -47,31 +52,28 @@ log = logging.getLogger(__name__)
 # Event types worth counting; clock and P-state changes are too chatty to be events.
 WANTED = (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC | c.EVENT_SINGLE_BIT_ECC
           | c.EVENT_POWER_SOURCE_CHANGE)
-# How long one wait on the event set blocks. The call cannot be interrupted,
-# and NVML must not be shut down under it, so a stop waits for the wait in
-# flight: 200 ms keeps SIGTERM to exit near 0.3 s at worst (0.5 s allowed).
-# Events are queued in the set between two waits, so none is lost by waiting
-# in slices. A wait that times out costs the driver one poll() on its
-# descriptors; NVIDIA's mock sleeps in Go and burns about 0.2 ms of CPU per
-# wait (0.9 ms/s at 200 ms, 1.5 ms/s at 100 ms, 0.5 ms/s at 500 ms).
-WAIT_MS = 200
-# How long a poll that finds a GPU newly lost waits for the event thread to
-# count its Xid (79: fallen off the bus). Once per loss; a GPU lost without an
-# Xid costs that poll this much.
+# The most events one poll takes from the set; the rest stay queued for the next.
+MAX_EVENTS_PER_POLL = 1000
+# How long a poll that finds a GPU newly lost waits for its Xid (79: fallen
+# off the bus) when the set holds none yet. Once per loss; a GPU lost without
+# an Xid costs that poll this much.
 LOSS_XID_WAIT_S = 0.5
 
 
 class XidCollector(NvmlCollector):
     name = "xid"
     description = "Xid errors and ECC/power events from NVML's event API"
+    settings = (lambda s: s.poll.interval,)
 
     def __init__(self, session: NvmlSession, wall_clock: Callable[[], float],
-                 synchronous: bool = False) -> None:
+                 synchronous: bool = False, interval: float = 0.0) -> None:
         super().__init__(session)
         self._wall = wall_clock
+        # Under a virtual clock a loss is not waited for: a wait is real time.
         self._synchronous = synchronous
-        self._lock = threading.Lock()
-        self._counted = threading.Condition(self._lock)  # notified per Xid counted
+        # An event is stamped when a poll drains it: at most this much after
+        # the driver reported it (the kernel log's line of it is matched so).
+        self._late_s = interval
         self._xids: Counter[tuple[int, str, int]] = Counter()
         self._totals: Counter[tuple[int, str]] = Counter()  # every Xid per GPU
         self._lost: set[tuple[int, str]] = set()  # the GPUs lost at the last poll
@@ -81,17 +83,21 @@ class XidCollector(NvmlCollector):
         self._set: EventSet | None = None
         self._set_generation = -1
         self._registered: dict[int, str] = {}  # gpu index -> uuid registered in the set
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failing = False
+        self._polls = 0
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
-        return cls(rt.session, rt.wall_clock, rt.synchronous)
+        return cls(rt.session, rt.wall_clock, rt.synchronous,
+                   rt.settings.poll.interval)
 
-    # --- the event loop ------------------------------------------------------
+    def reconfigure(self, settings: Settings) -> None:
+        self._late_s = settings.poll.interval
+
+    # --- the event set ---------------------------------------------------------
     def _service(self, timeout_ms: int) -> bool:
-        """Keep the event set current and handle at most one event; False when idle."""
+        """Keep the event set current and handle at most one event; False when
+        there was none (within ``timeout_ms``)."""
         if not self.session.up:
             return False
         try:
@@ -155,103 +161,70 @@ class XidCollector(NvmlCollector):
         if gpu is not None and event_type & (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC):
             # An Xid or an uncorrectable ECC error may have changed the GPU's
             # facts (remapped rows, ECC counts, the fabric): its readers read
-            # them again at once. A correctable error moves the volatile count,
-            # which has the same effect on what it concerns.
+            # them again at their next poll. A correctable error moves the
+            # volatile count, which has the same effect on what it concerns.
             gpu.refresh()
-        with self._lock:
-            if event_type & c.EVENT_XID_CRITICAL:
-                self._xids[(index, uuid, data)] += 1
-                self._totals[(index, uuid)] += 1
-                self._counted.notify_all()
-                self.recent.append(XidEvent(index, uuid, data, self._wall()))
-                del self.recent[:-256]
-                log.warning("GPU %d (%s): Xid %d", index, uuid, data)
-            else:
-                name = c.EVENT_NAMES.get(event_type, f"0x{event_type:x}")
-                self._events[(index, uuid, name)] += 1
+        if event_type & c.EVENT_XID_CRITICAL:
+            self._xids[(index, uuid, data)] += 1
+            self._totals[(index, uuid)] += 1
+            self.recent.append(XidEvent(index, uuid, data, self._wall()))
+            del self.recent[:-256]
+            log.warning("GPU %d (%s): Xid %d", index, uuid, data)
+        else:
+            name = c.EVENT_NAMES.get(event_type, f"0x{event_type:x}")
+            self._events[(index, uuid, name)] += 1
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                idle = not self._service(WAIT_MS)
-            except Exception:  # the event thread must outlive any surprise
-                log.exception("the NVML event loop failed; starting it again in 1 s")
-                self._drop_set()
-                self._stop.wait(1.0)
-                continue
-            if idle and not self.session.up:
-                self._stop.wait(1.0)
+    def _drain(self) -> None:
+        for _ in range(MAX_EVENTS_PER_POLL):
+            if not self._service(0):
+                break
+
+    def _await_loss_xids(self) -> None:
+        """For GPUs the device reader found lost in this poll with no Xid
+        drained since the last poll: wait on the set, bounded, for one (the
+        driver reports Xid 79 as the GPU goes), so the loss and its Xid share
+        a snapshot."""
+        lost = {(g.index, g.identity.uuid) for g in self.session.gpus if g.lost}
+        new, self._lost = lost - self._lost, lost
+        if self._polls == 1:
+            return  # lost before the exporter could register for its events
+        waiting = {key for key in new if self._totals[key] <= self._exported[key]}
+        deadline = time.monotonic() + LOSS_XID_WAIT_S  # a hang is real time
+        while waiting:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0 or not self._service(remaining_ms):
+                break
+            waiting = {key for key in waiting if self._totals[key] <= self._exported[key]}
 
     # --- Collector -----------------------------------------------------------
     def collect(self, out: SnapshotBuilder) -> None:
-        if self._synchronous:
-            # Under a virtual clock: drain what is pending, without blocking.
-            for _ in range(1000):
-                if not self._service(0):
-                    break
-        elif self._thread is None:
-            # Register on this poll, before the thread exists, so events from the
-            # first poll on are counted whatever the thread's start-up delay.
-            self._service(0)
-            self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
-            self._thread.start()
-            # Lost before the exporter could register for its events: no Xid to wait for.
-            self._lost = self._lost_now()
-        else:
+        self._polls += 1
+        self._drain()
+        if not self._synchronous:
             self._await_loss_xids()
-        with self._lock:
-            # The GPUs NVML knows now start at 0: their first Xid is an increase.
-            # While NVML is down only what was counted stays: no NVML series.
-            known = ({(g.index, g.identity.uuid) for g in self.session.gpus}
-                     if self.session.up else set())
-            for key in known:
-                self._totals[key] += 0
-            self._exported = Counter(self._totals)
-            # The kernel log's Xids that NVML did not deliver, each Xid once.
-            kernel = out.readings.kmsg
-            counts = merge_counts(dict(self._xids), kernel)
-            totals = Counter(self._totals)
-            for (index, uuid, _xid), count in counts.items():
-                totals[(index, uuid)] += count - self._xids.get((index, uuid, _xid), 0)
-            for (index, uuid), count in sorted(totals.items()):
-                if count or (index, uuid) in known:
-                    out.add(XID_ERRORS_ALL_TOTAL, count, gpu=str(index), uuid=uuid)
-            for (index, uuid, xid), count in sorted(counts.items()):
-                out.add(XID_ERRORS_TOTAL, count, gpu=str(index), uuid=uuid, xid=str(xid))
-            for (index, uuid, name), count in sorted(self._events.items()):
-                out.add(EVENTS_TOTAL, count, gpu=str(index), uuid=uuid, type=name)
-            out.readings.xid = merge_events(list(self.recent), kernel)
-
-    def _await_loss_xids(self) -> None:
-        """For GPUs the device reader found lost in this poll: wait, bounded,
-        until the event thread has counted an Xid for each (the driver reports
-        Xid 79 as the GPU goes), so the loss and its Xid share a snapshot."""
-        lost = self._lost_now()
-        new, self._lost = lost - self._lost, lost
-        if not new:
-            return
-        with self._counted:
-            # An Xid counted since the last snapshot is the loss's own: no wait.
-            deadline = time.monotonic() + LOSS_XID_WAIT_S
-            while any(self._totals[key] <= self._exported[key] for key in new):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._counted.wait(remaining)
-
-    def _lost_now(self) -> set[tuple[int, str]]:
-        return {(g.index, g.identity.uuid) for g in self.session.gpus if g.lost}
+        # The GPUs NVML knows now start at 0: their first Xid is an increase.
+        # While NVML is down only what was counted stays: no NVML series.
+        known = ({(g.index, g.identity.uuid) for g in self.session.gpus}
+                 if self.session.up else set())
+        for key in known:
+            self._totals[key] += 0
+        self._exported = Counter(self._totals)
+        # The kernel log's Xids that NVML did not deliver, each Xid once.
+        kernel = out.readings.kmsg
+        counts = merge_counts(dict(self._xids), kernel)
+        totals = Counter(self._totals)
+        for (index, uuid, _xid), count in counts.items():
+            totals[(index, uuid)] += count - self._xids.get((index, uuid, _xid), 0)
+        for (index, uuid), count in sorted(totals.items()):
+            if count or (index, uuid) in known:
+                out.add(XID_ERRORS_ALL_TOTAL, count, gpu=str(index), uuid=uuid)
+        for (index, uuid, xid), count in sorted(counts.items()):
+            out.add(XID_ERRORS_TOTAL, count, gpu=str(index), uuid=uuid, xid=str(xid))
+        for (index, uuid, name), count in sorted(self._events.items()):
+            out.add(EVENTS_TOTAL, count, gpu=str(index), uuid=uuid, type=name)
+        out.readings.xid = merge_events(list(self.recent), kernel, late_s=self._late_s)
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            # At most the wait in flight (WAIT_MS); the set is freed only
-            # once no wait uses it.
-            self._thread.join(timeout=WAIT_MS / 1000.0 + 2)
-            if self._thread.is_alive():
-                log.warning("the NVML event thread is still inside a wait; leaving its "
-                            "event set")
-                return
         self._drop_set()
 
 

@@ -38,12 +38,11 @@ import email.utils
 import functools
 import logging
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import h11
@@ -51,6 +50,9 @@ import h11
 from gpu_exporter import __version__
 from gpu_exporter.cadence import stale_after
 from gpu_exporter.web.app import App, Request, Response
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +244,7 @@ class ExporterHTTPServer:
         if context is not None:
             try:
                 await writer.start_tls(context, ssl_handshake_timeout=self.header_timeout)
-            except (ssl.SSLError, OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
                 log.debug("TLS handshake failed: %s", exc)
                 writer.transport.abort()
                 return
