@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from gpu_exporter import safefile
 from gpu_exporter.nvml import binding
 from gpu_exporter.simulator import recordings
-from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement, write_tenants
+from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_placement
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
 from gpu_exporter.simulator.hostfs import HostFs
 from gpu_exporter.simulator.kmsg import KernelLogFile
@@ -243,15 +243,38 @@ def _tenant_cgroups(tenants: Tenants) -> dict[int, str]:
     return found
 
 
+def _tenant_cpusets(tenants: Tenants) -> dict[int, str]:
+    """PID -> its workload's cpuset, for the workloads that have one: the
+    kernel keeps a task's allowed CPUs within its cpuset."""
+    found: dict[int, str] = {}
+    for pod in tenants.pods:
+        for c in pod.containers:
+            if c.cpus is not None:
+                found.update((pid, c.cpus) for pid in c.pids)
+    for job in tenants.slurm_jobs:
+        if job.cpus is not None:
+            found.update((pid, job.cpus) for pid in job.pids)
+    return found
+
+
 def _placed(scenario: Scenario) -> Scenario:
-    """The scenario with each tenant's processes in their workload's cgroup."""
+    """The scenario with each tenant's processes in their workload's cgroup,
+    confined to its cpuset unless a process names its own CPUs."""
     if scenario.tenants is None:
         return scenario
     cgroups = _tenant_cgroups(scenario.tenants)
+    cpusets = _tenant_cpusets(scenario.tenants)
 
     def place(procs: list[ProcessCondition]) -> list[ProcessCondition]:
-        return [p.model_copy(update={"cgroup": cgroups[p.pid]}) if p.pid in cgroups else p
-                for p in procs]
+        out = []
+        for p in procs:
+            update: dict[str, str] = {}
+            if p.pid in cgroups:
+                update["cgroup"] = cgroups[p.pid]
+            if p.pid in cpusets and p.cpus_allowed is None:
+                update["cpus_allowed"] = cpusets[p.pid]
+            out.append(p.model_copy(update=update) if update else p)
+        return out
 
     return scenario.model_copy(update={
         "processes": place(scenario.processes),
@@ -292,6 +315,10 @@ class SimulatedNode:
         self.pod_resources_socket = str(self._root / "pod-resources" / "kubelet.sock")
         self.kubelet: PodResourcesServer | None = None
         tenants = scenario.tenants
+        self._tenant_fs = None if tenants is None else TenantFs(
+            tenants, self.procfs, self.sysfs / "fs" / "cgroup", self.world.jitter,
+            lambda t: bool(self.world.host_condition(t)["psi_available"]),
+            int(self.world.host_condition(0.0)["cpus"]))
         if tenants is not None and (tenants.pods or tenants.free_devices):
             os.makedirs(os.path.dirname(self.pod_resources_socket), exist_ok=True)
             self.kubelet = PodResourcesServer(self.pod_resources_socket, tenants).start()
@@ -302,9 +329,8 @@ class SimulatedNode:
         elapsed = self.world.elapsed()
         self.hostfs.render(elapsed)
         self.kernel_log.render(elapsed)
-        if self.scenario.tenants is not None:
-            write_tenants(self.scenario.tenants, self.procfs, self.sysfs / "fs" / "cgroup",
-                          elapsed)
+        if self._tenant_fs is not None:
+            self._tenant_fs.write(elapsed)
 
     def close(self) -> None:
         if self.kubelet is not None:
