@@ -100,9 +100,10 @@ def _workers(b: NodeBuilder, n: int, state: str, cpu: float) -> None:
 
 
 # --- starvation: the GPU waits on its host -------------------------------------------
-# Each leaves the GPU at most 70 % busy (idle 30 % of the time or more, clearly
-# starved); 70-85 % is left out as too close to a busy GPU's own ups and downs.
-STARVED = (0, 70)
+# Each leaves the GPU at most 65 % busy (idle over a third of the time: clearly
+# starved); 65-85 % is left out as too close to a busy GPU's own ups and downs,
+# jitter included: a fed GPU is drawn at 85 % or more (node.FED).
+STARVED = (0, 65)
 
 
 def data_pipeline_io(b: NodeBuilder) -> list[Expected]:
@@ -457,7 +458,8 @@ def oom_risk(b: NodeBuilder) -> list[Expected]:
 
 def small_kernels(b: NodeBuilder) -> list[Expected]:
     """Tiny kernels keep one kernel running all the time while most SMs idle:
-    utilization high, GPM's SM activity low (at most a fifth)."""
+    utilization near full (90 % or more), GPM's SM activity low (at most a
+    fifth; 20-40 % left out)."""
     b.tgt.condition["sm_active"] = round(b.u(0.05, 0.2), 3)
     return _at_gpu(b, "small_kernels")
 
@@ -760,7 +762,7 @@ CAUSES: tuple[Cause, ...] = (
     _c("gpu_lost", "hardware", (0, 100), {"lost"}, gpu_lost, exclusive=True,
        tenants=_WHOLE_GPU),
     _c("oom_risk", "oom_risk", (0, 100), {"memory"}, oom_risk),
-    _c("small_kernels", "small_kernels", (85, 100), {"gpm"}, small_kernels,
+    _c("small_kernels", "small_kernels", (90, 100), {"gpm"}, small_kernels,
        boards=_has(_GPM)),
     _c("persistence_off", "configuration", (0, 100), {"persistence"}, persistence_off,
        tenants=_WHOLE_GPU),
@@ -786,7 +788,7 @@ CAUSES: tuple[Cause, ...] = (
 CONFOUNDERS: tuple[Cause, ...] = (
     _c("hot_full_clocks", None, (60, 100), {"temperature", "clocks"}, hot_full_clocks),
     _c("idle_server", None, (0, 5), STARVE, idle_server),
-    _c("neighbour_io", None, (80, 100), {"host_io"}, neighbour_io),
+    _c("neighbour_io", None, (85, 100), {"host_io"}, neighbour_io),
     _c("neighbour_io_own_clean", None, (0, 100), {"host_io"}, neighbour_io, tenants=_V2,
        host=lambda h: h.psi),
     _c("swap_used_idle", None, (0, 100), {"swap"}, swap_used_idle),
@@ -795,10 +797,10 @@ CONFOUNDERS: tuple[Cause, ...] = (
        zero_rpm_fans, boards=lambda b: b.brand == 5, tenants=frozenset({"bare"})),
     _c("low_steal", None, (0, 100), {"steal"}, low_steal, needs=frozenset({"vm"})),
     _c("memory_near_limit", None, (0, 100), {"workload_mem"}, memory_near_limit, tenants=_V2),
-    _c("neighbour_memory_pressure", None, (75, 100), {"host_mem"}, neighbour_memory_pressure),
-    _c("short_spike", None, (80, 100), {"spike", "clocks", "host_io"}, short_spike),
+    _c("neighbour_memory_pressure", None, (85, 100), {"host_mem"}, neighbour_memory_pressure),
+    _c("short_spike", None, (85, 100), {"spike", "clocks", "host_io"}, short_spike),
     _c("corrected_ecc", None, (0, 100), {"ecc"}, corrected_ecc, boards=_has("ecc")),
-    _c("small_throttle", None, (80, 100), {"workload_cpu"}, small_throttle, tenants=_PODS),
+    _c("small_throttle", None, (85, 100), {"workload_cpu"}, small_throttle, tenants=_PODS),
     _c("moderate_load", None, (15, 65), STARVE, moderate_load),
 )
 BY_NAME = {c.name: c for c in (*CAUSES, *CONFOUNDERS)}

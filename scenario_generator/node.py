@@ -19,6 +19,9 @@ from gpu_exporter.simulator.model import DeviceProfile
 GIB = 1024**3
 MIB = 1024**2
 Tenant = Literal["bare", "pod", "slurm-v1", "slurm-v2", "mig"]
+# A GPU its job keeps busy: utilization drawn here, clear of a starved one's
+# (causes.STARVED) by more than the jitter moves either.
+FED = (0.86, 0.98)
 TENANTS: tuple[Tenant, ...] = ("bare", "pod", "slurm-v1", "slurm-v2", "mig")
 
 
@@ -146,7 +149,7 @@ class NodeBuilder:
                 "rss_bytes": self.rng.randint(4, 32) * GIB}
 
     def _healthy_gpu(self, i: int, util: float | None) -> Gpu:
-        busy = util if util is not None else self.u(0.82, 0.98)
+        busy = util if util is not None else self.u(*FED)
         memory = self.u(0.35, 0.85)
         cond: dict[str, Any] = {"utilization": round(busy, 4),
                                 "memory_used_ratio": round(memory, 4)}
@@ -214,9 +217,13 @@ class NodeBuilder:
 
     def _instance_pod(self, i: int, inst: Instance) -> str:
         name = f"infer-{i}-{inst.slot}"
+        # The device plugin's mixed strategy: one resource per MIG profile
+        # ("nvidia.com/mig-3g.40gb"); its index IDs name "<gpu>:<mig index>".
+        profile = next(m.name for m in self.board.mig_profiles if m.id == inst.profile_id)
+        resource = "nvidia.com/mig-" + profile.removeprefix("MIG ")
         container = {"name": "server", "pids": [] if inst.pid is None else [inst.pid],
                      "cgroup": self._quiet_cgroup(),
-                     "devices": [{"resource": "nvidia.com/mig", "ids": [f"{i}:{inst.slot}"]}],
+                     "devices": [{"resource": resource, "ids": [f"{i}:{inst.slot}"]}],
                      "cpu_limit": float(self.rng.choice([4, 8]))}
         self.pods.append({"namespace": "serve", "name": name, "uid": _uid(self.rng),
                           "containers": [container]})

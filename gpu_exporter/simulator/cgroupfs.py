@@ -34,7 +34,9 @@ from pathlib import Path
 from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJob, Tenants
 
 CPU_PERIOD_US = 100_000  # the kubelet's and slurmd's CFS period
-PAGE_SIZE = 4096  # memory.stat's event counters count pages
+# memory.stat's event counters count pages; the readers convert with this
+# machine's page size, so the files use it too.
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _V1_CONTROLLERS = ("memory", "cpuset", "freezer", "devices", "cpu,cpuacct")
 # cgroup v1's "no limit" (PAGE_COUNTER_MAX pages, as memory.limit_in_bytes shows it)
 _V1_UNLIMITED = 9223372036854771712

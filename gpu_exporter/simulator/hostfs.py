@@ -381,6 +381,15 @@ class HostFs:
                     c.blkio_ticks += delay * dt * CLK_TCK
             allowed = p.cpus_allowed or self._default_cpus(p, alive, h, numa)
             self._render_process(p, c, allowed, bool(h["schedstat_available"]))
+        # /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): the children the
+        # thread forked, each PID followed by a space; the main thread's here.
+        children: dict[int, list[int]] = {}
+        for p in procs:
+            children.setdefault(p.ppid, []).append(p.pid)
+        for p in procs:
+            kids = sorted(children.get(p.pid, ()))
+            self._files.write(f"{self._proc}/{p.pid}/task/{p.pid}/children",
+                              "".join(f"{k} " for k in kids))
 
     def _default_cpus(self, p: ProcessCondition, alive: dict[int, ProcessCondition],
                       h: dict[str, Any], numa: list[int]) -> str:
