@@ -151,6 +151,7 @@ def expected_reading(st: GpuState, one: OneGpu) -> GpuReading:
         utilization=st.util_pct / 100, memory_utilization=st.mem_util_pct / 100,
         memory_used_bytes=st.mem_used, memory_total_bytes=st.mem_total,
         temperature_celsius=st.temp_c,
+        fan_speeds={fan: pct / 100 for fan, pct in enumerate(st.fans_pct)},
         slowdown_celsius=profile.temperature_thresholds_c.slowdown,
         power_watts=st.power_mw / 1000, power_limit_watts=st.limit_mw / 1000,
         power_default_limit_watts=st.default_limit_mw / 1000,

@@ -11,8 +11,6 @@ import subprocess
 import sys
 from collections import Counter
 
-import pytest
-
 from gpu_exporter.simulator.model import Scenario
 from scenario_generator.__main__ import FALSE_BAR, RECALL_BAR
 from scenario_generator.causes import CAUSES, CONFOUNDERS
@@ -95,8 +93,6 @@ def test_scoring_counts_misses_false_findings_and_owners() -> None:
 SMALL = 36  # cases: every cause and confounder class at least half the time
 
 
-@pytest.mark.xfail(strict=True, reason="the table as it stands misses whole classes (the "
-                   "baseline in docs/simulator.md); the rules are brought in line next")
 def test_a_small_run_meets_the_bar() -> None:
     tally = Tally()
     wrong = []

@@ -429,9 +429,13 @@ class _GpuPass:
         r.persistence_mode = None if persistence is None else bool(persistence)
         for fan in range(_MAX_FANS):
             source = _FANS.get(fan)
-            if source is None or source not in values:
+            if source is None:
                 break
-            out.gauge(m.FAN_SPEED_RATIO, values[source], str(fan))
+            if source not in values:
+                continue  # this fan failed to answer; the next may still
+            speed = out.gauge(m.FAN_SPEED_RATIO, values[source], str(fan))
+            if speed is not None:
+                r.fan_speeds[fan] = speed
         self._export_reasons(out, r)
         self._export_memory_health(out, r)
         self._export_verdicts(out, r)

@@ -352,6 +352,9 @@ class World:
             self._replay.append((poll.t, {i: dict(g) for i, g in full.items()}))
         for ev in replay.events if replay else []:
             xid(float(ev["t"]), int(ev["gpu"]), int(ev["xid"]))
+            if ev.get("gpu_instance") is not None:
+                self.xid_instances[(float(ev["t"]), int(ev["gpu"]), int(ev["xid"]))] = (
+                    int(ev["gpu_instance"]), 0)
         self.events.sort()
         self.xid_log.sort(key=lambda e: (e.t, e.gpu))
 
