@@ -750,9 +750,12 @@ CAUSES: tuple[Cause, ...] = (
     _c("link_degraded", "link_degraded", (0, 100), {"pcie"}, link_degraded),
     _c("link_integrity", "link_integrity", (0, 100), {"pcie_errors"}, link_integrity,
        tenants=_WHOLE_GPU),
-    _c("ecc_uncorrectable", "ecc_uncorrectable", (0, 100), {"ecc"}, ecc_uncorrectable,
+    # An uncorrectable error on HBM queues its row for remapping: it touches
+    # the remap state too (a pending remap beside it is its own, not a second cause).
+    _c("ecc_uncorrectable", "ecc_uncorrectable", (0, 100), {"ecc", "remap"}, ecc_uncorrectable,
        boards=_has("ecc"), tenants=_WHOLE_GPU),
-    _c("ecc_kills_job", "ecc_uncorrectable", (0, 5), {"ecc", "util", "memory", "main", "xid"},
+    _c("ecc_kills_job", "ecc_uncorrectable", (0, 5),
+       {"ecc", "remap", "util", "memory", "main", "xid"},
        ecc_kills_job, boards=_has("ecc"), tenants=_PODS, exclusive=True),
     _c("row_remap_pending", "row_remap_pending", (0, 100), {"remap"}, row_remap_pending,
        boards=_has("hbm"), tenants=_WHOLE_GPU),
