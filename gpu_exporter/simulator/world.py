@@ -372,22 +372,15 @@ class World:
         draw = zlib.crc32(f"{self.scenario.seed}/{key}/{int(t)}".encode()) / 0xFFFFFFFF
         return 1.0 + amount * (2.0 * draw - 1.0)
 
-    def kernel_log(self, until: float | None = None) -> list[tuple[float, str]]:
-        """The driver's Xid lines in the kernel log up to ``until`` (now by
-        default), in NVRM's format: the GPU's PCI address without the function,
-        the code, and the process it attributes the error to where it knows one
-        ("NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python, ...")."""
-        until = self.elapsed() if until is None else until
-        lines = []
-        for e in self.xid_log:
-            if e.t > until:
-                break
-            procs = {p.pid: p.comm for p in self.processes(e.t)}
-            who = ("pid='<unknown>', name=<unknown>" if e.pid is None
-                   else f"pid={e.pid}, name={procs.get(e.pid, '<unknown>')}")
-            lines.append((e.t, f"NVRM: Xid (PCI:{bus_id(e.gpu)[4:-2]}): {e.xid}, {who}, "
-                               "Ch 00000008"))
-        return lines
+    def xid_process(self, t: float, gpu: int, code: int) -> tuple[int, str] | None:
+        """The process (pid, comm) the driver names for the Xid ``code`` on
+        ``gpu`` at ``t`` (the kernel log's line, simulator/kmsg.py), or None."""
+        pid = next((e.pid for e in self.xid_log
+                    if (e.t, e.gpu, e.xid) == (t, gpu, code) and e.pid is not None), None)
+        if pid is None:
+            return None
+        comm = next((p.comm for p in self.processes(t) if p.pid == pid), "<unknown>")
+        return pid, comm
 
     # --- conditions ------------------------------------------------------
     def nvml_condition(self, t: float | None = None) -> str:
