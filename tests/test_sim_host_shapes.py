@@ -14,7 +14,7 @@ import pytest
 
 from gpu_exporter.attribution.cgroup_pressure import read_signals
 from gpu_exporter.host import cpu, procs
-from gpu_exporter.simulator import SimulatedNode
+from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_placement
 from gpu_exporter.simulator.hostfs import CLK_TCK
 from gpu_exporter.simulator.model import Scenario
@@ -214,3 +214,16 @@ def test_jitter_moves_every_rate_within_its_bounds_repeatably() -> None:
     assert max(first) - min(first) > 0.02  # it moves
     assert iowaits(1) == first  # the same seed, the same node
     assert iowaits(2) != first
+
+
+def test_a_changed_cpu_time_carries_the_inherited_switches_with_it(tmp_path: Path) -> None:
+    # The healthy base's trainer runs 1.2 CPUs and wakes 900 times a second;
+    # asleep on 1 % of a CPU it cannot wake that often. Said switches stay.
+    path = tmp_path / "asleep.yaml"
+    path.write_text("name: asleep\nextends: healthy\nprocess_changes:\n"
+                    "  24107: {cpu_ratio: 0.012, state: S}\n"
+                    "  24106: {cpu_ratio: 0.012, state: S, voluntary_ctxt_switches_per_s: 50}\n")
+    procs = {p.pid: p for p in load_scenario(str(path)).processes}
+    assert procs[24107].voluntary_ctxt_switches_per_s == pytest.approx(9.0)
+    assert procs[24107].nonvoluntary_ctxt_switches_per_s == pytest.approx(0.4)
+    assert procs[24106].voluntary_ctxt_switches_per_s == 50

@@ -191,8 +191,27 @@ def _change_processes(path: Path, procs: Any, changes: Any) -> list[Any]:
         if not isinstance(fields, dict):
             raise ScenarioError(f"scenario {path}: process_changes.{safefile.shown(pid)}: "
                                 "expected a mapping")
+        _scale_switches(by_pid[pid], fields)
         by_pid[pid].update(fields)
     return procs
+
+
+# Context switch rates a changed process keeps in proportion to its CPU time.
+_SWITCHES = ("voluntary_ctxt_switches_per_s", "nonvoluntary_ctxt_switches_per_s")
+
+
+def _scale_switches(proc: dict[str, Any], fields: dict[str, Any]) -> None:
+    """A change of a process's CPU time that leaves its context switches
+    unsaid scales the inherited rates with it: a process runs only by waking
+    (or being switched in), so a job that drops from 1.2 CPUs to 0.2 % of one
+    no longer wakes 900 times a second, whatever the busy job it extends did."""
+    old, new = proc.get("cpu_ratio"), fields.get("cpu_ratio")
+    if not isinstance(old, int | float) or not isinstance(new, int | float) or old <= 0:
+        return
+    for key in _SWITCHES:
+        rate = proc.get(key)
+        if key not in fields and isinstance(rate, int | float):
+            fields[key] = rate * max(0.0, float(new)) / float(old)
 
 
 def _resolve_from(name: str, directory: Path) -> Path:
