@@ -255,3 +255,20 @@ def test_every_guard_the_principles_page_names_exists() -> None:
                for m in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
     files = {p.stem for p in (root / "tests").glob("test_*.py")}
     assert named - defined - files == set()
+
+
+@pytest.mark.parametrize(("cpu", "expected"), [(0.02, set()), (0.0, {"process_stalled"})],
+                         ids=["an idle server at night", "a process stuck at a barrier"])
+def test_an_idle_server_is_not_a_stuck_process_end_to_end(cpu: float, expected: set[str]) -> None:
+    """Written as anyone would write it, without wake-ups: a server asleep on
+    2 % of a CPU wakes to burn it; a process on none never wakes."""
+    from gpu_exporter.diagnosis.engine import FINDINGS
+    from gpu_exporter.simulator.model import Scenario
+    from tests.test_diagnosis import run_long_enough
+
+    scenario = Scenario(
+        name="asleep", node={"gpus": 1}, state={"utilization": 0.0, "memory_used_ratio": 0.6},
+        processes=[{"pid": 4100, "comm": "server", "gpus": [0], "gpu_memory_ratio": 0.6,
+                    "cpu_ratio": cpu, "state": "S"}])
+    snap = run_long_enough(scenario, 60)
+    assert {f.row.cause for f in snap.derived(FINDINGS) or ()} == expected

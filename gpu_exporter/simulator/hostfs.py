@@ -372,7 +372,7 @@ class HostFs:
                 key = f"pid{p.pid}"
                 c.cpu_ticks += p.cpu_ratio * dt * CLK_TCK * j(f"{key}/cpu", t)
                 c.wait_ns += p.run_queue_wait_ratio * dt * 1e9 * j(f"{key}/wait", t)
-                c.voluntary += p.voluntary_ctxt_switches_per_s * dt * j(f"{key}/vcs", t)
+                c.voluntary += p.wakeups_per_s * dt * j(f"{key}/vcs", t)
                 c.involuntary += p.nonvoluntary_ctxt_switches_per_s * dt * j(f"{key}/ivcs", t)
                 if h["delay_accounting"]:
                     delay = p.blkio_delay_ratio

@@ -334,8 +334,11 @@ class ProcessCondition(_Strict):
     rss_bytes: int = Field(512 * 1024 * 1024, ge=0)
     run_queue_wait_ratio: float = Field(0.0, ge=0)  # waiting-to-run time per wall second
     # How often it gives up the CPU to wait (each wake-up from sleep is one):
-    # a process asleep for good does not wake at all.
-    voluntary_ctxt_switches_per_s: float = Field(0.0, ge=0)
+    # a process asleep for good does not wake at all. Not given: a thousand
+    # wake-ups per CPU's worth of time it burns (a millisecond on the CPU per
+    # wake-up, as a server answering small requests runs): a process runs only
+    # by waking, and one that burns no CPU time never woke.
+    voluntary_ctxt_switches_per_s: float | None = Field(None, ge=0)
     nonvoluntary_ctxt_switches_per_s: float = Field(0.0, ge=0)
     # a cpulist like "0-31,64-95"; None: its workload's cpuset, else the GPU's local CPUs
     cpus_allowed: str | None = None
@@ -347,6 +350,21 @@ class ProcessCondition(_Strict):
     mig: tuple[int, int] | None = None
     exits_at: Duration | None = None  # the process ends at this time
 
+    @model_validator(mode="after")
+    def _wakes_to_run(self) -> ProcessCondition:
+        if self.voluntary_ctxt_switches_per_s is None:
+            self.voluntary_ctxt_switches_per_s = WAKEUPS_PER_CPU_SECOND * self.cpu_ratio
+        return self
+
+    @property
+    def wakeups_per_s(self) -> float:
+        """Its voluntary context switches per second, given or derived."""
+        rate = self.voluntary_ctxt_switches_per_s
+        return WAKEUPS_PER_CPU_SECOND * self.cpu_ratio if rate is None else rate
+
+
+# Wake-ups a process that gives no rate makes per second of CPU time it burns.
+WAKEUPS_PER_CPU_SECOND = 1000.0
 
 GpuSelector = Literal["all"] | list[int]
 
