@@ -4,15 +4,19 @@ test_rules_evidence.py) probe each threshold; these walk every row."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.precedence import PRECEDENCE, Candidate, resolve
+from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.diagnosis.precedence import PRECEDENCE, Candidate, Explains, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.readings import HostSignals
+from gpu_exporter.simulator.model import Scenario
 from tests.rule_signals import (
     CFG,
     MIB,
@@ -24,6 +28,7 @@ from tests.rule_signals import (
     signals,
     workload,
 )
+from tests.test_diagnosis import run_long_enough
 from tests.test_rules import CASES
 
 BANDS = [round(0.05 * i, 2) for i in range(21)]  # 0 %, 5 %, ... 100 %
@@ -166,9 +171,7 @@ def test_fans_at_rest_on_a_cool_gpu_are_no_fault() -> None:
 
 # --- 5. What a cause explains is listed under it, saying which way it runs ---------------
 @pytest.mark.parametrize("edge", PRECEDENCE, ids=lambda e: f"{e.cause.key}>{e.consequence.key}")
-def test_an_explained_row_is_listed_under_its_cause(edge: object) -> None:
-    from gpu_exporter.diagnosis.precedence import Explains
-    assert isinstance(edge, Explains)
+def test_an_explained_row_is_listed_under_its_cause(edge: Explains) -> None:
     cands = [Candidate(edge.cause, {}, True), Candidate(edge.consequence, {}, True)]
     got = resolve(cands)
     if edge.consequence in got:  # an edge that asks for evidence these bare rows lack
@@ -212,9 +215,6 @@ def test_a_mig_instance_is_judged_like_a_gpu_and_names_its_owner() -> None:
     """Instance 8 of a MIG GPU near full, instance 7 held by a pod with no
     process on it: each finding is about its instance and names that
     instance's pod, not the GPU's other tenants."""
-    from gpu_exporter.diagnosis.engine import FINDINGS
-    from gpu_exporter.simulator.model import Scenario
-    from tests.test_diagnosis import run_long_enough
 
     def pod(name: str, index: str, pids: list[int]) -> dict[str, object]:
         return {"namespace": "serve", "name": name,
@@ -246,8 +246,6 @@ def test_a_mig_instance_is_judged_like_a_gpu_and_names_its_owner() -> None:
 
 
 def test_every_guard_the_principles_page_names_exists() -> None:
-    import re
-    from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     named = set(re.findall(r"\b(test_\w+)\b", (root / "docs" / "diagnosis.md").read_text()))
@@ -262,9 +260,6 @@ def test_every_guard_the_principles_page_names_exists() -> None:
 def test_an_idle_server_is_not_a_stuck_process_end_to_end(cpu: float, expected: set[str]) -> None:
     """Written as anyone would write it, without wake-ups: a server asleep on
     2 % of a CPU wakes to burn it; a process on none never wakes."""
-    from gpu_exporter.diagnosis.engine import FINDINGS
-    from gpu_exporter.simulator.model import Scenario
-    from tests.test_diagnosis import run_long_enough
 
     scenario = Scenario(
         name="asleep", node={"gpus": 1}, state={"utilization": 0.0, "memory_used_ratio": 0.6},
