@@ -29,6 +29,9 @@ class GpuReading:
     memory_utilization: float | None = None
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
+    # What the driver and firmware keep for themselves (NVML's v2 memory
+    # info; None before R510, whose ``used`` counts it instead).
+    memory_reserved_bytes: float | None = None
     temperature_celsius: float | None = None
     slowdown_celsius: float | None = None
     power_watts: float | None = None
@@ -52,6 +55,9 @@ class GpuReading:
     # Each fan's speed as NVML reports it (share of its maximum), by fan index;
     # a fan whose call failed this poll is absent. Empty: no fan was read.
     fan_speeds: dict[int, float] = field(default_factory=dict)
+    # How many fans NVML counts on the board (0: cooled by the chassis, no fan
+    # to judge); None: not read.
+    fan_count: int | None = None
     # The driver's own verdicts: its recovery action for the GPU (RECOVERY_ACTIONS
     # name), and the GPU's NVSwitch fabric probe (state, status, health summary).
     recovery_action: str | None = None

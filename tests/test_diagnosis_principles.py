@@ -169,6 +169,24 @@ def test_fans_at_rest_on_a_cool_gpu_are_no_fault() -> None:
     assert judge(t.FAN_STOPPED, signals(one_dead)) is True
 
 
+def test_memory_near_full_is_judged_against_what_processes_can_allocate() -> None:
+    # A T4: 15 GiB, of which the driver keeps 251 MiB. NVML's v2 "used" leaves
+    # the reserve out: 96.5 % of the rest is an allocation away from OOM, at
+    # 95 % of the board's total.
+    total, reserved = 15 * 1024 * MIB, 251 * MIB
+    used = 0.965 * (total - reserved)
+    t4 = busy_gpu(memory_total_bytes=total, memory_reserved_bytes=reserved,
+                  memory_used_bytes=used)
+    assert used / total < CFG.memory_near_full_ratio
+    assert judge(t.MEMORY_NEAR_FULL, signals(t4)) is True
+    # Before R510 NVML gives no reserve, and its "used" counts it: the total is
+    # what there is to fill.
+    v1 = busy_gpu(memory_total_bytes=total, memory_used_bytes=used + reserved)
+    assert judge(t.MEMORY_NEAR_FULL, signals(v1)) is True
+    assert judge(t.MEMORY_NEAR_FULL, signals(replace(v1, memory_used_bytes=0.9 * total))) \
+        is False
+
+
 # --- 5. What a cause explains is listed under it, saying which way it runs ---------------
 @pytest.mark.parametrize("edge", PRECEDENCE, ids=lambda e: f"{e.cause.key}>{e.consequence.key}")
 def test_an_explained_row_is_listed_under_its_cause(edge: Explains) -> None:

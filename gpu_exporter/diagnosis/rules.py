@@ -424,7 +424,7 @@ rule(t.THERMAL)(_thermal)
 def _fan_stopped(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     fans = s.gpu.fan_speeds
     if not fans:
-        return Verdict(None)  # no fan to read: cooled by the chassis
+        return Verdict(None)  # no fan read (fan_count 0: cooled by the chassis)
     ev: Evidence = {f"fan_{k}_speed_ratio": round(v, 3) for k, v in sorted(fans.items())}
     ev = _temperature_evidence(s, ev)
     stopped = [k for k, v in fans.items() if v <= cfg.fan_stopped_ratio]

@@ -100,10 +100,14 @@ class GpuSignals:
             return used / total if total else None
         if self.mig:
             return None  # a split GPU's memory is its instances'
+        # The share of what processes can allocate: the driver's reserve is
+        # never theirs (v2's ``used`` leaves it out; v1's counts it, and has
+        # no reserve to take off).
         g = self.gpu
         if g.memory_used_bytes is None or not g.memory_total_bytes:
             return None
-        return g.memory_used_bytes / g.memory_total_bytes
+        usable = g.memory_total_bytes - (g.memory_reserved_bytes or 0.0)
+        return g.memory_used_bytes / usable if usable > 0 else None
 
     @property
     def load(self) -> float | None:

@@ -430,13 +430,15 @@ GPU_LOST = Row(
 MEMORY_NEAR_FULL = Row(
     "memory_near_full", "oom_risk", "warning",
     "GPU memory is nearly full",
-    "Memory used is above {memory_near_full_ratio} of the GPU's total.",
+    "Memory used is above {memory_near_full_ratio} of what processes can allocate (the "
+    "GPU's total less what the driver reserves).",
     "Smaller batches, stable tensor shapes, allocator settings (e.g. "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); check for leaks.",
     ("nvidia-smi --query-gpu=memory.used,memory.total --format=csv",),
     "Escalate to the job owner.",
     per_instance=True, reads=("gpu_memory_used_bytes", "gpu_memory_total_bytes",
-                              "gpu_mig_memory_used_bytes", "gpu_mig_memory_total_bytes"))
+                              "gpu_memory_reserved_bytes", "gpu_mig_memory_used_bytes",
+                              "gpu_mig_memory_total_bytes"))
 UTILIZATION_INFLATED = Row(
     "utilization_inflated", "small_kernels", "info",
     "GPU looks busy but its SMs mostly idle",
@@ -583,7 +585,6 @@ NOT_READ: dict[str, str] = {
     "gpu_info": _IDENTITY, "gpu_mig_info": _IDENTITY, "gpu_job_info": _IDENTITY,
     "gpu_process_info": _IDENTITY, "gpu_mig_mode_enabled": _IDENTITY,
     "gpu_ecc_enabled": _IDENTITY,
-    "gpu_memory_reserved_bytes": "memory the driver keeps for itself, fixed per board",
     "gpu_memory_controller_utilization_ratio": _CHARACTER,
     "gpu_sm_occupancy_ratio": _CHARACTER, "gpu_tensor_active_ratio": _CHARACTER,
     "gpu_dram_active_ratio": _CHARACTER, "gpu_tensor_active_seconds_total": _CHARACTER,

@@ -302,6 +302,28 @@ def _placed(scenario: Scenario) -> Scenario:
                      for s in scenario.timeline]})
 
 
+def _unplaced_cgroups(scenario: Scenario) -> dict[str, int]:
+    """The cgroup v2 paths of the processes no tenant places (their
+    ``cgroup`` line's "0::" path), with the memory those processes hold at
+    most at once: the cgroups exist whether or not a tenant declares them."""
+    tenants = scenario.tenants
+    placed = set() if tenants is None else {
+        pid for pod in tenants.pods for c in pod.containers for pid in c.pids} | {
+        pid for job in tenants.slurm_jobs for pid in job.pids}
+    held: dict[str, int] = {}
+    for procs in [scenario.processes] + [s.processes for s in scenario.timeline
+                                         if s.processes is not None]:
+        step: dict[str, int] = {}
+        for proc in procs:
+            path = next((line[3:] for line in proc.cgroup.splitlines()
+                         if line.startswith("0::/")), None)
+            if path is not None and proc.pid not in placed:
+                step[path] = step.get(path, 0) + proc.rss_bytes
+        for path, rss in step.items():
+            held[path] = max(held.get(path, 0), rss)
+    return held
+
+
 class SimulatedNode:
     """A scenario running on a clock, installed underneath pynvml. On the real
     clock (the default) the GPUs' readings stand for ``REAL_CLOCK_TICK_S``; on
@@ -334,10 +356,10 @@ class SimulatedNode:
         self.pod_resources_socket = str(self._root / "pod-resources" / "kubelet.sock")
         self.kubelet: PodResourcesServer | None = None
         tenants = scenario.tenants
-        self._tenant_fs = None if tenants is None else TenantFs(
+        self._tenant_fs = TenantFs(
             tenants, self.procfs, self.sysfs / "fs" / "cgroup", self.world.jitter,
             lambda t: bool(self.world.host_condition(t)["psi_available"]),
-            int(self.world.host_condition(0.0)["cpus"]))
+            int(self.world.host_condition(0.0)["cpus"]), _unplaced_cgroups(scenario))
         if tenants is not None and (tenants.pods or tenants.free_devices):
             os.makedirs(os.path.dirname(self.pod_resources_socket), exist_ok=True)
             self.kubelet = PodResourcesServer(self.pod_resources_socket, tenants).start()
@@ -348,8 +370,7 @@ class SimulatedNode:
         elapsed = self.world.elapsed()
         self.hostfs.render(elapsed)
         self.kernel_log.render(elapsed)
-        if self._tenant_fs is not None:
-            self._tenant_fs.write(elapsed)
+        self._tenant_fs.write(elapsed)
 
     def close(self) -> None:
         if self.kubelet is not None:

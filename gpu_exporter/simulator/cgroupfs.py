@@ -21,13 +21,21 @@ Counters are totals that grow between two writes at the condition's rates
 reader the rates asked for. The per-task leaf cgroups below a Slurm job get
 files too, all zero: a reader that took the leaf instead of the job would see
 nothing.
+
+A process no tenant places still lives in the cgroup its ``cgroup`` line names
+(a container started without the kubelet, a service): that cgroup v2 directory
+is written as well, with no CPU or memory limit, charged the memory its
+processes hold (a process is never in a cgroup that does not exist). It has no
+pressure files: its stalls would follow its processes' states (a task in D
+stalls on I/O), which the simulator does not derive, so a reader finds them
+unread rather than zero.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,19 +119,29 @@ class TenantFs:
     """Writes every tenant's files under ``procfs`` and ``cgroup_root``;
     ``write(elapsed)`` brings them up to that time."""
 
-    def __init__(self, tenants: Tenants, procfs: Path | str, cgroup_root: Path | str,
+    def __init__(self, tenants: Tenants | None, procfs: Path | str, cgroup_root: Path | str,
                  jitter: Jitter | None = None, psi: Callable[[float], bool] | None = None,
-                 cpus: int = 128) -> None:
+                 cpus: int = 128, others: Mapping[str, int] | None = None) -> None:
+        """``others``: the cgroup v2 paths of processes no tenant places, with
+        the memory their processes hold."""
         self._proc, self._root = os.fspath(procfs), os.fspath(cgroup_root)
         self._jitter = jitter or (lambda key, t: 1.0)
         self._psi = psi or (lambda t: True)
         self._cpus = cpus
+        pods = [] if tenants is None else tenants.pods
+        jobs = [] if tenants is None else tenants.slurm_jobs
         self._work = [_Workload(pod_placement(pod, c), c.pids, c.cgroup, c.cpu_limit,
                                 c.memory_limit_bytes, c.cpus)
-                      for pod in tenants.pods for c in pod.containers]
+                      for pod in pods for c in pod.containers]
         self._work += [_Workload(slurm_placement(job), job.pids, job.cgroup, job.cpu_limit,
                                  job.memory_limit_bytes, job.cpus)
-                       for job in tenants.slurm_jobs]
+                       for job in jobs]
+        placed = {w.placement.cgroup for w in self._work} | {
+            w.placement.leaf for w in self._work}
+        self._unplaced = [_Workload(Placement("", path, None), [],
+                                    CgroupCondition(memory_anon_bytes=held), None, None, None)
+                          for path, held in sorted((others or {}).items())
+                          if path not in placed]
         self._totals: dict[str, _Totals] = {}
         self._last: float | None = None
 
@@ -148,6 +166,10 @@ class TenantFs:
             if p.v1_job is not None:
                 for controller, files in self._v1_files(p.v1_job, w, elapsed, dt).items():
                     _write_cgroup(os.path.join(self._root, controller), p.v1_job, files)
+        for w in self._unplaced:
+            path = w.placement.cgroup or ""
+            _write_cgroup(self._root, path, self._v2_files(path, w, elapsed, dt, psi=False),
+                          _PRESSURE_FILES)
 
     # --- what grows ------------------------------------------------------------------
     def _advance(self, path: str, w: _Workload, t: float, dt: float) -> _Totals:
