@@ -2,16 +2,23 @@
 the diagnosis (the composing modules cannot even import it), its cases are
 valid scenarios that come out the same for the same seed and cover every
 class, its scoring counts what it says, and a small run on the real exporter
-meets the diagnosis' bar (the full run: ``python -m scenario_generator``)."""
+meets the diagnosis' bar. ``GPU_EXPORTER_LONG_TESTS=1`` runs the full size
+(2000 cases, seed 1: about 10 minutes on one core) and holds docs/diagnosis.md
+to what it measured; the command is ``python -m scenario_generator``."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
+
+import pytest
 
 from gpu_exporter.simulator.model import Scenario
+from scenario_generator import __main__ as cli
 from scenario_generator.__main__ import FALSE_BAR, RECALL_BAR
 from scenario_generator.causes import CAUSES, CONFOUNDERS
 from scenario_generator.compose import ROTATION, boards, compose
@@ -106,3 +113,58 @@ def test_a_small_run_meets_the_bar() -> None:
     assert tally.recall >= RECALL_BAR, "\n".join(wrong)
     assert tally.false_per_case <= FALSE_BAR, "\n".join(wrong)
     assert tally.owner_right == tally.attributed, "\n".join(wrong)
+
+
+def _tally_of(case_count: int, missed_one: bool) -> Tally:
+    """``case_count`` cases scored as if every expected cause were found (but
+    one, ``missed_one``)."""
+    tally = Tally()
+    for index in range(case_count):
+        case = compose(5, index)
+        findings = [_finding(e.gpu, e.cause) for e in case.expected]
+        if missed_one and findings:
+            findings.pop()
+            missed_one = False
+        tally.add(judge(case, findings))
+    assert not missed_one
+    return tally
+
+
+def test_the_docs_are_written_between_their_markers_and_keep_other_seeds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs, cells = tmp_path / "diagnosis.md", tmp_path / "diagnosis-scenarios.md"
+    docs.write_text(f"# Before\n\n{cli.BEGIN}\nold\n{cli.END}\n\nAfter.\n")
+    monkeypatch.setattr(cli, "DOCS", docs)
+    monkeypatch.setattr(cli, "CELLS_PAGE", cells)
+    first = _tally_of(12, missed_one=True)
+    cli.write_docs(first, 12, 1)
+    other = _tally_of(6, missed_one=False)
+    cli.write_summary(other, 6, 7)
+    text = docs.read_text()
+    assert text.startswith("# Before\n\n" + cli.BEGIN) and text.endswith(cli.END + "\n\nAfter.\n")
+    assert "old" not in text
+    assert "`python -m scenario_generator --cases 12 --seed 1 --write-docs`" in text
+    assert f"    {first.summary()}" in text
+    assert f"    --seed 7 --cases 6: {other.summary()}" in text
+    assert "| class | a100-pcie-40gb |" in text
+    # The tables rewritten (another run of seed 1) keep seed 7's line.
+    cli.write_docs(_tally_of(12, missed_one=False), 12, 1)
+    assert f"    --seed 7 --cases 6: {other.summary()}" in docs.read_text()
+    assert first.summary() not in docs.read_text()
+    # Every cell of the run on its own page: a row per class and board.
+    page = cells.read_text()
+    assert sum(1 for line in page.splitlines() if line.startswith("| ")) == 1 + len(
+        {(k[0], k[1]) for k in first.cells})
+
+
+@pytest.mark.skipif(os.environ.get("GPU_EXPORTER_LONG_TESTS") != "1",
+                    reason="the full run takes about 10 minutes (GPU_EXPORTER_LONG_TESTS=1)")
+@pytest.mark.timeout(3600)
+def test_the_full_run_meets_the_bar_and_the_docs_quote_it() -> None:
+    tally = Tally()
+    for o in cli.outcomes(1, 2000, os.cpu_count() or 1):
+        tally.add(o)
+    assert tally.recall >= RECALL_BAR and tally.false_per_case <= FALSE_BAR
+    assert tally.owner_right == tally.attributed
+    assert f"    {tally.summary()}" in cli.DOCS.read_text(), (
+        "docs/diagnosis.md quotes another run: python -m scenario_generator --write-docs")
