@@ -23,10 +23,11 @@ from gpu_exporter.readings import (
 )
 
 
-def read_from(source: str, **default: Any) -> Any:
+def read_from(*sources: str, **default: Any) -> Any:
     """A GpuSignals field that gather() fills from the PollReadings field
-    ``source`` (and so waits on the reader that fills it)."""
-    return field(metadata={"source": source}, **default)
+    ``sources`` names (and so waits on the reader that fills it): one, or
+    one per kind of place (a GPU's, a MIG instance's), all of one reader."""
+    return field(metadata={"sources": sources}, **default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,8 @@ class GpuSignals:
     host: HostSignals | None = read_from("host_signals")
     pcie: PcieKernelView | None = read_from("pcie_view")
     processes: list[ProcessReading] = read_from("processes", default_factory=list)
-    sm_active: float | None = read_from("gpm", default=None)  # an instance's own, for one
+    # GPM's SM activity: a GPU's, or an instance's own
+    sm_active: float | None = read_from("gpm", "gpm_instances", default=None)
     # min, mean, max of NVML's utilization samples
     util_samples: tuple[float, float, float] | None = read_from("samples", default=None)
     # (unix time, xid, the MIG instance NVML named for it or None)
@@ -119,17 +121,22 @@ class GpuSignals:
         return None if self.mig else self.gpu.utilization
 
 
-# GpuSignals field -> the PollReadings field it is gathered from, and the reader behind it.
-SOURCE_OF_SIGNAL: dict[str, str] = {f.name: f.metadata["source"] for f in fields(GpuSignals)}
+# GpuSignals field -> the PollReadings fields it is gathered from, and the reader behind them.
+SOURCES_OF_SIGNAL: dict[str, tuple[str, ...]] = {
+    f.name: f.metadata["sources"] for f in fields(GpuSignals)}
 READER_OF_SIGNAL: dict[str, str] = {
-    name: READER_OF_FIELD[source] for name, source in SOURCE_OF_SIGNAL.items()}
+    name: READER_OF_FIELD[sources[0]] for name, sources in SOURCES_OF_SIGNAL.items()}
+_mixed = {name for name, sources in SOURCES_OF_SIGNAL.items()
+          if {READER_OF_FIELD[s] for s in sources} != {READER_OF_SIGNAL[name]}}
+if _mixed:  # pragma: no cover - a programming error, caught at import
+    raise ImportError(f"signals gathered from more than one reader: {sorted(_mixed)}")
 # What the diagnosis reads: per reader (the ``input`` label of
 # gpu_diagnosis_input_missing), the PollReadings fields it fills that the
 # signals are gathered from. A reader switched off leaves them None, and the
 # rows that need them unjudged.
+_SOURCES = tuple(dict.fromkeys(s for sources in SOURCES_OF_SIGNAL.values() for s in sources))
 INPUTS: dict[str, tuple[str, ...]] = {
-    reader: tuple(source for source in dict.fromkeys(SOURCE_OF_SIGNAL.values())
-                  if READER_OF_FIELD[source] == reader)
+    reader: tuple(source for source in _SOURCES if READER_OF_FIELD[source] == reader)
     for reader in dict.fromkeys(READER_OF_SIGNAL.values())}
 
 
