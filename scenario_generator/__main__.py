@@ -177,8 +177,8 @@ def write_docs(tally: Tally, count: int, seed: int) -> None:
         BEGIN, "",
         f"On the table as it stands (`{command}`):", "",
         f"    {tally.summary()}", "",
-        "On cases of other seeds (`--write-docs-summary`), drawn the same way but never "
-        "looked at while the rules were written:", "",
+        "On cases of other seeds (`--write-docs-summary`), drawn the same way: a check on "
+        "cases the rules were not written from:", "",
         *(others or ["    (none yet)"]), "",
         LEGEND + " Every class x board x load band cell: "
         "[diagnosis-scenarios.md](diagnosis-scenarios.md).", "",
@@ -201,7 +201,7 @@ def write_summary(tally: Tally, count: int, seed: int) -> None:
     """This seed's summary line among the other seeds' in docs/diagnosis.md."""
     text, old = _section()
     lines = _others(old, count, seed, tally)
-    head, sep, _rest = old.partition("looked at while the rules were written:\n\n")
+    head, sep, _rest = old.partition("cases the rules were not written from:\n\n")
     if not sep:
         raise SystemExit(f"{DOCS}: write the tables first (--write-docs)")
     tail = _rest.split("\n\n", 1)[1]
