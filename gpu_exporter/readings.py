@@ -29,6 +29,9 @@ class GpuReading:
     memory_utilization: float | None = None
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
+    # What the driver and firmware keep for themselves (NVML's v2 memory
+    # info; None before R510, whose ``used`` counts it instead).
+    memory_reserved_bytes: float | None = None
     temperature_celsius: float | None = None
     slowdown_celsius: float | None = None
     power_watts: float | None = None
@@ -49,6 +52,12 @@ class GpuReading:
     remap_pending: bool | None = None
     remap_failed: bool | None = None
     persistence_mode: bool | None = None
+    # Each fan's speed as NVML reports it (share of its maximum), by fan index;
+    # a fan whose call failed this poll is absent. Empty: no fan was read.
+    fan_speeds: dict[int, float] = field(default_factory=dict)
+    # How many fans NVML counts on the board (0: cooled by the chassis, no fan
+    # to judge); None: not read.
+    fan_count: int | None = None
     # The driver's own verdicts: its recovery action for the GPU (RECOVERY_ACTIONS
     # name), and the GPU's NVSwitch fabric probe (state, status, health summary).
     recovery_action: str | None = None
@@ -73,6 +82,15 @@ class ProcessReading:
     cpus_allowed: str | None = None  # as a cpulist, for evidence
     container_id: str = ""  # "" when not in a container
     pod_uid: str = ""  # "" when not in a Kubernetes pod
+    # The MIG GPU instance it runs on (None without MIG).
+    gpu_instance: int | None = None
+    # How often it woke up from sleep per second since the last poll (its
+    # voluntary context switches): a process asleep for good does not wake.
+    wakeups_per_s: float | None = None
+    # How many of the children its main thread forked (its loader workers)
+    # are blocked in the kernel (D), of how many; None: not read.
+    children_blocked: int | None = None
+    children: int | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +102,7 @@ class HostSignals:
     cpu_pressure_some: float | None = None
     memory_pressure_full: float | None = None
     swap_bytes_per_s: float | None = None  # swap-in plus swap-out
+    steal_ratio: float | None = None  # CPU time the hypervisor took (a VM)
 
 
 @dataclass(slots=True)
@@ -158,6 +177,9 @@ class XidEvent:
     at: float  # unix time it was received (NVML) or logged (the kernel log)
     culprit: XidCulprit | None = None  # from the kernel log's line, where it names one
     source: Literal["nvml", "kernel_log"] = "nvml"
+    # The MIG GPU instance NVML names for it (an error of a job on one
+    # instance); None for the whole GPU, without MIG, or from the kernel log.
+    gpu_instance: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +231,8 @@ class PollReadings:
     mig: dict[int, list[MigReading]] | None = filled_by("mig")
     # per GPU index, the GPM ratios over the last interval
     gpm: dict[int, GpmReading] | None = filled_by("gpm")
+    # per MIG instance: GPU index -> GPU instance -> its GPM ratios
+    gpm_instances: dict[int, dict[int, GpmReading]] | None = filled_by("gpm")
     # per GPU index, metric name -> summary of NVML's sub-second samples
     samples: dict[int, dict[str, SampleStats]] | None = filled_by("samples")
     # per GPU index with NVLink, its links and how many are up
@@ -285,14 +309,25 @@ class WorkloadSignals:
     # throttled it; None without a limit or before a second read.
     cpu_throttled_ratio: float | None = None
     cpu_limit_cores: float | None = None
+    memory_pressure_some: float | None = None
+    # Its memory limit (memory.max; None: none), what it uses (memory.current),
+    # and since the last read how often it hit the limit (memory.events max)
+    # and how much the kernel reclaimed from it at its limit (pgsteal_direct).
+    memory_limit_bytes: float | None = None
+    memory_used_bytes: float | None = None
+    memory_limit_hits_per_s: float | None = None
+    memory_reclaimed_bytes_per_s: float | None = None
 
 
 @dataclass(slots=True)
 class AttributionReading:
     """Who holds each GPU and how its workloads fare (attribution reader)."""
 
-    # GPU index -> its owners (allocations, then Slurm jobs), each once
+    # GPU index -> its owners (allocations, then Slurm jobs), each once; a GPU
+    # split into MIG instances is every instance's owners'
     owners: dict[int, tuple[GpuOwner, ...]] = field(default_factory=dict)
+    # (GPU index, GPU instance) -> the owners of that MIG instance
+    instance_owners: dict[tuple[int, int], tuple[GpuOwner, ...]] = field(default_factory=dict)
     # GPU index -> the workloads of its processes, with their own signals
     workloads: dict[int, tuple[WorkloadSignals, ...]] = field(default_factory=dict)
     # Whether the kubelet's allocations are known (it answered at least once)

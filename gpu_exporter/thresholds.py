@@ -32,8 +32,10 @@ class DiagnosisConfig(BaseModel):
         0.5, gt=0, le=1, description="GPU memory used above this share counts as held")
     idle_utilization: float = Field(
         0.10, ge=0, le=1, description="GPU utilization below this counts as idle")
+    # A GPU kept busy at least this share of the time is fed: a starved one
+    # idles more (docs/diagnosis.md, "Judged at every load at which it can exist").
     busy_utilization: float = Field(
-        0.50, ge=0, le=1, description="GPU utilization below this, with memory held, counts "
+        0.75, ge=0, le=1, description="GPU utilization below this, with memory held, counts "
         "as under-fed; at or above it, as busy")
     iowait_high: float = Field(
         0.20, ge=0, le=1, description="Host iowait at or above this counts as waiting on I/O")
@@ -55,9 +57,33 @@ class DiagnosisConfig(BaseModel):
     stalled_cpu_ratio: float = Field(
         0.05, ge=0, description="CPUs' worth of time below which a sleeping or blocked GPU "
         "process counts as stalled")
+    stalled_wakeups_per_s: float = Field(
+        3.0, ge=0, description="Wake-ups per second (voluntary context switches) at or above "
+        "which an asleep GPU process waits for work (an idle server), not on something that "
+        "never comes")
     cpu_throttled_high: float = Field(
         0.25, ge=0, le=1, description="Share of its CPU-limit periods in which a workload was "
         "throttled, at or above which its limit starves it")
+    memory_limit_used_ratio: float = Field(
+        0.95, gt=0, le=1, description="A workload using this share of its memory limit "
+        "(memory.max) or more is at its limit")
+    reclaim_bytes_per_s: float = Field(
+        1024 * 1024, ge=0, description="Bytes per second the kernel reclaims from a workload "
+        "at its memory limit at or above which the limit starves it (or any hit of the limit)")
+    steal_high: float = Field(
+        0.15, ge=0, le=1, description="Share of CPU time the hypervisor takes (steal) at or "
+        "above which a VM's CPUs starve the GPU's feeders")
+    power_cap_draw_ratio: float = Field(
+        0.90, gt=0, le=1, description="A power cap binds while the GPU draws this share of "
+        "its limit or more")
+    fan_stopped_ratio: float = Field(
+        0.01, ge=0, le=1, description="A fan at or under this speed has stopped")
+    fan_spinning_ratio: float = Field(
+        0.10, ge=0, le=1, description="A fan at or above this speed spins: beside it, a "
+        "stopped fan of the same board is a fault")
+    fan_warm_margin_celsius: float = Field(
+        30.0, ge=0, description="A stopped fan is a fault while the GPU is within this of its "
+        "slowdown temperature (consumer boards stop their fans on purpose only while cool)")
     burst_low: float = Field(
         0.10, ge=0, le=1, description="Sub-second utilization samples at or below this count "
         "as the low of a burst")
@@ -128,7 +154,7 @@ class DiagnosisConfig(BaseModel):
                 out[name] = _duration(float(value))
             elif name.endswith("_xids"):
                 out[name] = ", ".join(str(x) for x in value)
-            elif name == "swap_bytes_per_s":
+            elif name in ("swap_bytes_per_s", "reclaim_bytes_per_s"):
                 out[name] = f"{value / 2**20:g} MiB/s"
             elif name.endswith("_celsius"):
                 out[name] = f"{value:g} °C"

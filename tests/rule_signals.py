@@ -43,7 +43,8 @@ def busy_gpu(**changes: Any) -> GpuReading:
 def proc(**changes: Any) -> ProcessReading:
     base = ProcessReading(gpu=0, pid=100, comm="python", memory_used_bytes=50 * GIB,
                           sm_utilization=0.9, state="R", cpu_ratio=1.2,
-                          run_queue_wait_ratio=0.02, affinity_local=True, cpus_allowed="0-31")
+                          run_queue_wait_ratio=0.02, affinity_local=True, cpus_allowed="0-31",
+                          wakeups_per_s=200.0)
     return replace(base, **changes)
 
 

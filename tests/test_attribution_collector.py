@@ -186,8 +186,10 @@ def test_series_stay_bounded_with_64_pods() -> None:
     keys = {(s.labels["pod_uid"], s.labels["container_id"]) for s in workload_series}
     assert len(keys) == 64
     # One set per workload: pressure (3 resources x some/full stall totals;
-    # the avg10 ratios are detail), cpu.stat (3), the limit, OOM kills.
-    assert len(workload_series) == 64 * (3 * 2 + 3 + 1 + 1)
+    # the avg10 ratios are detail), cpu.stat (3), the limit, OOM kills, and
+    # memory: its usage, the times it hit memory.max and the bytes it
+    # reclaimed itself (no memory.max here: no memory limit series).
+    assert len(workload_series) == 64 * (3 * 2 + 3 + 1 + 1 + 3)
     assert len(samples(text, "gpu_workload_cpu_limit_cores")) == 64
     assert value(text, "gpu_workload_cpu_limit_cores", pod_uid=uid(100)) == 2
 

@@ -147,8 +147,11 @@ def _scenario(name: str, faults: list[Fault], load: str, extra_timeline: tuple[
     gpu.update(overrides.pop("gpu", {}))
     host.update(overrides.pop("host", {}))
     proc.update(overrides.pop("proc", {}))
+    # No process NVML lists (none, or in another PID namespace): only the
+    # GPU's memory says whether a job holds it.
+    procs = [] if overrides.pop("unlisted", False) else [proc]
     return Scenario(name=name, node={"gpus": 1, "profile": "h100-sxm5-80gb"}, state=gpu,
-                    host={"cpus": 64, "numa_nodes": 2, **host}, processes=[proc],
+                    host={"cpus": 64, "numa_nodes": 2, **host}, processes=procs,
                     timeline=[*timeline, *extra_timeline])
 
 
@@ -189,11 +192,13 @@ def near_miss_cases() -> list[Case]:
         ("iowait 19 %", "idle", {"host": {"iowait_ratio": 0.19}}, None),
         ("io pressure 21 %", "idle", {"host": {"pressure_io": {"some": 0.21}}}, io_idle),
         ("io pressure 19 %", "idle", {"host": {"pressure_io": {"some": 0.19}}}, None),
-        ("cpu pressure 31 %", "underfed", {"host": {"pressure_cpu": {"some": 0.31}},
-                                           "proc": {"run_queue_wait_ratio": 0.5}},
+        # The host's CPU pressure speaks for the job only where its process's
+        # run-queue wait is not read (a kernel without schedstats).
+        ("cpu pressure 31 %", "underfed", {"host": {"pressure_cpu": {"some": 0.31},
+                                                    "schedstat_available": False}},
          "memory_held_sm_underfed/cpu_contention"),
-        ("cpu pressure 29 %", "underfed", {"host": {"pressure_cpu": {"some": 0.29}},
-                                           "proc": {"run_queue_wait_ratio": 0.5}}, None),
+        ("cpu pressure 29 %", "underfed", {"host": {"pressure_cpu": {"some": 0.29},
+                                                    "schedstat_available": False}}, None),
         ("run-queue wait 0.31", "idle", {"host": {"pressure_cpu": {"some": 0.6}},
                                          "proc": {"run_queue_wait_ratio": 0.31}},
          "memory_held_sm_idle/cpu_contention"),
@@ -202,17 +207,17 @@ def near_miss_cases() -> list[Case]:
         ("swap 1.2 MiB/s", "idle", {"host": {"swap_in_bytes_per_s": 1.2 * MIB}},
          "memory_held_sm_idle/host_swapping"),
         ("swap 0.8 MiB/s", "idle", {"host": {"swap_in_bytes_per_s": 0.8 * MIB}}, None),
-        ("memory held 53 %", "underfed", {"gpu": {"memory_used_ratio": 0.53},
-                                          "proc": {"gpu_memory_ratio": 0.5},
-                                          "host": {"iowait_ratio": 0.4}},
+        # Memory held says a job is there only where NVML lists no process.
+        ("memory held 53 %, no process listed", "underfed",
+         {"gpu": {"memory_used_ratio": 0.53}, "unlisted": True, "host": {"iowait_ratio": 0.4}},
          "memory_held_sm_underfed/data_pipeline_io"),
-        ("memory held 47 %", "underfed", {"gpu": {"memory_used_ratio": 0.47},
-                                          "proc": {"gpu_memory_ratio": 0.45},
-                                          "host": {"iowait_ratio": 0.4}}, None),
-        ("utilization 45 % with iowait", "underfed", {"gpu": {"utilization": 0.45},
+        ("memory held 47 %, no process listed", "underfed",
+         {"gpu": {"memory_used_ratio": 0.47}, "unlisted": True, "host": {"iowait_ratio": 0.4}},
+         None),
+        ("utilization 70 % with iowait", "underfed", {"gpu": {"utilization": 0.70},
                                                       "host": {"iowait_ratio": 0.4}},
          "memory_held_sm_underfed/data_pipeline_io"),
-        ("utilization 56 % with iowait", "underfed", {"gpu": {"utilization": 0.56},
+        ("utilization 80 % with iowait", "underfed", {"gpu": {"utilization": 0.80},
                                                       "host": {"iowait_ratio": 0.4}}, None),
         ("utilization 7 % with iowait", "idle", {"gpu": {"utilization": 0.07},
                                                  "host": {"iowait_ratio": 0.4}}, io_idle),
@@ -220,15 +225,21 @@ def near_miss_cases() -> list[Case]:
                                                   "host": {"iowait_ratio": 0.4}},
          "memory_held_sm_underfed/data_pipeline_io"),
         ("under-fed, no host cause", "underfed", {}, None),
-        ("idle, no memory held, host busy", "idle", {"gpu": {"memory_used_ratio": 0.0},
-                                                     "proc": {"gpu_memory_ratio": 0.0},
-                                                     "host": {"iowait_ratio": 0.5}}, None),
-        ("stalled at 3 % of a CPU", "idle", {"proc": {"state": "S", "cpu_ratio": 0.03}},
+        ("idle, no job, host busy", "idle", {"gpu": {"memory_used_ratio": 0.0},
+                                             "unlisted": True,
+                                             "host": {"iowait_ratio": 0.5}}, None),
+        # Asleep and waking once a second: stuck, not a server waiting for work.
+        ("stalled at 3 % of a CPU", "idle", {"proc": {"state": "S", "cpu_ratio": 0.03,
+                                                      "voluntary_ctxt_switches_per_s": 1}},
          "memory_held_sm_idle/process_stalled"),
-        ("stalled at 7 % of a CPU", "idle", {"proc": {"state": "S", "cpu_ratio": 0.07}}, None),
-        ("2 °C below slowdown", "busy", {"gpu": {"temperature_c": 87}},
+        ("stalled at 7 % of a CPU", "idle", {"proc": {"state": "S", "cpu_ratio": 0.07,
+                                                      "voluntary_ctxt_switches_per_s": 1}},
+         None),
+        # Heat with the SM clock down (1500 of 1980 MHz) and no reason set.
+        ("2 °C below slowdown", "busy", {"gpu": {"temperature_c": 87, "sm_clock_mhz": 1500}},
          "throttled_under_load/thermal"),
-        ("5 °C below slowdown", "busy", {"gpu": {"temperature_c": 84}}, None),
+        ("5 °C below slowdown", "busy", {"gpu": {"temperature_c": 84, "sm_clock_mhz": 1500}},
+         None),
         ("limit 10 W under default, capped", "busy",
          {"gpu": {"power_limit_w": 690, "throttle_reasons": ["sw_power_cap"]}},
          "throttled_under_load/power_cap"),

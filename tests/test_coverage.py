@@ -51,8 +51,10 @@ UNCHECKED_ON_H100: dict[str, set[str]] = {
     "R470": _GPM | _RECOVERY | _FABRIC, "R525": _RECOVERY | _FABRIC,
     "R535": _RECOVERY | _FABRIC, "R550": _RECOVERY, "R570": set(), "R580": set(),
 }
-# Rows whose subject the simulated node lacks: no kubelet, no CPU limit.
-NOTHING_TO_CHECK = {"memory_held_sm_idle/cpu_limit_throttled", "gpu_allocated_unused/no_process"}
+# Rows whose subject the simulated node lacks: no kubelet, no fan on an H100
+# SXM (cooled by the chassis). The starved rows, a CPU limit's included, are
+# judged on its busy GPUs: a GPU kept busy is fed, whatever its host.
+NOTHING_TO_CHECK = {"gpu_allocated_unused/no_process", "cooling_degraded/fan_stopped"}
 
 
 def _scenario(tmp: Path, extends: str, **node: str) -> str:
@@ -127,6 +129,26 @@ def test_a_board_without_gpm_or_nvlink_says_which_is_a_gap(tmp_path: Path) -> No
     # A GPU with no NVLink is in no NVSwitch fabric: nothing to check, not a gap.
     fabric = [e for e in cov["nothing_to_check"] if e["checks"] == sorted(_FABRIC)]
     assert fabric and "no NVLink" in fabric[0]["reason"]
+
+
+def test_a_board_without_fans_has_none_to_check_and_a_failing_fan_is_a_gap(
+        tmp_path: Path) -> None:
+    fan = {"cooling_degraded/fan_stopped"}
+    passive = simulate(_scenario(tmp_path, "healthy", profile="a100-pcie-40gb"), None, None)
+    entry = [e for e in passive["coverage"]["nothing_to_check"] if fan <= set(e["checks"])]
+    assert entry and entry[0]["reason"].startswith("NVML counts no fan on this GPU")
+    assert not fan & _keys(passive["coverage"]["not_checked"])
+    # A board with fans (two on an RTX 4090) whose every fan answers an error
+    # could not be checked.
+    path = tmp_path / "fans-failing.yaml"
+    path.write_text("name: fans-failing\ndescription: 'Fans answer an error.'\n"
+                    "extends: healthy\nnode: {profile: rtx-4090}\n"
+                    "gpus: {0: {fans: [{error: UNKNOWN}, {error: UNKNOWN}]}}\n")
+    failing = simulate(str(path), None, None)["coverage"]
+    entry = [e for e in failing["not_checked"] if fan <= set(e["checks"])]
+    assert entry and entry[0]["gpus"] == ["0"], failing
+    assert entry[0]["reason"] == "NVML gives no fan speed"
+    assert not fan & _keys([e for e in failing["nothing_to_check"] if "0" in e["gpus"]])
 
 
 # --- the exit status and its precedence ---------------------------------------------------

@@ -156,8 +156,10 @@ def test_a_host_without_psi_is_still_diagnosed() -> None:
 
 
 def test_a_host_cause_wins_over_a_stalled_process() -> None:
-    """The process blocks in D state on reads: storage, not a stuck job; the
-    stall is listed beneath the storage finding."""
+    """The process blocks in D state on reads: storage, not a stuck job. D is
+    read for what it means (blocked in the kernel on I/O): it is the storage
+    finding's evidence, and the stalled-process row, which reads a sleep in S
+    that never wakes, does not hold at all."""
     scenario = Scenario(
         name="io-stall", node={"gpus": 1}, state={"utilization": 0.02, "memory_used_ratio": 0.75},
         host={"iowait_ratio": 0.45, "pressure_io": {"some": 0.5, "full": 0.3}},
@@ -166,7 +168,8 @@ def test_a_host_cause_wins_over_a_stalled_process() -> None:
     snap = run_long_enough(scenario, 60)
     assert findings(snap) == {(0, "memory_held_sm_idle", "data_pipeline_io")}
     (finding,) = snap.derived(FINDINGS) or ()
-    assert [e.row.cause for e in finding.explains] == ["process_stalled"]
+    assert finding.evidence["process_state"] == "D"
+    assert finding.explains == ()
     assert snap.get("gpu_diagnosis_active", gpu="0", symptom="memory_held_sm_idle",
                     cause="process_stalled") == 0.0
 

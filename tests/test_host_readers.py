@@ -302,7 +302,20 @@ def test_only_its_own_files_are_read_never_cmdline_or_environ(
         monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _recorded(monkeypatch)
     assert procs.read_process(NORMAL, 24100) is not None
-    assert set(seen) == {"stat", "status", "schedstat", "cgroup"}
+    # children: the PIDs its main thread forked (task/PID/children), whose
+    # stat alone is then read for their state.
+    assert set(seen) == {"stat", "status", "schedstat", "cgroup", "children"}
+
+
+def test_the_states_of_the_workers_a_process_forked_are_read(tmp_path: Path) -> None:
+    shutil.copytree(NORMAL / "24100", tmp_path / "24100")
+    assert procs.read_process(tmp_path, 24100).children_states is None  # no children file
+    write(tmp_path / "24100" / "task" / "24100" / "children", "24200 24201 24202 ")
+    for pid, state in ((24200, "D"), (24201, "S")):  # 24202 has exited since
+        write(tmp_path / str(pid) / "stat", f"{pid} (pt_data (worker)) {state} 24100 1 1 0 -1\n")
+    assert procs.read_process(tmp_path, 24100).children_states == ("D", "S")
+    write(tmp_path / "24100" / "task" / "24100" / "children", "")
+    assert procs.read_process(tmp_path, 24100).children_states == ()
 
 
 @pytest.mark.parametrize(("pid", "problem"), [

@@ -138,7 +138,7 @@ def test_the_runbook_quotes_the_thresholds_the_exporter_runs_with() -> None:
     with SimRun("healthy", diagnosis={"iowait_high": 0.35}) as run:
         text = parse(get(run, "/runbook").body).visible()
     section = _section(text, row.anchor, "Confirm on the node")
-    assert "host's iowait is at least 35 %" in section, section
+    assert "host's iowait (at least 35 %)" in section, section
     for command in row.confirm:
         assert command in text
     assert row.fix in text and row.escalate in text

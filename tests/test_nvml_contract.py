@@ -103,6 +103,7 @@ def _layout(struct: type) -> list[tuple[str, int, int]]:
     ("nvmlGpuInstanceProfileInfo_t", "c_nvmlGpuInstanceProfileInfo_t"),
     ("nvmlGpuInstanceProfileInfo_v2_t", "c_nvmlGpuInstanceProfileInfo_v2_t"),
     ("nvmlGpuInstanceInfo_t", "c_nvmlGpuInstanceInfo_t"),
+    ("nvmlGpuThermalSettings_t", "c_nvmlGpuThermalSettings_t"),
 ])
 def test_struct_layouts_match_the_binding(c_name: str, binding_name: str) -> None:
     ours, theirs = STRUCTS[c_name], getattr(pynvml, binding_name)

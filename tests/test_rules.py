@@ -30,7 +30,12 @@ from tests.rule_signals import (
 )
 
 IDLE, UNDERFED, BUSY = 0.03, 0.15, 0.95
-STALLED = proc(state="S", cpu_ratio=0.001, sm_utilization=0.0)
+# A container at its 16 GiB memory limit, hitting it and reclaiming its cache.
+AT_LIMIT = workload(memory_limit_bytes=16 * GIB, memory_used_bytes=15.9 * GIB,
+                    memory_limit_hits_per_s=40.0, memory_reclaimed_bytes_per_s=200 * MIB,
+                    memory_pressure_some=0.5)
+# Asleep, on no CPU, never waking: stuck.
+STALLED = proc(state="S", cpu_ratio=0.001, sm_utilization=0.0, wakeups_per_s=0.0)
 
 # (row, signals, expected verdict, why)
 CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
@@ -50,23 +55,31 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
     (t.IDLE_DATA_PIPELINE_IO, signals(held(BUSY), quiet_host(iowait_ratio=0.5)), False,
      "a busy GPU is not starved, whatever the host waits on"),
     (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE, memory_used_bytes=10 * GIB),
-                                      quiet_host(iowait_ratio=0.5)), False,
-     "no memory held: nothing is running on the GPU"),
+                                      quiet_host(iowait_ratio=0.5), procs=[]), False,
+     "no process and little memory: nothing is running on the GPU"),
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE, memory_used_bytes=10 * GIB),
+                                      quiet_host(iowait_ratio=0.5)), True,
+     "a job holding little memory is a job all the same: judged"),
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), procs=[proc(state="D", cpu_ratio=0.0)]),
+     True, "its process blocked in D on its reads: its own evidence, on a quiet host"),
+    (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), procs=[proc(state="D", cpu_ratio=0.0)],
+                                      workloads=(workload(io_pressure_some=0.01),)), False,
+     "in D while its own cgroup shows no I/O stall: blocked on something else"),
     (t.IDLE_DATA_PIPELINE_IO, signals(held(UNDERFED), quiet_host(iowait_ratio=0.5)), False,
      "15 % is under-fed, not idle"),
     (t.IDLE_DATA_PIPELINE_IO, signals(held(IDLE), HostSignals()), None,
      "no host figures at all: not judged"),
     (t.UNDERFED_DATA_PIPELINE_IO, signals(held(UNDERFED), quiet_host(iowait_ratio=0.35)), True,
      "under-fed and waiting on storage"),
-    (t.UNDERFED_DATA_PIPELINE_IO, signals(held(0.49), quiet_host(iowait_ratio=0.35)), True,
-     "just below busy"),
-    (t.UNDERFED_DATA_PIPELINE_IO, signals(held(0.50), quiet_host(iowait_ratio=0.35)), False,
-     "at the busy threshold the GPU is busy"),
+    (t.UNDERFED_DATA_PIPELINE_IO, signals(held(0.74), quiet_host(iowait_ratio=0.35)), True,
+     "just below busy: a starved GPU may work most of the time"),
+    (t.UNDERFED_DATA_PIPELINE_IO, signals(held(0.75), quiet_host(iowait_ratio=0.35)), False,
+     "at the busy threshold the GPU is fed"),
     (t.UNDERFED_DATA_PIPELINE_IO, signals(held(UNDERFED), quiet_host()), False,
      "near miss: under-fed with no host-side cause"),
     (t.UNDERFED_DATA_PIPELINE_IO, signals(held(UNDERFED, memory_used_bytes=30 * GIB),
-                                          quiet_host(iowait_ratio=0.35)), False,
-     "near miss: 37.5 % memory used is not held"),
+                                          quiet_host(iowait_ratio=0.35), procs=[]), False,
+     "near miss: no process and 37.5 % memory used is not held"),
     # --- CPU -----------------------------------------------------------------
     (t.IDLE_CPU_CONTENTION, signals(held(IDLE), quiet_host(cpu_pressure_some=0.6),
                                     [proc(run_queue_wait_ratio=0.5)]), True,
@@ -81,8 +94,11 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
                                     [proc(run_queue_wait_ratio=0.5)]), True,
      "no PSI: the process's run-queue wait decides"),
     (t.IDLE_CPU_CONTENTION, signals(held(IDLE), quiet_host(cpu_pressure_some=0.29),
-                                    [proc(run_queue_wait_ratio=0.5)]), False,
-     "pressure just below its threshold"),
+                                    [proc(run_queue_wait_ratio=0.5)]), True,
+     "its own run-queue wait decides: the host's pressure is not needed"),
+    (t.IDLE_CPU_CONTENTION, signals(held(IDLE), quiet_host(cpu_pressure_some=0.29),
+                                    [proc(run_queue_wait_ratio=None)]), False,
+     "no own measure: the host's pressure just below its threshold"),
     (t.IDLE_CPU_CONTENTION, signals(held(IDLE), quiet_host(cpu_pressure_some=None),
                                     [proc(run_queue_wait_ratio=None)]), None,
      "neither PSI nor schedstat: not judged"),
@@ -98,8 +114,13 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
      "swap rate alone (no PSI) decides"),
     (t.IDLE_HOST_SWAPPING, signals(held(IDLE), quiet_host(swap_bytes_per_s=0.5 * MIB)), False,
      "a trickle of swap is not swapping"),
-    (t.IDLE_HOST_SWAPPING, signals(held(IDLE), quiet_host(memory_pressure_full=0.05)), True,
-     "memory pressure (full) alone decides"),
+    (t.IDLE_HOST_SWAPPING, signals(held(IDLE), quiet_host(memory_pressure_full=0.05)), False,
+     "memory pressure without swap traffic is not swapping"),
+    (t.IDLE_HOST_SWAPPING, signals(held(IDLE), quiet_host(swap_bytes_per_s=None)), None,
+     "no swap counters: swapping cannot be told"),
+    (t.IDLE_HOST_SWAPPING, signals(held(IDLE), quiet_host(swap_bytes_per_s=50 * MIB),
+                                   workloads=(workload(memory_pressure_some=0.0),)), False,
+     "the host swaps but the job's own cgroup never waits on memory"),
     (t.UNDERFED_HOST_SWAPPING, signals(held(0.3), quiet_host(swap_bytes_per_s=20 * MIB)), True,
      "a GPU at 30 % on a swapping host"),
     (t.UNDERFED_HOST_SWAPPING, signals(held(0.3), quiet_host(swap_bytes_per_s=0.9 * MIB)),
@@ -113,6 +134,15 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
      False, "6 % of a CPU is above the stalled threshold"),
     (t.IDLE_PROCESS_STALLED, signals(held(IDLE), quiet_host(iowait_ratio=0.5), [STALLED]), True,
      "judged on its own: the host cause is precedence's business"),
+    (t.IDLE_PROCESS_STALLED, signals(held(IDLE), procs=[replace(STALLED, cpu_ratio=0.02,
+                                                               wakeups_per_s=20.0)]), False,
+     "asleep but waking 20 times a second: an idle server waits for work"),
+    (t.IDLE_PROCESS_STALLED, signals(held(IDLE), procs=[replace(STALLED, wakeups_per_s=2.9)]),
+     True, "waking under 3 times a second, on no CPU: stuck"),
+    (t.IDLE_PROCESS_STALLED, signals(held(IDLE), procs=[replace(STALLED, state="D")]), False,
+     "blocked in the kernel (D): waiting on I/O, the storage rows' business"),
+    (t.IDLE_PROCESS_STALLED, signals(held(IDLE), procs=[replace(STALLED, wakeups_per_s=None)]),
+     None, "the first read of a process: its wake-ups are not known yet"),
     # --- bursty input --------------------------------------------------------
     (t.BURSTY_INPUT, signals(util_samples=(0.0, 0.45, 1.0)), True, "swings 0 -> 100 %"),
     (t.BURSTY_INPUT, signals(util_samples=(0.2, 0.5, 1.0)), False, "never near idle"),
@@ -125,8 +155,13 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
                                    clocks_hz={"sm": 1.6e9})), False,
      "at the default limit a power-bound GPU works as designed"),
     (t.POWER_CAP, signals(busy_gpu(utilization=0.0, throttle_reasons=frozenset(
-        {"sw_power_cap"}), power_limit_watts=450.0, clocks_hz={"sm": 3.45e8})), False,
-     "an idle GPU is never power capped"),
+        {"sw_power_cap", "gpu_idle"}), power_limit_watts=450.0, power_watts=72.0,
+        clocks_hz={"sm": 3.45e8})), False,
+     "an idle GPU far under its limit is not held back by it"),
+    (t.POWER_CAP, signals(busy_gpu(utilization=0.3, throttle_reasons=frozenset(
+        {"sw_power_cap"}), power_limit_watts=250.0, power_watts=249.0,
+        clocks_hz={"sm": 1.2e9})), True,
+     "at 30 % utilization a GPU drawing all of a lowered limit is capped"),
     (t.THERMAL, signals(busy_gpu(throttle_reasons=frozenset({"hw_slowdown", "hw_thermal"}))),
      True, "hw_thermal names heat"),
     (t.THERMAL, signals(busy_gpu(throttle_reasons=frozenset({"sw_thermal"}))), True,
@@ -135,12 +170,19 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
      "hw_slowdown alone does not name heat"),
     (t.THERMAL, signals(busy_gpu(throttle_reasons=frozenset({"hw_slowdown", "hw_power_brake"}))),
      False, "the power brake with normal temperatures is not thermal"),
-    (t.THERMAL, signals(busy_gpu(temperature_celsius=86.0)), True,
-     "3 °C below the GPU's own slowdown threshold"),
+    (t.THERMAL, signals(busy_gpu(temperature_celsius=86.0)), False,
+     "3 °C below its slowdown threshold but at full clocks, no reason: hot, not slowed"),
+    (t.THERMAL, signals(busy_gpu(temperature_celsius=86.0, clocks_hz={"sm": 1.3e9})), True,
+     "3 °C below its slowdown threshold with the clocks down"),
+    (t.THERMAL, signals(busy_gpu(temperature_celsius=86.0, throttle_reasons=None)), True,
+     "no reasons to read: the temperature at the margin speaks"),
+    (t.THERMAL, signals(busy_gpu(utilization=0.2, throttle_reasons=frozenset({"sw_thermal"}))),
+     True, "a thermal reason at 20 % utilization: heat slows what work there is"),
     (t.THERMAL, signals(busy_gpu(temperature_celsius=84.0)), False,
      "5 °C below it: warm, not throttling"),
-    (t.THERMAL, signals(busy_gpu(utilization=0.0, temperature_celsius=88.0)), False,
-     "an idle GPU is not throttled under load"),
+    (t.THERMAL, signals(busy_gpu(utilization=0.0, temperature_celsius=88.0,
+                                 throttle_reasons=frozenset({"gpu_idle", "sw_thermal"}))),
+     False, "an idle GPU has no work for heat to slow"),
     (t.POWER_BRAKE, signals(busy_gpu(throttle_reasons=frozenset({"hw_slowdown",
                                                                  "hw_power_brake"}))), True,
      "hw_power_brake"),
@@ -158,8 +200,14 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
      "above the default is GPU Boost headroom, not a cap"),
     # --- PCIe ----------------------------------------------------------------
     (t.PCIE_DOWNTRAINED, signals(busy_gpu(pcie_width=8)), True, "x8 of x16 under load"),
-    (t.PCIE_DOWNTRAINED, signals(busy_gpu(utilization=0.0, pcie_generation=1)), False,
+    (t.PCIE_DOWNTRAINED, signals(busy_gpu(utilization=0.0, pcie_generation=1,
+                                          throttle_reasons=frozenset({"gpu_idle"})),), False,
      "an idle link at Gen1 saves power"),
+    (t.PCIE_DOWNTRAINED, signals(busy_gpu(utilization=0.0, pcie_generation=1, pcie_width=4,
+                                          throttle_reasons=frozenset({"gpu_idle"})),), True,
+     "an idle GPU's link at x4: a width is never lowered to save power"),
+    (t.PCIE_DOWNTRAINED, signals(busy_gpu(utilization=0.3, pcie_generation=3)), True,
+     "Gen3 of Gen5 at 30 % utilization: judged whenever the GPU has work"),
     (t.PCIE_DOWNTRAINED, signals(pcie=PcieKernelView(upstream_width=8, upstream_width_max=16)),
      True, "the switch port above runs narrower"),
     (t.PCIE_ERRORS, signals(), False, "no replays in the window"),
@@ -169,21 +217,23 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
     (t.ECC_UNCORRECTABLE, signals(), False, "clean"),
     (t.ROW_REMAP_PENDING, signals(busy_gpu(remap_pending=True)), True, "pending"),
     (t.ROW_REMAP_PENDING, signals(), False, "nothing pending"),
-    (t.XID, signals(xids=[(NOW - 300, 79)]), True, "a hardware Xid 5 minutes ago"),
-    (t.XID, signals(xids=[(NOW - 899, 48)]), True, "just inside the 15-minute hold"),
-    (t.XID, signals(xids=[(NOW - 901, 48)]), False, "just outside the 15-minute hold"),
-    (t.XID, signals(xids=[(NOW - 10, 31 + 1000)]), False, "a code the table does not list"),
-    (t.XID, signals(xids=[(NOW - 10, 13)]), False, "an application Xid never pages"),
-    (t.XID, signals(xids=[(NOW - 10, 160)]), False, "an informational Xid never pages"),
-    (t.XID_APPLICATION, signals(xids=[(NOW - 10, 31)]), True, "an illegal address in the job"),
-    (t.XID_APPLICATION, signals(xids=[(NOW - 899, 13)]), True, "just inside the hold"),
-    (t.XID_APPLICATION, signals(xids=[(NOW - 901, 13)]), False, "just outside the hold"),
-    (t.XID_APPLICATION, signals(xids=[(NOW - 10, 79)]), False, "a hardware Xid is not the job's"),
-    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 160)]), True, "memory marked for repair"),
-    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 1031)]), True,
+    (t.XID, signals(xids=[(NOW - 300, 79, None)]), True, "a hardware Xid 5 minutes ago"),
+    (t.XID, signals(xids=[(NOW - 899, 48, None)]), True, "just inside the 15-minute hold"),
+    (t.XID, signals(xids=[(NOW - 901, 48, None)]), False, "just outside the 15-minute hold"),
+    (t.XID, signals(xids=[(NOW - 10, 31 + 1000, None)]), False, "a code the table does not list"),
+    (t.XID, signals(xids=[(NOW - 10, 13, None)]), False, "an application Xid never pages"),
+    (t.XID, signals(xids=[(NOW - 10, 160, None)]), False, "an informational Xid never pages"),
+    (t.XID_APPLICATION, signals(xids=[(NOW - 10, 31, None)]), True,
+     "an illegal address in the job"),
+    (t.XID_APPLICATION, signals(xids=[(NOW - 899, 13, None)]), True, "just inside the hold"),
+    (t.XID_APPLICATION, signals(xids=[(NOW - 901, 13, None)]), False, "just outside the hold"),
+    (t.XID_APPLICATION, signals(xids=[(NOW - 10, 79, None)]), False,
+     "a hardware Xid is not the job's"),
+    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 160, None)]), True, "memory marked for repair"),
+    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 1031, None)]), True,
      "a code the table does not list is reported, paging no one"),
-    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 48)]), False, "a hardware Xid"),
-    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 45)]), False, "an application Xid"),
+    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 48, None)]), False, "a hardware Xid"),
+    (t.XID_INFORMATIONAL, signals(xids=[(NOW - 10, 45, None)]), False, "an application Xid"),
     (t.GPU_LOST, signals(busy_gpu(up=False)), True, "NVML cannot reach it"),
     (t.GPU_LOST, signals(), False, "answers"),
     (t.MEMORY_NEAR_FULL, signals(busy_gpu(memory_used_bytes=0.96 * 80 * GIB)), True, "96 %"),
@@ -241,8 +291,9 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
                                     workloads=(workload(cpu_pressure_some=0.05),)), False,
      "the host is busy but this job is not short of CPU"),
     (t.IDLE_HOST_SWAPPING, signals(held(IDLE), quiet_host(memory_pressure_full=0.0),
-                                   workloads=(workload(memory_pressure_full=0.1),)), True,
-     "the job stalls on its own memory (its limit), the host does not"),
+                                   workloads=(workload(memory_pressure_full=0.1),)), False,
+     "the job stalls on its own memory with no swap traffic: its limit, not swapping "
+     "(the memory limit rows judge it)"),
     # --- the container's CPU limit ---------------------------------------------
     (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
         workload(cpu_throttled_ratio=0.6),)), True, "throttled in 60 % of periods, host idle"),
@@ -254,7 +305,49 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
         workload(cpu_throttled_ratio=0.9),)), False, "throttled but the GPU is busy"),
     (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), quiet_host(cpu_pressure_some=0.5),
                                          workloads=(workload(cpu_throttled_ratio=0.9),)),
-     False, "the host itself is short of CPUs: contention, not the limit"),
+     True, "throttled by its own limit: the limit names the cause whatever the host's "
+     "pressure (a short host is contention on top)"),
+    (t.UNDERFED_CPU_LIMIT_THROTTLED, signals(held(0.2), workloads=(
+        workload(cpu_throttled_ratio=0.6),)), True, "at 20 % the limit still holds it back"),
+    (t.UNDERFED_CPU_LIMIT_THROTTLED, signals(held(0.2), workloads=(
+        workload(cpu_throttled_ratio=0.1),)), False, "touching its limit now and then"),
+    # --- the workload's memory limit ---------------------------------------------
+    (t.IDLE_MEMORY_LIMIT_RECLAIM, signals(held(IDLE), workloads=(AT_LIMIT,)), True,
+     "at its limit, hitting it and reclaiming its page cache; nothing swaps"),
+    (t.IDLE_MEMORY_LIMIT_RECLAIM, signals(held(IDLE), workloads=(
+        replace(AT_LIMIT, memory_used_bytes=14 * GIB, memory_limit_hits_per_s=0.0,
+                memory_reclaimed_bytes_per_s=0.0),)), False,
+     "87.5 % of its limit, no reclaim: full, not short"),
+    (t.IDLE_MEMORY_LIMIT_RECLAIM, signals(held(IDLE), workloads=(
+        replace(AT_LIMIT, memory_limit_hits_per_s=None, memory_reclaimed_bytes_per_s=None),)),
+     None, "the first read: no rates yet"),
+    (t.IDLE_MEMORY_LIMIT_RECLAIM, signals(held(IDLE)), None, "no memory limit read"),
+    (t.UNDERFED_MEMORY_LIMIT_RECLAIM, signals(held(0.4), workloads=(
+        replace(AT_LIMIT, memory_limit_hits_per_s=0.0),)), True,
+     "reclaiming at its limit without a counted hit"),
+    (t.UNDERFED_MEMORY_LIMIT_RECLAIM, signals(held(0.9), workloads=(AT_LIMIT,)), False,
+     "a busy GPU is not starved"),
+    # --- a VM's stolen CPUs ---------------------------------------------------------
+    (t.IDLE_CPU_STEAL, signals(held(IDLE), quiet_host(steal_ratio=0.4)), True,
+     "the hypervisor takes 40 % of the CPU time"),
+    (t.IDLE_CPU_STEAL, signals(held(IDLE), quiet_host(steal_ratio=0.03)), False,
+     "a little steal"),
+    (t.IDLE_CPU_STEAL, signals(held(IDLE), quiet_host(steal_ratio=None)), None,
+     "no steal figure"),
+    (t.UNDERFED_CPU_STEAL, signals(held(0.4), quiet_host(steal_ratio=0.3)), True,
+     "at 40 % with 30 % stolen"),
+    (t.UNDERFED_CPU_STEAL, signals(held(0.9), quiet_host(steal_ratio=0.3)), False,
+     "busy: fed despite the steal"),
+    # --- fans -------------------------------------------------------------------------
+    (t.FAN_STOPPED, signals(busy_gpu(fan_speeds={0: 0.85, 1: 0.0})), True,
+     "one fan at 0 % while the other spins"),
+    (t.FAN_STOPPED, signals(busy_gpu(fan_speeds={0: 0.0}, temperature_celsius=84.0)), True,
+     "the only fan at 0 % on a hot GPU"),
+    (t.FAN_STOPPED, signals(busy_gpu(utilization=0.0, fan_speeds={0: 0.0, 1: 0.0},
+                                     temperature_celsius=35.0)), False,
+     "a cool idle board's fans stopped on purpose (zero-RPM)"),
+    (t.FAN_STOPPED, signals(busy_gpu(fan_speeds={0: 0.6, 1: 0.6})), False, "both turning"),
+    (t.FAN_STOPPED, signals(busy_gpu(fan_speeds={})), None, "no fan: cooled by the chassis"),
     (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
         workload(cpu_throttled_ratio=None, cpu_limit_cores=None),)), None,
      "no CPU limit: not judged"),
@@ -307,14 +400,15 @@ def test_pcie_errors_count_within_the_window() -> None:
 
 def test_xid_hold_follows_the_config() -> None:
     short = DiagnosisConfig(xid_hold=60)
-    assert judge(t.XID, signals(xids=[(NOW - 300, 79)]), short) is False
-    assert judge(t.XID, signals(xids=[(NOW - 30, 79)]), short) is True
+    assert judge(t.XID, signals(xids=[(NOW - 300, 79, None)]), short) is False
+    assert judge(t.XID, signals(xids=[(NOW - 30, 79, None)]), short) is True
 
 
 def test_thermal_margin_follows_the_config() -> None:
     wide = DiagnosisConfig(thermal_margin_celsius=8)
-    assert judge(t.THERMAL, signals(busy_gpu(temperature_celsius=84.0)), wide) is True
-    assert judge(t.THERMAL, signals(busy_gpu(temperature_celsius=84.0))) is False
+    slowed = busy_gpu(temperature_celsius=84.0, clocks_hz={"sm": 1.3e9})
+    assert judge(t.THERMAL, signals(slowed), wide) is True
+    assert judge(t.THERMAL, signals(slowed)) is False
 
 
 # --- precedence: rows that are on in, root causes out ----------------------------------
@@ -369,6 +463,16 @@ PRECEDENCE_CASES: list[tuple[list[Candidate], set[Row], str]] = [
     (on(t.UNDERFED_CPU_CONTENTION, t.BURSTY_INPUT), {t.UNDERFED_CPU_CONTENTION},
      "bursty input is what a starved pipeline looks like"),
     (on(t.POWER_CAP, t.THERMAL), {t.POWER_CAP, t.THERMAL}, "independent causes stay"),
+    (on(t.FAN_STOPPED, t.THERMAL, t.HW_SLOWDOWN), {t.FAN_STOPPED},
+     "a stopped fan explains the heat and the slowdown it brings"),
+    (on(t.ECC_UNCORRECTABLE, t.ALLOCATED_UNUSED), {t.ECC_UNCORRECTABLE},
+     "the error that ended the job explains its pod's idle GPU"),
+    (on(t.IDLE_MEMORY_LIMIT_RECLAIM, t.IDLE_DATA_PIPELINE_IO, t.BURSTY_INPUT),
+     {t.IDLE_MEMORY_LIMIT_RECLAIM}, "a workload at its memory limit re-reads its evicted cache"),
+    (on(t.UNDERFED_CPU_LIMIT_THROTTLED, t.UNDERFED_CPU_CONTENTION),
+     {t.UNDERFED_CPU_LIMIT_THROTTLED}, "the limit, at any starved load"),
+    (on(t.IDLE_CPU_STEAL, t.IDLE_CPU_CONTENTION), {t.IDLE_CPU_STEAL},
+     "stolen CPUs leave the guest's tasks waiting"),
 ]
 
 

@@ -54,4 +54,4 @@ def test_gather_reads_exactly_the_sources_the_signals_declare() -> None:
     read = {node.attr for node in ast.walk(tree)
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
             and node.value.id == "readings"}
-    assert read == set(signals.SOURCE_OF_SIGNAL.values())
+    assert read == {s for sources in signals.SOURCES_OF_SIGNAL.values() for s in sources}

@@ -44,15 +44,22 @@ def test_two_tenants_data_pipeline_io_on_pod_as_gpus_only_naming_pod_a() -> None
         assert f["evidence"]["host_cpu_iowait_ratio"] < 0.2
 
 
-def test_judged_by_host_wide_counters_the_same_node_shows_nothing(tmp_path: Path) -> None:
-    # Without the jobs' own cgroups (attribution off) the host's counters
-    # judge: the starving pod raises nothing host-wide.
+def test_without_the_jobs_cgroups_their_processes_state_still_names_storage(
+        tmp_path: Path) -> None:
+    # Without the jobs' own cgroups (attribution off) the starving pod raises
+    # nothing host-wide; its processes, blocked in D for the window, are
+    # their own evidence (the most specific read), with no owner named.
     config = tmp_path / "config.yaml"
     config.write_text("collectors: {attribution: false}\n")
     data = diagnose_json("--simulate", "two-tenant-node", "--config.file", str(config),
-                         statuses=(5,))
-    assert data["findings"] == []
-    # ... and says that the rows that judge a GPU's owner could not run: exit 5.
+                         statuses=(1,))
+    found = sorted((f["gpu"], f["cause"]) for f in data["findings"])
+    assert found == [(g, "data_pipeline_io") for g in "0123"]
+    for f in data["findings"]:
+        assert f["evidence"]["process_state"] == "D" and f["owners"] == []
+        assert f["evidence"]["host_cpu_iowait_ratio"] < 0.35  # the host's says nothing
+    # ... and says that the rows that judge a GPU's owner could not run (the
+    # warnings outrank "checked only in part": exit 1).
     coverage = data["coverage"]
     assert isinstance(coverage, dict)
     assert {e["reason"] for e in coverage["not_checked"]} == {

@@ -37,9 +37,9 @@ def _deliver_late(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     made long enough that the poll that finds the loss drains the set before
     the GPU's Xid is in it. The wait blocks as NVML's does meanwhile."""
     wait = EventSet.wait
-    queued: list[tuple[float, tuple[int, int, int]]] = []  # (visible from, event)
+    queued: list[tuple[float, tuple[int, int, int, int | None]]] = []  # (visible from, event)
 
-    def late(self: EventSet, timeout_ms: int) -> tuple[int, int, int] | None:
+    def late(self: EventSet, timeout_ms: int) -> tuple[int, int, int, int | None] | None:
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
             while (event := wait(self, 0)) is not None:

@@ -1,5 +1,7 @@
-"""A cgroup's own pressure and CPU limit (cgroup v2): what its tasks stalled
-on, how often its CPU limit throttled it, and whether the OOM killer struck.
+"""A cgroup's own pressure, CPU limit and memory limit (cgroup v2): what its
+tasks stalled on, how often its CPU limit throttled it, how close it runs to
+its memory limit and how hard the kernel reclaims from it there, and whether
+the OOM killer struck.
 
 Read per job (a container's or a Slurm job's cgroup), so a cause is pinned on
 the job that shows it rather than judged from host-wide counters. Every file
@@ -49,6 +51,20 @@ class CpuLimit:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryState:
+    """memory.max, memory.current, and the counters of reclaim at the limit:
+    memory.events ``max`` (times the usage hit memory.max) and memory.stat
+    ``pgsteal_direct`` (pages the charging tasks reclaimed themselves, which
+    is what reclaim at a cgroup's own limit is). ``limit_bytes`` None: no
+    limit ("max")."""
+
+    limit_bytes: int | None
+    used_bytes: int | None
+    limit_hits: int | None
+    reclaimed_pages: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class CgroupSignals:
     """One cgroup's signals; each None when it could not be read."""
 
@@ -59,6 +75,7 @@ class CgroupSignals:
     cpu_stat: CpuStat | None
     cpu_limit: CpuLimit | None
     oom_kills: int | None  # memory.events oom_kill: tasks killed, a counter
+    memory_state: MemoryState | None = None
 
 
 def _number(text: str) -> float | None:
@@ -139,6 +156,18 @@ def parse_oom_kills(text: str) -> int | None:
     return _keyed(text).get("oom_kill")
 
 
+def parse_memory_max(text: str) -> int | bool | None:
+    """memory.max: bytes, or True for "max" (no limit); None when unreadable."""
+    value = text.strip()
+    if value == "max":
+        return True
+    return _count(value)
+
+
+def parse_count(text: str) -> int | None:
+    return _count(text.strip())
+
+
 def cgroup_dir(root: Path | str, cgroup: str) -> str | None:
     """``root`` joined with a cgroup path from /proc/PID/cgroup, or None for a
     path that could leave ``root`` ("..", NUL) or is not absolute."""
@@ -159,6 +188,16 @@ def read_signals(root: Path | str, cgroup: str) -> CgroupSignals:
         content = None if base is None else read_text_bounded(os.path.join(base, name))
         return None if content is None else parse(content)
 
+    events = parsed("memory.events", _keyed)
+    limit = parsed("memory.max", parse_memory_max)
+    used = parsed("memory.current", parse_count)
+    memory_state = None
+    if limit is not None or used is not None:  # else no memory controller here
+        stat = parsed("memory.stat", _keyed)
+        memory_state = MemoryState(
+            None if limit is None or limit is True else int(limit), used,
+            None if events is None else events.get("max"),
+            None if stat is None else stat.get("pgsteal_direct"))
     return CgroupSignals(
         cgroup=cgroup,
         cpu=parsed("cpu.pressure", parse_pressure),
@@ -166,5 +205,5 @@ def read_signals(root: Path | str, cgroup: str) -> CgroupSignals:
         memory=parsed("memory.pressure", parse_pressure),
         cpu_stat=parsed("cpu.stat", parse_cpu_stat),
         cpu_limit=parsed("cpu.max", parse_cpu_max),
-        oom_kills=parsed("memory.events", parse_oom_kills))
-
+        oom_kills=None if events is None else events.get("oom_kill"),
+        memory_state=memory_state)

@@ -84,6 +84,26 @@ WORKLOAD_OOM_KILLS_TOTAL = _m(
     "Tasks of the workload killed by the OOM killer, from memory.events oom_kill.",
     WORKLOAD, SOURCE)
 
+WORKLOAD_MEMORY_LIMIT_BYTES = _m(
+    "gpu_workload_memory_limit_bytes", "gauge",
+    "The workload's memory limit, from memory.max; absent when unlimited.",
+    WORKLOAD, SOURCE)
+
+WORKLOAD_MEMORY_USED_BYTES = _m(
+    "gpu_workload_memory_used_bytes", "gauge",
+    "Memory charged to the workload (its anonymous memory, page cache and kernel "
+    "memory), from memory.current.", WORKLOAD, SOURCE)
+
+WORKLOAD_MEMORY_LIMIT_HITS_TOTAL = _m(
+    "gpu_workload_memory_limit_hits_total", "counter",
+    "Times the workload's memory use hit its limit and the kernel reclaimed to stay "
+    "under it, from memory.events max.", WORKLOAD, SOURCE)
+
+WORKLOAD_MEMORY_RECLAIMED_BYTES_TOTAL = _m(
+    "gpu_workload_memory_reclaimed_bytes_total", "counter",
+    "Memory the kernel reclaimed from the workload at its own limit (its tasks "
+    "reclaiming as they charge), from memory.stat pgsteal_direct.", WORKLOAD, SOURCE)
+
 EXPORTER_POD_RESOURCES_STATE = _m(
     "gpu_exporter_pod_resources_state", "gauge",
     "1 for the current state of the kubelet PodResources client, 0 for the others: ok, "

@@ -50,12 +50,17 @@ from gpu_exporter.catalogs.attribution import (
     WORKLOAD_CPU_PERIODS_TOTAL,
     WORKLOAD_CPU_THROTTLED_PERIODS_TOTAL,
     WORKLOAD_CPU_THROTTLED_SECONDS_TOTAL,
+    WORKLOAD_MEMORY_LIMIT_BYTES,
+    WORKLOAD_MEMORY_LIMIT_HITS_TOTAL,
+    WORKLOAD_MEMORY_RECLAIMED_BYTES_TOTAL,
+    WORKLOAD_MEMORY_USED_BYTES,
     WORKLOAD_OOM_KILLS_TOTAL,
     WORKLOAD_PRESSURE_RATIO,
     WORKLOAD_PRESSURE_STALLED_SECONDS_TOTAL,
 )
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host.nvidia_proc import device_minor
+from gpu_exporter.host.procs import PAGE_SIZE
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.readings import (
     AttributionReading,
@@ -124,6 +129,10 @@ class AttributionCollector(Collector):
         # workload cgroup -> (nr_periods, nr_throttled) at the last read
         self._cpu_before: dict[str, tuple[int, int]] = {}
         self._uuids: dict[int, str] = {}
+        # workload cgroup -> (when, memory limit hits, pages reclaimed at the
+        # limit) at the last read
+        self._memory_before: dict[str, tuple[float, int | None, int | None]] = {}
+        self._memory_seen: dict[str, tuple[float, int | None, int | None]] = {}
         self._errors = 0
 
     @classmethod
@@ -205,6 +214,10 @@ class AttributionCollector(Collector):
             owner = GpuOwner(o.namespace, o.pod, o.container,
                              claim=f"{c.namespace}/{c.name}" if c else "")
             owners.setdefault(p.gpu, {})[owner] = None
+            if p.gpu_instance is not None:
+                held = reading.instance_owners.get((p.gpu, p.gpu_instance), ())
+                if owner not in held:
+                    reading.instance_owners[(p.gpu, p.gpu_instance)] = (*held, owner)
 
     # --- the GPU processes' jobs and workloads ------------------------------------
     def _processes(self, out: SnapshotBuilder, readings: PollReadings,
@@ -228,6 +241,7 @@ class AttributionCollector(Collector):
         groups = group_by_workload(cgroups)
         signals = workload_signals(self.cgroup_root, groups)
         seen: dict[str, tuple[int, int]] = {}
+        self._memory_seen = {}
         per_gpu: dict[int, dict[WorkloadSignals, None]] = {}
         for workload, pids in groups.items():
             found = signals.get(workload)
@@ -238,6 +252,7 @@ class AttributionCollector(Collector):
                 for gpu, _uuid in process_gpus.get(pid, ()):
                     per_gpu.setdefault(gpu, {})[own] = None
         self._cpu_before = seen
+        self._memory_before = self._memory_seen
         reading.workloads = {gpu: tuple(w) for gpu, w in sorted(per_gpu.items())}
         return {pid: _whose(cgroups.get(pid), jobs.get(pid)) for pid in process_gpus}
 
@@ -322,6 +337,18 @@ class AttributionCollector(Collector):
             out.add(WORKLOAD_CPU_LIMIT_CORES, limit, **keys)
         if sig.oom_kills is not None:
             out.add(WORKLOAD_OOM_KILLS_TOTAL, sig.oom_kills, **keys)
+        state = sig.memory_state
+        if state is not None:
+            if state.limit_bytes is not None:
+                out.add(WORKLOAD_MEMORY_LIMIT_BYTES, state.limit_bytes, **keys)
+            if state.used_bytes is not None:
+                out.add(WORKLOAD_MEMORY_USED_BYTES, state.used_bytes, **keys)
+            if state.limit_hits is not None:
+                out.add(WORKLOAD_MEMORY_LIMIT_HITS_TOTAL, state.limit_hits, **keys)
+            if state.reclaimed_pages is not None:
+                out.add(WORKLOAD_MEMORY_RECLAIMED_BYTES_TOTAL,
+                        state.reclaimed_pages * PAGE_SIZE, **keys)
+        memory = self._memory(sig)
         return WorkloadSignals(
             keys["pod_uid"], keys["container_id"], keys["slurm_job_id"],
             cpu_pressure_some=sig.cpu.some.avg10 if sig.cpu else None,
@@ -329,4 +356,28 @@ class AttributionCollector(Collector):
             memory_pressure_full=(sig.memory.full.avg10
                                   if sig.memory and sig.memory.full else None),
             cpu_throttled_ratio=throttled_ratio if limit is not None else None,
-            cpu_limit_cores=limit)
+            cpu_limit_cores=limit,
+            memory_pressure_some=sig.memory.some.avg10 if sig.memory else None,
+            **memory)
+
+    def _memory(self, sig: CgroupSignals) -> dict[str, float | None]:
+        """The workload's memory limit and use, and since the last read how often
+        it hit the limit and how much the kernel reclaimed from it there."""
+        state = sig.memory_state
+        if state is None:
+            return {}
+        now = self._mono()
+        self._memory_seen[sig.cgroup] = (now, state.limit_hits, state.reclaimed_pages)
+        hits = reclaimed = None
+        before = self._memory_before.get(sig.cgroup)
+        if before is not None and now > before[0]:
+            dt = now - before[0]
+            if state.limit_hits is not None and before[1] is not None:
+                hits = max(0.0, (state.limit_hits - before[1]) / dt)
+            if state.reclaimed_pages is not None and before[2] is not None:
+                reclaimed = max(0.0, (state.reclaimed_pages - before[2]) * PAGE_SIZE / dt)
+        return {"memory_limit_bytes": None if state.limit_bytes is None
+                else float(state.limit_bytes),
+                "memory_used_bytes": None if state.used_bytes is None
+                else float(state.used_bytes),
+                "memory_limit_hits_per_s": hits, "memory_reclaimed_bytes_per_s": reclaimed}

@@ -345,7 +345,8 @@ class _GpuPass:
                    (REMAP_FAILED, Every.SLOW), *_remapped()])
         if ecc_on:
             self.want(_ecc_counts())
-        self.want(self._fans())
+        r.fan_count = self._fan_count()
+        self.want((_fan(fan), Every.POLL) for fan in range(r.fan_count or 0))
         self.read(also=tuple(dict.fromkeys(
             pair for request in gpu.shared_fields.values() for pair in request)))
         # What this poll's answers make due: the states that follow the load
@@ -370,14 +371,14 @@ class _GpuPass:
             self.read()
         self._export(rows, out, r)
 
-    def _fans(self) -> list[tuple[Source, Every]]:
+    def _fan_count(self) -> int | None:
         gpu = self.gpu
         fans = gpu.static_read("fan_count", Device.fan_count, self.device)
         if fans is None and "fan_count" in gpu.unsupported:
             # Drivers before R510 have no nvmlDeviceGetNumFans: count the fans
             # that answer instead.
             fans = gpu.static_read("fan_count_probed", _probe_fans, self.device)
-        return [(_fan(fan), Every.POLL) for fan in range(fans or 0)]
+        return fans
 
     def _volatile_moved(self) -> bool:
         volatile = tuple(self.values.get(ECC_COUNT[tname, "volatile"])
@@ -410,6 +411,7 @@ class _GpuPass:
         r.memory_utilization = ok.get(MEMORY_UTILIZATION)
         r.memory_total_bytes = ok.get(MEMORY_TOTAL)
         r.memory_used_bytes = ok.get(MEMORY_USED)
+        r.memory_reserved_bytes = ok.get(MEMORY_RESERVED)
         r.temperature_celsius = ok.get(TEMPERATURE)
         r.slowdown_celsius = ok.get(THRESHOLD["slowdown"])
         r.power_limit_watts = ok.get(POWER_LIMIT)
@@ -429,9 +431,13 @@ class _GpuPass:
         r.persistence_mode = None if persistence is None else bool(persistence)
         for fan in range(_MAX_FANS):
             source = _FANS.get(fan)
-            if source is None or source not in values:
+            if source is None:
                 break
-            out.gauge(m.FAN_SPEED_RATIO, values[source], str(fan))
+            if source not in values:
+                continue  # this fan failed to answer; the next may still
+            speed = out.gauge(m.FAN_SPEED_RATIO, values[source], str(fan))
+            if speed is not None:
+                r.fan_speeds[fan] = speed
         self._export_reasons(out, r)
         self._export_memory_health(out, r)
         self._export_verdicts(out, r)

@@ -103,6 +103,8 @@ class GpmCollector(NvmlCollector):
         self._errors = 0
         readings: dict[int, GpmReading] = {}
         out.readings.gpm = readings
+        instances: dict[int, dict[int, GpmReading]] = {}
+        out.readings.gpm_instances = instances
         if not self.session.up:
             return
         if self.session.generation != self._generation:
@@ -137,6 +139,8 @@ class GpmCollector(NvmlCollector):
                 for mid, (_dev, mig_metric) in _RATIOS.items():
                     if values is not None and mid in values:
                         out.add_values(mig_metric, at, values[mid] / 100.0)
+                if values is not None:
+                    instances.setdefault(gpu.index, {})[inst.gpu_instance] = _ratios(values)
 
         self._errors += self.session.each_gpu(one)
 
@@ -215,5 +219,11 @@ class GpmCollector(NvmlCollector):
         for mid, (metric, direction) in _RATES.items():
             if mid in values:
                 out.add_values(metric, (*base, direction), values[mid] * _MIB)
-        return GpmReading(ratios.get(c.GPM_SM_UTIL), ratios.get(c.GPM_SM_OCCUPANCY),
-                          ratios.get(c.GPM_ANY_TENSOR_UTIL), ratios.get(c.GPM_DRAM_BW_UTIL))
+        return _ratios(values)
+
+
+def _ratios(values: dict[int, float]) -> GpmReading:
+    """The GPM ratios among ``values`` (metric id -> percent), each within 0-1."""
+    ratios = {mid: min(1.0, max(0.0, values[mid] / 100.0)) for mid in _RATIOS if mid in values}
+    return GpmReading(ratios.get(c.GPM_SM_UTIL), ratios.get(c.GPM_SM_OCCUPANCY),
+                      ratios.get(c.GPM_ANY_TENSOR_UTIL), ratios.get(c.GPM_DRAM_BW_UTIL))

@@ -315,4 +315,4 @@ def _signals(f: HostReading) -> HostSignals:
         io_pressure_some=io_p.some.avg10 if io_p else None,
         cpu_pressure_some=cpu_p.some.avg10 if cpu_p else None,
         memory_pressure_full=mem_p.full.avg10 if mem_p and mem_p.full else None,
-        swap_bytes_per_s=swap)
+        swap_bytes_per_s=swap, steal_ratio=f.steal_ratio)

@@ -119,8 +119,9 @@ class ProcessesCollector(NvmlCollector):
         self._last_seen_us: dict[int, int] = {}
         # gpu index -> (when its process samples were read, pid -> SM ratio)
         self._sm: dict[int, tuple[float, dict[int, float]]] = {}
-        # pid -> (time, cpu seconds, run-queue wait seconds) at the previous poll
-        self._prev: dict[int, tuple[float, float, float | None]] = {}
+        # pid -> (time, cpu seconds, run-queue wait seconds, voluntary context
+        # switches) at the previous poll
+        self._prev: dict[int, tuple[float, float, float | None, int | None]] = {}
         self._dropped: dict[int, int] = {}
         # (gpu index, pid, gpu instance, compute instance) -> its label values,
         # for the processes exported at the previous poll
@@ -276,7 +277,7 @@ class ProcessesCollector(NvmlCollector):
 
     def _export(self, out: SnapshotBuilder, gpu: int, gpu_labels: tuple[str, str],
                 p: _Listed, info: ProcessInfo, local: frozenset[int] | None, now: float,
-                prev: dict[int, tuple[float, float, float | None]],
+                prev: dict[int, tuple[float, float, float | None, int | None]],
                 known: dict[tuple[int, int, int | None, int | None], _Labels]
                 ) -> ProcessReading:
         key = (gpu, p.pid, p.gpu_instance, p.compute_instance)
@@ -311,17 +312,23 @@ class ProcessesCollector(NvmlCollector):
         if local is not None and info.cpus_allowed is not None:
             affinity_local = info.cpus_allowed <= local
             add(m.PROCESS_CPU_AFFINITY_LOCAL, labels, affinity_local)
-        cpu_ratio = wait_ratio = None
+        cpu_ratio = wait_ratio = wakeups = None
         before = prev.get(p.pid)
         if before is not None and now > before[0]:
             dt = now - before[0]
             cpu_ratio = max(0.0, (info.cpu_seconds - before[1]) / dt)
             if info.run_queue_wait_seconds is not None and before[2] is not None:
                 wait_ratio = max(0.0, (info.run_queue_wait_seconds - before[2]) / dt)
-        self._prev[p.pid] = (now, info.cpu_seconds, info.run_queue_wait_seconds)
+            if info.voluntary_ctxt_switches is not None and before[3] is not None:
+                wakeups = max(0.0, (info.voluntary_ctxt_switches - before[3]) / dt)
+        self._prev[p.pid] = (now, info.cpu_seconds, info.run_queue_wait_seconds,
+                             info.voluntary_ctxt_switches)
         return ProcessReading(
             gpu=gpu, pid=p.pid, comm=info.comm,
             memory_used_bytes=p.used_bytes, sm_utilization=p.sm_ratio, state=info.state,
             cpu_ratio=cpu_ratio, run_queue_wait_ratio=wait_ratio, affinity_local=affinity_local,
             cpus_allowed=info.cpus_allowed_list, container_id=info.container_id,
-            pod_uid=info.pod_uid)
+            pod_uid=info.pod_uid, gpu_instance=p.gpu_instance, wakeups_per_s=wakeups,
+            children=None if info.children_states is None else len(info.children_states),
+            children_blocked=None if info.children_states is None
+            else info.children_states.count("D"))

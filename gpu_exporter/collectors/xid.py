@@ -154,7 +154,8 @@ class XidCollector(NvmlCollector):
         self._set = None
         self._registered = {}
 
-    def _handle(self, device: int, event_type: int, data: int) -> None:
+    def _handle(self, device: int, event_type: int, data: int,
+                gpu_instance: int | None = None) -> None:
         gpu = next((g for g in self.session.gpus
                     if g.device is not None and g.device.handle_value == device), None)
         index, uuid = (gpu.index, gpu.identity.uuid) if gpu else (-1, "")
@@ -167,7 +168,8 @@ class XidCollector(NvmlCollector):
         if event_type & c.EVENT_XID_CRITICAL:
             self._xids[(index, uuid, data)] += 1
             self._totals[(index, uuid)] += 1
-            self.recent.append(XidEvent(index, uuid, data, self._wall()))
+            self.recent.append(XidEvent(index, uuid, data, self._wall(),
+                                        gpu_instance=gpu_instance))
             del self.recent[:-256]
             log.warning("GPU %d (%s): Xid %d", index, uuid, data)
         else:

@@ -81,6 +81,13 @@ ROW_CONDITION: dict[t.Row, str | None] = {
     t.NUMA_MISPLACED: None,
     t.IDLE_CPU_LIMIT_THROTTLED: None,
     t.ALLOCATED_UNUSED: None,
+    t.UNDERFED_CPU_LIMIT_THROTTLED: None,
+    t.IDLE_MEMORY_LIMIT_RECLAIM: None,
+    t.UNDERFED_MEMORY_LIMIT_RECLAIM: None,
+    t.IDLE_CPU_STEAL: None,
+    t.UNDERFED_CPU_STEAL: None,
+    # A fan that stopped is a board to repair: its GPU throttles under load.
+    t.FAN_STOPPED: HARDWARE_FAULT,
 }
 _BY_KEY = {row.key: condition for row, condition in ROW_CONDITION.items()}
 if set(ROW_CONDITION) != set(t.ROWS):

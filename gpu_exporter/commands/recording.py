@@ -70,9 +70,12 @@ class Recorder:
         elif call == "nvmlGpmMetricsGet" and not isinstance(result, NvmlError):
             self._gpm(args, result)
         elif call == "nvmlEventSetWait_v2" and isinstance(result, tuple):
-            handle, event_type, data = result
+            handle, event_type, data, gpu_instance = result
             if event_type & c.EVENT_XID_CRITICAL and handle in self._handles:
-                self.events.append({"t": self._t, "gpu": self._handles[handle], "xid": data})
+                event = {"t": self._t, "gpu": self._handles[handle], "xid": data}
+                if gpu_instance is not None:  # the MIG instance NVML names
+                    event["gpu_instance"] = gpu_instance
+                self.events.append(event)
         elif not isinstance(result, NvmlError):
             if call == "nvmlSystemGetDriverVersion":
                 self.system["driver_version"] = result

@@ -19,8 +19,9 @@ of one of two kinds:
   such a gap makes the verdict "checked only in part";
 - *nothing to check*: the row's subject is absent (no process uses the GPU,
   no workload on it runs under a CPU limit, no kubelet allocates it, a GPU
-  without NVLink has no NVSwitch fabric, the configuration does not expect
-  persistence mode); the row ran and found nothing it could be about.
+  without NVLink has no NVSwitch fabric, a board without fans has no fan to
+  judge, the configuration does not expect persistence mode); the row ran and
+  found nothing it could be about.
 
 A lost GPU is one gap: nothing but its loss can be read from it.
 """
@@ -63,6 +64,7 @@ _NVML_WORDS: dict[str, str] = {
     "ecc_uncorrected_volatile": "ECC error counts (ECC off, or not on this board)",
     "remap_pending": "row remapping state", "remap_failed": "row remapping state",
     "persistence_mode": "persistence mode",
+    "fan_speeds": "fan speed",
     "recovery_action": "recovery action (drivers R565 and newer)",
     "fabric_state": "NVSwitch fabric state (Hopper and newer in an NVSwitch system, drivers "
                     "R550 and newer)",
@@ -112,7 +114,8 @@ class _Reads:
 
 
 def _view(value: object, path: str, reads: _Reads) -> object:
-    if value is None or value is False or (isinstance(value, list | tuple) and not value):
+    if value is None or value is False or (isinstance(value, list | tuple | dict)
+                                           and not value):
         reads.absent.setdefault(path, value)
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -197,6 +200,8 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
             return _Reason("persistence mode is not expected (diagnosis.expect_persistence: "
                            "false)", False)
         return None
+    if path == "gpu_instance":
+        return None  # a whole GPU, not a MIG instance: data, not absence
     head = path.split(".", 1)[0].split("[", 1)[0]
     reader = _READER_OF_SIGNAL.get(head)
     if reader is not None and reader in ctx.missing:
@@ -238,6 +243,8 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
                        else f"no {path.rsplit('.', 1)[-1].replace('_', ' ')} in sysfs", True)
     if head in ("gpu", "memory_used_ratio"):
         field = path.rsplit(".", 1)[-1].split("[", 1)[0]
+        if field == "fan_speeds" and ctx.sig.gpu.fan_count == 0:
+            return _Reason("NVML counts no fan on this GPU (cooled by the chassis)", False)
         if field == "fabric_state" and ctx.sig.nvlink_links == 0:
             return _Reason("NVML counts no NVLink on this GPU, so it is in no NVSwitch fabric",
                            False)

@@ -32,6 +32,9 @@ from gpu_exporter.thresholds import DiagnosisConfig
 
 log = logging.getLogger(__name__)
 
+# The rows judged on each MIG instance of a GPU split into instances.
+INSTANCE_ROWS: tuple[Row, ...] = tuple(r for r in ROWS if r.per_instance)
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -43,8 +46,11 @@ class Finding:
     evidence: Evidence
     since: float  # unix time the row turned on
     explains: tuple[Explained, ...] = ()
-    # Whose the GPU is: the containers it is allocated to, its Slurm jobs.
+    # Whose the GPU (or instance) is: the containers it is allocated to, its
+    # Slurm jobs.
     owners: tuple[GpuOwner, ...] = ()
+    # The MIG instance the finding is about (None: the whole GPU).
+    gpu_instance: int | None = None
 
     def as_dict(self, runbook_base: str = "docs/runbook.md") -> dict[str, object]:
         """The chain for /diagnosis and ``diagnose --json``: symptom <- cause <-
@@ -52,8 +58,10 @@ class Finding:
         produces (each with its own evidence and why), and the evidence holds
         one ``explains_<cause>`` line per such row for readers of evidence only;
         ``owners`` names the pods' containers (namespace, pod, container) or
-        the Slurm jobs the GPU belongs to, where known."""
-        return {"gpu": str(self.gpu), "uuid": self.uuid, "symptom": self.row.symptom,
+        the Slurm jobs the GPU belongs to, where known; ``gpu_instance`` the
+        MIG instance a finding about one is about."""
+        place = {} if self.gpu_instance is None else {"gpu_instance": str(self.gpu_instance)}
+        return {"gpu": str(self.gpu), **place, "uuid": self.uuid, "symptom": self.row.symptom,
                 "cause": self.row.cause, "severity": self.row.severity,
                 "summary": self.row.summary, "evidence": dict(self.evidence),
                 "explained": [{"symptom": e.row.symptom, "cause": e.row.cause,
@@ -86,7 +94,9 @@ def _switched_off(settings: Settings) -> tuple[str, ...]:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu, f.row.key))
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu,
+                                           -1 if f.gpu_instance is None else f.gpu_instance,
+                                           f.row.key))
 
 
 @dataclass(slots=True)
@@ -149,9 +159,13 @@ class Diagnosis(Derivation):
         self.switched_off = switched_off
         self._mono = monotonic
         self._wall = wall_clock
-        self._rows: dict[tuple[int, str], _RowState] = {}
-        self._timelines: dict[int, _Timeline] = {}
+        # Keyed by place: (GPU index, MIG instance or None).
+        self._rows: dict[tuple[int, int | None, str], _RowState] = {}
+        self._timelines: dict[tuple[int, int | None], _Timeline] = {}
         self._counters: dict[tuple[int, str], deque[tuple[float, float]]] = {}
+        # GPU uuid -> its owners when last known: a lost GPU lists no process,
+        # and its job was its job until it fell off the bus.
+        self._last_owners: dict[str, tuple[GpuOwner, ...]] = {}
         self._errors = 0
         self._failing: set[str] = set()
 
@@ -183,36 +197,54 @@ class Diagnosis(Derivation):
         signals = gather(out.readings)
         unjudged: dict[int, list[Row]] = {}
         settling: dict[int, float] = {}
+        active: dict[int, set[Row]] = {}
+        labels: dict[int, str] = {}
         for sig in signals:
-            findings += self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
-                                       settling)
+            labels[sig.index] = sig.uuid
+            found = self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
+                                   settling)
+            active.setdefault(sig.index, set()).update(f.row for f in found)
+            findings += found
+        # One gpu_diagnosis_active series per GPU and row: on while the row is
+        # a root cause on the GPU or any of its MIG instances.
+        for index, uuid in labels.items():
+            for row in ROWS:
+                on = row in active[index]
+                if on or self.detail:
+                    out.add_values("gpu_diagnosis_active",
+                                   (str(index), uuid, row.symptom, row.cause), on)
+        gpus = [s for s in signals if s.gpu_instance is None]
         out.publish(FINDINGS, tuple(sort_findings(findings)))
-        out.publish(COVERAGE, Coverage([s.index for s in signals], unjudged,
-                                       {s.index: s for s in signals}, settling, self.cfg,
+        out.publish(COVERAGE, Coverage([s.index for s in gpus], unjudged,
+                                       {s.index: s for s in gpus}, settling, self.cfg,
                                        missing, self.switched_off))
 
     def _evaluate(self, sig: GpuSignals, now: float, wall: float, out: SnapshotBuilder,
                   unjudged: list[Row], settling: dict[int, float]) -> list[Finding]:
-        """One GPU: judge every row, keep the steady state, then keep the root
-        causes among the rows that are on."""
+        """One place (a GPU, or a MIG instance of one): judge its rows, keep
+        the steady state, then keep the root causes among the rows that are on.
+        A row an instance cannot judge is not the GPU's unjudged row."""
+        place = (sig.index, sig.gpu_instance)
         trend = Trend(self._increase_fn(sig.index, now), wall)
-        timeline = self._timelines.get(sig.index)
+        timeline = self._timelines.get(place)
         if timeline is None:
-            timeline = self._timelines[sig.index] = _Timeline()
+            timeline = self._timelines[place] = _Timeline()
         timeline.add(now, max(self.cfg.window, self.cfg.clear_after) + 1.0, self.cfg.window)
+        rows = ROWS if sig.gpu_instance is None else INSTANCE_ROWS
         states: list[_RowState] = []
         on: list[Candidate] = []
-        for row in ROWS:
+        for row in rows:
             verdict = self._judge(row, sig, trend)
-            state = self._rows.get((sig.index, row.key))
+            at = (sig.index, sig.gpu_instance, row.key)
+            state = self._rows.get(at)
             if state is None or state.labels[1] != sig.uuid:
                 # New, or another GPU at this index (replaced): start afresh.
-                state = self._rows[(sig.index, row.key)] = _RowState(
+                state = self._rows[at] = _RowState(
                     labels=(str(sig.index), sig.uuid, row.symptom, row.cause))
             states.append(state)
-            if verdict.holds is None:
+            if verdict.holds is None and sig.gpu_instance is None:
                 # The board, the driver or a missing reader leaves the rule
-                # nothing to judge: its 0 below means unknown, not healthy.
+                # nothing to judge: its 0 means unknown, not healthy.
                 out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
                 unjudged.append(row)
                 state.judged_since = None
@@ -228,21 +260,28 @@ class Diagnosis(Derivation):
                 if left > 0 and left > settling.get(sig.index, 0.0):
                     settling[sig.index] = left
         roots = resolve(on)
+        owners = self._owners(sig)
         findings = []
-        for row, state in zip(ROWS, states, strict=True):
+        for row, state in zip(rows, states, strict=True):
             explained = roots.get(row)
             if explained is None:
-                if self.detail:
-                    out.add_values("gpu_diagnosis_active", state.labels, False)
                 continue
-            out.add_values("gpu_diagnosis_active", state.labels, True)
             evidence = dict(state.evidence)
             for item in explained:
                 key = f"explains_{item.row.symptom}_{item.row.cause}"
                 evidence[key] = explanation(item, state.evidence)
             findings.append(Finding(sig.index, sig.uuid, row, evidence, state.since,
-                                    tuple(explained), sig.owners))
+                                    tuple(explained), owners, sig.gpu_instance))
         return findings
+
+    def _owners(self, sig: GpuSignals) -> tuple[GpuOwner, ...]:
+        """The place's owners; for a GPU that is lost, those it had."""
+        if sig.gpu_instance is not None:
+            return sig.owners
+        if sig.owners:
+            self._last_owners[sig.uuid] = sig.owners
+            return sig.owners
+        return self._last_owners.get(sig.uuid, ()) if not sig.gpu.up else ()
 
     def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:
         try:

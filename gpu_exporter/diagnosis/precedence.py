@@ -55,6 +55,9 @@ _HOST_CAUSES = (
     (t.IDLE_DATA_PIPELINE_IO, t.UNDERFED_DATA_PIPELINE_IO),
     (t.IDLE_CPU_CONTENTION, t.UNDERFED_CPU_CONTENTION),
     (t.IDLE_HOST_SWAPPING, t.UNDERFED_HOST_SWAPPING),
+    (t.IDLE_CPU_LIMIT_THROTTLED, t.UNDERFED_CPU_LIMIT_THROTTLED),
+    (t.IDLE_MEMORY_LIMIT_RECLAIM, t.UNDERFED_MEMORY_LIMIT_RECLAIM),
+    (t.IDLE_CPU_STEAL, t.UNDERFED_CPU_STEAL),
 )
 _IO_CITES = ("workload_io_pressure_some_ratio", "host_cpu_iowait_ratio",
              "host_io_pressure_some_ratio")
@@ -62,6 +65,14 @@ _CPU_CITES = ("host_cpu_pressure_some_ratio", "workload_cpu_pressure_some_ratio"
               "process_run_queue_wait_seconds_per_second")
 _SWAP_CITES = ("host_swap_bytes_per_second", "host_memory_pressure_full_ratio",
                "workload_memory_pressure_full_ratio")
+_LIMIT_CITES = ("workload_cpu_throttled_ratio", "workload_cpu_limit_cores")
+_MEMORY_LIMIT_CITES = ("workload_memory_limit_hits_per_second",
+                       "workload_memory_reclaimed_bytes_per_second",
+                       "workload_memory_limit_bytes")
+_STEAL_CITES = ("host_cpu_steal_ratio",)
+_CITES = {"data_pipeline_io": _IO_CITES, "cpu_contention": _CPU_CITES,
+          "host_swapping": _SWAP_CITES, "cpu_limit_throttled": _LIMIT_CITES,
+          "memory_limit_reclaim": _MEMORY_LIMIT_CITES, "cpu_steal": _STEAL_CITES}
 _ECC_XIDS = frozenset({48, 63, 64, 92, 94, 95})
 
 
@@ -97,36 +108,51 @@ def _edges() -> tuple[Explains, ...]:
                             _IO_CITES,
                             independent=_run_queue_measured))
     for cause, _ in _HOST_CAUSES:
-        cites = {t.IDLE_DATA_PIPELINE_IO: _IO_CITES, t.IDLE_CPU_CONTENTION: _CPU_CITES,
-                 t.IDLE_HOST_SWAPPING: _SWAP_CITES}[cause]
-        out.append(Explains(cause, t.IDLE_PROCESS_STALLED, "a process blocked on the host "
-                            "(reads, page faults in D state, a CPU it waits for) looks stalled",
-                            ("process_pid", "process_state", "process_cpu_ratio"), cites))
-    for cause in (t.IDLE_DATA_PIPELINE_IO, t.IDLE_CPU_CONTENTION, t.IDLE_HOST_SWAPPING,
-                  t.UNDERFED_DATA_PIPELINE_IO, t.UNDERFED_CPU_CONTENTION,
-                  t.UNDERFED_HOST_SWAPPING):
-        out.append(Explains(cause, t.BURSTY_INPUT, "a starved input pipeline makes the GPU "
-                            "alternate between waiting and full speed",
-                            ("utilization_samples_min_ratio", "utilization_samples_max_ratio"),
-                            {t.IDLE_DATA_PIPELINE_IO: _IO_CITES,
-                             t.UNDERFED_DATA_PIPELINE_IO: _IO_CITES,
-                             t.IDLE_CPU_CONTENTION: _CPU_CITES,
-                             t.UNDERFED_CPU_CONTENTION: _CPU_CITES}.get(cause, _SWAP_CITES)))
-    # A container held at its CPU limit stalls in CPU pressure of its own,
-    # and its loaders sleep waiting for their next slice.
-    for cpu in (t.IDLE_CPU_CONTENTION, t.UNDERFED_CPU_CONTENTION):
-        out.append(Explains(t.IDLE_CPU_LIMIT_THROTTLED, cpu, "a workload held at its CPU limit "
-                            "waits for CPU time it is not allowed to take",
-                            ("workload_cpu_pressure_some_ratio",),
-                            ("workload_cpu_throttled_ratio", "workload_cpu_limit_cores")))
-    out.append(Explains(t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_PROCESS_STALLED, "a process "
-                        "throttled by its CPU limit sleeps between its slices",
-                        ("process_pid", "process_state", "process_cpu_ratio"),
-                        ("workload_cpu_throttled_ratio", "workload_cpu_limit_cores")))
-    out.append(Explains(t.IDLE_CPU_LIMIT_THROTTLED, t.BURSTY_INPUT, "a starved input "
-                        "pipeline makes the GPU alternate between waiting and full speed",
-                        ("utilization_samples_min_ratio", "utilization_samples_max_ratio"),
-                        ("workload_cpu_throttled_ratio",)))
+        out.append(Explains(cause, t.IDLE_PROCESS_STALLED, "a process held back on its host "
+                            "(blocked on reads or page faults, waiting for a CPU or its "
+                            "limit) looks stalled", ("process_pid", "process_state",
+                                                     "process_cpu_ratio"),
+                            _CITES[cause.cause]))
+    for pair in _HOST_CAUSES:
+        for cause in pair:
+            out.append(Explains(cause, t.BURSTY_INPUT, "a starved input pipeline makes the GPU "
+                                "alternate between waiting and full speed",
+                                ("utilization_samples_min_ratio",
+                                 "utilization_samples_max_ratio"), _CITES[cause.cause]))
+    # A container held at its CPU limit stalls in CPU pressure of its own, and
+    # its tasks wait to run (throttled time counts as run delay).
+    for limit, cpu in ((t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_CPU_CONTENTION),
+                       (t.IDLE_CPU_LIMIT_THROTTLED, t.UNDERFED_CPU_CONTENTION),
+                       (t.UNDERFED_CPU_LIMIT_THROTTLED, t.UNDERFED_CPU_CONTENTION)):
+        out.append(Explains(limit, cpu, "a workload held at its CPU limit waits for CPU time "
+                            "it is not allowed to take", ("workload_cpu_pressure_some_ratio",
+                                                          "process_run_queue_wait_seconds_"
+                                                          "per_second"), _LIMIT_CITES))
+    # A workload at its memory limit re-reads the page cache the kernel
+    # evicted, and its tasks reclaim in the kernel (D): I/O waits of its own.
+    for memory, io in ((t.IDLE_MEMORY_LIMIT_RECLAIM, t.IDLE_DATA_PIPELINE_IO),
+                       (t.IDLE_MEMORY_LIMIT_RECLAIM, t.UNDERFED_DATA_PIPELINE_IO),
+                       (t.UNDERFED_MEMORY_LIMIT_RECLAIM, t.UNDERFED_DATA_PIPELINE_IO)):
+        out.append(Explains(memory, io, "a workload at its memory limit reads again what the "
+                            "kernel evicted to make room", (*_IO_CITES, "process_state"),
+                            _MEMORY_LIMIT_CITES))
+    # A stolen CPU leaves runnable tasks waiting in the guest.
+    for steal, cpu in ((t.IDLE_CPU_STEAL, t.IDLE_CPU_CONTENTION),
+                       (t.IDLE_CPU_STEAL, t.UNDERFED_CPU_CONTENTION),
+                       (t.UNDERFED_CPU_STEAL, t.UNDERFED_CPU_CONTENTION)):
+        out.append(Explains(steal, cpu, "the hypervisor runs others on the VM's CPUs: the "
+                            "guest's tasks wait for them", _CPU_CITES, _STEAL_CITES))
+    out.append(Explains(t.FAN_STOPPED, t.THERMAL, "a stopped fan leaves its heat on the GPU "
+                        "until the driver slows it", ("thermal_reasons_active",
+                                                      "temperature_celsius"),
+                        ("fan_0_speed_ratio", "fan_1_speed_ratio")))
+    out.append(Explains(t.FAN_STOPPED, t.HW_SLOWDOWN, "a stopped fan heats the GPU until the "
+                        "hardware slows it", ("hw_slowdown_active",),
+                        ("fan_0_speed_ratio", "fan_1_speed_ratio")))
+    out.append(Explains(t.ECC_UNCORRECTABLE, t.ALLOCATED_UNUSED, "an uncorrectable error "
+                        "ended the job on the GPU: its pod keeps the GPU with nothing "
+                        "running on it", ("gpu_processes",),
+                        ("ecc_uncorrected_volatile_errors",)))
     out.append(Explains(t.POWER_BRAKE, t.HW_SLOWDOWN, "the driver sets hw_slowdown with "
                         "hw_power_brake", ("hw_slowdown_active",), ("hw_power_brake_active",)))
     out.append(Explains(t.THERMAL, t.HW_SLOWDOWN, "the driver sets hw_slowdown for high "

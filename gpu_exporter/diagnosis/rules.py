@@ -11,9 +11,13 @@ root cause and which are its consequences is decided afterwards from
 
 A rule answers True (the row's condition holds now), False, or None (it cannot
 judge: the signal it needs is missing). Rules never judge what they cannot
-see: no GPM, no ``utilization_inflated``; an idle GPU's PCIe link is never
-"downtrained"; an idle GPU is never "power capped". Each returns the evidence
-it based the answer on, keyed by name with the unit as suffix, in base units.
+see (no GPM, no ``utilization_inflated``), and each follows the principles of
+docs/diagnosis.md: a cause judged at every load it can exist at (an idle GPU's
+lower PCIe generation is its own choice, its narrower width never is; an idle
+GPU far under its power limit is not "power capped"), the workload's own
+evidence before the host's, process states read for what they mean, and a
+cause only on its own signal. Each returns the evidence it based the answer
+on, keyed by name with the unit as suffix, in base units.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
+from gpu_exporter.readings import ProcessReading
 from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter.xids import XidTier
 
@@ -70,58 +75,96 @@ def rule(row: Row) -> Callable[[Rule], Rule]:
     return register
 
 
-def _busy(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool, float] | None:
-    """Whether the GPU is busy, and its utilization; None when NVML did not say."""
-    u = s.gpu.utilization
-    return None if u is None else (u >= cfg.busy_utilization, u)
+def _has_work(s: GpuSignals) -> tuple[bool | None, Evidence]:
+    """Whether the GPU has work: NVML's own gpu_idle reason says it has none;
+    where NVML gives no reasons, a utilization above zero says it has some."""
+    reasons, util = s.gpu.throttle_reasons, s.gpu.utilization
+    ev: Evidence = {} if util is None else {"gpu_utilization_ratio": util}
+    if reasons is not None:
+        return "gpu_idle" not in reasons, ev
+    return (None if util is None else util > 0.0), ev
 
 
-def _held_below(s: GpuSignals, cfg: DiagnosisConfig,
-                below: float) -> tuple[bool | None, Evidence]:
-    """GPU memory held, GPU utilization under ``below``."""
-    used, util = s.memory_used_ratio, s.gpu.utilization
-    if used is None or util is None:
-        return None, {}
-    ev: Evidence = {"gpu_memory_used_ratio": round(used, 3), "gpu_utilization_ratio": util}
-    return used > cfg.memory_held_ratio and util < below, ev
+def _job(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    """Whether a job holds the place: a process has a context on it; where the
+    processes cannot be read (or hide in another PID namespace), its memory
+    says so."""
+    used = s.memory_used_ratio
+    ev: Evidence = {} if used is None else {"gpu_memory_used_ratio": round(used, 3)}
+    if s.processes:
+        return True, ev
+    if used is None:
+        return None, ev
+    return used > cfg.memory_held_ratio, ev
+
+
+def _starved(s: GpuSignals, cfg: DiagnosisConfig,
+             below: float) -> tuple[bool | None, Evidence]:
+    """A job holds the place and keeps it busy less than ``below`` of the time.
+    The only load gate of the host-side causes, and physics asks for it: a GPU
+    kept busy is not waiting on its host."""
+    held, ev = _job(s, cfg)
+    load = s.load
+    if load is not None:
+        ev["gpu_utilization_ratio" if s.gpu_instance is None else "mig_sm_active_ratio"] = load
+    if held is None or load is None:
+        return None, ev
+    return held and load < below, ev
 
 
 def _held_idle(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
-    """GPU memory held, GPU doing almost nothing."""
-    return _held_below(s, cfg, cfg.idle_utilization)
+    return _starved(s, cfg, cfg.idle_utilization)
 
 
 def _held_underfed(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
-    """GPU memory held, GPU below busy. Idle counts too, so a GPU whose
-    utilization jitters around the idle threshold stays judged; when the idle
-    row for the same cause is on, it explains this one (precedence.py)."""
-    return _held_below(s, cfg, cfg.busy_utilization)
+    """Below busy; idle counts too, so a GPU whose utilization jitters around
+    the idle threshold stays judged: when the idle row for the same cause is
+    on, it restates this one (precedence.py)."""
+    return _starved(s, cfg, cfg.busy_utilization)
 
 
 def _own(s: GpuSignals, signal: str) -> float | None:
-    """The highest of ``signal`` among the GPU's workloads that have it (their
+    """The highest of ``signal`` among the place's workloads that have it (their
     own cgroup's), or None when none does: then the host's counters judge."""
     values = [v for w in s.workloads if (v := getattr(w, signal)) is not None]
     return max(values) if values else None
 
 
+def _blocked(s: GpuSignals) -> list[ProcessReading]:
+    """The place's processes blocked in the kernel (D), waiting on I/O, or
+    asleep waiting for loader workers (the children they forked) of which at
+    least half are blocked in D: what feeds the GPU waits on its reads."""
+    return [p for p in s.processes if p.state == "D" or (
+        p.state == "S" and p.children and p.children_blocked
+        and 2 * p.children_blocked >= p.children)]
+
+
 def _io_bound(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
-    # The workload's own I/O pressure, where it has one, judges: one job
+    # The workload's own evidence first: its cgroup's I/O pressure (one job
     # starving on its reads raises little host-wide on a large node, and a
-    # neighbour's reads must not be blamed on this GPU.
+    # neighbour's reads must not be blamed on this GPU), then its process
+    # blocked in D; the host's counters only where neither is read.
     h = s.host
     own = _own(s, "io_pressure_some")
+    blocked = _blocked(s)
     ev: Evidence = {}
     if own is not None:
         ev["workload_io_pressure_some_ratio"] = round(own, 3)
+    if blocked:
+        first = blocked[0]
+        ev.update({"process_pid": str(first.pid), "process_state": first.state or "?"})
+        if first.children_blocked:
+            ev["process_workers_blocked"] = f"{first.children_blocked} of {first.children}"
     if h is not None and h.iowait_ratio is not None:
         ev["host_cpu_iowait_ratio"] = round(h.iowait_ratio, 3)
     if h is not None and h.io_pressure_some is not None:
         ev["host_io_pressure_some_ratio"] = round(h.io_pressure_some, 3)
     if own is not None:
         return own >= cfg.io_pressure_high, ev
+    if blocked:
+        return True, ev
     if h is None or (h.iowait_ratio is None and h.io_pressure_some is None):
-        return None, {}
+        return None, ev
     hit = False
     if h.iowait_ratio is not None:
         hit = h.iowait_ratio >= cfg.iowait_high
@@ -134,41 +177,90 @@ def _cpu_starved(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evid
     h = s.host
     waits = [p.run_queue_wait_ratio for p in s.processes if p.run_queue_wait_ratio is not None]
     own = _own(s, "cpu_pressure_some")
-    pressure = own if own is not None else None if h is None else h.cpu_pressure_some
-    if pressure is None and not waits:
-        return None, {}
+    host = None if h is None else h.cpu_pressure_some
     ev: Evidence = {}
     if own is not None:
         ev["workload_cpu_pressure_some_ratio"] = round(own, 3)
-    elif pressure is not None:
-        ev["host_cpu_pressure_some_ratio"] = round(pressure, 3)
     if waits:
         ev["process_run_queue_wait_seconds_per_second"] = round(max(waits), 3)
-    # Each measure that the kernel offers must agree: CPU pressure (the
-    # workload's own where known, else the host's) where it has PSI, and where
-    # it keeps schedstat the GPU's own process must be waiting.
-    pressure_hit = pressure >= cfg.cpu_pressure_high if pressure is not None else True
-    wait_hit = max(waits) >= cfg.run_queue_wait_high if waits else True
-    return pressure_hit and wait_hit, ev
+    if host is not None:
+        ev["host_cpu_pressure_some_ratio"] = round(host, 3)
+    # The job's own measures, each where the kernel keeps it, must all agree:
+    # its process waiting on the run queue, its cgroup stalling on CPU. Only
+    # where neither is read does the host's CPU pressure speak for it.
+    if waits or own is not None:
+        return ((not waits or max(waits) >= cfg.run_queue_wait_high)
+                and (own is None or own >= cfg.cpu_pressure_high)), ev
+    if host is None:
+        return None, ev
+    return host >= cfg.cpu_pressure_high, ev
 
 
 def _swapping(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
     h = s.host
-    own = _own(s, "memory_pressure_full")
-    full = own if own is not None else None if h is None else h.memory_pressure_full
     swap = None if h is None else h.swap_bytes_per_s
-    if swap is None and full is None:
+    if swap is None:
+        return None, {}  # no swap counters: swapping cannot be told
+    ev: Evidence = {"host_swap_bytes_per_second": round(swap)}
+    own_full, own_some = _own(s, "memory_pressure_full"), _own(s, "memory_pressure_some")
+    if own_full is not None:
+        ev["workload_memory_pressure_full_ratio"] = round(own_full, 3)
+    if own_some is not None:
+        ev["workload_memory_pressure_some_ratio"] = round(own_some, 3)
+    if h is not None and h.memory_pressure_full is not None:
+        ev["host_memory_pressure_full_ratio"] = round(h.memory_pressure_full, 3)
+    # Swapping needs swap traffic; memory pressure without it is not swapping.
+    # Where the job's own memory stall is read and shows none, the host's
+    # swapping is not what holds this job back.
+    unaffected = own_some is not None and own_some <= cfg.memory_pressure_full
+    return swap >= cfg.swap_bytes_per_s and not unaffected, ev
+
+
+def _memory_limited(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    read = [w for w in s.workloads if w.memory_used_bytes is not None]
+    limited = [w for w in read if w.memory_limit_bytes is not None]
+    if not limited:
+        # memory.max "max": no limit of its own to reclaim at (reclaim for the
+        # host's want of memory is the swapping rows').
+        return (False if read else None), {}
+    w = max(limited, key=lambda w: (w.memory_used_bytes or 0) / (w.memory_limit_bytes or 1))
+    used, limit = w.memory_used_bytes or 0.0, w.memory_limit_bytes or 1.0
+    hits, reclaimed = w.memory_limit_hits_per_s, w.memory_reclaimed_bytes_per_s
+    ev: Evidence = {"workload_memory_used_bytes": used, "workload_memory_limit_bytes": limit}
+    if hits is not None:
+        ev["workload_memory_limit_hits_per_second"] = round(hits, 2)
+    if reclaimed is not None:
+        ev["workload_memory_reclaimed_bytes_per_second"] = round(reclaimed)
+    if w.memory_pressure_some is not None:
+        ev["workload_memory_pressure_some_ratio"] = round(w.memory_pressure_some, 3)
+    if hits is None and reclaimed is None:
+        return None, ev  # the first read: no rates yet
+    at_limit = used >= cfg.memory_limit_used_ratio * limit
+    return at_limit and ((hits or 0.0) > 0 or (reclaimed or 0.0) >= cfg.reclaim_bytes_per_s), ev
+
+
+def _stolen(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    steal = None if s.host is None else s.host.steal_ratio
+    if steal is None:
         return None, {}
-    ev: Evidence = {}
-    hit = False
-    if swap is not None:
-        ev["host_swap_bytes_per_second"] = round(swap)
-        hit = swap >= cfg.swap_bytes_per_s
-    if full is not None:
-        key = "workload" if own is not None else "host"
-        ev[f"{key}_memory_pressure_full_ratio"] = round(full, 3)
-        hit |= full > cfg.memory_pressure_full
-    return hit, ev
+    return steal >= cfg.steal_high, {"host_cpu_steal_ratio": round(steal, 3)}
+
+
+def _limit_throttled(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    limited = [w for w in s.workloads
+               if w.cpu_limit_cores is not None and w.cpu_throttled_ratio is not None]
+    if not limited:
+        return None, {}
+    worst = max(limited, key=lambda w: w.cpu_throttled_ratio or 0.0)
+    throttled = worst.cpu_throttled_ratio or 0.0
+    ev: Evidence = {"workload_cpu_throttled_ratio": round(throttled, 3),
+                    "workload_cpu_limit_cores": round(worst.cpu_limit_cores or 0.0, 3)}
+    if s.host is not None and s.host.cpu_pressure_some is not None:
+        ev["host_cpu_pressure_some_ratio"] = round(s.host.cpu_pressure_some, 3)
+    # The workload's own throttling is its own evidence: it names the limit
+    # whatever the host's CPU pressure (a host short of CPUs as well is
+    # contention on top, judged by its own row).
+    return throttled >= cfg.cpu_throttled_high, ev
 
 
 def _with(base: tuple[bool | None, Evidence],
@@ -182,51 +274,37 @@ def _with(base: tuple[bool | None, Evidence],
     return Verdict(hit, {**ev, **cause_ev})
 
 
-def _data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    return _with(_held_idle(s, cfg), _io_bound(s, cfg))
+_Cause = Callable[[GpuSignals, DiagnosisConfig], tuple[bool | None, Evidence]]
 
 
-rule(t.IDLE_DATA_PIPELINE_IO)(_data_pipeline)
+def _starved_rules(idle: Row, underfed: Row, cause: _Cause) -> None:
+    """Register the two rows of a host-side cause of a starved GPU."""
+    def at_idle(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+        return _with(_held_idle(s, cfg), cause(s, cfg))
+
+    def below_busy(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+        return _with(_held_underfed(s, cfg), cause(s, cfg))
+
+    at_idle.__name__ = at_idle.__qualname__ = f"_idle_{idle.cause}"
+    below_busy.__name__ = below_busy.__qualname__ = f"_underfed_{underfed.cause}"
+    rule(idle)(at_idle)
+    rule(underfed)(below_busy)
 
 
-def _cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    return _with(_held_idle(s, cfg), _cpu_starved(s, cfg))
-
-
-rule(t.IDLE_CPU_CONTENTION)(_cpu_contention)
-
-
-def _host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    return _with(_held_idle(s, cfg), _swapping(s, cfg))
-
-
-rule(t.IDLE_HOST_SWAPPING)(_host_swapping)
-
-
-def _underfed_data_pipeline(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    return _with(_held_underfed(s, cfg), _io_bound(s, cfg))
-
-
-rule(t.UNDERFED_DATA_PIPELINE_IO)(_underfed_data_pipeline)
-
-
-def _underfed_cpu_contention(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    return _with(_held_underfed(s, cfg), _cpu_starved(s, cfg))
-
-
-rule(t.UNDERFED_CPU_CONTENTION)(_underfed_cpu_contention)
-
-
-def _underfed_host_swapping(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    return _with(_held_underfed(s, cfg), _swapping(s, cfg))
-
-
-rule(t.UNDERFED_HOST_SWAPPING)(_underfed_host_swapping)
+_starved_rules(t.IDLE_DATA_PIPELINE_IO, t.UNDERFED_DATA_PIPELINE_IO, _io_bound)
+_starved_rules(t.IDLE_CPU_CONTENTION, t.UNDERFED_CPU_CONTENTION, _cpu_starved)
+_starved_rules(t.IDLE_HOST_SWAPPING, t.UNDERFED_HOST_SWAPPING, _swapping)
+_starved_rules(t.IDLE_CPU_LIMIT_THROTTLED, t.UNDERFED_CPU_LIMIT_THROTTLED, _limit_throttled)
+_starved_rules(t.IDLE_MEMORY_LIMIT_RECLAIM, t.UNDERFED_MEMORY_LIMIT_RECLAIM, _memory_limited)
+_starved_rules(t.IDLE_CPU_STEAL, t.UNDERFED_CPU_STEAL, _stolen)
 
 
 def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    # Judged on its own; a host-side cause holding at the same time explains
-    # the stall instead (precedence.py), and the stall is listed beneath it.
+    # Read for what the states mean: S is asleep until an event, and one that
+    # never wakes waits for something that does not come; D is blocked in the
+    # kernel on I/O (the storage rows); a process that wakes often with a
+    # little CPU waits for work (an idle server). A host-side cause holding at
+    # the same time explains the stall instead (precedence.py).
     held, ev = _held_idle(s, cfg)
     if held is None or not s.processes_known:
         return Verdict(None)
@@ -235,13 +313,17 @@ def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdi
     procs = [p for p in s.processes if p.cpu_ratio is not None]
     if not procs:
         return Verdict(None, ev)
-    stalled = all(p.cpu_ratio is not None and p.cpu_ratio < cfg.stalled_cpu_ratio
-                  and p.state in ("S", "D") for p in procs)
     top = max(procs, key=lambda p: p.memory_used_bytes or 0)
     ev.update({"process_pid": str(top.pid), "process_comm": top.comm,
                "process_state": top.state or "?",
                "process_cpu_ratio": round(top.cpu_ratio or 0.0, 3)})
-    return Verdict(stalled, ev)
+    if top.wakeups_per_s is not None:
+        ev["process_wakeups_per_second"] = round(top.wakeups_per_s, 2)
+    if any(p.wakeups_per_s is None for p in procs):
+        return Verdict(None, ev)  # the first read of a process: no rate yet
+    stuck = all(p.state == "S" and (p.cpu_ratio or 0.0) < cfg.stalled_cpu_ratio
+                and (p.wakeups_per_s or 0.0) < cfg.stalled_wakeups_per_s for p in procs)
+    return Verdict(stuck, ev)
 
 
 rule(t.IDLE_PROCESS_STALLED)(_process_stalled)
@@ -268,29 +350,31 @@ def _sm_below_max(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evi
 
 
 def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if load is None or reasons is None:
+    reasons = s.gpu.throttle_reasons
+    if reasons is None:
         return Verdict(None)
-    busy, util = load
     below, ev = _sm_below_max(s, cfg)
-    ev = {**ev, "gpu_utilization_ratio": util,
-          "sw_power_cap_active": "yes" if "sw_power_cap" in reasons else "no"}
-    if s.gpu.power_limit_watts is not None:
-        ev["power_limit_watts"] = s.gpu.power_limit_watts
+    ev["sw_power_cap_active"] = "yes" if "sw_power_cap" in reasons else "no"
+    limit, draw = s.gpu.power_limit_watts, s.gpu.power_watts
+    if limit is not None:
+        ev["power_limit_watts"] = limit
     if s.gpu.power_default_limit_watts is not None:
         ev["power_default_limit_watts"] = s.gpu.power_default_limit_watts
-    if s.gpu.power_watts is not None:
-        ev["power_watts"] = round(s.gpu.power_watts, 1)
+    if draw is not None:
+        ev["power_watts"] = round(draw, 1)
     # A busy GPU at its board's default limit drawing its rated power is
     # working as designed: a real H100 under dense tensor work sits at its
     # 700 W default with sw_power_cap on nearly all the time. Only a limit
     # below the default (set by an administrator, or out of band by the rack's
     # power policy: the enforced limit includes both) is a cause to act on.
-    # Where the default is unknown, the cap alone decides, as before.
+    # Where the default is unknown, the cap alone decides, as before. The cap
+    # binds where the GPU draws its limit, whatever its utilization; an idle
+    # GPU far under its limit with the bit still set is not held back.
     lowered = _limit_lowered(s)
     ev["power_limit_lowered"] = {True: "yes", False: "no", None: "unknown"}[lowered]
-    return Verdict(bool(busy and "sw_power_cap" in reasons and below and lowered is not False),
-                   ev)
+    binding = (draw is None or limit is None or draw >= cfg.power_cap_draw_ratio * limit)
+    return Verdict(bool("sw_power_cap" in reasons and below and lowered is not False
+                        and binding), ev)
 
 
 rule(t.POWER_CAP)(_power_cap)
@@ -318,27 +402,49 @@ def _temperature_evidence(s: GpuSignals, ev: Evidence) -> Evidence:
 
 
 def _thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
+    working, ev = _has_work(s)
+    reasons = s.gpu.throttle_reasons
     temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
-    if load is None or (reasons is None and (temp is None or slowdown is None)):
+    if working is None or (reasons is None and (temp is None or slowdown is None)):
         return Verdict(None)
-    busy, util = load
     active = sorted((reasons or frozenset()) & THERMAL_REASONS)
-    ev = _temperature_evidence(s, {"gpu_utilization_ratio": util,
+    below, clock_ev = _sm_below_max(s, cfg)
+    ev = _temperature_evidence(s, {**ev, **clock_ev,
                                    "thermal_reasons_active": ", ".join(active) or "none"})
-    return Verdict(bool(busy and (active or _near_slowdown(s, cfg))), ev)
+    # Heat needs its own signal: a thermal reason, or a temperature at the
+    # slowdown margin with the clocks actually down (or no reasons to read).
+    # A hot GPU at full clocks is not slowed.
+    hot = _near_slowdown(s, cfg) and (reasons is None or below is True)
+    return Verdict(bool(working and (active or hot)), ev)
 
 
 rule(t.THERMAL)(_thermal)
 
 
+def _fan_stopped(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    fans = s.gpu.fan_speeds
+    if not fans:
+        return Verdict(None)  # no fan read (fan_count 0: cooled by the chassis)
+    ev: Evidence = {f"fan_{k}_speed_ratio": round(v, 3) for k, v in sorted(fans.items())}
+    ev = _temperature_evidence(s, ev)
+    stopped = [k for k, v in fans.items() if v <= cfg.fan_stopped_ratio]
+    spinning = [k for k, v in fans.items() if v >= cfg.fan_spinning_ratio]
+    temp, slowdown = s.gpu.temperature_celsius, s.gpu.slowdown_celsius
+    warm = temp is not None and slowdown is not None and \
+        temp >= slowdown - cfg.fan_warm_margin_celsius
+    return Verdict(bool(stopped and (spinning or warm)), ev)
+
+
+rule(t.FAN_STOPPED)(_fan_stopped)
+
+
 def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if load is None or reasons is None:
+    working, ev = _has_work(s)
+    reasons = s.gpu.throttle_reasons
+    if working is None or reasons is None:
         return Verdict(None)
-    busy, util = load
-    _below, ev = _sm_below_max(s, cfg)
-    ev = _temperature_evidence(s, {**ev, "gpu_utilization_ratio": util,
+    _below, clock_ev = _sm_below_max(s, cfg)
+    ev = _temperature_evidence(s, {**ev, **clock_ev,
                                    "hw_slowdown_active": "yes" if "hw_slowdown" in reasons
                                    else "no"})
     if s.gpu.power_watts is not None:
@@ -347,69 +453,70 @@ def _hw_slowdown(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         ev["power_limit_watts"] = s.gpu.power_limit_watts
     # Judged on the bit alone; when a specific bit or the temperature names
     # the reason, that row (thermal, power_brake) explains this one.
-    return Verdict(bool(busy and "hw_slowdown" in reasons), ev)
+    return Verdict(bool(working and "hw_slowdown" in reasons), ev)
 
 
 rule(t.HW_SLOWDOWN)(_hw_slowdown)
 
 
 def _power_brake(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    load, reasons = _busy(s, cfg), s.gpu.throttle_reasons
-    if load is None or reasons is None:
+    working, ev = _has_work(s)
+    reasons = s.gpu.throttle_reasons
+    if working is None or reasons is None:
         return Verdict(None)
-    busy, _util = load
-    _below, ev = _sm_below_max(s, cfg)
+    _below, clock_ev = _sm_below_max(s, cfg)
+    ev.update(clock_ev)
     ev["hw_power_brake_active"] = "yes" if "hw_power_brake" in reasons else "no"
-    return Verdict(bool(busy and "hw_power_brake" in reasons), ev)
+    return Verdict(bool(working and "hw_power_brake" in reasons), ev)
 
 
 rule(t.POWER_BRAKE)(_power_brake)
 
 
 def _app_clocks(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    load = _busy(s, cfg)
+    working, ev = _has_work(s)
     app = s.gpu.clocks_application_hz.get("sm")
     default = s.gpu.clocks_application_default_hz.get("sm")
-    if load is None or app is None or not default:
+    if working is None or app is None or not default:
         return Verdict(None)
-    busy, util = load
-    ev: Evidence = {"application_sm_clock_hertz": app,
-                    "default_application_sm_clock_hertz": default,
-                    "gpu_utilization_ratio": util}
+    ev.update({"application_sm_clock_hertz": app,
+               "default_application_sm_clock_hertz": default})
     top = s.gpu.clocks_max_hz.get("sm")
     if top:
         ev["sm_clock_max_hertz"] = top
-    # GPU Boost runs above the default application clock; only a lower setting caps it.
-    return Verdict(busy and app < cfg.clock_below_max_ratio * default, ev)
+    # GPU Boost runs above the default application clock; only a lower setting
+    # caps it, and it caps whatever work the GPU has.
+    return Verdict(working and app < cfg.clock_below_max_ratio * default, ev)
 
 
 rule(t.APPLICATION_CLOCKS)(_app_clocks)
 
 
 def _downtrained(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    load = _busy(s, cfg)
+    working, ev = _has_work(s)
     g = s.gpu
     width, width_max = g.pcie_width, g.pcie_width_max
     gen, gen_max = g.pcie_generation, g.pcie_generation_max
-    if load is None or width is None or width_max is None or gen is None or gen_max is None:
+    if width is None or width_max is None or gen is None or gen_max is None:
         return Verdict(None)
-    busy, util = load
-    ev: Evidence = {"pcie_link_width": width, "pcie_link_width_max": width_max,
-                    "pcie_link_generation": gen, "pcie_link_generation_max": gen_max,
-                    "gpu_utilization_ratio": util}
-    degraded = width < width_max or gen < gen_max
+    ev.update({"pcie_link_width": width, "pcie_link_width_max": width_max,
+               "pcie_link_generation": gen, "pcie_link_generation_max": gen_max})
+    narrow = width < width_max
+    slow = gen < gen_max
     up = s.pcie
     if up is not None and up.upstream_width is not None and up.upstream_width_max is not None:
         ev["upstream_link_width"] = up.upstream_width
         ev["upstream_link_width_max"] = up.upstream_width_max
-        degraded |= up.upstream_width < up.upstream_width_max
+        narrow |= up.upstream_width < up.upstream_width_max
     if (up is not None and up.upstream_generation is not None
             and up.upstream_generation_max is not None):
         ev["upstream_link_generation"] = up.upstream_generation
         ev["upstream_link_generation_max"] = up.upstream_generation_max
-        degraded |= up.upstream_generation < up.upstream_generation_max
-    # Idle links downshift to save power: only a busy GPU's link is judged.
-    return Verdict(busy and degraded, ev)
+        slow |= up.upstream_generation < up.upstream_generation_max
+    # A width is never lowered to save power: narrower than it can be is a
+    # fault at any load. An idle GPU lowers its generation on purpose: a lower
+    # generation is judged while the GPU has work.
+    return Verdict(narrow or bool(slow and working), ev)
 
 
 rule(t.PCIE_DOWNTRAINED)(_downtrained)
@@ -456,12 +563,16 @@ def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict
 rule(t.ROW_REMAP_PENDING)(_remap_pending)
 
 
-def _xid_rule(tier: XidTier) -> Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]:
+def _xid_rule(tier: XidTier,
+              per_instance: bool) -> Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]:
     """The rule of one Xid tier: an Xid of that tier (xids.py, as the
-    configuration places it) within the hold."""
+    configuration places it) within the hold. The application tier is the
+    job's: on a MIG GPU an Xid NVML names an instance for is that instance's
+    (and its owner's), one it names none for is the GPU's."""
     def judge(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-        recent = [(at, x) for at, x in s.xids
-                  if cfg.xid_tier(x) == tier and trend.now - at <= cfg.xid_hold]
+        recent = [(at, x) for at, x, gi in s.xids
+                  if cfg.xid_tier(x) == tier and trend.now - at <= cfg.xid_hold
+                  and (not per_instance or not s.mig or gi == s.gpu_instance)]
         if not recent:
             return Verdict(False)
         evidence: Evidence = {"xid": ", ".join(str(x) for x in sorted({x for _, x in recent})),
@@ -479,9 +590,9 @@ def _xid_rule(tier: XidTier) -> Callable[[GpuSignals, DiagnosisConfig, Trend], V
     return judge
 
 
-rule(t.XID)(_xid_rule("hardware"))
-rule(t.XID_APPLICATION)(_xid_rule("application"))
-rule(t.XID_INFORMATIONAL)(_xid_rule("informational"))
+rule(t.XID)(_xid_rule("hardware", per_instance=False))
+rule(t.XID_APPLICATION)(_xid_rule("application", per_instance=True))
+rule(t.XID_INFORMATIONAL)(_xid_rule("informational", per_instance=False))
 
 
 def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
@@ -527,6 +638,7 @@ rule(t.FABRIC_DEGRADED)(_fabric)
 
 
 def _near_full(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    # A MIG instance fills up on its own: its memory is its own.
     used = s.memory_used_ratio
     if used is None:
         return Verdict(None)
@@ -574,41 +686,20 @@ def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 rule(t.NUMA_MISPLACED)(_numa)
 
 
-def _cpu_limit_throttled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    held, ev = _held_idle(s, cfg)
-    limited = [w for w in s.workloads
-               if w.cpu_limit_cores is not None and w.cpu_throttled_ratio is not None]
-    if held is None or not limited:
-        return Verdict(None)
-    if not held:
-        return Verdict(False, ev)
-    worst = max(limited, key=lambda w: w.cpu_throttled_ratio or 0.0)
-    throttled = worst.cpu_throttled_ratio or 0.0
-    ev["workload_cpu_throttled_ratio"] = round(throttled, 3)
-    ev["workload_cpu_limit_cores"] = round(worst.cpu_limit_cores or 0.0, 3)
-    host = None if s.host is None else s.host.cpu_pressure_some
-    if host is not None:
-        ev["host_cpu_pressure_some_ratio"] = round(host, 3)
-    # The limit is the cause only while the node has CPUs to give: a host
-    # short of CPUs is contention, whatever the limit says.
-    spare = host is None or host < cfg.cpu_pressure_high
-    return Verdict(throttled >= cfg.cpu_throttled_high and spare, ev)
-
-
-rule(t.IDLE_CPU_LIMIT_THROTTLED)(_cpu_limit_throttled)
-
-
 def _allocated_unused(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     pods = [o for o in s.owners if not o.slurm_job_id]
-    used, util = s.memory_used_ratio, s.gpu.utilization
-    if not s.allocations_known or not s.processes_known or used is None or util is None:
+    used, load = s.memory_used_ratio, s.load
+    if not s.allocations_known or not s.processes_known or used is None:
         return Verdict(None)
-    ev: Evidence = {"gpu_processes": len(s.processes), "gpu_utilization_ratio": util,
-                    "gpu_memory_used_ratio": round(used, 3)}
+    ev: Evidence = {"gpu_processes": len(s.processes), "gpu_memory_used_ratio": round(used, 3)}
+    if load is not None:
+        ev["gpu_utilization_ratio"] = round(load, 3)
     # Memory held with no process listed is a process the exporter cannot
-    # see (another PID namespace, no permission), not an unused GPU.
-    return Verdict(bool(pods) and not s.processes and util < cfg.idle_utilization
-                   and used < cfg.memory_held_ratio, ev)
+    # see (another PID namespace, no permission), not an unused GPU; a MIG
+    # instance without GPM says nothing of its activity, and with no process
+    # on it nothing can be running.
+    idle = load is None or load < cfg.idle_utilization
+    return Verdict(bool(pods) and not s.processes and idle and used < cfg.memory_held_ratio, ev)
 
 
 rule(t.ALLOCATED_UNUSED)(_allocated_unused)

@@ -9,9 +9,12 @@ from typing import Any
 
 from gpu_exporter.readings import (
     READER_OF_FIELD,
+    AttributionReading,
+    GpmReading,
     GpuOwner,
     GpuReading,
     HostSignals,
+    MigReading,
     PcieKernelView,
     PollReadings,
     ProcessReading,
@@ -20,10 +23,11 @@ from gpu_exporter.readings import (
 )
 
 
-def read_from(source: str, **default: Any) -> Any:
+def read_from(*sources: str, **default: Any) -> Any:
     """A GpuSignals field that gather() fills from the PollReadings field
-    ``source`` (and so waits on the reader that fills it)."""
-    return field(metadata={"source": source}, **default)
+    ``sources`` names (and so waits on the reader that fills it): one, or
+    one per kind of place (a GPU's, a MIG instance's), all of one reader."""
+    return field(metadata={"sources": sources}, **default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +58,11 @@ def owner_of(culprit: XidCulprit, owners: tuple[GpuOwner, ...]) -> GpuOwner | No
 
 @dataclass(slots=True)
 class GpuSignals:
-    """One GPU's signals in one poll. Each field names the PollReadings field
-    it is gathered from: the diagnosis's inputs, and the reader behind each
-    value it went without, follow from these declarations."""
+    """What the rules see of one place in one poll: a GPU, or one MIG instance
+    of a GPU split into instances (``gpu_instance``), which the rows of what
+    runs on a GPU judge like a GPU of its own. Each field names the
+    PollReadings field it is gathered from: the diagnosis's inputs, and the
+    reader behind each value it went without, follow from these declarations."""
 
     index: int = read_from("gpus")
     uuid: str = read_from("gpus")
@@ -64,15 +70,17 @@ class GpuSignals:
     host: HostSignals | None = read_from("host_signals")
     pcie: PcieKernelView | None = read_from("pcie_view")
     processes: list[ProcessReading] = read_from("processes", default_factory=list)
-    sm_active: float | None = read_from("gpm", default=None)
+    # GPM's SM activity: a GPU's, or an instance's own
+    sm_active: float | None = read_from("gpm", "gpm_instances", default=None)
     # min, mean, max of NVML's utilization samples
     util_samples: tuple[float, float, float] | None = read_from("samples", default=None)
-    xids: list[tuple[float, int]] = read_from("xid", default_factory=list)  # (unix time, xid)
+    # (unix time, xid, the MIG instance NVML named for it or None)
+    xids: list[tuple[float, int, int | None]] = read_from("xid", default_factory=list)
     # The processes the kernel log names for those Xids, where it does.
     xid_blames: list[XidBlame] = read_from("xid", default_factory=list)
     processes_known: bool = read_from("processes", default=False)  # the process reader ran
-    # Whose the GPU is (allocations, Slurm jobs), and the own cgroup signals
-    # of the workloads of its processes: preferred over the host's.
+    # Whose the GPU (or instance) is (allocations, Slurm jobs), and the own
+    # cgroup signals of the workloads of its processes: preferred over the host's.
     owners: tuple[GpuOwner, ...] = read_from("attribution", default=())
     workloads: tuple[WorkloadSignals, ...] = read_from("attribution", default=())
     # The kubelet's allocations are known (None: attribution not read)
@@ -81,26 +89,54 @@ class GpuSignals:
     # the nvlink reader did not run). No rule judges it; the diagnosis's
     # coverage reads it to tell "no fabric here" from "fabric not read".
     nvlink_links: int | None = read_from("nvlink", default=None)
+    # The GPU is split into MIG instances; this place is the GPU itself
+    # (``gpu_instance`` None) or one of them.
+    mig: bool = read_from("mig", default=False)
+    gpu_instance: int | None = read_from("mig", default=None)
+    instance_memory: tuple[float, float] | None = read_from("mig", default=None)  # (used, total)
 
     @property
     def memory_used_ratio(self) -> float | None:
+        if self.instance_memory is not None:
+            used, total = self.instance_memory
+            return used / total if total else None
+        if self.mig:
+            return None  # a split GPU's memory is its instances'
+        # The share of what processes can allocate: the driver's reserve is
+        # never theirs (v2's ``used`` leaves it out; v1's counts it, and has
+        # no reserve to take off).
         g = self.gpu
         if g.memory_used_bytes is None or not g.memory_total_bytes:
             return None
-        return g.memory_used_bytes / g.memory_total_bytes
+        usable = g.memory_total_bytes - (g.memory_reserved_bytes or 0.0)
+        return g.memory_used_bytes / usable if usable > 0 else None
+
+    @property
+    def load(self) -> float | None:
+        """How busy the place is: NVML's utilization for a GPU, GPM's SM
+        activity for a MIG instance (None without GPM: NVML has no
+        utilization for an instance, nor for a GPU split into instances)."""
+        if self.gpu_instance is not None:
+            return self.sm_active
+        return None if self.mig else self.gpu.utilization
 
 
-# GpuSignals field -> the PollReadings field it is gathered from, and the reader behind it.
-SOURCE_OF_SIGNAL: dict[str, str] = {f.name: f.metadata["source"] for f in fields(GpuSignals)}
+# GpuSignals field -> the PollReadings fields it is gathered from, and the reader behind them.
+SOURCES_OF_SIGNAL: dict[str, tuple[str, ...]] = {
+    f.name: f.metadata["sources"] for f in fields(GpuSignals)}
 READER_OF_SIGNAL: dict[str, str] = {
-    name: READER_OF_FIELD[source] for name, source in SOURCE_OF_SIGNAL.items()}
+    name: READER_OF_FIELD[sources[0]] for name, sources in SOURCES_OF_SIGNAL.items()}
+_mixed = {name for name, sources in SOURCES_OF_SIGNAL.items()
+          if {READER_OF_FIELD[s] for s in sources} != {READER_OF_SIGNAL[name]}}
+if _mixed:  # pragma: no cover - a programming error, caught at import
+    raise ImportError(f"signals gathered from more than one reader: {sorted(_mixed)}")
 # What the diagnosis reads: per reader (the ``input`` label of
 # gpu_diagnosis_input_missing), the PollReadings fields it fills that the
 # signals are gathered from. A reader switched off leaves them None, and the
 # rows that need them unjudged.
+_SOURCES = tuple(dict.fromkeys(s for sources in SOURCES_OF_SIGNAL.values() for s in sources))
 INPUTS: dict[str, tuple[str, ...]] = {
-    reader: tuple(source for source in dict.fromkeys(SOURCE_OF_SIGNAL.values())
-                  if READER_OF_FIELD[source] == reader)
+    reader: tuple(source for source in _SOURCES if READER_OF_FIELD[source] == reader)
     for reader in dict.fromkeys(READER_OF_SIGNAL.values())}
 
 
@@ -111,16 +147,19 @@ def missing_inputs(readings: PollReadings) -> tuple[str, ...]:
 
 
 def gather(readings: PollReadings) -> list[GpuSignals]:
-    """One GpuSignals per GPU the device reader read (none without it)."""
+    """One GpuSignals per GPU the device reader read (none without it), and
+    one per MIG instance of each GPU split into instances."""
     gpus = readings.gpus or {}
     host = readings.host_signals
     pcie = readings.pcie_view or {}
     procs = readings.processes
     gpm = readings.gpm or {}
+    gpm_instances = readings.gpm_instances or {}
     samples = readings.samples or {}
     xids = readings.xid or []
     attribution = readings.attribution
     nvlink = readings.nvlink
+    mig = readings.mig or {}
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))
@@ -133,7 +172,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         util = samples.get(index, {}).get("gpu_utilization_samples_ratio")
         if util is not None:
             sig.util_samples = (util.min, util.mean, util.max)
-        sig.xids = [(e.at, e.xid) for e in xids if e.gpu == index]
+        sig.xids = [(e.at, e.xid, e.gpu_instance) for e in xids if e.gpu == index]
         if attribution is not None:
             sig.owners = attribution.owners.get(index, ())
             sig.workloads = attribution.workloads.get(index, ())
@@ -146,4 +185,31 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             links = nvlink.get(index)
             sig.nvlink_links = 0 if links is None else links.links
         out.append(sig)
+        instances = mig.get(index)
+        if instances:
+            sig.mig = True
+            out += [_instance(sig, m, gpm_instances.get(index, {}).get(m.gpu_instance),
+                              attribution) for m in instances]
+            sig.processes = [p for p in sig.processes if p.gpu_instance is None]
     return out
+
+
+def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
+              attribution: AttributionReading | None) -> GpuSignals:
+    """The place of MIG instance ``m`` of ``gpu``: its own memory, activity,
+    processes, owners and their workloads; the GPU's host and link."""
+    procs = [p for p in gpu.processes if p.gpu_instance == m.gpu_instance]
+    owners: tuple[GpuOwner, ...] = ()
+    workloads: tuple[WorkloadSignals, ...] = ()
+    if attribution is not None:
+        owners = attribution.instance_owners.get((gpu.index, m.gpu_instance), ())
+        mine = {(p.pod_uid, p.container_id) for p in procs}
+        workloads = tuple(w for w in gpu.workloads
+                          if (w.pod_uid, w.container_id) in mine or w.slurm_job_id)
+    return GpuSignals(gpu.index, gpu.uuid, gpu.gpu, gpu.host, gpu.pcie, procs,
+                      None if activity is None else activity.sm_active, None, gpu.xids,
+                      [b for b in gpu.xid_blames if b.owner in owners],
+                      gpu.processes_known, owners, workloads, gpu.allocations_known,
+                      gpu.nvlink_links, mig=True, gpu_instance=m.gpu_instance,
+                      instance_memory=(float(m.memory_used_bytes),
+                                       float(m.memory_total_bytes)))

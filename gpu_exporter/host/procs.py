@@ -36,6 +36,8 @@ _CHUNK = 16384
 # Distinct Cpus_allowed_list texts remembered; a node has a handful (one per
 # NUMA node, "all"), so reaching this means something churns: start afresh.
 _CPULISTS_MAX = 256
+# Children read per process (a loader forks a few dozen at most).
+_CHILDREN_MAX = 64
 
 # The cgroup a container runtime puts a container in: cri-containerd-<id>.scope,
 # docker-<id>.scope, crio-<id>.scope, libpod-<id>.scope (systemd driver), or
@@ -66,6 +68,10 @@ class ProcessInfo:
     cpus_allowed_list: str | None  # as the kernel wrote it, for evidence
     container_id: str  # "" when not in a container
     pod_uid: str  # "" when not in a Kubernetes pod
+    # The states of the children its main thread forked (DataLoader workers,
+    # say), from /proc/PID/task/PID/children and each child's stat; None
+    # where the kernel has no such file (CONFIG_PROC_CHILDREN off).
+    children_states: tuple[str, ...] | None = None
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
@@ -195,6 +201,7 @@ class ProcessReader:
         self._page_size = page_size
         self._cgroups: dict[int, tuple[str, tuple[str, str]]] = {}
         self._cpulists: dict[str, frozenset[int]] = {}
+        self._children_file = True
 
     def read(self, pid: int) -> ProcessInfo | None:
         """The process's facts, or None when it is gone now. Raises
@@ -224,6 +231,23 @@ class ProcessReader:
                 self._cpulists.clear()
             self._cpulists[text] = cpus
         return cpus
+
+    def _children_states(self, base: str, pid: int) -> tuple[str, ...] | None:
+        """The states of the first _CHILDREN_MAX children of the process's
+        main thread; None without the children file."""
+        if not self._children_file:
+            return None
+        text = _optional(base, f"task/{pid}/children")
+        if text is None:  # the kernel keeps none (CONFIG_PROC_CHILDREN off): stop asking
+            self._children_file = False
+            return None
+        states = []
+        for word in text.split()[:_CHILDREN_MAX]:
+            if word.isascii() and word.isdigit():
+                state = _child_state(f"{self._root}/{word}/stat")
+                if state is not None:
+                    states.append(state)
+        return tuple(states)
 
     def _read(self, base: str, pid: int) -> ProcessInfo:
         stat_path = f"{base}/stat"
@@ -275,6 +299,7 @@ class ProcessReader:
                        else to_int(status_path, involuntary_text))
 
         return ProcessInfo(
+            children_states=self._children_states(base, pid),
             pid=pid, comm=comm, state=rest[_STATE], ppid=to_int(stat_path, rest[_PPID]),
             threads=threads if threads is not None else to_int(stat_path, rest[_THREADS]),
             cpu_seconds=(utime + stime) / self._clk_tck, rss_bytes=rss,
@@ -282,6 +307,16 @@ class ProcessReader:
             run_queue_wait_seconds=wait,
             cpus_allowed=allowed, cpus_allowed_list=allowed_list,
             container_id=container, pod_uid=pod)
+
+
+def _child_state(path: str) -> str | None:
+    try:
+        stat = read_text(path)
+    except OSError:  # gone since its parent listed it
+        return None
+    close = stat.rfind(")")
+    state = stat[close + 1:close + 3].strip() if close > 0 else ""
+    return state or None
 
 
 def read_process(procfs: Path, pid: int, clk_tck: int = CLK_TCK,

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from gpu_exporter import safefile
 from gpu_exporter.nvml import binding
 from gpu_exporter.simulator import recordings
-from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement, write_tenants
+from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_placement
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
 from gpu_exporter.simulator.hostfs import HostFs
 from gpu_exporter.simulator.kmsg import KernelLogFile
@@ -191,8 +191,27 @@ def _change_processes(path: Path, procs: Any, changes: Any) -> list[Any]:
         if not isinstance(fields, dict):
             raise ScenarioError(f"scenario {path}: process_changes.{safefile.shown(pid)}: "
                                 "expected a mapping")
+        _scale_switches(by_pid[pid], fields)
         by_pid[pid].update(fields)
     return procs
+
+
+# Context switch rates a changed process keeps in proportion to its CPU time.
+_SWITCHES = ("voluntary_ctxt_switches_per_s", "nonvoluntary_ctxt_switches_per_s")
+
+
+def _scale_switches(proc: dict[str, Any], fields: dict[str, Any]) -> None:
+    """A change of a process's CPU time that leaves its context switches
+    unsaid scales the inherited rates with it: a process runs only by waking
+    (or being switched in), so a job that drops from 1.2 CPUs to 0.2 % of one
+    no longer wakes 900 times a second, whatever the busy job it extends did."""
+    old, new = proc.get("cpu_ratio"), fields.get("cpu_ratio")
+    if not isinstance(old, int | float) or not isinstance(new, int | float) or old <= 0:
+        return
+    for key in _SWITCHES:
+        rate = proc.get(key)
+        if key not in fields and isinstance(rate, int | float):
+            fields[key] = rate * max(0.0, float(new)) / float(old)
 
 
 def _resolve_from(name: str, directory: Path) -> Path:
@@ -243,21 +262,66 @@ def _tenant_cgroups(tenants: Tenants) -> dict[int, str]:
     return found
 
 
+def _tenant_cpusets(tenants: Tenants) -> dict[int, str]:
+    """PID -> its workload's cpuset, for the workloads that have one: the
+    kernel keeps a task's allowed CPUs within its cpuset."""
+    found: dict[int, str] = {}
+    for pod in tenants.pods:
+        for c in pod.containers:
+            if c.cpus is not None:
+                found.update((pid, c.cpus) for pid in c.pids)
+    for job in tenants.slurm_jobs:
+        if job.cpus is not None:
+            found.update((pid, job.cpus) for pid in job.pids)
+    return found
+
+
 def _placed(scenario: Scenario) -> Scenario:
-    """The scenario with each tenant's processes in their workload's cgroup."""
+    """The scenario with each tenant's processes in their workload's cgroup,
+    confined to its cpuset unless a process names its own CPUs."""
     if scenario.tenants is None:
         return scenario
     cgroups = _tenant_cgroups(scenario.tenants)
+    cpusets = _tenant_cpusets(scenario.tenants)
 
     def place(procs: list[ProcessCondition]) -> list[ProcessCondition]:
-        return [p.model_copy(update={"cgroup": cgroups[p.pid]}) if p.pid in cgroups else p
-                for p in procs]
+        out = []
+        for p in procs:
+            update: dict[str, str] = {}
+            if p.pid in cgroups:
+                update["cgroup"] = cgroups[p.pid]
+            if p.pid in cpusets and p.cpus_allowed is None:
+                update["cpus_allowed"] = cpusets[p.pid]
+            out.append(p.model_copy(update=update) if update else p)
+        return out
 
     return scenario.model_copy(update={
         "processes": place(scenario.processes),
         "timeline": [s if s.processes is None else
                      s.model_copy(update={"processes": place(s.processes)})
                      for s in scenario.timeline]})
+
+
+def _unplaced_cgroups(scenario: Scenario) -> dict[str, int]:
+    """The cgroup v2 paths of the processes no tenant places (their
+    ``cgroup`` line's "0::" path), with the memory those processes hold at
+    most at once: the cgroups exist whether or not a tenant declares them."""
+    tenants = scenario.tenants
+    placed = set() if tenants is None else {
+        pid for pod in tenants.pods for c in pod.containers for pid in c.pids} | {
+        pid for job in tenants.slurm_jobs for pid in job.pids}
+    held: dict[str, int] = {}
+    for procs in [scenario.processes] + [s.processes for s in scenario.timeline
+                                         if s.processes is not None]:
+        step: dict[str, int] = {}
+        for proc in procs:
+            path = next((line[3:] for line in proc.cgroup.splitlines()
+                         if line.startswith("0::/")), None)
+            if path is not None and proc.pid not in placed:
+                step[path] = step.get(path, 0) + proc.rss_bytes
+        for path, rss in step.items():
+            held[path] = max(held.get(path, 0), rss)
+    return held
 
 
 class SimulatedNode:
@@ -292,6 +356,10 @@ class SimulatedNode:
         self.pod_resources_socket = str(self._root / "pod-resources" / "kubelet.sock")
         self.kubelet: PodResourcesServer | None = None
         tenants = scenario.tenants
+        self._tenant_fs = TenantFs(
+            tenants, self.procfs, self.sysfs / "fs" / "cgroup", self.world.jitter,
+            lambda t: bool(self.world.host_condition(t)["psi_available"]),
+            int(self.world.host_condition(0.0)["cpus"]), _unplaced_cgroups(scenario))
         if tenants is not None and (tenants.pods or tenants.free_devices):
             os.makedirs(os.path.dirname(self.pod_resources_socket), exist_ok=True)
             self.kubelet = PodResourcesServer(self.pod_resources_socket, tenants).start()
@@ -302,9 +370,7 @@ class SimulatedNode:
         elapsed = self.world.elapsed()
         self.hostfs.render(elapsed)
         self.kernel_log.render(elapsed)
-        if self.scenario.tenants is not None:
-            write_tenants(self.scenario.tenants, self.procfs, self.sysfs / "fs" / "cgroup",
-                          elapsed)
+        self._tenant_fs.write(elapsed)
 
     def close(self) -> None:
         if self.kubelet is not None:

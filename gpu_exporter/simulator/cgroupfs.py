@@ -1,36 +1,67 @@
 """The cgroup side of the simulated node's tenants, as real files: each
 process's ``/proc/PID/cgroup`` line(s) where kubelet's container runtime or
-slurmd would put it, and under the cgroup v2 root each workload's
-``cpu.pressure``, ``io.pressure``, ``memory.pressure``, ``cpu.stat``,
-``memory.events`` and ``cpu.max``.
+slurmd would put it, and each workload's own cgroup files.
 
-Counters are totals that grow with ``elapsed`` (seconds since the workload
-started) at the condition's ratios, so two writes a few seconds apart give a
-reader exactly the rates asked for. The per-task leaf cgroups below a Slurm
-job get files too, all zero: a reader that took the leaf instead of the job
-would see nothing.
+cgroup v2 (pods, Slurm jobs with ``cgroup_version: 2``), under the v2 root:
+``cpu.pressure``, ``io.pressure``, ``memory.pressure`` (not on a kernel
+without PSI), ``cpu.stat``, ``cpu.max``, ``memory.current``, ``memory.max``,
+``memory.stat``, ``memory.events``, ``memory.swap.current``, and
+``cpuset.cpus``/``cpuset.cpus.effective`` for a workload with a cpuset.
+
+cgroup v1 (Slurm jobs with ``cgroup_version: 1``), each controller its own
+hierarchy under the root (``memory/``, ``cpu,cpuacct/``, ``cpuset/``), at the
+job's level (``/slurm/uid_U/job_J``): ``memory.limit_in_bytes``,
+``memory.usage_in_bytes``, ``memory.max_usage_in_bytes``, ``memory.failcnt``,
+``memory.stat``, ``memory.oom_control``, ``cpu.cfs_quota_us``,
+``cpu.cfs_period_us``, ``cpu.stat``, ``cpuacct.usage``, ``cpuset.cpus``,
+``cpuset.effective_cpus``. v1 has no pressure files.
+
+Counters are totals that grow between two writes at the condition's rates
+(scaled by the scenario's jitter), so two reads a few seconds apart give a
+reader the rates asked for. The per-task leaf cgroups below a Slurm job get
+files too, all zero: a reader that took the leaf instead of the job would see
+nothing.
+
+A process no tenant places still lives in the cgroup its ``cgroup`` line names
+(a container started without the kubelet, a service): that cgroup v2 directory
+is written as well, with no CPU or memory limit, charged the memory its
+processes hold (a process is never in a cgroup that does not exist). It has no
+pressure files: its stalls would follow its processes' states (a task in D
+stalls on I/O), which the simulator does not derive, so a reader finds them
+unread rather than zero.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJob, Tenants
 
 CPU_PERIOD_US = 100_000  # the kubelet's and slurmd's CFS period
+# memory.stat's event counters count pages; the readers convert with this
+# machine's page size, so the files use it too.
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _V1_CONTROLLERS = ("memory", "cpuset", "freezer", "devices", "cpu,cpuacct")
+# cgroup v1's "no limit" (PAGE_COUNTER_MAX pages, as memory.limit_in_bytes shows it)
+_V1_UNLIMITED = 9223372036854771712
+_IDLE = CgroupCondition()
+_PRESSURE_FILES = ("cpu.pressure", "io.pressure", "memory.pressure")
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a workload's processes live: the lines of their /proc/PID/cgroup,
-    the workload's cgroup v2 path (None on v1) and its tasks' leaf (v2)."""
+    the workload's cgroup v2 path (None on v1) and its tasks' leaf (v2), and
+    on v1 the job's path in each controller's hierarchy."""
 
     proc_cgroup: str
     cgroup: str | None
     leaf: str | None
+    v1_job: str | None = None
 
 
 def pod_placement(pod: Pod, container: Container) -> Placement:
@@ -47,45 +78,226 @@ def pod_placement(pod: Pod, container: Container) -> Placement:
 
 def slurm_placement(job: SlurmJob) -> Placement:
     if job.cgroup_version == 1:
-        leaf = f"/slurm/uid_{job.uid}/job_{job.job_id}/step_{job.step}/task_0"
+        job_path = f"/slurm/uid_{job.uid}/job_{job.job_id}"
+        leaf = f"{job_path}/step_{job.step}/task_0"
         lines = [f"{i}:{c}:{leaf}" for i, c in enumerate(_V1_CONTROLLERS, start=2)]
         lines.append("1:name=systemd:/system.slice/slurmd.service")
-        return Placement("\n".join(lines) + "\n", None, None)
+        return Placement("\n".join(lines) + "\n", None, None, job_path)
     job_path = f"/system.slice/slurmstepd.scope/job_{job.job_id}"
     leaf = f"{job_path}/step_{job.step}/user/task_0"
     return Placement(f"0::{leaf}\n", job_path, leaf)
 
 
-def _pressure(some: float, full: float, elapsed: float) -> str:
-    def line(kind: str, ratio: float) -> str:
-        pct = ratio * 100
-        total = int(ratio * elapsed * 1e6)
-        return f"{kind} avg10={pct:.2f} avg60={pct:.2f} avg300={pct:.2f} total={total}\n"
-    return line("some", some) + line("full", full)
+@dataclass(slots=True)
+class _Totals:
+    """One cgroup's counters since it was made."""
+
+    stall_us: dict[str, float] = field(default_factory=dict)  # "cpu/some" -> microseconds
+    periods: float = 0.0
+    throttled: float = 0.0
+    usage_us: float = 0.0
+    scanned: float = 0.0  # pages
+    stolen: float = 0.0
+    refaults: float = 0.0
+    max_events: float = 0.0
 
 
-def cgroup_files(cond: CgroupCondition, cpu_limit: float | None,
-                 elapsed: float) -> dict[str, str]:
-    """File name -> text for one cgroup."""
-    periods = int(elapsed * 1e6 / CPU_PERIOD_US) if cpu_limit is not None else 0
-    throttled = int(periods * cond.cpu_throttled_ratio)
-    cores = cpu_limit if cpu_limit is not None else 1.0
-    usage = int(elapsed * 1e6 * cores * (1 - cond.cpu_some))
-    quota = "max" if cpu_limit is None else str(round(cpu_limit * CPU_PERIOD_US))
-    return {
-        "cpu.pressure": _pressure(cond.cpu_some, cond.cpu_full, elapsed),
-        "io.pressure": _pressure(cond.io_some, cond.io_full, elapsed),
-        "memory.pressure": _pressure(cond.memory_some, cond.memory_full, elapsed),
-        "cpu.stat": (f"usage_usec {usage}\nuser_usec {usage * 9 // 10}\n"
-                     f"system_usec {usage - usage * 9 // 10}\n"
-                     f"nr_periods {periods}\nnr_throttled {throttled}\n"
-                     f"throttled_usec {throttled * CPU_PERIOD_US // 2}\n"
-                     "nr_bursts 0\nburst_usec 0\n"),
-        "memory.events": (f"low 0\nhigh 0\nmax {cond.oom_kills}\n"
-                          f"oom {cond.oom_kills}\noom_kill {cond.oom_kills}\n"
-                          "oom_group_kill 0\n"),
-        "cpu.max": f"{quota} {CPU_PERIOD_US}\n",
-    }
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    placement: Placement
+    pids: list[int]
+    cond: CgroupCondition
+    cpu_limit: float | None
+    memory_limit: int | None
+    cpus: str | None
+
+
+Jitter = Callable[[str, float], float]
+
+
+class TenantFs:
+    """Writes every tenant's files under ``procfs`` and ``cgroup_root``;
+    ``write(elapsed)`` brings them up to that time."""
+
+    def __init__(self, tenants: Tenants | None, procfs: Path | str, cgroup_root: Path | str,
+                 jitter: Jitter | None = None, psi: Callable[[float], bool] | None = None,
+                 cpus: int = 128, others: Mapping[str, int] | None = None) -> None:
+        """``others``: the cgroup v2 paths of processes no tenant places, with
+        the memory their processes hold."""
+        self._proc, self._root = os.fspath(procfs), os.fspath(cgroup_root)
+        self._jitter = jitter or (lambda key, t: 1.0)
+        self._psi = psi or (lambda t: True)
+        self._cpus = cpus
+        pods = [] if tenants is None else tenants.pods
+        jobs = [] if tenants is None else tenants.slurm_jobs
+        self._work = [_Workload(pod_placement(pod, c), c.pids, c.cgroup, c.cpu_limit,
+                                c.memory_limit_bytes, c.cpus)
+                      for pod in pods for c in pod.containers]
+        self._work += [_Workload(slurm_placement(job), job.pids, job.cgroup, job.cpu_limit,
+                                 job.memory_limit_bytes, job.cpus)
+                       for job in jobs]
+        placed = {w.placement.cgroup for w in self._work} | {
+            w.placement.leaf for w in self._work}
+        self._unplaced = [_Workload(Placement("", path, None), [],
+                                    CgroupCondition(memory_anon_bytes=held), None, None, None)
+                          for path, held in sorted((others or {}).items())
+                          if path not in placed]
+        self._totals: dict[str, _Totals] = {}
+        self._last: float | None = None
+
+    def write(self, elapsed: float) -> None:
+        # The workloads started when the node did: the first write covers it all.
+        dt = elapsed if self._last is None else max(0.0, elapsed - self._last)
+        self._last = elapsed
+        psi = self._psi(elapsed)
+        for w in self._work:
+            for pid in w.pids:
+                _write(f"{self._proc}/{pid}/cgroup", w.placement.proc_cgroup)
+            p = w.placement
+            # A kernel without PSI has no pressure files at all.
+            absent = () if psi else _PRESSURE_FILES
+            if p.cgroup is not None:
+                files = self._v2_files(p.cgroup, w, elapsed, dt, psi)
+                _write_cgroup(self._root, p.cgroup, files, absent)
+            if p.leaf is not None:
+                idle = _Workload(p, [], _IDLE, None, None, None)
+                _write_cgroup(self._root, p.leaf,
+                              self._v2_files(p.leaf, idle, elapsed, dt, psi), absent)
+            if p.v1_job is not None:
+                for controller, files in self._v1_files(p.v1_job, w, elapsed, dt).items():
+                    _write_cgroup(os.path.join(self._root, controller), p.v1_job, files)
+        for w in self._unplaced:
+            path = w.placement.cgroup or ""
+            _write_cgroup(self._root, path, self._v2_files(path, w, elapsed, dt, psi=False),
+                          _PRESSURE_FILES)
+
+    # --- what grows ------------------------------------------------------------------
+    def _advance(self, path: str, w: _Workload, t: float, dt: float) -> _Totals:
+        tot = self._totals.setdefault(path, _Totals())
+        j, c = self._jitter, w.cond
+        for res in ("cpu", "io", "memory"):
+            for kind in ("some", "full"):
+                key = f"{res}/{kind}"
+                ratio = min(1.0, getattr(c, f"{res}_{kind}") * j(f"cg{path}/{key}", t))
+                tot.stall_us[key] = tot.stall_us.get(key, 0.0) + ratio * dt * 1e6
+        if w.cpu_limit is not None:
+            periods = dt * 1e6 / CPU_PERIOD_US
+            tot.periods += periods
+            share = min(1.0, c.cpu_throttled_ratio * j(f"cg{path}/throttled", t))
+            tot.throttled += periods * share
+        cores = w.cpu_limit if w.cpu_limit is not None else 1.0
+        tot.usage_us += dt * 1e6 * cores * (1 - c.cpu_some)
+        tot.scanned += c.reclaim_scan_bytes_per_s * dt * j(f"cg{path}/scan", t) / PAGE_SIZE
+        tot.stolen += c.reclaim_steal_bytes_per_s * dt * j(f"cg{path}/steal", t) / PAGE_SIZE
+        tot.refaults += c.refault_bytes_per_s * dt * j(f"cg{path}/refault", t) / PAGE_SIZE
+        tot.max_events += c.memory_max_events_per_s * dt * j(f"cg{path}/max", t)
+        return tot
+
+    def _avg10(self, path: str, key: str, ratio: float, t: float) -> float:
+        return min(1.0, ratio * self._jitter(f"cg{path}/{key}", t))
+
+    # --- cgroup v2 ---------------------------------------------------------------------
+    def _v2_files(self, path: str, w: _Workload, t: float, dt: float,
+                  psi: bool) -> dict[str, str]:
+        tot, c = self._advance(path, w, t, dt), w.cond
+        files: dict[str, str] = {}
+        if psi:
+            for res in ("cpu", "io", "memory"):
+                lines = []
+                for kind in ("some", "full"):
+                    avg = self._avg10(path, f"{res}/{kind}", getattr(c, f"{res}_{kind}"), t)
+                    pct = avg * 100
+                    lines.append(f"{kind} avg10={pct:.2f} avg60={pct:.2f} avg300={pct:.2f} "
+                                 f"total={int(tot.stall_us[f'{res}/{kind}'])}\n")
+                files[f"{res}.pressure"] = "".join(lines)
+        usage, throttled = int(tot.usage_us), int(tot.throttled)
+        quota = "max" if w.cpu_limit is None else str(round(w.cpu_limit * CPU_PERIOD_US))
+        files["cpu.stat"] = (f"usage_usec {usage}\nuser_usec {usage * 9 // 10}\n"
+                             f"system_usec {usage - usage * 9 // 10}\n"
+                             f"nr_periods {int(tot.periods)}\nnr_throttled {throttled}\n"
+                             f"throttled_usec {throttled * CPU_PERIOD_US // 2}\n"
+                             "nr_bursts 0\nburst_usec 0\n")
+        files["cpu.max"] = f"{quota} {CPU_PERIOD_US}\n"
+        # Kernel memory (slab, page tables) is charged too, within the limit.
+        charged = c.memory_anon_bytes + c.memory_file_bytes
+        kernel = charged // 50
+        if w.memory_limit is not None:
+            kernel = max(0, min(kernel, w.memory_limit - charged))
+        files["memory.current"] = f"{c.memory_anon_bytes + c.memory_file_bytes + kernel}\n"
+        files["memory.max"] = "max\n" if w.memory_limit is None else f"{w.memory_limit}\n"
+        files["memory.swap.current"] = f"{c.memory_swap_bytes}\n"
+        files["memory.stat"] = _v2_memory_stat(c, tot, kernel)
+        files["memory.events"] = (f"low 0\nhigh 0\nmax {int(tot.max_events)}\n"
+                                  f"oom {c.oom_kills}\noom_kill {c.oom_kills}\n"
+                                  "oom_group_kill 0\n")
+        if w.cpus is not None:
+            files["cpuset.cpus"] = f"{w.cpus}\n"
+            files["cpuset.cpus.effective"] = f"{w.cpus}\n"
+        return files
+
+    # --- cgroup v1 ---------------------------------------------------------------------
+    def _v1_files(self, path: str, w: _Workload, t: float,
+                  dt: float) -> dict[str, dict[str, str]]:
+        tot, c = self._advance(path, w, t, dt), w.cond
+        used = c.memory_anon_bytes + c.memory_file_bytes
+        limit = _V1_UNLIMITED if w.memory_limit is None else w.memory_limit
+        quota = -1 if w.cpu_limit is None else round(w.cpu_limit * CPU_PERIOD_US)
+        throttled = int(tot.throttled)
+        cpus = w.cpus or f"0-{self._cpus - 1}"
+        return {
+            "memory": {
+                "memory.limit_in_bytes": f"{limit}\n",
+                "memory.usage_in_bytes": f"{used}\n",
+                "memory.max_usage_in_bytes": f"{used}\n",
+                # v1 counts every time the usage hit the limit here.
+                "memory.failcnt": f"{int(tot.max_events)}\n",
+                "memory.stat": _v1_memory_stat(c, limit),
+                "memory.oom_control": f"oom_kill_disable 0\nunder_oom 0\noom_kill {c.oom_kills}\n",
+            },
+            "cpu,cpuacct": {
+                "cpu.cfs_period_us": f"{CPU_PERIOD_US}\n",
+                "cpu.cfs_quota_us": f"{quota}\n",
+                "cpu.stat": (f"nr_periods {int(tot.periods)}\nnr_throttled {throttled}\n"
+                             f"throttled_time {throttled * CPU_PERIOD_US * 500}\n"),
+                "cpuacct.usage": f"{int(tot.usage_us * 1000)}\n",
+            },
+            "cpuset": {"cpuset.cpus": f"{cpus}\n", "cpuset.effective_cpus": f"{cpus}\n",
+                       "cpuset.mems": "0\n"},
+        }
+
+
+def _v2_memory_stat(c: CgroupCondition, tot: _Totals, kernel: int) -> str:
+    """The fields readers use, in the kernel's order: bytes first, then the
+    event counters in pages. Reclaim at the cgroup's own limit is direct
+    reclaim (the charging task reclaims), so it shows in the *_direct ones."""
+    anon, file = c.memory_anon_bytes, c.memory_file_bytes
+    scanned, stolen, refaults = int(tot.scanned), int(tot.stolen), int(tot.refaults)
+    rows = [("anon", anon), ("file", file), ("kernel", kernel), ("shmem", 0),
+            ("file_mapped", file // 8), ("file_dirty", 0), ("file_writeback", 0),
+            ("swapcached", 0), ("inactive_anon", anon // 4), ("active_anon", anon - anon // 4),
+            ("inactive_file", file // 2), ("active_file", file - file // 2), ("unevictable", 0),
+            ("slab_reclaimable", kernel // 2), ("slab_unreclaimable", kernel // 4),
+            ("slab", kernel // 2 + kernel // 4),
+            ("workingset_refault_anon", 0), ("workingset_refault_file", refaults),
+            ("workingset_activate_anon", 0), ("workingset_activate_file", refaults // 2),
+            ("workingset_restore_anon", 0), ("workingset_restore_file", refaults // 4),
+            ("workingset_nodereclaim", 0),
+            ("pgscan", scanned), ("pgsteal", stolen), ("pgscan_kswapd", 0),
+            ("pgscan_direct", scanned), ("pgsteal_kswapd", 0), ("pgsteal_direct", stolen),
+            ("pgfault", 1000 + refaults), ("pgmajfault", refaults), ("pgrefill", scanned // 2)]
+    return "".join(f"{name} {value}\n" for name, value in rows)
+
+
+def _v1_memory_stat(c: CgroupCondition, limit: int) -> str:
+    anon, file = c.memory_anon_bytes, c.memory_file_bytes
+    rows = [("cache", file), ("rss", anon), ("rss_huge", 0), ("shmem", 0),
+            ("mapped_file", file // 8), ("dirty", 0), ("writeback", 0),
+            ("swap", c.memory_swap_bytes), ("inactive_anon", anon // 4),
+            ("active_anon", anon - anon // 4), ("inactive_file", file // 2),
+            ("active_file", file - file // 2), ("unevictable", 0),
+            ("hierarchical_memory_limit", limit), ("total_cache", file), ("total_rss", anon),
+            ("total_swap", c.memory_swap_bytes)]
+    return "".join(f"{name} {value}\n" for name, value in rows)
 
 
 def _write(path: str, text: str) -> None:
@@ -94,26 +306,18 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _write_cgroup(cgroup_root: str, path: str, files: dict[str, str]) -> None:
+def _write_cgroup(cgroup_root: str, path: str, files: dict[str, str],
+                  absent: tuple[str, ...] = ()) -> None:
     base = os.path.join(cgroup_root, path.lstrip("/"))
     for name, text in files.items():
         _write(os.path.join(base, name), text)
+    for name in absent:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(base, name))
 
 
 def write_tenants(tenants: Tenants, procfs: Path | str, cgroup_root: Path | str,
                   elapsed: float) -> None:
-    """Write every tenant's files under ``procfs`` and ``cgroup_root``."""
-    proc, root = os.fspath(procfs), os.fspath(cgroup_root)
-    idle = CgroupCondition()
-    work: list[tuple[Placement, list[int], CgroupCondition, float | None]] = [
-        (pod_placement(pod, c), c.pids, c.cgroup, c.cpu_limit)
-        for pod in tenants.pods for c in pod.containers]
-    work += [(slurm_placement(job), job.pids, job.cgroup, job.cpu_limit)
-             for job in tenants.slurm_jobs]
-    for placement, pids, cond, cpu_limit in work:
-        for pid in pids:
-            _write(f"{proc}/{pid}/cgroup", placement.proc_cgroup)
-        if placement.cgroup is not None:
-            _write_cgroup(root, placement.cgroup, cgroup_files(cond, cpu_limit, elapsed))
-        if placement.leaf is not None:
-            _write_cgroup(root, placement.leaf, cgroup_files(idle, None, elapsed))
+    """Every tenant's files as they stand ``elapsed`` seconds after the
+    workloads started, in one write (no jitter, PSI on)."""
+    TenantFs(tenants, procfs, cgroup_root).write(elapsed)

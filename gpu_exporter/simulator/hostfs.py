@@ -13,6 +13,7 @@ collectors read it; a file whose text has not changed is not written at all.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import shutil
@@ -44,8 +45,14 @@ _AER = (("correctable", "COR", ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeo
                                   "UnsupReq", "ACSViol")),
         ("fatal", "FATAL", ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
                             "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol")))
-_STAT_TAIL = ("18446744073709551615 1 1 0 0 0 0 0 16781312 134234626 0 0 0 17 0 0 0 0 0 0 0 0 0 "
-              "0 0 0 0 0")
+# proc(5) fields 25-41 (rsslim ... policy), then 43-52 (guest_time ... exit_code);
+# field 42, delayacct_blkio_ticks, is written between them.
+_STAT_MIDDLE = "18446744073709551615 1 1 0 0 0 0 0 16781312 134234626 0 0 0 17 0 0 0"
+_STAT_END = "0 0 0 0 0 0 0 0 0 0"
+# The host figures that are rates or shares of an interval, which the
+# scenario's jitter scales (levels like the memory available are left as set).
+_JITTERED_HOST = ("cpu_busy_ratio", "iowait_ratio", "steal_ratio", "swap_in_bytes_per_s",
+                  "swap_out_bytes_per_s", "context_switches_per_s")
 _STATE_NAMES = {"R": "R (running)", "S": "S (sleeping)", "D": "D (disk sleep)",
                 "Z": "Z (zombie)", "T": "T (stopped)", "I": "I (idle)"}
 
@@ -119,6 +126,7 @@ class _ProcCounters:
     wait_ns: float = 0.0
     voluntary: float = 0.0
     involuntary: float = 0.0
+    blkio_ticks: float = 0.0  # delayacct_blkio_ticks
 
 
 def _memory_backed(root: Path) -> Path | None:
@@ -166,16 +174,53 @@ class HostFs:
         self._free()
 
     def render(self, t: float) -> None:
-        """Write the files for time ``t`` (seconds since the scenario started)."""
-        dt = BOOT_UPTIME_S if self._last_t is None else max(0.0, t - self._last_t)
-        first = self._last_t is None
-        self._last_t = t
-        host = self.world.host_condition(t)
+        """Write the files for time ``t`` (seconds since the scenario started).
+        The counters grow over each stretch since the last render at the rates
+        in force during it: the stretch is cut where a timeline step changed
+        them, so a process that ran until a step and sleeps after it has
+        gained exactly its running time, however seldom the files are read."""
+        if self._last_t is None:
+            self._last_t = t
+            self._render_at(t, t, BOOT_UPTIME_S, first=True)
+            return
+        start, self._last_t = self._last_t, t
+        changes = self.world.change_times()
+        cuts = [start, *sorted(c for c in changes if start < c < t), t]
+        for a, b in itertools.pairwise(cuts):
+            self._render_at(a, b, max(0.0, b - a), first=False)
+        if t in changes:
+            # A change at t itself: what stands from now on is written too.
+            self._render_at(t, t, 0.0, first=False)
+
+    def _render_at(self, when: float, until: float, dt: float, first: bool) -> None:
+        """Grow the counters by ``dt`` at the rates in force at ``when``, and
+        write the files as they stand then (the clock reads ``until``)."""
+        host = self._jittered(self.world.host_condition(when), until)
         states = self.world.states()
-        numa = [self.world.gpu_numa_node(st.index, t) for st in states]
+        numa = [self.world.gpu_numa_node(st.index, when) for st in states]
         self._render_host(host, dt)
-        self._render_processes(self.world.processes(t), host, numa, t, 0.0 if first else dt)
+        self._render_processes(self.world.processes(when), host, numa, when,
+                               0.0 if first else dt)
         self._render_sysfs(states, host, numa, 0.0 if first else dt)
+
+    def _jittered(self, h: dict[str, Any], t: float) -> dict[str, Any]:
+        """The host condition with the scenario's jitter on its rates and
+        shares (each ratio kept within 0-1)."""
+        if not self.world.scenario.jitter:
+            return h
+        j = self.world.jitter
+        for name in _JITTERED_HOST:
+            value = float(h[name]) * j(f"host/{name}", t)
+            h[name] = min(1.0, value) if name.endswith("_ratio") else value
+        for resource in _PSI_RESOURCES:
+            key = f"pressure_{resource}"
+            h[key] = {kind: min(1.0, float(v) * j(f"host/{key}/{kind}", t))
+                      for kind, v in h[key].items()}
+        for name in ("disks", "net_rx_drops_per_s", "net_rx_errors_per_s"):
+            h[name] = {dev: (min(1.0, float(v) * j(f"host/{name}/{dev}", t)) if name == "disks"
+                             else float(v) * j(f"host/{name}/{dev}", t))
+                       for dev, v in h[name].items()}
+        return h
 
     # --- /proc: the host ---------------------------------------------------------
     def _render_host(self, h: dict[str, Any], dt: float) -> None:
@@ -318,17 +363,33 @@ class HostFs:
             # The process has exited: its directory goes, as in a real /proc.
             del self._procs[pid]
             self._files.remove_tree(f"{self._proc}/{pid}")
+        j = self.world.jitter
         for p in procs:
             c = self._procs.get(p.pid)
             if c is None:
                 c = self._procs[p.pid] = _ProcCounters(start_t=t)
             else:
-                c.cpu_ticks += p.cpu_ratio * dt * CLK_TCK
-                c.wait_ns += p.run_queue_wait_ratio * dt * 1e9
-                c.voluntary += p.voluntary_ctxt_switches_per_s * dt
-                c.involuntary += p.nonvoluntary_ctxt_switches_per_s * dt
+                key = f"pid{p.pid}"
+                c.cpu_ticks += p.cpu_ratio * dt * CLK_TCK * j(f"{key}/cpu", t)
+                c.wait_ns += p.run_queue_wait_ratio * dt * 1e9 * j(f"{key}/wait", t)
+                c.voluntary += p.wakeups_per_s * dt * j(f"{key}/vcs", t)
+                c.involuntary += p.nonvoluntary_ctxt_switches_per_s * dt * j(f"{key}/ivcs", t)
+                if h["delay_accounting"]:
+                    delay = p.blkio_delay_ratio
+                    if delay is None:
+                        delay = 1.0 if p.state == "D" else 0.0
+                    c.blkio_ticks += delay * dt * CLK_TCK
             allowed = p.cpus_allowed or self._default_cpus(p, alive, h, numa)
             self._render_process(p, c, allowed, bool(h["schedstat_available"]))
+        # /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): the children the
+        # thread forked, each PID followed by a space; the main thread's here.
+        children: dict[int, list[int]] = {}
+        for p in procs:
+            children.setdefault(p.ppid, []).append(p.pid)
+        for p in procs:
+            kids = sorted(children.get(p.pid, ()))
+            self._files.write(f"{self._proc}/{p.pid}/task/{p.pid}/children",
+                              "".join(f"{k} " for k in kids))
 
     def _default_cpus(self, p: ProcessCondition, alive: dict[int, ProcessCondition],
                       h: dict[str, Any], numa: list[int]) -> str:
@@ -356,7 +417,7 @@ class HostFs:
         self._files.write(f"{base}/stat", (
             f"{p.pid} ({p.comm}) {p.state} {p.ppid} {p.pid} {p.pid} 0 -1 4194560 250000 0 12 0 "
             f"{utime} {stime} 0 0 20 0 {p.threads} 0 {start} {vsize} {rss_pages} "
-            f"{_STAT_TAIL}\n"))
+            f"{_STAT_MIDDLE} {int(c.blkio_ticks)} {_STAT_END}\n"))
         self._files.write(f"{base}/status", (
             f"Name:\t{p.comm}\nUmask:\t0022\nState:\t{_STATE_NAMES[p.state]}\n"
             f"Tgid:\t{p.pid}\nNgid:\t0\nPid:\t{p.pid}\nPPid:\t{p.ppid}\nTracerPid:\t0\n"

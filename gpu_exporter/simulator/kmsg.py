@@ -115,7 +115,10 @@ class KernelLogFile:
                 out.append(self._record(at, KERN_WARNING, 0, f"NVRM: GPU at PCI:"
                                         f"{driver_bus(gpu)}: {self.world.state(gpu).uuid}"))
             level = KERN_ERR if code == 79 else KERN_WARNING
-            out.append(self._record(at, level, 0, xid_message(gpu, code)))
+            # The driver names the process it attributes the error to, where it knows one.
+            who = self.world.xid_process(at, gpu, code)
+            pid, name = who if who is not None else (None, "")
+            out.append(self._record(at, level, 0, xid_message(gpu, code, pid, name)))
 
     def _record(self, at: float, level: int, facility: int, message: str) -> str:
         usec = max(0, round((BOOT_UPTIME_S + at) * 1e6))

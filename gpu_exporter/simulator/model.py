@@ -49,7 +49,10 @@ class MigProfile(_Strict):
 
 
 class MigInstance(_Strict):
-    """One MIG GPU instance with one compute instance."""
+    """One MIG GPU instance with one compute instance. What NVML offers per
+    instance: its memory (nvmlDeviceGetMemoryInfo on the MIG device) and, on
+    boards with GPM (Hopper and newer), its activity (nvmlGpmMigSampleGet); a
+    MIG device answers nvmlDeviceGetUtilizationRates NOT_SUPPORTED."""
 
     gpu_instance: int = Field(ge=0, le=64)
     # The GPU instance's profile ID; None: the board's one-slice profile. An ID
@@ -59,6 +62,39 @@ class MigInstance(_Strict):
     memory_total_mib: int = Field(gt=0)
     memory_used_ratio: float = Field(0.0, ge=0, le=1)
     sm_active: float = Field(0.0, ge=0, le=1)
+    # The instance's other GPM ratios; unset, they follow its SM activity in the
+    # proportions of a well-fed GPU (occupancy 0.5/0.85, tensor 0.6/0.85 and
+    # DRAM 0.45/0.85 of it), as the GPU's own do.
+    sm_occupancy: float | None = Field(None, ge=0, le=1)
+    tensor_active: float | None = Field(None, ge=0, le=1)
+    dram_active: float | None = Field(None, ge=0, le=1)
+
+
+class FanCondition(_Strict):
+    """One fan as nvmlDeviceGetFanSpeed_v2 reports it: the speed the driver
+    drives it at, in percent of its maximum noise-tolerance speed (it may
+    exceed 100 %). ``stopped``: the fan does not turn (seized, unplugged, its
+    tachometer reads 0), so the call answers 0 % however hot the GPU is, and the
+    board's remaining fans carry its share of the heat. ``error``: the call
+    answers this NVML error for the fan (nvidia-smi prints "ERR!")."""
+
+    speed_ratio: float | None = Field(None, ge=0, le=2)  # None: the fan curve (load)
+    stopped: bool = False
+    error: str | None = None
+
+    @field_validator("error")
+    @classmethod
+    def _error(cls, v: str | None) -> str | None:
+        return None if v is None else _check_error_name(v)
+
+
+class XidCondition(_Strict):
+    """An Xid with the process the driver names for it in the kernel log
+    ("NVRM: Xid (PCI:...): 13, pid=4242, name=python, ..."); NVML's event
+    carries the code only."""
+
+    code: int = Field(ge=0, le=1023)
+    pid: int | None = Field(None, gt=0, lt=4194304)
 
 
 class Thresholds(_Strict):
@@ -89,6 +125,10 @@ class DeviceProfile(_Strict):
     temperature_idle_c: float = 32.0
     temperature_load_rise_c: float = 38.0
     memory_temperature_offset_c: float | None = 6.0  # None: no memory sensor
+    # nvmlDeviceGetThermalSettings's sensors besides the GPU die's: "board"
+    # (NVML_THERMAL_TARGET_BOARD, the board's ambient temperature) where the
+    # board has that sensor. None of the built-in boards is known to.
+    board_temperature_sensor: bool = False
     pcie_max_generation: int
     pcie_max_width: int
     pcie_idle_generation: int = 1
@@ -164,6 +204,13 @@ class GpuCondition(_Strict):
     remap_failed: bool | None = None
     persistence_mode: bool | None = None
     fan_ratio: float | None = Field(None, ge=0, le=2)
+    # Fan by fan (board order); a list shorter than the board's fans leaves the
+    # rest on the fan curve. Overrides fan_ratio for the fans it names.
+    fans: list[FanCondition] | None = None
+    # The air at the board's inlet: the GPU's own temperature rises with it
+    # (one for one above the 25 C the profiles' figures assume), and a board
+    # with a board sensor reports it there.
+    inlet_temperature_c: float | None = Field(None, ge=-20, le=70)
     lost: bool | None = None
     # GPM activity ratios; unset ones follow the utilization as on a well-fed GPU.
     sm_active: float | None = Field(None, ge=0, le=1)
@@ -180,8 +227,9 @@ class GpuCondition(_Strict):
     nvlink_bytes_per_s: float | None = Field(None, ge=0)  # per link and direction
     mig_instances: list[MigInstance] | None = None
     # Xid errors the driver reports for this GPU at the step's time (events,
-    # not state: each is delivered once).
-    xid: list[int] | None = None
+    # not state: each is delivered once): a code, or a code with the process
+    # the driver names for it.
+    xid: list[int | XidCondition] | None = None
     # The kernel's side of the GPU (sysfs): NUMA placement, the upstream
     # bridge/switch port's link, AER error rates.
     numa_node: int | None = Field(None, ge=0)
@@ -244,8 +292,13 @@ class HostCondition(_Strict):
     pressure_cpu: Pressure | None = None
     pressure_memory: Pressure | None = None
     pressure_io: Pressure | None = None
-    psi_available: bool | None = None  # False: a kernel without /proc/pressure
+    # False: a kernel without PSI (no /proc/pressure, no cgroup *.pressure files)
+    psi_available: bool | None = None
     schedstat_available: bool | None = None  # False: no /proc/PID/schedstat
+    # Whether the kernel does per-task delay accounting (kernel.task_delayacct,
+    # off by default since Linux 5.14): /proc/PID/stat's delayacct_blkio_ticks
+    # counts only then.
+    delay_accounting: bool | None = None
     memory_total_bytes: int | None = Field(None, gt=0)
     memory_available_ratio: float | None = Field(None, ge=0, le=1)
     swap_total_bytes: int | None = Field(None, ge=0)
@@ -272,18 +325,46 @@ class ProcessCondition(_Strict):
     gpu_memory_ratio: float = Field(0.0, ge=0, le=1)  # share of each GPU's memory it holds
     sm_utilization: float | None = Field(None, ge=0, le=1)  # None: no samples from NVML
     cpu_ratio: float = Field(0.0, ge=0)  # CPUs' worth of time it burns (1.5 = 1.5 cores)
+    # R running or runnable, S asleep until an event, D blocked in the kernel
+    # (uninterruptible: waiting for I/O), Z, T, I. A timeline step that lists the
+    # process again with another state changes it from then on; its counters
+    # (CPU time, switches, schedstat) go on from where they were.
     state: Literal["R", "S", "D", "Z", "T", "I"] = "S"
     threads: int = Field(1, ge=1)
     rss_bytes: int = Field(512 * 1024 * 1024, ge=0)
     run_queue_wait_ratio: float = Field(0.0, ge=0)  # waiting-to-run time per wall second
-    voluntary_ctxt_switches_per_s: float = Field(0.0, ge=0)
+    # How often it gives up the CPU to wait (each wake-up from sleep is one):
+    # a process asleep for good does not wake at all. Not given: a thousand
+    # wake-ups per CPU's worth of time it burns (a millisecond on the CPU per
+    # wake-up, as a server answering small requests runs): a process runs only
+    # by waking, and one that burns no CPU time never woke.
+    voluntary_ctxt_switches_per_s: float | None = Field(None, ge=0)
     nonvoluntary_ctxt_switches_per_s: float = Field(0.0, ge=0)
-    cpus_allowed: str | None = None  # a cpulist like "0-31,64-95"; None: the GPU's local CPUs
+    # a cpulist like "0-31,64-95"; None: its workload's cpuset, else the GPU's local CPUs
+    cpus_allowed: str | None = None
+    # Seconds of block I/O delay per second (delayacct_blkio_ticks, counted only
+    # with the host's delay_accounting); None: all of its time while in D, else none.
+    blkio_delay_ratio: float | None = Field(None, ge=0, le=1)
     cgroup: str = "0::/user.slice"
     # MIG placement when the GPU is split: (gpu_instance, compute_instance).
     mig: tuple[int, int] | None = None
     exits_at: Duration | None = None  # the process ends at this time
 
+    @model_validator(mode="after")
+    def _wakes_to_run(self) -> ProcessCondition:
+        if self.voluntary_ctxt_switches_per_s is None:
+            self.voluntary_ctxt_switches_per_s = WAKEUPS_PER_CPU_SECOND * self.cpu_ratio
+        return self
+
+    @property
+    def wakeups_per_s(self) -> float:
+        """Its voluntary context switches per second, given or derived."""
+        rate = self.voluntary_ctxt_switches_per_s
+        return WAKEUPS_PER_CPU_SECOND * self.cpu_ratio if rate is None else rate
+
+
+# Wake-ups a process that gives no rate makes per second of CPU time it burns.
+WAKEUPS_PER_CPU_SECOND = 1000.0
 
 GpuSelector = Literal["all"] | list[int]
 
@@ -427,6 +508,12 @@ class Scenario(_Strict):
     processes: list[ProcessCondition] = Field(default_factory=list)
     timeline: list[Step] = Field(default_factory=list)
     noise: bool = True
+    # Jitter on every rate and ratio the node reports (host, processes,
+    # workloads' cgroups, the GPUs' utilization, power and PCIe traffic): each
+    # is scaled by a factor drawn anew every second within 1 +- jitter,
+    # repeatably for a given seed. 0: the values exactly as set.
+    jitter: float = Field(0.0, ge=0, le=0.5)
+    seed: int = Field(0, ge=0)
     # What the diagnosis must find, and nothing else; None: not declared.
     expect: list[Expectation] | None = None
     replay: Replay | None = None

@@ -238,6 +238,8 @@ class RecordedEvent(_Strict):
     t: float = Field(ge=0.0)
     gpu: GpuIndex = Field(ge=0)
     xid: int = Field(ge=0, lt=2**32)
+    # The MIG GPU instance NVML's event named (absent: the whole GPU).
+    gpu_instance: int | None = Field(None, ge=0, lt=2**32)
 
 
 class RecordedPoll(_Strict):

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _UID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+# A kernel cpulist: "0-15,32-47".
+_CPULIST = r"^\d{1,4}(-\d{1,4})?(,\d{1,4}(-\d{1,4})?){0,63}$"
 
 
 class _Strict(BaseModel):
@@ -27,7 +29,12 @@ class _Strict(BaseModel):
 class CgroupCondition(_Strict):
     """A workload cgroup's signals: the share of time its tasks stalled
     (some: at least one task; full: all at once), the share of CPU-limit
-    periods in which it was throttled, and OOM kills so far."""
+    periods in which it was throttled, OOM kills so far, and its memory: what
+    it charges (anonymous memory and page cache) and how hard the kernel
+    reclaims from it. Reclaim inside a cgroup at its memory limit evicts its
+    page cache (and swaps its anonymous memory only where it may swap): it
+    scans and steals pages, re-reads evicted file pages (refaults) and counts
+    each time the limit was hit (memory.events "max")."""
 
     cpu_some: float = Field(0.0, ge=0, le=1)
     cpu_full: float = Field(0.0, ge=0, le=1)
@@ -37,6 +44,13 @@ class CgroupCondition(_Strict):
     memory_full: float = Field(0.0, ge=0, le=1)
     cpu_throttled_ratio: float = Field(0.0, ge=0, le=1)
     oom_kills: int = Field(0, ge=0)
+    memory_anon_bytes: int = Field(0, ge=0)
+    memory_file_bytes: int = Field(0, ge=0)  # page cache charged to it
+    memory_swap_bytes: int = Field(0, ge=0)  # its pages in swap (memory.swap.current)
+    reclaim_scan_bytes_per_s: float = Field(0.0, ge=0)  # pgscan
+    reclaim_steal_bytes_per_s: float = Field(0.0, ge=0)  # pgsteal: reclaimed
+    refault_bytes_per_s: float = Field(0.0, ge=0)  # workingset_refault_file
+    memory_max_events_per_s: float = Field(0.0, ge=0)  # memory.events "max"
 
 
 class DeviceGrant(_Strict):
@@ -79,6 +93,10 @@ class Container(_Strict):
     # Devices allocated through ResourceClaims (Dynamic Resource Allocation).
     claims: list[ClaimGrant] = Field(default_factory=list)
     cpu_limit: float | None = Field(None, gt=0)  # CPUs; None: no limit
+    memory_limit_bytes: int | None = Field(None, gt=0)  # memory.max; None: no limit
+    # Its cpuset (the kubelet's static CPU manager gives guaranteed pods whole
+    # CPUs); None: every CPU of the node.
+    cpus: str | None = Field(None, pattern=_CPULIST)
     pids: list[int] = Field(default_factory=list)  # its processes on the node
     cgroup: CgroupCondition = CgroupCondition()
 
@@ -110,6 +128,10 @@ class SlurmJob(_Strict):
     cgroup_version: Literal[1, 2] = 2
     gpus: list[int] = Field(default_factory=list)
     cpu_limit: float | None = Field(None, gt=0)
+    memory_limit_bytes: int | None = Field(None, gt=0)
+    # The job's cpuset, as slurmd's task/cgroup plugin confines it (cpuset.cpus;
+    # cpuset.cpus.effective shows the same); None: every CPU of the node.
+    cpus: str | None = Field(None, pattern=_CPULIST)
     pids: list[int] = Field(default_factory=list)
     cgroup: CgroupCondition = CgroupCondition()
 

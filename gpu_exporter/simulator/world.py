@@ -9,6 +9,7 @@ import bisect
 import math
 import threading
 import uuid as uuidlib
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
@@ -22,6 +23,7 @@ from gpu_exporter.simulator.model import (
     HostCondition,
     ProcessCondition,
     Scenario,
+    XidCondition,
 )
 
 MIB = 1024 * 1024
@@ -111,6 +113,7 @@ HOST_DEFAULTS: dict[str, Any] = {
     "pressure_io": {"some": 0.005, "full": 0.002},
     "psi_available": True,
     "schedstat_available": True,
+    "delay_accounting": False,
     "memory_total_bytes": 2 * 1024**4,
     "memory_available_ratio": 0.7,
     "swap_total_bytes": 0,
@@ -149,6 +152,9 @@ class MigState:
     memory_used: int
     sm_active_s: float  # GPM integral for this instance
     profile_id: int = 0  # the GPU instance's profile ID
+    # Its GPM integrals by metric (sm_active, sm_occupancy, tensor_active,
+    # dram_active), as the GPU's own.
+    gpm: dict[str, float] = field(default_factory=dict)
     placement: tuple[int, int] = (0, 1)  # (first memory slice, slices), as NVML places it
 
 
@@ -210,6 +216,21 @@ class GpuState:
     throttle_ns: dict[str, int] = field(default_factory=dict)
     t: float = 0.0
     condition: dict[str, Any] = field(default_factory=dict)
+    # Fan index -> the NVML error nvmlDeviceGetFanSpeed_v2 answers for it.
+    fan_errors: dict[int, int] = field(default_factory=dict)
+    # The board's ambient sensor (NVML_THERMAL_TARGET_BOARD), on boards with one.
+    board_temp_c: int | None = None
+
+
+@dataclass(frozen=True)
+class XidLogEntry:
+    """An Xid as the kernel log has it: the driver prints the process it
+    attributes the error to, where it knows one."""
+
+    t: float
+    gpu: int
+    xid: int
+    pid: int | None
 
 
 @dataclass
@@ -222,7 +243,27 @@ class _Counters:
     gpm: dict[str, float] = field(default_factory=dict)
     nvlink: dict[tuple[int, str], float] = field(default_factory=dict)
     mig_active: dict[int, float] = field(default_factory=dict)
+    mig_gpm: dict[tuple[int, str], float] = field(default_factory=dict)
     throttle_ns: dict[str, float] = field(default_factory=dict)  # reason -> ns held
+
+
+# The inlet air the profiles' idle temperatures and load rises assume.
+INLET_REFERENCE_C = 25.0
+# GPM per MIG instance: the metrics a GPU instance's samples carry, and how an
+# unset one follows the instance's SM activity (as the GPU's own follow its
+# utilization: occupancy 0.5, tensor 0.6 and DRAM 0.45 for SM activity 0.85).
+_MIG_GPM = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+_MIG_GPM_SHARE = {"sm_occupancy": 0.5 / 0.85, "tensor_active": 0.6 / 0.85,
+                  "dram_active": 0.45 / 0.85}
+
+
+def _mig_gpm_rates(m: dict[str, Any]) -> dict[str, float]:
+    active = float(m["sm_active"])
+    rates = {"sm_active": active}
+    for name, share in _MIG_GPM_SHARE.items():
+        given = m.get(name)
+        rates[name] = min(1.0, active * share) if given is None else float(given)
+    return rates
 
 
 # NVLink error counter ids (nvmlNvLinkErrorCounter_t) and the condition rate that drives each.
@@ -266,6 +307,7 @@ class World:
                           for i in range(self.gpu_count)]
         self._steps = sorted(scenario.timeline, key=lambda s: s.at)
         self._step_times = [s.at for s in self._steps]
+        self._changes: frozenset[float] | None = None
         # Conditions are constant between two timeline steps: resolved once per
         # (GPU or host, steps in force), not at every call (model_dump is costly).
         self._conditions: dict[tuple[int, int], dict[str, Any]] = {}
@@ -274,17 +316,32 @@ class World:
         self.nvml_changes: list[tuple[float, str]] = [
             (s.at, s.nvml) for s in self._steps if s.nvml is not None]
         self._cache: tuple[float, list[GpuState]] | None = None
-        # Xid events as (time, gpu, xid), delivered once each.
+        # Xid events as (time, gpu, xid), delivered once each, and the same
+        # Xids as the kernel log has them (with the process the driver names).
         self.events: list[tuple[float, int, int]] = []
+        self.xid_log: list[XidLogEntry] = []
+
+        # An Xid of a process on a MIG instance: NVML's event names the
+        # instance (gpuInstanceId, computeInstanceId); others say 0xFFFFFFFF.
+        self.xid_instances: dict[tuple[float, int, int], tuple[int, int]] = {}
+
+        def xid(at: float, i: int, item: int | XidCondition) -> None:
+            code, pid = (item, None) if isinstance(item, int) else (item.code, item.pid)
+            self.events.append((at, i, code))
+            self.xid_log.append(XidLogEntry(at, i, code, pid))
+            proc = next((p for p in self.processes(at) if p.pid == pid), None)
+            if proc is not None and proc.mig is not None and i in proc.gpus:
+                self.xid_instances[(at, i, code)] = proc.mig
+
         for i in range(self.gpu_count):
             for cond in (scenario.state, scenario.gpus.get(i)):
-                for xid in (cond.xid or []) if cond else []:
-                    self.events.append((0.0, i, xid))
+                for item in (cond.xid or []) if cond else []:
+                    xid(0.0, i, item)
         for step in self._steps:
             for i in range(self.gpu_count):
                 if step.gpus == "all" or i in step.gpus:
-                    for xid in step.set.xid or []:
-                        self.events.append((step.at, i, xid))
+                    for item in step.set.xid or []:
+                        xid(step.at, i, item)
         replay = scenario.replay
         # Each recorded poll holds only what changed: accumulate full answers.
         self._replay: list[tuple[float, dict[int, dict[str, Any]]]] = []
@@ -294,12 +351,36 @@ class World:
                 full[index] = {**full.get(index, {}), **changed}
             self._replay.append((poll.t, {i: dict(g) for i, g in full.items()}))
         for ev in replay.events if replay else []:
-            self.events.append((float(ev["t"]), int(ev["gpu"]), int(ev["xid"])))
+            xid(float(ev["t"]), int(ev["gpu"]), int(ev["xid"]))
+            if ev.get("gpu_instance") is not None:
+                self.xid_instances[(float(ev["t"]), int(ev["gpu"]), int(ev["xid"]))] = (
+                    int(ev["gpu_instance"]), 0)
         self.events.sort()
+        self.xid_log.sort(key=lambda e: (e.t, e.gpu))
 
     # --- time ------------------------------------------------------------
     def elapsed(self) -> float:
         return max(0.0, self.clock() - self._t0)
+
+    def jitter(self, key: str, t: float) -> float:
+        """The factor ``key``'s rate is scaled by at t: within 1 +- the
+        scenario's jitter, drawn anew every second, the same for the same seed,
+        key and second (so two readers of one value agree)."""
+        amount = self.scenario.jitter
+        if not amount:
+            return 1.0
+        draw = zlib.crc32(f"{self.scenario.seed}/{key}/{int(t)}".encode()) / 0xFFFFFFFF
+        return 1.0 + amount * (2.0 * draw - 1.0)
+
+    def xid_process(self, t: float, gpu: int, code: int) -> tuple[int, str] | None:
+        """The process (pid, comm) the driver names for the Xid ``code`` on
+        ``gpu`` at ``t`` (the kernel log's line, simulator/kmsg.py), or None."""
+        pid = next((e.pid for e in self.xid_log
+                    if (e.t, e.gpu, e.xid) == (t, gpu, code) and e.pid is not None), None)
+        if pid is None:
+            return None
+        comm = next((p.comm for p in self.processes(t) if p.pid == pid), "<unknown>")
+        return pid, comm
 
     # --- conditions ------------------------------------------------------
     def nvml_condition(self, t: float | None = None) -> str:
@@ -316,6 +397,16 @@ class World:
     def _steps_in_force(self, t: float) -> int:
         """How many timeline steps have begun at t."""
         return bisect.bisect_right(self._step_times, t)
+
+    def change_times(self) -> frozenset[float]:
+        """When the node's conditions change: the timeline's steps and the
+        processes' exits."""
+        if self._changes is None:
+            exits = {float(p.exits_at) for procs in
+                     [self.scenario.processes, *(s.processes or [] for s in self._steps)]
+                     for p in procs if p.exits_at is not None}
+            self._changes = frozenset(self._step_times) | exits
+        return self._changes
 
     def condition(self, index: int, t: float) -> dict[str, Any]:
         """GPU ``index``'s condition at t (a copy: callers may change it)."""
@@ -441,10 +532,18 @@ class World:
         util = float(c.get("utilization", 0.0))
         busy = util >= 0.05
         if busy:
-            util = min(1.0, max(0.0, util + self._wobble(i, t, 0.015)))
+            util = min(1.0, max(0.0, util * self.jitter(f"gpu{i}/util", t)
+                                + self._wobble(i, t, 0.015)))
         reasons = set(c.get("throttle_reasons", []))
         if not busy:
             reasons.add("gpu_idle")
+        temp = self._temperature(i, t, c, util)
+        # A derived temperature at the board's max operating temperature is
+        # where the driver's thermal control takes over: it lowers the clocks
+        # (sw_thermal) and holds the temperature there.
+        if "temperature_c" not in c and temp >= p.temperature_thresholds_c.max_operating:
+            reasons.add("sw_thermal")
+            temp = float(p.temperature_thresholds_c.max_operating)
 
         max_sm = p.clocks_max_mhz.sm
         default_app = p.clocks_application_mhz.sm
@@ -478,10 +577,9 @@ class World:
         else:
             power_w = p.power_idle_w + (0.9 * limit_w - p.power_idle_w) * util
             power_w += self._wobble(i, t, 0.02 * power_w, 0.7) if busy else 0.0
+            power_w *= self.jitter(f"gpu{i}/power", t) if busy else 1.0
         power_w = min(power_w, limit_w)
 
-        warm = p.temperature_idle_c + p.temperature_load_rise_c * util
-        temp = float(c.get("temperature_c", warm))
         temp += self._wobble(i, t, 0.5, 0.3)
         mem_temp = None if p.memory_temperature_offset_c is None else \
             temp + p.memory_temperature_offset_c
@@ -506,15 +604,18 @@ class World:
             gen = min(gen, p.pcie_idle_generation)
         width = int(c.get("pcie_link_width", width_max))
 
-        tx_rate = float(c.get("pcie_tx_bytes_per_s", 1.1e9 * util))
-        rx_rate = float(c.get("pcie_rx_bytes_per_s", 3.4e9 * util))
+        tx_rate = float(c.get("pcie_tx_bytes_per_s", 1.1e9 * util)) * \
+            self.jitter(f"gpu{i}/pcie_tx", t)
+        rx_rate = float(c.get("pcie_rx_bytes_per_s", 3.4e9 * util)) * \
+            self.jitter(f"gpu{i}/pcie_rx", t)
         cnt = self._counters[i]
         dt = t - cnt.last_t
         if dt > 0:
             cnt.energy_mj += power_w * 1000.0 * dt
             cnt.tx += tx_rate * dt
             cnt.rx += rx_rate * dt
-            cnt.replays += float(c.get("pcie_replays_per_s", 0.0)) * dt
+            cnt.replays += float(c.get("pcie_replays_per_s", 0.0)) * dt * \
+                self.jitter(f"gpu{i}/replays", t)
 
         gpm_rates = {
             "sm_active": float(c.get("sm_active", 0.85 * util)),
@@ -544,6 +645,8 @@ class World:
             for m in mig_conf:
                 gi = int(m["gpu_instance"])
                 cnt.mig_active[gi] = cnt.mig_active.get(gi, 0.0) + float(m["sm_active"]) * dt
+                for name, rate in _mig_gpm_rates(m).items():
+                    cnt.mig_gpm[(gi, name)] = cnt.mig_gpm.get((gi, name), 0.0) + rate * dt
         mig_states = []
         first_slice = 0
         for m in mig_conf:
@@ -560,7 +663,9 @@ class World:
                 memory_total=int(m["memory_total_mib"]) * MIB,
                 memory_used=int(float(m["memory_used_ratio"]) * int(m["memory_total_mib"]) * MIB),
                 sm_active_s=cnt.mig_active.get(int(m["gpu_instance"]), 0.0),
-                profile_id=int(profile_id), placement=(first_slice, slices)))
+                profile_id=int(profile_id), placement=(first_slice, slices),
+                gpm={name: cnt.mig_gpm.get((int(m["gpu_instance"]), name), 0.0)
+                     for name in _MIG_GPM}))
             first_slice += slices
 
         supported = 0
@@ -577,10 +682,7 @@ class World:
         uv = int(c.get("ecc_uncorrected_volatile", 0))
         ecc = {(0, 0): cv, (1, 0): uv, (0, 1): cv + 3, (1, 1): uv}
 
-        fans = []
-        if p.fans:
-            ratio = float(c.get("fan_ratio", 0.3 + 0.45 * util))
-            fans = [round(ratio * 100)] * p.fans
+        fans, fan_errors = self._fans(c, util)
 
         mask = 0
         for r in reasons:
@@ -641,11 +743,65 @@ class World:
             throttle_ns={r: int(ns) for r, ns in cnt.throttle_ns.items()},
             t=t,
             condition=c,
+            fan_errors=fan_errors,
+            board_temp_c=round(self._inlet(c) + 3.0 + 7.0 * util)
+            if p.board_temperature_sensor else None,
         )
         if rec is not None:
             _apply_replay(st, rec)
         return st
 
+
+    @staticmethod
+    def _inlet(c: dict[str, Any]) -> float:
+        return float(c.get("inlet_temperature_c", INLET_REFERENCE_C))
+
+    def _cooling(self, c: dict[str, Any]) -> float:
+        """How much more the GPU heats under load than with every fan turning:
+        the fans still turning carry the stopped ones' share (a board whose
+        only fan stopped is left to the chassis' air: three times the rise)."""
+        total = self.profile.fans
+        stopped = sum(1 for f in c.get("fans", [])[:total] if f.get("stopped"))
+        if not total or not stopped:
+            return 1.0
+        return total / max(total - stopped, total / 3.0)
+
+    def _temperature(self, i: int, t: float, c: dict[str, Any], util: float) -> float:
+        """The GPU's temperature before the driver's thermal control: its idle
+        temperature plus its rise under load (more with fans stopped), moved
+        one for one with the inlet air; ``temperature_c`` overrides."""
+        if "temperature_c" in c:
+            return float(c["temperature_c"])
+        p = self.profile
+        return (p.temperature_idle_c + p.temperature_load_rise_c * util * self._cooling(c)
+                + self._inlet(c) - INLET_REFERENCE_C)
+
+    def _thermal_control(self, i: int, t: float, c: dict[str, Any]) -> bool:
+        """Whether the driver's thermal control holds the GPU back (a derived
+        temperature at its max operating temperature)."""
+        if "temperature_c" in c:
+            return False
+        util = float(c.get("utilization", 0.0))
+        limit = self.profile.temperature_thresholds_c.max_operating
+        return self._temperature(i, t, c, util) >= limit
+
+    def _fans(self, c: dict[str, Any], util: float) -> tuple[list[int], dict[int, int]]:
+        """Each fan's speed as NVML reports it (the fan curve: 30 % plus 45 % of
+        the load, or what the scenario sets) and the fans whose call fails."""
+        count = self.profile.fans
+        if not count:
+            return [], {}
+        curve = float(c.get("fan_ratio", 0.3 + 0.45 * util))
+        speeds = [round(curve * 100)] * count
+        errors: dict[int, int] = {}
+        for k, fan in enumerate(c.get("fans", [])[:count]):
+            if fan.get("speed_ratio") is not None:
+                speeds[k] = round(float(fan["speed_ratio"]) * 100)
+            if fan.get("stopped"):
+                speeds[k] = 0
+            if fan.get("error"):
+                errors[k] = int(Return[fan["error"]])
+        return speeds, errors
 
     def _add_throttle_time(self, i: int, cnt: _Counters, t0: float, t1: float,
                            counted: list[str]) -> None:
@@ -654,7 +810,10 @@ class World:
         part only, as the driver's counters do, however seldom NVML is asked."""
         cuts = [t0, *(s.at for s in self._steps if t0 < s.at < t1), t1]
         for a, b in pairwise(cuts):
-            held = set(self.condition(i, a).get("throttle_reasons", ()))
+            cond = self.condition(i, a)
+            held = set(cond.get("throttle_reasons", ()))
+            if self._thermal_control(i, a, cond):
+                held.add("sw_thermal")
             for r in counted:
                 if r in held:
                     cnt.throttle_ns[r] += (b - a) * 1e9
@@ -668,7 +827,8 @@ class World:
         if period:
             return 1.0 if (t % float(period)) < util * float(period) else 0.0
         if util >= 0.05:
-            util = min(1.0, max(0.0, util + self._wobble(index, t, 0.015)))
+            util = min(1.0, max(0.0, util * self.jitter(f"gpu{index}/util", t)
+                                + self._wobble(index, t, 0.015)))
         return util
 
     def samples(self, index: int, since: float, until: float,

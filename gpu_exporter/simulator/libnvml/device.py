@@ -4,7 +4,7 @@ fans, PCIe, field values, memory health and persistence."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from ctypes import c_int, c_uint, c_ulonglong
+from ctypes import Structure, c_int, c_uint, c_ulonglong
 
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
@@ -12,6 +12,7 @@ from gpu_exporter.simulator.drivers import knows_field
 from gpu_exporter.simulator.libnvml.fields import SCALAR_FIELDS
 from gpu_exporter.simulator.libnvml.table import (
     OK,
+    STRUCTS,
     FakeNvmlLibrary,
     FieldValue,
     Memory,
@@ -217,7 +218,50 @@ def _num_fans(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
 def _fan(lib: FakeNvmlLibrary, st: GpuState, fan: int, out: int) -> int:
     if fan >= len(st.fans_pct):
         return int(Return.INVALID_ARGUMENT)
+    if fan in st.fan_errors:
+        return st.fan_errors[fan]
     return put(out, c_uint, st.fans_pct[fan])
+
+
+# --- thermal sensors -------------------------------------------------------------
+class ThermalSensor(Structure):  # one entry of nvmlGpuThermalSettings_t.sensor
+    _fields_ = [("controller", c_int), ("defaultMinTemp", c_int), ("defaultMaxTemp", c_int),
+                ("currentTemp", c_int), ("target", c_int)]
+
+
+MAX_THERMAL_SENSORS_PER_GPU = 3  # NVML_MAX_THERMAL_SENSORS_PER_GPU
+
+
+class ThermalSettings(Structure):  # nvmlGpuThermalSettings_t
+    _fields_ = [("count", c_uint), ("sensor", ThermalSensor * MAX_THERMAL_SENSORS_PER_GPU)]
+
+
+STRUCTS["nvmlGpuThermalSettings_t"] = ThermalSettings
+_CONTROLLER_GPU_INTERNAL = 1  # NVML_THERMAL_CONTROLLER_GPU_INTERNAL
+_TARGET_GPU, _TARGET_BOARD, _TARGET_ALL = 1, 8, 15  # nvmlThermalTarget_t
+
+
+@nvml_function("nvmlDeviceGetThermalSettings", U, P)
+def _thermal_settings(lib: FakeNvmlLibrary, st: GpuState, index: int, out: int) -> int:
+    """The GPU die's sensor, and the board's ambient sensor on boards with one;
+    ``index`` NVML_THERMAL_TARGET_ALL asks for all of them, else one by index."""
+    if not out:
+        return int(Return.INVALID_ARGUMENT)
+    shutdown = lib.world.profile.temperature_thresholds_c.shutdown
+    sensors = [(_TARGET_GPU, st.temp_c)]
+    if st.board_temp_c is not None:
+        sensors.append((_TARGET_BOARD, st.board_temp_c))
+    if index != _TARGET_ALL:
+        if index >= len(sensors):
+            return int(Return.INVALID_ARGUMENT)
+        sensors = [sensors[index]]
+    settings = ThermalSettings.from_address(out)
+    settings.count = len(sensors)
+    for slot, (target, temp) in zip(settings.sensor, sensors, strict=False):
+        slot.controller, slot.defaultMinTemp, slot.defaultMaxTemp = \
+            _CONTROLLER_GPU_INTERNAL, 0, shutdown
+        slot.currentTemp, slot.target = temp, target
+    return OK
 
 
 # --- PCIe ------------------------------------------------------------------------

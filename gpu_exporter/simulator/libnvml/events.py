@@ -81,7 +81,8 @@ def _wait(lib: FakeNvmlLibrary, handle: int, out: int, timeout_ms: int) -> int:
             es.delivered.add(ev)
             data = EventData.from_address(out)
             data.device, data.eventType, data.eventData = lib.handle(index), EVENT_XID, xid
-            data.gpuInstanceId = data.computeInstanceId = 0xFFFFFFFF
+            data.gpuInstanceId, data.computeInstanceId = lib.world.xid_instances.get(
+                ev, (0xFFFFFFFF, 0xFFFFFFFF))
             return OK
         remaining = deadline - time.monotonic()
         if remaining <= 0:

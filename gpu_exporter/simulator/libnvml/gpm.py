@@ -91,7 +91,7 @@ def _take(lib: FakeNvmlLibrary, st: GpuState, sample: int, gi: int | None) -> in
         mig = [m for m in st.mig if m.gpu_instance == gi]
         if not mig:
             return int(Return.NOT_FOUND)
-        data.gpm = {"sm_active": mig[0].sm_active_s}
+        data.gpm = dict(mig[0].gpm) or {"sm_active": mig[0].sm_active_s}
     data.pcie = st.gpm_pcie
     data.nvlink = (sum(st.nvlink_rx_kib) * 1024, sum(st.nvlink_tx_kib) * 1024)
     return OK

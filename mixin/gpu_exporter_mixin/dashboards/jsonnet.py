@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +91,7 @@ def leaves(model: type[BaseModel] = AlertConfig,
             yield Leaf(path, "text")
         elif _is_duration(info):
             yield Leaf(path, "duration")
-        elif kind_type is float and path[-1] == "swap_bytes_per_s":
+        elif kind_type is float and path[-1] in ("swap_bytes_per_s", "reclaim_bytes_per_s"):
             yield Leaf(path, "bytes_rate")
         elif kind_type is float:
             yield Leaf(path, "ratio" if _is_ratio(info) else "number")
@@ -163,8 +164,12 @@ class Template:
         for leaf in self.fixed:
             _set(raw, leaf.path, self._base_value(leaf))
         self.values: dict[Leaf, Any] = {}
-        for k, leaf in enumerate(self.leaves):
-            self.values[leaf] = _sentinel(leaf, k)
+        # Numbered within each kind: the kinds' values lie far apart, and a
+        # ratio's must stay under 1 however many settings there are.
+        seen: Counter[str] = Counter()
+        for leaf in self.leaves:
+            self.values[leaf] = _sentinel(leaf, seen[leaf.kind])
+            seen[leaf.kind] += 1
             _set(raw, leaf.path, self.values[leaf])
         self.config = AlertConfig.model_validate(raw)
         self.texts: dict[str, str] = {}
