@@ -37,6 +37,15 @@ FIELDS = ("present", "uuid", "pci_bus_id", "pcie_generation_max", "pcie_width_ma
           "power_limit_watts", "power_default_limit_watts", "application_sm_clock_hertz",
           "application_memory_clock_hertz", "persistence_mode", "ecc_enabled")
 
+# The fields NVML reports as whole numbers of a smaller unit than the one
+# recorded, and half that unit: power limits are unsigned ints of milliwatts
+# (nvmlDeviceGetEnforcedPowerLimit, nvmlDeviceGetPowerManagementDefaultLimit),
+# application clocks unsigned ints of MHz (nvmlDeviceGetApplicationsClock). Two
+# readings closer than that are one reading rounded differently on its way
+# through watts, hertz and JSON; one step of NVML's apart is always drift.
+RESOLUTION = {"power_limit_watts": 0.001 / 2, "power_default_limit_watts": 0.001 / 2,
+              "application_sm_clock_hertz": 1e6 / 2, "application_memory_clock_hertz": 1e6 / 2}
+
 # One GPU as the baseline records it: field name -> value (None: not known).
 Fields = dict[str, Any]
 
@@ -119,8 +128,9 @@ def compare(baseline: Mapping[str, Any], current: Mapping[int, Fields]) -> list[
             want, got = entry.get(key), now.get(key)
             if want is None or got is None or key == "present":
                 continue
-            if isinstance(want, float) or isinstance(got, float):
-                if abs(float(want) - float(got)) <= 1e-6 * max(1.0, abs(float(want))):
+            tolerance = RESOLUTION.get(key)
+            if tolerance is not None:
+                if abs(float(want) - float(got)) < tolerance:
                     continue
             elif want == got or (key == "pci_bus_id" and str(want).lower() == str(got).lower()):
                 continue  # bus ids: a baseline from before the exporter kept NVML's case

@@ -98,7 +98,10 @@ class Exporter:
         return self.poller.latest
 
     def _interval(self) -> float:
-        return self.settings.poll.interval
+        """The time between polls now: the interval the poll loop waits with,
+        which a reload changes at its first poll (until then the loop waits
+        out the old one, and a shorter new interval is not staleness yet)."""
+        return self.poller.interval
 
     def _effective(self, settings: Settings) -> Settings:
         if self.simulation is None:
@@ -151,6 +154,8 @@ class Exporter:
         self.settings = self.runtime.settings = new
         # Applied by the poll thread between two polls: the stages swapped,
         # each handed the new settings, the interval and call timeout changed.
+        # /-/healthy reads the poller's interval, which changes with the first
+        # poll at the new one: a longer interval is not staleness.
         self.poller.reconfigure(stages, new)
         applied = [name for name in changed if name not in RESTART_SETTINGS]
         log.info("configuration reloaded: applied %s", ", ".join(applied) or "nothing")

@@ -13,23 +13,30 @@ told:
   itself. Severity info: dashboards and the Alertmanager UI only.
 
 Source: NVIDIA's Xid catalog for Ampere and newer GPUs, "Analyzing Xid Errors
-with the Xid Catalog" (CATALOG_URL below; its columns "Resolution Bucket
+with the Xid Catalog" (CATALOG_URL below; the spreadsheet's sheet "Catalog":
+each code's mnemonic, description and its columns "Resolution Bucket
 (Immediate Action)" and "(Investigatory Action)", rows for A100, H100, B100 and
 GB200), and NVIDIA's A100 memory error management guide
 (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/) for the ECC and
-row-remapping codes (48, 63, 64, 94, 95, 160). The catalog is one page for
-every current driver branch, not versioned per branch, and NVIDIA's Xid
+row-remapping codes (48, 63, 64, 94, 95). The catalog is one page for every
+current driver branch, not versioned per branch, and NVIDIA's Xid
 documentation states that each code's meaning is consistent across driver
-versions (https://docs.nvidia.com/deploy/xid-errors/introduction.html); this
-table follows the catalog as published in November 2026. The tiers of 61, 62, 68 and 69 follow the
-catalog's descriptions rather than a row read line by line: check them, and
-any code a new branch adds, against the spreadsheet the catalog page offers.
+versions (https://docs.nvidia.com/deploy/xid-errors/introduction.html).
+tests/test_policy_tables.py holds every code below to its catalog row (copied
+there by hand, as published in October 2025): check it, and any code a new
+branch adds, against the spreadsheet the catalog page offers.
 
 The tier is who owns the *cause*, and the catalog's immediate action is the
-first step. Where the two differ the entry says why: a contained ECC error
-(94) kills only the job that touched the memory, so the catalog's immediate
-action is to restart that job, but the fault is in the GPU's memory and a
-repeat leads to an RMA, so it pages. A code not in this table is reported in
+first step: restart the application (the job's owner), reset the GPU, restart
+the machine or contact support (on-call and hardware), ignore (nobody). Where
+the two differ the entry says why, from the catalog's own description of the
+code: a contained ECC error (94) kills only the job that touched the memory, so
+the catalog's immediate action is to restart that job, but the fault is in the
+GPU's memory and a repeat leads to an RMA, so it pages; a row remap (63) and a
+high single-bit error rate (92) need nothing at once (IGNORE) but are the
+GPU's memory failing; 43 and 45 need nothing for the GPU but end the job. 61
+is unused on Ampere and newer (the catalog's CONTACT_SUPPORT); older GPUs
+report it as a micro-controller fault. A code not in this table is reported in
 the informational tier (seen on dashboards, paging no one) with its number,
 so that a code a newer driver adds is visible without waking anyone for it.
 """
@@ -108,8 +115,9 @@ XIDS: tuple[Xid, ...] = (
         "or drain peer-to-peer)",
         "do what nvidia-smi -q reports as the GPU's recovery action"),
     # --- informational: nothing to do by itself ---
-    Xid(160, "informational", "GPU memory was marked for repair (the repair itself "
-        "succeeded)", "none; the memory error that led to it is reported by its own Xid"),
+    Xid(160, "informational", "channel retirement event: the driver retired a channel "
+        "(B100 and GB200)", "none at once; when it repeats, look for the software that "
+        "uses the channel"),
 )
 
 BY_CODE: dict[int, Xid] = {x.code: x for x in XIDS}

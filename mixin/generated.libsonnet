@@ -77,7 +77,7 @@ function(cfg)
               ["cooling_degraded/fan_stopped", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"cooling_degraded\", cause=\"fan_stopped\"}"]
             ];
             local weight = { critical: 3, warning: 2, info: 1 };
-            "max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (\n  " + std.join('\n  or ', [t[2] + ' * ' + weight[s] for s in ['critical', 'warning', 'info'] for t in terms if lib.override(cfg.severity_overrides, t[0], t[1]) == s]) + "\n)",
+            "max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (\n  " + std.join('\n  or ', [t[2] + ' * ' + weight[s] for s in ['critical', 'warning', 'info'] for t in terms if lib.override(cfg.severity_overrides, t[0], t[1]) == s]) + "\n)\nor max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_info{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}) * 0",
           },
           {
             "record": "instance:gpu_health_state:count",
@@ -132,7 +132,7 @@ function(cfg)
           },
           {
             "record": "gpu:gpu_process_info:kube_pod",
-            "expr": "gpu_process_info{pod_uid!=\"\"}\n  * on (pod_uid) group_left (namespace, pod)\n    max by (pod_uid, namespace, pod) (\n      label_replace(kube_pod_info, \"pod_uid\", \"$1\", \"uid\", \"(.+)\")\n    )"
+            "expr": "gpu_process_info{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", pod_uid!=\"\"}\n  * on (pod_uid) group_left (namespace, pod)\n    max by (pod_uid, namespace, pod) (\n      label_replace(kube_pod_info, \"pod_uid\", \"$1\", \"uid\", \"(.+)\")\n    )"
           },
           {
             "record": "gpu_owner:gpu_energy_joules:rate5m",
@@ -1254,12 +1254,12 @@ function(cfg)
                   },
                   "renameByName": {
                     "gpu": "GPU",
-                    "symptom": "Symptom",
-                    "cause": "Cause",
-                    "state": "State",
-                    "namespace": "Namespace",
-                    "pod": "Pod",
-                    "container": "Container",
+                    "symptom": "symptom",
+                    "cause": "cause",
+                    "state": "state",
+                    "namespace": "namespace",
+                    "pod": "pod",
+                    "container": "container",
                     "slurm_job_id": "Slurm job"
                   }
                 }
@@ -1391,6 +1391,9 @@ function(cfg)
                   ]
                 },
                 "custom": {
+                  "thresholdsStyle": {
+                    "mode": "dashed"
+                  },
                   "lineWidth": 1,
                   "fillOpacity": 10
                 }
@@ -2512,7 +2515,7 @@ function(cfg)
                   "properties": [
                     {
                       "id": "unit",
-                      "value": "s"
+                      "value": "short"
                     }
                   ]
                 }
@@ -2682,6 +2685,9 @@ function(cfg)
                   ]
                 },
                 "custom": {
+                  "thresholdsStyle": {
+                    "mode": "dashed"
+                  },
                   "lineWidth": 1,
                   "fillOpacity": 10
                 }
@@ -2821,6 +2827,9 @@ function(cfg)
                   ]
                 },
                 "custom": {
+                  "thresholdsStyle": {
+                    "mode": "dashed"
+                  },
                   "lineWidth": 1,
                   "fillOpacity": 10
                 }
@@ -2903,7 +2912,20 @@ function(cfg)
                   "fillOpacity": 10
                 }
               },
-              "overrides": []
+              "overrides": [
+                {
+                  "matcher": {
+                    "id": "byFrameRefID",
+                    "options": "B"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "Bps"
+                    }
+                  ]
+                }
+              ]
             }
           }
         ],
@@ -4310,16 +4332,19 @@ function(cfg)
                       "color": "red"
                     },
                     {
-                      "value": 0.1,
+                      "value": cfg["diagnosis"]["idle_utilization"],
                       "color": "orange"
                     },
                     {
-                      "value": 0.5,
+                      "value": cfg["diagnosis"]["busy_utilization"],
                       "color": "green"
                     }
                   ]
                 },
                 "custom": {
+                  "thresholdsStyle": {
+                    "mode": "dashed"
+                  },
                   "lineWidth": 1,
                   "fillOpacity": 10
                 }

@@ -10,7 +10,7 @@ import pytest
 import gpu_exporter.history as history_module
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.history import MAX_GPUS, SERIES, History, slots_for
-from gpu_exporter.readings import GpuReading
+from gpu_exporter.readings import GpmReading, GpuReading
 from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.simnode import EPOCH, SimRun
@@ -90,3 +90,61 @@ def test_gpu_indexes_beyond_the_bound_are_not_kept() -> None:
                                                  (0.1, 3600), (0.5, 1800)])
 def test_the_ring_size_follows_the_interval_within_bounds(interval: float, slots: int) -> None:
     assert slots_for(interval) == slots
+
+
+@pytest.mark.parametrize(("filled", "points", "picked"), [
+    (10, 4, [0, 3, 6, 9]),  # evenly spaced, the oldest and the newest in
+    (10, 10, list(range(10))),  # as many as kept: every one
+    (10, 11, list(range(10))),
+    (10, 1, list(range(10))),  # one point is no line: every one
+    (10, 2, [0, 9]),  # the oldest and the newest
+    (7, 3, [0, 3, 6]),
+    (9, 5, [0, 2, 4, 6, 8]),
+])
+def test_a_window_thinned_to_points_keeps_the_ends_and_spaces_the_rest(
+        filled: int, points: int, picked: list[int]) -> None:
+    hist = History(10)
+    for k in range(filled):
+        hist.record(_snap(EPOCH + k, {0: GpuReading(0, "u0", True, utilization=k / 100)}))
+    window = hist.window(0, points)
+    assert window is not None
+    assert window.times == tuple(EPOCH + k for k in picked)
+    assert window.series["utilization"] == pytest.approx([k / 100 for k in picked])
+
+
+def test_a_ring_of_one_slot_keeps_the_last_poll_and_none_is_refused() -> None:
+    with pytest.raises(ValueError) as err:
+        History(0)
+    assert str(err.value) == "the history needs at least one slot"
+    hist = History(1)
+    for k in range(3):
+        hist.record(_snap(EPOCH + k, {0: GpuReading(0, "u0", True, utilization=k / 10)}))
+    window = hist.window(0)
+    assert window is not None
+    assert window.times == (EPOCH + 2,) and window.series["utilization"] == (
+        pytest.approx(0.2),)
+
+
+def test_a_gpu_beyond_the_bound_does_not_stop_the_others_being_recorded() -> None:
+    hist = History(2)
+    hist.record(_snap(EPOCH, {i: GpuReading(i, f"u{i}", True) for i in range(MAX_GPUS)}))
+    # A new index first in the poll: skipped, and every kept GPU still recorded.
+    late = {MAX_GPUS + 5: GpuReading(MAX_GPUS + 5, "new", True, utilization=0.5)}
+    late |= {i: GpuReading(i, f"u{i}", True, utilization=0.25) for i in range(MAX_GPUS)}
+    hist.record(_snap(EPOCH + 1, late))
+    assert MAX_GPUS + 5 not in hist.gpus()
+    for i in range(MAX_GPUS):
+        window = hist.window(i)
+        assert window is not None and window.series["utilization"][-1] == 0.25, i
+
+
+def test_sm_activity_is_kept_from_the_gpm_reading_of_the_same_gpu() -> None:
+    hist = History(3)
+    out = SnapshotBuilder(EPOCH)
+    out.readings.gpus = {0: GpuReading(0, "u0", True), 1: GpuReading(1, "u1", True)}
+    out.readings.gpm = {1: GpmReading(sm_active=0.25, sm_occupancy=None, tensor_active=None,
+                                       dram_active=None)}
+    hist.record(out.build())
+    w0, w1 = hist.window(0), hist.window(1)
+    assert w0 is not None and w1 is not None
+    assert w0.series["sm_active"] == (None,) and w1.series["sm_active"] == (0.25,)

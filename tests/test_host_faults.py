@@ -14,7 +14,8 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ from hypothesis import strategies as st
 from gpu_exporter.catalog import CATALOG
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.pcie import PcieCollector
+from gpu_exporter.host import cpu, disks, memory, network, pressure
 from gpu_exporter.host import procs as procs_module
-from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
+from gpu_exporter.host.pci import AER_SEVERITIES
+from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession, normalize_bus_id
 from gpu_exporter.poller import Poller
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
@@ -192,6 +195,8 @@ mutation = st.one_of(
     st.tuples(st.just("directory")),
     st.tuples(st.just("symlink-loop")),
 )
+# Faults that replace every line of a file: what is left holds nothing of it.
+REPLACING = ("empty", "bytes", "text")
 file_faults = st.lists(st.tuples(st.sampled_from(["proc", "sys"]), st.integers(0, 10**6),
                                  mutation), max_size=8)
 
@@ -223,30 +228,228 @@ def _mutate(path: Path, how: tuple[Any, ...]) -> None:
         path.symlink_to(path)
 
 
+# --- what each reader makes of each broken file -----------------------------------------------
+
+Key = tuple[str, frozenset[tuple[str, str]]]  # a series: its name and labels
+
+
+def _key(name: str, **labels: str) -> Key:
+    return name, frozenset(labels.items())
+
+
+@dataclass(frozen=True)
+class Source:
+    """One host file, how its reader reads it, and the series it makes."""
+
+    name: str
+    read: Callable[[Path], Any]
+    series: Callable[[Any], dict[Key, float]]  # the reader's result -> series and values
+    families: tuple[str, ...]
+    match: dict[str, str] = field(default_factory=dict)  # labels of its series in a family
+
+    def mine(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match.items())
+
+
+def _cpu_series(t: cpu.CpuTimes) -> dict[Key, float]:
+    out = {_key("gpu_host_cpu_seconds_total"): t.total}
+    for mode in ("iowait", "steal"):
+        if mode in t.seconds:
+            out[_key(f"gpu_host_cpu_{mode}_seconds_total")] = t.seconds[mode]
+    if t.context_switches is not None:
+        out[_key("gpu_host_context_switches_total")] = t.context_switches
+    return out
+
+
+def _memory_series(m: memory.MemInfo) -> dict[Key, float]:
+    out = {_key("gpu_host_memory_total_bytes"): m.total_bytes,
+           _key("gpu_host_swap_used_bytes"): m.swap_used_bytes}
+    if m.available_bytes is not None:
+        out[_key("gpu_host_memory_available_bytes")] = m.available_bytes
+    return out
+
+
+def _pressure_series(resource: str) -> Callable[[pressure.Pressure], dict[Key, float]]:
+    def series(p: pressure.Pressure) -> dict[Key, float]:
+        out = {}
+        for kind, stall in (("some", p.some), ("full", p.full)):
+            if stall is not None:
+                out[_key("gpu_host_pressure_ratio", resource=resource, kind=kind)] = stall.avg10
+                out[_key("gpu_host_pressure_stalled_seconds_total", resource=resource,
+                         kind=kind)] = stall.total_seconds
+        return out
+    return series
+
+
+HOST_SOURCES = (
+    Source("stat", cpu.read_cpu_times, _cpu_series,
+           ("gpu_host_cpu_seconds_total", "gpu_host_cpu_iowait_seconds_total",
+            "gpu_host_cpu_steal_seconds_total", "gpu_host_context_switches_total")),
+    Source("meminfo", memory.read_meminfo, _memory_series,
+           ("gpu_host_memory_total_bytes", "gpu_host_memory_available_bytes",
+            "gpu_host_swap_used_bytes")),
+    Source("vmstat", memory.read_swap_activity,
+           lambda s: {} if s is None else {
+               _key("gpu_host_swap_bytes_total", direction="in"): s.in_bytes,
+               _key("gpu_host_swap_bytes_total", direction="out"): s.out_bytes},
+           ("gpu_host_swap_bytes_total",)),
+    Source("loadavg", cpu.read_loadavg,
+           lambda a: {_key("gpu_host_load_average", window=w): v
+                      for w, v in (("1m", a.load1), ("5m", a.load5), ("15m", a.load15))},
+           ("gpu_host_load_average",)),
+    Source("diskstats", disks.read_diskstats,
+           lambda d: {_key("gpu_host_disk_busy_seconds_total", device=n): v
+                      for n, v in d.busy_seconds.items()},
+           ("gpu_host_disk_busy_seconds_total",)),
+    Source("net/dev", network.read_netdev,
+           lambda n: {k: v for name, c in n.items() for k, v in (
+               (_key("gpu_host_network_receive_errors_total", interface=name), c.errors),
+               (_key("gpu_host_network_receive_drops_total", interface=name), c.drops))},
+           ("gpu_host_network_receive_errors_total", "gpu_host_network_receive_drops_total")),
+    *(Source(f"pressure/{r}", lambda p, r=r: pressure.read_pressure(p, r),
+             _pressure_series(r),
+             ("gpu_host_pressure_ratio", "gpu_host_pressure_stalled_seconds_total"),
+             {"resource": r}) for r in pressure.RESOURCES),
+)
+# Counters the collector holds at their last reading when the kernel's count
+# steps back (proc(5): iowait "is not reliable").
+HELD = {_key("gpu_host_cpu_iowait_seconds_total"), _key("gpu_host_cpu_steal_seconds_total")}
+
+
+def _exported(snap: Snapshot) -> dict[Key, float]:
+    return {(name, frozenset(labels.items())): value
+            for name in {f for s in HOST_SOURCES for f in s.families}
+            for labels, value in snap.series(name)}
+
+
+def check_host_sources(proc: Path, snap: Snapshot, errors: float,
+                       held: dict[Key, float], replaced: set[str]) -> None:
+    """Each host file as its reader reads it now against what the poll
+    exported: a value it read is exported as read (or absent and counted, when
+    no host can report it); a file it cannot read leaves its series absent and
+    is counted; only a file that does not exist is absent without a count.
+    A file whose every line was replaced (emptied, random bytes or text) that
+    reads without an error must give series: reading to nothing is the silent
+    success a broken file must never be. ``errors``: the host collector's error
+    count this poll added."""
+    exported = _exported(snap)
+    must_count = 0
+    for source in HOST_SOURCES:
+        try:
+            result = source.read(proc)
+        except FileNotFoundError:
+            result, failed = None, "missing"
+        except (OSError, ValueError):
+            result, failed = None, "unreadable"
+        else:
+            failed = ""
+        if failed:
+            present = [k for k in exported if k[0] in source.families and source.mine(dict(k[1]))]
+            assert not present, f"{source.name} is {failed}, yet {present} exported"
+            must_count += failed == "unreadable"
+            continue
+        series = source.series(result)
+        assert series or source.name not in replaced, \
+            f"{source.name} was replaced and reads to nothing, without an error"
+        for key, value in series.items():
+            if key not in exported:
+                must_count += 1  # a value no host can report: absent, and counted
+                continue
+            want = max(value, held[key]) if key in HELD and key in held else value
+            assert exported[key] == want, (source.name, key, exported[key], want)
+    for key in HELD & exported.keys():
+        held[key] = exported[key]
+    assert errors >= must_count, (f"{must_count} host series absent for an unreadable file or "
+                                  f"value, but {errors:g} errors counted")
+
+
+def _text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).decode(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def check_pcie_sources(sysfs: Path, gpus: list[Gpu], snap: Snapshot, errors: float,
+                       first: bool) -> None:
+    """Each GPU's per-poll sysfs attributes (the links' current speed and width,
+    the AER counters; at the first poll also the links' maxima and the NUMA
+    node, read once and kept): an attribute that exists but whose series is
+    absent was counted. "Unknown" (a link that is down) is no error."""
+    must_count = 0
+    for gpu in gpus:
+        entry = f"{sysfs}/bus/pci/devices/{normalize_bus_id(gpu.identity.pci_bus_id)}"
+        if not os.path.exists(entry):
+            continue
+        labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}
+        directory = os.path.realpath(entry)
+        upstream = os.path.dirname(directory)
+        # The port above: the parent directory when it is a PCI device (a bridge).
+        bridge = re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+                              os.path.basename(upstream))
+        ports = [("gpu", directory)] + ([("upstream", upstream)] if bridge else [])
+        wanted: list[tuple[str, str, dict[str, str]]] = []
+        for port, d in ports:
+            wanted += [(f"{d}/current_link_speed", "gpu_pcie_sysfs_link_generation",
+                        {"port": port}),
+                       (f"{d}/current_link_width", "gpu_pcie_sysfs_link_width", {"port": port})]
+            if first:
+                wanted += [(f"{d}/max_link_speed", "gpu_pcie_sysfs_link_generation_max",
+                            {"port": port}),
+                           (f"{d}/max_link_width", "gpu_pcie_sysfs_link_width_max",
+                            {"port": port})]
+        wanted += [(f"{directory}/aer_dev_{sev}", "gpu_pcie_aer_errors_total",
+                    {"severity": sev}) for sev, _ in AER_SEVERITIES]
+        for path, name, extra in wanted:
+            if not os.path.lexists(path) or _text(path) == "Unknown":
+                continue
+            if snap.get(name, **labels, **extra) is None:
+                must_count += 1
+        if first and os.path.lexists(f"{directory}/numa_node") and \
+                _text(f"{directory}/numa_node") != "-1":
+            (info,) = [lab for lab, _ in snap.series("gpu_numa_info")
+                       if lab["gpu"] == str(gpu.index)]
+            must_count += info["numa_node"] == "-1"
+    assert errors >= must_count, (f"{must_count} sysfs attributes exist but their series are "
+                                  f"absent, yet {errors:g} errors counted")
+
+
 @FUZZ
 @given(faults=st.lists(file_faults, min_size=3, max_size=3))
-def test_fuzzed_proc_and_sys_never_crash_and_failures_are_reported(
+def test_fuzzed_proc_and_sys_each_file_gives_a_value_or_an_absent_counted_series(
         faults: list[list[tuple[str, int, tuple[Any, ...]]]]) -> None:
+    """Fixture trees broken a little more every poll (truncated, garbage, odd
+    numbers, deleted, directories, symlink loops): each reader's result on each
+    file is exported as read, or its series is absent and the read counted in
+    gpu_exporter_collector_errors_total; never absent without a count while
+    the file is there. And every host value stays in range."""
     session = NvmlSession()
     session.gpus = [Gpu(0, None, Identity(0, uuid="GPU-0", pci_bus_id="00000000:18:00.0")),
                     Gpu(1, None, Identity(1, uuid="GPU-1", pci_bus_id="00000000:2A:00.0"))]
     clock = VirtualClock()
     for proc, sys_ in _fixture_tree():
         collectors = [HostCollector(proc, clock), PcieCollector(session, sys_)]
-        poller = Poller(collectors, 1.0, None, wall_clock=clock, monotonic=clock)
+        poller = Poller(collectors, 1.0, None, wall_clock=clock, monotonic=clock, detail=True)
         errors_seen = {"host": 0.0, "pcie": 0.0}
         last_counts: dict[tuple[str, tuple[str, ...]], float] = {}
-        for poll_faults in faults:
+        held: dict[Key, float] = {}
+        replaced: set[str] = set()
+        for poll, poll_faults in enumerate(faults):
             for tree, pick, how in poll_faults:
                 root, names = (proc, PROC_FILES) if tree == "proc" else (sys_, SYS_FILES)
                 _mutate(root / names[pick % len(names)], how)
+                if tree == "proc" and how[0] in REPLACING:
+                    replaced.add(names[pick % len(names)])
             clock.advance(1.0)
-            snap = poller.poll_once()  # never raises
+            snap = poller.poll_once()
+            added = {}
             for name in ("host", "pcie"):
-                success, errors = _collector(snap, name)
-                assert success in (0.0, 1.0)
+                errors = _collector(snap, name)[1]
                 assert errors is not None and errors >= errors_seen[name]  # a counter
-                errors_seen[name] = errors
+                added[name], errors_seen[name] = errors - errors_seen[name], errors
+            check_host_sources(proc, snap, added["host"], held, replaced)
+            check_pcie_sources(sys_, session.gpus, snap, added["pcie"], first=poll == 0)
             check_exposition(render(snap, False, LabelCache()).decode(), openmetrics=False)
             check_exposition(render(snap, True, LabelCache()).decode(), openmetrics=True)
             _every_host_value_is_plausible(snap, last_counts)
@@ -307,10 +510,14 @@ def test_fuzzed_numbers_in_proc_are_never_exported_out_of_range(
 def test_fuzzed_simulated_node_files_under_the_whole_exporter(
         faults: list[list[tuple[int, tuple[Any, ...]]]]) -> None:
     """The real exporter (every collector) on a simulated node whose /proc and /sys
-    are broken a little more every poll."""
-    with SimRun(_node()) as run:
-        run.poll()
+    are broken a little more every poll: each host file and GPU sysfs
+    attribute is exported as read, or absent and counted."""
+    with SimRun(_node(), metrics={"detail": True}) as run:
+        first = run.poll()
         run.exporter.poller.before_poll.clear()
+        seen = {name: _collector(first, name)[1] or 0.0 for name in ("host", "pcie")}
+        held: dict[Key, float] = {}
+        replaced: set[str] = set()
         files = [*(Path("proc") / f for f in _files(run.node.procfs)),
                  *(Path("sys") / f for f in _files(run.node.sysfs))]
         for poll_faults in faults:
@@ -318,9 +525,17 @@ def test_fuzzed_simulated_node_files_under_the_whole_exporter(
                 rel = files[pick % len(files)]
                 root = run.node.procfs if rel.parts[0] == "proc" else run.node.sysfs
                 _mutate(root / Path(*rel.parts[1:]), how)
-            snap = run.poll(1)  # never raises
-            for lab, value in snap.series("gpu_exporter_collector_success"):
-                assert value in (0.0, 1.0), lab
+                if rel.parts[0] == "proc" and how[0] in REPLACING:
+                    replaced.add(str(Path(*rel.parts[1:])))
+            snap = run.poll(1)
+            added = {}
+            for name in ("host", "pcie"):
+                errors = _collector(snap, name)[1]
+                assert errors is not None and errors >= seen[name]  # a counter
+                added[name], seen[name] = errors - seen[name], errors
+            check_host_sources(run.node.procfs, snap, added["host"], held, replaced)
+            check_pcie_sources(run.node.sysfs, run.exporter.session.gpus, snap,
+                               added["pcie"], first=False)
             assert _collector(snap, "device")[0] == 1.0  # NVML is not the host
             assert len(snap.series("gpu_up")) == 2
             check_exposition(run.scrape(), openmetrics=False)

@@ -170,6 +170,9 @@ def test_swap_pages_become_bytes_with_the_page_size() -> None:
 def test_a_kernel_without_swap_support_has_no_swap_activity(tmp_path: Path) -> None:
     write(tmp_path / "vmstat", "nr_free_pages 5\npgfault 7\n")
     assert memory.read_swap_activity(tmp_path) is None
+    # Its counters anywhere in the file, whatever else it holds.
+    write(tmp_path / "vmstat", "nr_free_pages 5\nsomething new\n")
+    assert memory.read_swap_activity(tmp_path) is None
 
 
 def test_garbled_vmstat_is_malformed() -> None:
@@ -461,6 +464,50 @@ def test_a_device_not_on_the_bus_is_none() -> None:
     assert read_pci_device(FIXTURES / "nowhere", "0000:18:00.0") is None
 
 
+@pytest.mark.parametrize(("attribute", "text", "problem"), [
+    ("current_link_speed", "", "'' is not a PCIe link speed"),
+    ("current_link_speed", "fast", "'fast' is not a PCIe link speed"),
+    ("current_link_speed", "-1.0 GT/s PCIe", "'-1.0 GT/s PCIe' is not a PCIe link speed"),
+    ("max_link_speed", "7.0 GT/s", "'7.0 GT/s' is not a PCIe link speed"),
+    ("current_link_width", "-1", "-1 is outside 0..32"),
+    ("max_link_width", "33", "33 is outside 0..32"),
+    ("numa_node", "-2", "-2 is outside -1..1023"),
+    ("numa_node", "1024", "1024 is outside -1..1023"),
+    ("aer_dev_correctable", "TOTAL_ERR_COR -1\n", "TOTAL_ERR_COR '-1' is not a count"),
+    ("aer_dev_fatal", "TOTAL_ERR_FATAL ³\n", "TOTAL_ERR_FATAL '³' is not a count"),
+])
+def test_an_attribute_no_kernel_writes_is_a_problem_never_a_silent_absence(
+        tmp_path: Path, attribute: str, text: str, problem: str) -> None:
+    """Each attribute whose value no kernel writes names its path and problem,
+    and its value is absent; the others are still read."""
+    sysfs = tmp_path / "sys"
+    shutil.copytree(SWITCH, sysfs, symlinks=True)
+    gpu_dir = Path(os.path.realpath(sysfs / "bus/pci/devices/0000:18:00.0"))
+    (gpu_dir / attribute).write_text(text)
+    dev = read_pci_device(sysfs, "0000:18:00.0")
+    assert dev is not None
+    assert dev.problems == (f"{gpu_dir / attribute}: {problem}",)
+    link = dev.link
+    assert link is not None
+    read = {"current_link_speed": link.generation, "max_link_speed": link.generation_max,
+            "current_link_width": link.width, "max_link_width": link.width_max,
+            "numa_node": dev.numa_node, "aer_dev_correctable": dev.aer.get("correctable"),
+            "aer_dev_fatal": dev.aer.get("fatal")}
+    assert read.pop(attribute) is None
+    assert None not in read.values(), read
+
+
+def test_a_link_that_is_down_reads_unknown_and_is_no_problem(tmp_path: Path) -> None:
+    sysfs = tmp_path / "sys"
+    shutil.copytree(SWITCH, sysfs, symlinks=True)
+    gpu_dir = Path(os.path.realpath(sysfs / "bus/pci/devices/0000:18:00.0"))
+    (gpu_dir / "current_link_speed").write_text("Unknown\n")
+    (gpu_dir / "current_link_width").write_text("0\n")
+    dev = read_pci_device(sysfs, "0000:18:00.0")
+    assert dev is not None and dev.problems == ()
+    assert dev.link is not None and (dev.link.generation, dev.link.width) == (None, 0)
+
+
 def test_malformed_sysfs_attributes_are_problems_not_exceptions() -> None:
     dev = read_pci_device(BAD_SYS, "0000:18:00.0")
     assert dev is not None
@@ -475,7 +522,8 @@ def test_malformed_sysfs_attributes_are_problems_not_exceptions() -> None:
 
 @pytest.mark.parametrize(("speed", "generation"), [
     ("2.5 GT/s PCIe", 1), ("5.0 GT/s PCIe", 2), ("8.0 GT/s PCIe", 3), ("16.0 GT/s PCIe", 4),
-    ("32.0 GT/s PCIe", 5), ("64.0 GT/s PCIe", 6), ("8 GT/s", 3), ("5 GT/s", 2),
+    ("32.0 GT/s PCIe", 5), ("64.0 GT/s PCIe", 6), ("128.0 GT/s PCIe", 7), ("8 GT/s", 3),
+    ("5 GT/s", 2),
     ("Unknown", None), ("Unknown speed", None), ("3.0 GT/s", None), ("", None)])
 def test_link_generation(speed: str, generation: int | None) -> None:
     assert link_generation(speed) == generation
@@ -500,6 +548,13 @@ MALFORMED: list[tuple[str, str, Callable[[Path], object], str]] = [
     ("vmstat", "pswpin 5\n", memory.read_swap_activity,
      "pswpin without pswpout or the other way round"),
     ("vmstat", "pswpin 5\npswpout x\n", memory.read_swap_activity, "'x' is not an integer"),
+    # Nothing a kernel writes: not one without swap, which lists its other counters.
+    ("vmstat", "", memory.read_swap_activity, "no counter lines"),
+    ("vmstat", "\x00\x01 garbage\nnr_free_pages many\n", memory.read_swap_activity,
+     "no counter lines"),
+    # Every kernel lists its loop and RAM disks at least.
+    ("diskstats", "", disks.read_diskstats, "no block device"),
+    ("diskstats", "\n  \n", disks.read_diskstats, "no block device"),
     ("diskstats", "8 0 sda 1 2 3\n", disks.read_diskstats, "short line '8 0 sda 1 2 3'"),
     ("diskstats", "8 0 sda 1 0 0 0 0 0 0 0 0 x 0\n", disks.read_diskstats,
      "'x' is not an integer"),

@@ -5,8 +5,9 @@ test build of the rules loaded, and a real Alertmanager it sends to.
 Proven here: every table row's scenario makes its alert fire and reach
 Alertmanager with the right labels and annotations; the exporter-health and
 fleet alerts fire on their faults; `healthy` and `idle` fire nothing; every
-dashboard query returns data on `mixed`; and Alertmanager's inhibitions and
-per-node grouping work on alerts posted to its API.
+dashboard panel shows on `mixed` the values its scenario makes true; and
+Alertmanager's inhibitions and per-node grouping work on alerts posted to its
+API.
 
 Every process runs on 127.0.0.1 with a temporary directory and is stopped by
 the fixtures; every wait is bounded.
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.central_store import Proc, spawn
 from gpu_exporter.commands.fleet import free_port
@@ -38,7 +40,8 @@ from gpu_exporter_mixin.alerting.render import alert_annotations
 from gpu_exporter_mixin.alerting.rules import UTILIZATION_RATE_WINDOW, alert_rules
 from gpu_exporter_mixin.alerting.templates import render
 from gpu_exporter_mixin.dashboards.generate import FLEET, NODE
-from gpu_exporter_mixin.dashboards.queries import panel_queries, substitute
+from gpu_exporter_mixin.dashboards.queries import panels, substitute
+from tests.dashboard_facts import check_panels, facts_of
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -462,24 +465,45 @@ def test_exporter_health_and_fleet_alerts_fire(stack: Stack, background: dict[st
     assert stack.query(f'up{{instance="{background["dead"]}"}}')[0]["value"][1] == "0"
 
 
-def test_every_dashboard_query_returns_data_on_mixed(stack: Stack,
-                                                      background: dict[str, str]) -> None:
+def _not_judged(address: str) -> set[tuple[int, str, str]]:
+    """The rows the exporter says it cannot judge, from its own /metrics."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {(int(s.labels["gpu"]), s.labels["symptom"], s.labels["cause"])
+            for family in text_string_to_metric_families(text)
+            if family.name == "gpu_diagnosis_not_judged"
+            for s in family.samples if s.value == 1}
+
+
+def test_every_dashboard_panel_shows_what_mixed_is(stack: Stack,
+                                                   background: dict[str, str]) -> None:
+    """Each panel and stat of both dashboards, as Grafana would query it for
+    the mixed node, against what the mixed scenario and its board make true
+    (tests/dashboard_facts.py): one downtrained link, two throttled GPUs, one
+    straggler, GPU 2's 450 W limit, GPU 1's uncorrectable ECC error and pending
+    remap, each process's memory and CPU, the GPUs by their worst finding."""
+    facts = facts_of(load_scenario("mixed"), CONFIG)
     values = {"cluster": ".*", "job": JOB, "instance": background["mixed"], "gpu": ".+",
               "namespace": ".*", "datasource": "prometheus"}
-    queries = []
-    for rel in (NODE, FLEET):
-        dash = json.loads((ROOT / rel).read_text())
-        queries += [(rel.name, title, ref, substitute(expr, values))
-                    for title, ref, expr in panel_queries(dash)]
+    dashboards = {"node": json.loads((ROOT / NODE).read_text()),
+                  "fleet": json.loads((ROOT / FLEET).read_text())}
 
-    stack.wait_rate_window("mixed")  # the stragglers panel
+    def problems() -> list[str]:
+        facts.not_judged = _not_judged(background["mixed"])
+        out = []
+        for which, dash in dashboards.items():
+            got = {(p["title"], p["type"]): {
+                t["refId"]: [(r["metric"], float(r["value"][1]))
+                             for r in stack.query(substitute(t["expr"], values))]
+                for t in p["targets"]} for p in panels(dash)}
+            out += check_panels(facts, which, got)
+        return out
+
+    stack.wait_rate_window("mixed")  # rates, the stragglers
     deadline = time.monotonic() + 60
-    while True:
-        missing = [f"{d}: {t}/{r}: {q}" for d, t, r, q in queries if not stack.query(q)]
-        if not missing or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert not missing, "panel queries without data on mixed:\n" + "\n".join(missing)
+    while (found := problems()) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not found, "panels that do not show what mixed is:\n" + "\n".join(found)
 
 
 def test_healthy_and_idle_fire_nothing(stack: Stack, background: dict[str, str]) -> None:

@@ -33,10 +33,11 @@ def is_counted(name: str) -> bool:
 def read_diskstats(procfs: Path) -> DiskBusy:
     path = procfs / "diskstats"
     busy: dict[str, float] = {}
-    for line in read_text(path).splitlines():
+    lines = [line for line in read_text(path).splitlines() if line.strip()]
+    if not lines:  # the kernel lists every block device, loop and RAM disks included
+        raise MalformedFile(path, "no block device")
+    for line in lines:
         parts = line.split()
-        if not parts:
-            continue
         if len(parts) < _MIN_FIELDS:
             raise MalformedFile(path, f"short line {line.strip()!r}")
         name = parts[2]

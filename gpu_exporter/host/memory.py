@@ -55,11 +55,15 @@ def read_swap_activity(procfs: Path, page_size: int = PAGE_SIZE) -> SwapActivity
     """None on a kernel built without swap support (no pswpin/pswpout)."""
     path = procfs / "vmstat"
     pages: dict[str, int] = {}
-    for line in read_text(path).splitlines():
-        parts = line.split()
+    rows = [line.split() for line in read_text(path).splitlines()]
+    for parts in rows:
         if len(parts) == 2 and parts[0] in ("pswpin", "pswpout"):
             pages[parts[0]] = to_int(path, parts[1])
     if not pages:
+        # A kernel without swap accounting still lists its other counters;
+        # a file with none is not a kernel's vmstat at all.
+        if not any(len(p) == 2 and p[1].isascii() and p[1].isdigit() for p in rows):
+            raise MalformedFile(path, "no counter lines")
         return None
     if len(pages) != 2:
         raise MalformedFile(path, "pswpin without pswpout or the other way round")

@@ -14,7 +14,13 @@ from gpu_exporter.host.files import MalformedFile, read_text
 from gpu_exporter.host.procs import parse_cpulist
 
 # Transfer rate per lane -> PCIe generation.
-_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
+# The widest PCIe link (x32; a link that is down reads 0), and the highest
+# NUMA node id Linux allows (CONFIG_NODES_SHIFT is at most 10; -1: none).
+MAX_LANES = 32
+MAX_NUMA_NODE = 1023
+# What the kernel writes for the speed of a link that is down.
+_LINK_DOWN = "Unknown"
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 AER_SEVERITIES = (("correctable", "COR"), ("nonfatal", "NONFATAL"), ("fatal", "FATAL"))
 
@@ -85,23 +91,37 @@ class _Reader:
             self.problems.append(f"{path}: {exc.strerror or exc}")
             return None
 
-    def integer(self, path: str) -> int | None:
+    def integer(self, path: str, low: int, high: int) -> int | None:
+        """An integer attribute within what the kernel can write there."""
         text = self.text(path)
         if text is None:
             return None
         try:
-            return int(text)
+            value = int(text)
         except ValueError:
-            self.problems.append(f"{path}: {text!r} is not an integer")
+            self.problems.append(f"{path}: {text[:60]!r} is not an integer")
             return None
+        if not low <= value <= high:
+            self.problems.append(f"{path}: {value} is outside {low}..{high}")
+            return None
+        return value
 
     def maxima(self, directory: str) -> tuple[str | None, int | None]:
-        return (self.text(f"{directory}/max_link_speed"),
-                self.integer(f"{directory}/max_link_width"))
+        return (self.speed(f"{directory}/max_link_speed"),
+                self.integer(f"{directory}/max_link_width", 0, MAX_LANES))
+
+    def speed(self, path: str) -> str | None:
+        """A link speed attribute: the kernel's "Unknown" for a link that is
+        down, or a rate of a PCIe generation; anything else is a problem."""
+        text = self.text(path)
+        if text is not None and text != _LINK_DOWN and link_generation(text) is None:
+            self.problems.append(f"{path}: {text[:60]!r} is not a PCIe link speed")
+            return None
+        return text
 
     def link(self, directory: str, maxima: tuple[str | None, int | None]) -> PcieLink | None:
-        speed = self.text(f"{directory}/current_link_speed")
-        width = self.integer(f"{directory}/current_link_width")
+        speed = self.speed(f"{directory}/current_link_speed")
+        width = self.integer(f"{directory}/current_link_width", 0, MAX_LANES)
         speed_max, width_max = maxima
         if speed is None and speed_max is None and width is None and width_max is None:
             return None
@@ -125,10 +145,9 @@ def aer_total(path: Path | str, text: str, tag: str) -> int:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == f"TOTAL_ERR_{tag}":
-            try:
-                return int(parts[1])
-            except ValueError:
-                break
+            if not (parts[1].isascii() and parts[1].isdigit()):  # a count: never negative
+                raise MalformedFile(path, f"TOTAL_ERR_{tag} {parts[1][:60]!r} is not a count")
+            return int(parts[1])
     raise MalformedFile(path, f"no TOTAL_ERR_{tag} count")
 
 
@@ -141,7 +160,7 @@ def read_placement(sysfs: Path | str, bdf: str) -> PciPlacement | None:
     # bridges and switch ports between the root complex and the device.
     directory = os.path.realpath(entry)
     r = _Reader()
-    numa = r.integer(f"{directory}/numa_node")
+    numa = r.integer(f"{directory}/numa_node", -1, MAX_NUMA_NODE)
     cpulist = r.text(f"{directory}/local_cpulist")
     cpus: frozenset[int] | None = None
     if cpulist is not None:

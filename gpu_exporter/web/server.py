@@ -402,8 +402,8 @@ def staleness_check(latest_timestamp: Callable[[], float | None],
                     interval: Callable[[], float], started: float,
                     clock: Callable[[], float] = time.time) -> Callable[[], tuple[bool, str]]:
     """Healthy while polls keep coming: stale metrics must not look healthy.
-    ``interval``: the time between polls now (a longer one after a reload is
-    not staleness)."""
+    ``interval``: the time the poll loop waits until its next poll, read at
+    each check (after a reload the loop waits out the old interval once)."""
 
     def check() -> tuple[bool, str]:
         ts = latest_timestamp()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpu_exporter.diagnosis.table import ROWS, Row, Severity
-from gpu_exporter_mixin.alerting.attribution import POD_OF_PROCESS_EXPR, POD_OF_PROCESS_RECORD
+from gpu_exporter_mixin.alerting.attribution import POD_OF_PROCESS_RECORD, pod_of_process_expr
 from gpu_exporter_mixin.alerting.config import AlertConfig, AlertConfigError
 from gpu_exporter_mixin.alerting.templates import (
     BYTES1024,
@@ -349,7 +349,11 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
     worst_parts = [
         f"{x.m('gpu_diagnosis_active', row_matchers(row))} * {weight}"
         for sev, weight in levels for row in severity_of[sev]]
-    worst = ("max by (" + x.gpu_key + ") (\n  " + "\n  or ".join(worst_parts) + "\n)")
+    # Every GPU the exporter lists, at 0 where no row is active: an exporter
+    # exports only its active rows (all of them, at 0 where they do not hold,
+    # with --metrics.detail only), and a GPU with none is still ok or idle.
+    worst = ("max by (" + x.gpu_key + ") (\n  " + "\n  or ".join(worst_parts) + "\n)\n"
+             f"or max by ({x.gpu_key}) ({x.m('gpu_info')}) * 0")
     idle = config.fleet.idle_utilization
     rules = [
         RecordingRule(
@@ -411,7 +415,7 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
         # names the pod of each GPU process by its UID (docs/attribution.md).
         owner_rule(x),
         RecordingRule(
-            POD_OF_PROCESS_RECORD, POD_OF_PROCESS_EXPR,
+            POD_OF_PROCESS_RECORD, pod_of_process_expr(x.selector),
             "Each GPU process with the namespace and name of its pod, joined by pod UID with "
             "kube-state-metrics' kube_pod_info (empty without kube-state-metrics)."),
         *energy_rules(x),

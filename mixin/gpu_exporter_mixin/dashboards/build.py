@@ -121,8 +121,8 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
                         f"{{{GPU}}} == 1, \"state\", \"not judged\", \"\", \"\")"),
                     instant=True, table=True)],
         Steps(GREEN, ((1, ORANGE),)), Layout(14, 6)),
-        columns={"gpu": "GPU", "symptom": "Symptom", "cause": "Cause", "state": "State",
-                 "namespace": "Namespace", "pod": "Pod", "container": "Container",
+        columns={"gpu": "GPU", "symptom": "symptom", "cause": "cause", "state": "state",
+                 "namespace": "namespace", "pod": "pod", "container": "container",
                  "slurm_job_id": "Slurm job"},
         hide=("Time", "Value", "__name__", "job", "instance")))
 
@@ -139,7 +139,7 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
             Q(f"rate(gpu_sm_active_seconds_total{{{GPU}}}[$__rate_interval])", "SM active"),
             Q(f"gpu_sm_occupancy_ratio{{{GPU}}}", "SM occupancy"),
         ], Steps(RED, ((d.idle_utilization, ORANGE), (d.busy_utilization, GREEN))),
-        Layout(8), min=0, max=1)))
+        Layout(8), min=0, max=1), thresholds_line=True))
     b = b.with_panel(graph(Common(
         "Memory used",
         "Framebuffer memory used as a share of the GPU's total (gpu_memory_used_bytes / "
@@ -280,7 +280,7 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
                  "Value #A": "GPU memory", "Value #B": "SM", "Value #C": "CPU (cores)",
                  "Value #D": "run-queue wait (s/s)"},
         units={"Value #A": "bytes", "Value #B": "percentunit", "Value #C": "short",
-               "Value #D": "s"},
+               "Value #D": "short"},
         hide=("Time", "__name__", "job", "instance", "uuid", "gpu_instance",
               "compute_instance", "Value #E", "type", "container_id", "pod_uid")))
 
@@ -299,7 +299,8 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "swap point at the input pipeline.",
         "percentunit", [Q(f"1 - rate(gpu_busy_seconds_total{{{GPU}}}[$__rate_interval])",
                           "GPU {{gpu}}")],
-        Steps(GREEN, ((0.5, ORANGE), (1 - d.idle_utilization, RED))), Layout(6), 0, 1)))
+        Steps(GREEN, ((0.5, ORANGE), (1 - d.idle_utilization, RED))), Layout(6), 0, 1),
+        thresholds_line=True))
     b = b.with_panel(graph(Common(
         "Host CPU iowait",
         "Share of CPU time spent waiting on I/O over each interval (rates of the CPU time "
@@ -314,7 +315,7 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         "tasks stalled on CPU, memory or I/O (rate of the stall time counters).",
         "percentunit", [Q(f"rate(gpu_host_pressure_stalled_seconds_total{{{NODE}}}"
                           "[$__rate_interval])", "{{resource}} {{kind}}")],
-        Steps(GREEN, ((d.io_pressure_high, ORANGE),)), Layout(6), 0, 1)))
+        Steps(GREEN, ((d.io_pressure_high, ORANGE),)), Layout(6), 0, 1), thresholds_line=True))
     b = b.with_panel(graph(Common(
         "Host swap",
         "Swap in use and pages swapped in and out per second. Any steady swap traffic on a "
@@ -323,7 +324,9 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
             Q(f"gpu_host_swap_used_bytes{{{NODE}}}", "swap used"),
             Q(f"rate(gpu_host_swap_bytes_total{{{NODE}}}[$__rate_interval])",
               "swap {{direction}} per second"),
-        ], Steps(GREEN, ((d.swap_bytes_per_s, ORANGE),)), Layout(6), min=0)))
+        ], Steps(GREEN, ((d.swap_bytes_per_s, ORANGE),)), Layout(6), min=0))
+        # The swap traffic is a rate: bytes per second, not bytes.
+        .override_by_query("B", [dm.DynamicConfigValue(id_val="unit", value="Bps")]))
     return b.build()
 
 
@@ -333,6 +336,7 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
     FLEET, FLEET_GPU, GPU_KEY = f.node, f.gpu, f.gpu_key
     owners = Owners(FLEET_GPU, GPU_KEY, f.cluster)
     s = config.fleet.straggler
+    d = config.diagnosis
     node_link = db.DashboardLink("GPU node").type(dm.DashboardLinkType.LINK) \
         .url(f"/d/{config.node_dashboard_uid}/{config.node_dashboard_uid}") \
         .include_vars(True).keep_time(True)
@@ -504,7 +508,8 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
         "Average GPU utilization of each node.",
         "percentunit", [Q(f"instance:gpu_utilization_ratio:avg{{{FLEET}}}",
                            f"{{{{{f.cluster}}}}} {{{{instance}}}}")],
-        Steps(RED, ((0.1, ORANGE), (0.5, GREEN))), Layout(10, 8), 0, 1)))
+        Steps(RED, ((d.idle_utilization, ORANGE), (d.busy_utilization, GREEN))),
+        Layout(10, 8), 0, 1), thresholds_line=True))
     b = b.with_panel(grid(Common(
         "Active diagnoses by row",
         "GPUs per symptom → cause row of the diagnosis table and cluster, over the selected "
