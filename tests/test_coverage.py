@@ -36,6 +36,7 @@ from gpu_exporter.commands.report import (
 from gpu_exporter.diagnosis import rules
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import answer, checks_text, gpu_list
+from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.simulator.drivers import BRANCHES
 from tests.procs import ROOT, free_port, run_cli, start, wait_http
 from tests.simnode import SimRun
@@ -274,6 +275,26 @@ def test_a_verdict_before_the_window_filled_is_not_healthy() -> None:
         assert "healthy" not in text
         snap = run.poll(25)
         assert answer(snap)["settling"] is None and answer(snap)["complete"] is True
+
+
+def test_a_row_whose_reading_is_on_its_way_keeps_its_gpu_settling() -> None:
+    # mixed's GPU 4 looks busy while its SMs idle: only GPM's SM activity,
+    # a ratio of two samples SAMPLES_EVERY_S apart, shows it. Its row waits on
+    # that first ratio and then the window; the GPU is settling until both
+    # could have passed, so a diagnose --wait cannot end before the finding.
+    window = 5.0
+    with SimRun("mixed", diagnosis={"window": window}) as run:
+        early = run.poll(1)
+        assert (4, "small_kernels") not in {
+            (f.gpu, f.row.cause) for f in early.derived(FINDINGS) or ()}
+        settling = answer(early)["settling"]
+        assert "4" in settling["gpus"]
+        assert settling["seconds_left"] > window
+        for _ in range(60):
+            if answer(snap := run.poll(1))["settling"] is None:
+                break
+        found = {(f.gpu, f.row.cause) for f in snap.derived(FINDINGS) or ()}
+        assert (4, "small_kernels") in found
 
 
 # --- NVIDIA's mock NVML, every board file it ships -----------------------------------------

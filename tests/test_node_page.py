@@ -261,8 +261,9 @@ def test_a_card_counts_its_processes_and_shows_cpu_as_its_evidence_does(
         "name: two-procs\ndescription: 'GPU 7 stalled, with a helper process beside it.'\n"
         "extends: mixed\nprocess_changes:\n  24107: {cpu_ratio: 0.0044, state: S}\n"
         "processes:\n"
+        # Stuck at a barrier: it wakes twice a second, as mixed's GPU 7 does.
         "  - {pid: 24107, comm: python, gpus: [7], gpu_memory_ratio: 0.7, sm_utilization: 0.0,"
-        " cpu_ratio: 0.0044, state: S}\n"
+        " cpu_ratio: 0.0044, state: S, voluntary_ctxt_switches_per_s: 2}\n"
         "  - {pid: 24207, comm: helper, gpus: [7], gpu_memory_ratio: 0.06, sm_utilization: 0.0,"
         " cpu_ratio: 0.0, state: S}\n")
     with SimRun(str(scenario)) as run:

@@ -181,6 +181,10 @@ class Recorder:
                     entry["cpu_ratio"] = round(max(0.0, r.cpu_ratio), 3)
                 if r.run_queue_wait_ratio is not None:
                     entry["run_queue_wait_ratio"] = round(max(0.0, r.run_queue_wait_ratio), 3)
+                if r.wakeups_per_s is not None:
+                    # The process's own wake-ups: a stuck process and an idle
+                    # server burn alike, only how often they wake tells them apart.
+                    entry["voluntary_ctxt_switches_per_s"] = round(max(0.0, r.wakeups_per_s), 3)
                 if r.sm_utilization is not None:
                     entry["sm_utilization"] = round(min(1.0, max(0.0, r.sm_utilization)), 3)
                 if r.cpus_allowed:

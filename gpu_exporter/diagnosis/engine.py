@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
 
+from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage
 from gpu_exporter.diagnosis.evidence import evidence_line
@@ -119,13 +120,21 @@ class _RowState:
     labels: tuple[str, ...] = ()
 
 
+# How long after a place's first poll every reader has answered at least once
+# with what needs two reads (GPM's ratios and the processes' samples every
+# SAMPLES_EVERY_S; a process's CPU rate at its second poll): a row still
+# unjudged then lacks its input for good, not for now.
+FIRST_ANSWERS_S = max(SAMPLES_EVERY_S, PROCESS_SAMPLES_EVERY_S)
+
+
 class _Timeline:
     """When one GPU's rows were judged, oldest first: every row of a GPU is
     judged at every one of its polls, so the rows share these times."""
 
-    __slots__ = ("in_window", "times")
+    __slots__ = ("in_window", "started", "times")
 
-    def __init__(self) -> None:
+    def __init__(self, started: float) -> None:
+        self.started = started  # the place's first poll
         self.times: deque[float] = deque()
         self.in_window = 0  # how many of the newest times lie within the window
 
@@ -228,7 +237,7 @@ class Diagnosis(Derivation):
         trend = Trend(self._increase_fn(sig.index, now), wall)
         timeline = self._timelines.get(place)
         if timeline is None:
-            timeline = self._timelines[place] = _Timeline()
+            timeline = self._timelines[place] = _Timeline(now)
         timeline.add(now, max(self.cfg.window, self.cfg.clear_after) + 1.0, self.cfg.window)
         rows = ROWS if sig.gpu_instance is None else INSTANCE_ROWS
         states: list[_RowState] = []
@@ -248,6 +257,12 @@ class Diagnosis(Derivation):
                 out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
                 unjudged.append(row)
                 state.judged_since = None
+                # Its readings may be on their way (a sampled reader's first
+                # ratio, a process's first rate): until they could have come,
+                # the row may still be judged, and the GPU is still settling.
+                left = FIRST_ANSWERS_S + self.cfg.window - (now - timeline.started)
+                if left > self.cfg.window and left > settling.get(sig.index, 0.0):
+                    settling[sig.index] = left
             elif state.judged_since is None:
                 state.judged_since = now
             if self._update(state, verdict, row, timeline, now, wall):
