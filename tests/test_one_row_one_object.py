@@ -76,8 +76,9 @@ def test_alert_prose_quotes_the_configured_thresholds() -> None:
     config = AlertConfig(diagnosis=DiagnosisConfig(memory_near_full_ratio=0.9,
                                                    hardware_xids=(48, 79)))
     by = {r.name: r for r in alert_rules(config)}
-    assert "above 90 % of what processes can allocate" in by[t.MEMORY_NEAR_FULL.alert_name].description
-    assert "95 %" not in by[t.MEMORY_NEAR_FULL.alert_name].description
+    near_full = by[t.MEMORY_NEAR_FULL.alert_name].description
+    assert "above 90 % of what processes can allocate" in near_full
+    assert "95 %" not in near_full
     assert "(one of 48, 79)" in by[t.XID.alert_name].description
 
 
