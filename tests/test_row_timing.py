@@ -61,8 +61,8 @@ def test_rows_turn_on_and_off_as_the_rule_reads(
         ratio: float) -> None:
     first = DiagnosisConfig()
     engine = Diagnosis(first, time.monotonic, time.time)
-    timeline, state, plain = _Timeline(), _RowState(), Plain()
     now = 1000.0
+    timeline, state, plain = _Timeline(now), _RowState(), Plain()
     for i, (step, holds) in enumerate(polls):
         if i == reload_at:
             engine.cfg = DiagnosisConfig(window=window, clear_after=clear, hold_ratio=ratio)

@@ -131,16 +131,22 @@ class _Timeline:
     """When one GPU's rows were judged, oldest first: every row of a GPU is
     judged at every one of its polls, so the rows share these times."""
 
-    __slots__ = ("in_window", "started", "times")
+    __slots__ = ("answered", "in_window", "started", "times")
 
     def __init__(self, started: float) -> None:
         self.started = started  # the place's first poll
+        # Its polls since FIRST_ANSWERS_S after the first: a reader's own clock
+        # runs a little behind the diagnosis's within a poll, so its first
+        # answer may come one poll after the diagnosis saw that time pass.
+        self.answered = 0
         self.times: deque[float] = deque()
         self.in_window = 0  # how many of the newest times lie within the window
 
     def add(self, now: float, span: float, window: float) -> None:
         times = self.times
         times.append(now)
+        if now - self.started >= FIRST_ANSWERS_S:
+            self.answered += 1
         while times[0] < now - span:
             times.popleft()
         n = 0
@@ -260,9 +266,11 @@ class Diagnosis(Derivation):
                 # Its readings may be on their way (a sampled reader's first
                 # ratio, a process's first rate): until they could have come,
                 # the row may still be judged, and the GPU is still settling.
-                left = FIRST_ANSWERS_S + self.cfg.window - (now - timeline.started)
-                if left > self.cfg.window and left > settling.get(sig.index, 0.0):
-                    settling[sig.index] = left
+                if timeline.answered < 2:
+                    left = self.cfg.window + max(
+                        0.0, FIRST_ANSWERS_S - (now - timeline.started))
+                    if left > settling.get(sig.index, 0.0):
+                        settling[sig.index] = left
             elif state.judged_since is None:
                 state.judged_since = now
             if self._update(state, verdict, row, timeline, now, wall):
