@@ -233,6 +233,9 @@ class PollReadings:
     gpm: dict[int, GpmReading] | None = filled_by("gpm")
     # per MIG instance: GPU index -> GPU instance -> its GPM ratios
     gpm_instances: dict[int, dict[int, GpmReading]] | None = filled_by("gpm")
+    # the GPUs whose GPM is supported but whose first ratio is still on its
+    # way (it needs two samples SAMPLES_EVERY_S apart)
+    gpm_pending: set[int] | None = filled_by("gpm")
     # per GPU index, metric name -> summary of NVML's sub-second samples
     samples: dict[int, dict[str, SampleStats]] | None = filled_by("samples")
     # per GPU index with NVLink, its links and how many are up

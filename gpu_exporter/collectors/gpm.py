@@ -105,6 +105,8 @@ class GpmCollector(NvmlCollector):
         out.readings.gpm = readings
         instances: dict[int, dict[int, GpmReading]] = {}
         out.readings.gpm_instances = instances
+        pending: set[int] = set()
+        out.readings.gpm_pending = pending
         if not self.session.up:
             return
         if self.session.generation != self._generation:
@@ -133,6 +135,8 @@ class GpmCollector(NvmlCollector):
             self._export_active(gpu.identity.uuid, out, base)
             if values is not None:
                 readings[gpu.index] = self._export(values, out, base)
+            elif pair is not None and pair.last is None and "gpm" not in gpu.unsupported:
+                pending.add(gpu.index)  # one sample taken, none to pair it with yet
             for inst in mig.get(gpu.index, []):
                 values = self._sample(gpu, inst.gpu_instance, MIG_METRICS)
                 at = (*base, str(inst.gpu_instance))

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.diagnosis.rules import RULES, Trend
 from gpu_exporter.diagnosis.signals import READER_OF_SIGNAL, GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
@@ -232,6 +233,9 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         return _Reason(_HOST_WORDS.get(field, f"no host {field.replace('_', ' ')} reading"),
                        True)
     if head == "sm_active":
+        if ctx.sig.gpm_pending:
+            return _Reason("GPM's first ratio is on its way (two samples "
+                           f"{SAMPLES_EVERY_S:g} s apart)", True)
         return _Reason("NVML gives no GPM metrics (Hopper and newer, drivers R525 and newer)",
                        True)
     if head == "util_samples":

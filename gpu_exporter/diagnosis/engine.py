@@ -265,8 +265,9 @@ class Diagnosis(Derivation):
                 state.judged_since = None
                 # Its readings may be on their way (a sampled reader's first
                 # ratio, a process's first rate): until they could have come,
-                # the row may still be judged, and the GPU is still settling.
-                if timeline.answered < 2:
+                # or while GPM says its first ratio has not, the row may still
+                # be judged, and the GPU is still settling.
+                if timeline.answered < 2 or sig.gpm_pending:
                     left = self.cfg.window + max(
                         0.0, FIRST_ANSWERS_S - (now - timeline.started))
                     if left > settling.get(sig.index, 0.0):

@@ -94,6 +94,8 @@ class GpuSignals:
     mig: bool = read_from("mig", default=False)
     gpu_instance: int | None = read_from("mig", default=None)
     instance_memory: tuple[float, float] | None = read_from("mig", default=None)  # (used, total)
+    # GPM is supported here but its first ratio has not come yet
+    gpm_pending: bool = read_from("gpm_pending", default=False)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -155,6 +157,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
     procs = readings.processes
     gpm = readings.gpm or {}
     gpm_instances = readings.gpm_instances or {}
+    gpm_pending = readings.gpm_pending or set()
     samples = readings.samples or {}
     xids = readings.xid or []
     attribution = readings.attribution
@@ -169,6 +172,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         g = gpm.get(index)
         if g is not None:
             sig.sm_active = g.sm_active
+        sig.gpm_pending = index in gpm_pending
         util = samples.get(index, {}).get("gpu_utilization_samples_ratio")
         if util is not None:
             sig.util_samples = (util.min, util.mean, util.max)
