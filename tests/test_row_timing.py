@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_exporter.diagnosis.engine import Diagnosis, _RowState, _Timeline
+from gpu_exporter.diagnosis.engine import FINDINGS, Diagnosis, _RowState, _Timeline
 from gpu_exporter.diagnosis.rules import Verdict
 from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter.thresholds import DiagnosisConfig
+from tests.simnode import SimRun
 
 ROW = next(r for r in ROWS if not r.immediate)
 
@@ -72,3 +73,15 @@ def test_rows_turn_on_and_off_as_the_rule_reads(
         on = engine._update(state, Verdict(holds, {}), ROW, timeline, now, now)
         assert on is plain.update(cfg, now, holds), (i, now)
         assert state.active is plain.active
+
+
+def test_a_row_that_holds_turns_on_whatever_the_polls_phase() -> None:
+    # Polls every 2 s, early, on time or late, and a 5 s window: a
+    # condition that holds at every poll turns its row on (mixed's GPU 4
+    # looks busy while its SMs idle), however the polls fall on the window.
+    for step in (1.9, 2.0, 2.1, 2.4):
+        with SimRun("mixed", diagnosis={"window": 5.0, "clear_after": 5.0},
+                    poll={"interval": 2.0}) as run:
+            snap = run.poll(40, interval=step)
+            found = {(f.gpu, f.row.cause) for f in snap.derived(FINDINGS) or ()}
+            assert (4, "small_kernels") in found, step

@@ -90,6 +90,15 @@ def explanation(item: Explained, cause_evidence: Evidence) -> str:
     return text
 
 
+def _span_slack(interval: float) -> float:
+    """How far beyond the window a GPU's poll times are kept. A row's window
+    is covered by a poll at least a window old; the span must hold one
+    whatever the polls' phase, so it reaches a poll interval and a half past
+    the window (at 1 s beyond it, polls 2 s apart and a little early left
+    none in it at every poll, and a row that held never turned on)."""
+    return max(1.0, 1.5 * interval)
+
+
 def _switched_off(settings: Settings) -> tuple[str, ...]:
     return tuple(name for name in INPUTS if not settings.collector_enabled(name, True))
 
@@ -114,6 +123,8 @@ class _RowState:
     # Since when (monotonic) the rule has judged at every poll; None while it
     # cannot judge. A row judged for less than the window may still turn on.
     judged_since: float | None = None
+    # Since when its condition has held at every poll; None while it does not.
+    holding_since: float | None = None
     evidence: Evidence = field(default_factory=dict)
     # gpu_diagnosis_active's label values, in catalog order (*GPU, symptom, cause),
     # built once: the collector adds one series per row and GPU every poll.
@@ -166,8 +177,9 @@ class Diagnosis(Derivation):
 
     def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
                  wall_clock: Callable[[], float], detail: bool = False,
-                 switched_off: tuple[str, ...] = ()) -> None:
+                 switched_off: tuple[str, ...] = (), interval: float = 1.0) -> None:
         self.cfg = cfg
+        self._span_slack = _span_slack(interval)
         self.detail = detail
         # The readers the rules read that the settings switch off: a row left
         # unjudged by one says so (coverage.py).
@@ -187,7 +199,8 @@ class Diagnosis(Derivation):
     @classmethod
     def build(cls, rt: Runtime) -> Self:
         return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock,
-                   rt.settings.metrics.detail, _switched_off(rt.settings))
+                   rt.settings.metrics.detail, _switched_off(rt.settings),
+                   rt.settings.poll.interval)
 
     @classmethod
     def wanted(cls, settings: Settings) -> bool:
@@ -197,6 +210,7 @@ class Diagnosis(Derivation):
         self.cfg = settings.diagnosis
         self.detail = settings.metrics.detail
         self.switched_off = _switched_off(settings)
+        self._span_slack = _span_slack(settings.poll.interval)
 
     def errors(self) -> int:
         return self._errors
@@ -244,7 +258,8 @@ class Diagnosis(Derivation):
         timeline = self._timelines.get(place)
         if timeline is None:
             timeline = self._timelines[place] = _Timeline(now)
-        timeline.add(now, max(self.cfg.window, self.cfg.clear_after) + 1.0, self.cfg.window)
+        timeline.add(now, max(self.cfg.window, self.cfg.clear_after) + self._span_slack,
+                     self.cfg.window)
         rows = ROWS if sig.gpu_instance is None else INSTANCE_ROWS
         states: list[_RowState] = []
         on: list[Candidate] = []
@@ -274,13 +289,19 @@ class Diagnosis(Derivation):
                         settling[sig.index] = left
             elif state.judged_since is None:
                 state.judged_since = now
+            if not verdict.holds:
+                state.holding_since = None
+            elif state.holding_since is None:
+                state.holding_since = now
             if self._update(state, verdict, row, timeline, now, wall):
                 on.append(Candidate(row, state.evidence,
                                     now - state.last_true <= self.cfg.explained_within))
             elif not row.immediate and state.judged_since is not None:
-                # Judged for less than the window: a condition that holds
-                # cannot have turned the row on yet.
-                left = self.cfg.window - (now - state.judged_since)
+                # Judged for less than the window, or holding for less: a
+                # condition that holds cannot have turned the row on yet.
+                since = (state.judged_since if state.holding_since is None
+                         else max(state.judged_since, state.holding_since))
+                left = self.cfg.window - (now - since)
                 if left > 0 and left > settling.get(sig.index, 0.0):
                     settling[sig.index] = left
         roots = resolve(on)
