@@ -94,7 +94,7 @@ def _span_slack(interval: float) -> float:
     """How far beyond the window a GPU's poll times are kept. A row's window
     is covered by a poll at least a window old; the span must hold one
     whatever the polls' phase, so it reaches a poll interval and a half past
-    the window (at 1 s beyond it, polls 2 s apart and a little early left
+    the window (at 1 s beyond it, polls 2 s apart and a little late left
     none in it at every poll, and a row that held never turned on)."""
     return max(1.0, 1.5 * interval)
 
@@ -157,7 +157,7 @@ class _Timeline:
         times = self.times
         times.append(now)
         if now - self.started >= FIRST_ANSWERS_S:
-            self.answered += 1
+            self.answered = min(self.answered + 1, 2)  # only "fewer than 2" is asked
         while times[0] < now - span:
             times.popleft()
         n = 0
