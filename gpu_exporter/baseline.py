@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from gpu_exporter import __version__, safefile
 from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.readings import GpuReading, PcieKernelView, PollReadings
 from gpu_exporter.runtime import Runtime
+from gpu_exporter.sections import Section, ValidationError, setting
 from gpu_exporter.snapshot import Slot, Snapshot, SnapshotBuilder
 from gpu_exporter.stage import Derivation
 
@@ -142,38 +141,38 @@ def compare(baseline: Mapping[str, Any], current: Mapping[int, Fields]) -> list[
     return drifts
 
 
-class _BaselineGpu(BaseModel):
+class _BaselineGpu(Section):
     """One GPU as ``capture`` writes it (a field not known then is null)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    strict = True
 
-    index: int = Field(ge=0, lt=1024)
+    index: int = setting(ge=0, lt=1024)
     present: bool | None = None
-    uuid: str | None = Field(None, max_length=256)
-    pci_bus_id: str | None = Field(None, max_length=64)
-    pcie_generation_max: int | None = Field(None, ge=0, le=16)
-    pcie_width_max: int | None = Field(None, ge=0, le=64)
-    pcie_generation_under_load: int | None = Field(None, ge=0, le=16)
-    pcie_width_under_load: int | None = Field(None, ge=0, le=64)
-    numa_node: int | None = Field(None, ge=-1, le=4096)
-    local_cpulist: str | None = Field(None, max_length=4096)
-    driver_version: str | None = Field(None, max_length=256)
-    vbios_version: str | None = Field(None, max_length=256)
-    power_limit_watts: float | None = Field(None, ge=0)
-    power_default_limit_watts: float | None = Field(None, ge=0)
-    application_sm_clock_hertz: float | None = Field(None, ge=0)
-    application_memory_clock_hertz: float | None = Field(None, ge=0)
+    uuid: str | None = setting(None, max_length=256)
+    pci_bus_id: str | None = setting(None, max_length=64)
+    pcie_generation_max: int | None = setting(None, ge=0, le=16)
+    pcie_width_max: int | None = setting(None, ge=0, le=64)
+    pcie_generation_under_load: int | None = setting(None, ge=0, le=16)
+    pcie_width_under_load: int | None = setting(None, ge=0, le=64)
+    numa_node: int | None = setting(None, ge=-1, le=4096)
+    local_cpulist: str | None = setting(None, max_length=4096)
+    driver_version: str | None = setting(None, max_length=256)
+    vbios_version: str | None = setting(None, max_length=256)
+    power_limit_watts: float | None = setting(None, ge=0)
+    power_default_limit_watts: float | None = setting(None, ge=0)
+    application_sm_clock_hertz: float | None = setting(None, ge=0)
+    application_memory_clock_hertz: float | None = setting(None, ge=0)
     persistence_mode: bool | None = None
     ecc_enabled: bool | None = None
 
 
-class _Baseline(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+class _Baseline(Section):
+    strict = True
 
     format: str
-    exporter_version: str = Field("", max_length=256)
-    gpu_count: int = Field(0, ge=0, lt=1024)
-    gpus: list[_BaselineGpu] = Field(max_length=1024)
+    exporter_version: str = setting("", max_length=256)
+    gpu_count: int = setting(0, ge=0, lt=1024)
+    gpus: list[_BaselineGpu] = setting(max_length=1024)
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The exporter's configuration: one pydantic model, filled from (highest first)
+"""The exporter's configuration: one model of sections, filled from (highest first)
 command-line flags, ``GPU_EXPORTER_*`` environment variables, the YAML file
 given with ``--config.file``, and defaults.
 
@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.fields import FieldInfo
-
 from gpu_exporter import safefile
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.config_types import (
@@ -35,6 +32,7 @@ from gpu_exporter.config_types import (
     parse_duration,
     parse_listen_address,
 )
+from gpu_exporter.sections import FieldSpec, Section, ValidationError, setting
 from gpu_exporter.thresholds import DiagnosisConfig
 
 log = logging.getLogger(__name__)
@@ -48,10 +46,6 @@ ENV_PREFIX = "GPU_EXPORTER_"
 DEFAULT_LISTEN_ADDRESS = ":9835"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _path_or_off(v: str) -> str:
     """A path setting that "" switches off: absolute, and no NUL byte."""
     if v and not v.startswith("/"):
@@ -61,121 +55,107 @@ def _path_or_off(v: str) -> str:
     return v
 
 
-class WebConfig(_Section):
-    listen_address: Annotated[str, Flag("ADDR")] = Field(
-        DEFAULT_LISTEN_ADDRESS, description="Address to listen on, host:port or :port")
-    telemetry_path: Annotated[str, Flag("PATH")] = Field(
-        "/metrics", description="Path under which metrics are served")
-    config_file: Annotated[Path | None, Flag("FILE", name="--web.config.file")] = Field(
+def _listen_address(v: str) -> str:
+    parse_listen_address(v)
+    return v
+
+
+class WebConfig(Section):
+    listen_address: Annotated[str, Flag("ADDR")] = setting(
+        DEFAULT_LISTEN_ADDRESS, check=_listen_address,
+        description="Address to listen on, host:port or :port")
+    telemetry_path: Annotated[str, Flag("PATH")] = setting(
+        "/metrics", check=check_telemetry_path,
+        description="Path under which metrics are served")
+    config_file: Annotated[Path | None, Flag("FILE", name="--web.config.file")] = setting(
         None, description="Web config file (TLS, basic auth) in the Prometheus "
         "exporter-toolkit format")
-    max_requests: Annotated[int, Flag("N")] = Field(
+    max_requests: Annotated[int, Flag("N")] = setting(
         8, ge=1, le=256, description="Most password checks (basic auth) waiting at once; "
         "beyond it a request waits a second, then is answered 503, so a flood of wrong "
         "passwords is slowed")
-    request_timeout: Annotated[Duration, Flag("DURATION")] = Field(
+    request_timeout: Annotated[Duration, Flag("DURATION")] = setting(
         10.0, gt=0, description="How long a client may take to send a request head, from its "
         "first byte (from the accept on a new connection); then the connection is closed")
-    idle_timeout: Annotated[Duration, Flag("DURATION")] = Field(
+    idle_timeout: Annotated[Duration, Flag("DURATION")] = setting(
         300.0, gt=0, description="How long a kept-alive connection may wait for its next "
         "request")
-    max_connections: Annotated[int, Flag("N")] = Field(
+    max_connections: Annotated[int, Flag("N")] = setting(
         1024, ge=2, le=1_000_000, description="Most open connections; at the limit the one "
         "idle the longest is closed to make room")
 
-    @field_validator("listen_address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        parse_listen_address(v)
-        return v
 
-    @field_validator("telemetry_path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        return check_telemetry_path(v)
-
-
-class PollConfig(_Section):
-    interval: Annotated[Duration, Flag("DURATION")] = Field(
+class PollConfig(Section):
+    interval: Annotated[Duration, Flag("DURATION")] = setting(
         DEFAULT_POLL_INTERVAL_S, ge=0.05, le=3600,
         description="Time between polls of GPUs and host")
     # Past it the GPU's series are absent and gpu_up is 0 until the call returns.
-    timeout: Annotated[Duration, Flag("DURATION")] = Field(
+    timeout: Annotated[Duration, Flag("DURATION")] = setting(
         2.0, gt=0, le=600, description="How long one GPU's NVML reads may take before it "
         "counts as hung and is skipped until they return")
 
 
-class LogConfig(_Section):
+class LogConfig(Section):
     level: Annotated[Literal["debug", "info", "warn", "warning", "error"], Flag("LEVEL")] = \
-        Field("info", description="One of debug, info, warn, error")
-    format: Annotated[Literal["logfmt", "json"], Flag("FORMAT")] = Field(
+        setting("info", description="One of debug, info, warn, error")
+    format: Annotated[Literal["logfmt", "json"], Flag("FORMAT")] = setting(
         "logfmt", description="logfmt or json")
 
 
-class PathConfig(_Section):
-    procfs: Annotated[Path, Flag("PATH")] = Field(
+class PathConfig(Section):
+    procfs: Annotated[Path, Flag("PATH")] = setting(
         Path("/proc"), description="Mount point of the host's /proc")
-    sysfs: Annotated[Path, Flag("PATH")] = Field(
+    sysfs: Annotated[Path, Flag("PATH")] = setting(
         Path("/sys"), description="Mount point of the host's /sys")
-    kmsg: Annotated[str, Flag("PATH")] = Field(
-        DEFAULT_KMSG_PATH, description="The kernel log device, read for the driver's Xid lines "
-        "since boot (Xids before the exporter started, the process of each Xid) and NVSwitch "
-        "SXids; reading it needs CAP_SYSLOG or kernel.dmesg_restrict=0, and without them the "
-        "exporter says so once and goes on; an empty value switches it off")
-
-    @field_validator("kmsg")
-    @classmethod
-    def _kmsg(cls, v: str) -> str:
-        return _path_or_off(v)
+    kmsg: Annotated[str, Flag("PATH")] = setting(
+        DEFAULT_KMSG_PATH, check=_path_or_off, description="The kernel log device, read for "
+        "the driver's Xid lines since boot (Xids before the exporter started, the process of "
+        "each Xid) and NVSwitch SXids; reading it needs CAP_SYSLOG or kernel.dmesg_restrict=0, "
+        "and without them the exporter says so once and goes on; an empty value switches it off")
 
 
-class ProcessesConfig(_Section):
-    max_per_gpu: Annotated[int, Flag("N")] = Field(
+class ProcessesConfig(Section):
+    max_per_gpu: Annotated[int, Flag("N")] = setting(
         32, ge=0, le=4096,
         description="Most GPU processes exported per GPU, largest memory first")
 
 
-class MetricsConfig(_Section):
+class MetricsConfig(Section):
     # The catalog marks the detail families (``detail``).
-    detail: Annotated[bool, Flag()] = Field(
+    detail: Annotated[bool, Flag()] = setting(
         False, description="Also export the detail series: per-link NVLink counters, the "
         "min/mean/max of NVML's sub-second samples, GPM byte rates, the last poll's ratios "
         "that a counter carries too, and the host series node_exporter already exports, "
         "beyond the series budget")
 
 
-class KubernetesConfig(_Section):
-    pod_resources_socket: Annotated[str, Flag("PATH")] = Field(
-        DEFAULT_POD_RESOURCES_SOCKET, description="The kubelet's PodResources socket, read "
-        "for the pod, namespace and container each GPU is allocated to; attribution is off "
-        "while no socket is there, and an empty value switches it off")
-
-    @field_validator("pod_resources_socket")
-    @classmethod
-    def _socket(cls, v: str) -> str:
-        return _path_or_off(v)
+class KubernetesConfig(Section):
+    pod_resources_socket: Annotated[str, Flag("PATH")] = setting(
+        DEFAULT_POD_RESOURCES_SOCKET, check=_path_or_off, description="The kubelet's "
+        "PodResources socket, read for the pod, namespace and container each GPU is allocated "
+        "to; attribution is off while no socket is there, and an empty value switches it off")
 
 
-class Settings(_Section):
-    web: Annotated[WebConfig, AT_START] = Field(
+class Settings(Section):
+    web: Annotated[WebConfig, AT_START] = setting(
         WebConfig(), description="The HTTP server")
-    poll: PollConfig = Field(PollConfig(), description="How often and how long to poll")
-    log: LogConfig = Field(LogConfig(), description="The exporter's log")
-    path: Annotated[PathConfig, AT_START] = Field(
+    poll: PollConfig = setting(PollConfig(), description="How often and how long to poll")
+    log: LogConfig = setting(LogConfig(), description="The exporter's log")
+    path: Annotated[PathConfig, AT_START] = setting(
         PathConfig(), description="Where the host's /proc and /sys are mounted")
-    processes: ProcessesConfig = Field(ProcessesConfig(), description="GPU processes")
-    metrics: MetricsConfig = Field(MetricsConfig(), description="What is exported")
-    kubernetes: Annotated[KubernetesConfig, AT_START] = Field(
+    processes: ProcessesConfig = setting(ProcessesConfig(), description="GPU processes")
+    metrics: MetricsConfig = setting(MetricsConfig(), description="What is exported")
+    kubernetes: Annotated[KubernetesConfig, AT_START] = setting(
         KubernetesConfig(), description="Which pod holds each GPU")
-    diagnosis: DiagnosisConfig = Field(
+    diagnosis: DiagnosisConfig = setting(
         DiagnosisConfig(), description="The diagnosis: its switch, window and thresholds")
     baseline_file: Annotated[Path | None, Flag("FILE", name="--baseline.file"), AT_START] = \
-        Field(None, description="Node baseline (from `gpu-exporter baseline capture`) to "
+        setting(None, description="Node baseline (from `gpu-exporter baseline capture`) to "
               "compare every poll with; drifts are exported as gpu_baseline_drift")
-    collectors: dict[str, bool] = Field(
+    collectors: dict[str, bool] = setting(
         default_factory=dict, description="Readers switched on or off by name "
         "(--[no-]collector.<name>); each has its own default")
-    simulate: Annotated[str | None, Flag("NAME|FILE"), AT_START] = Field(
+    simulate: Annotated[str | None, Flag("NAME|FILE"), AT_START] = setting(
         None, description="Run on simulated GPUs: a built-in scenario name (see "
         "`gpu-exporter scenarios`) or a scenario YAML file")
 
@@ -213,19 +193,19 @@ def shown_default(value: object, metavar: str) -> str | None:
     return str(value)
 
 
-def _leaves(model: type[BaseModel], prefix: str = "") -> list[tuple[str, FieldInfo]]:
-    out: list[tuple[str, FieldInfo]] = []
+def _leaves(model: type[Section], prefix: str = "") -> list[tuple[str, FieldSpec]]:
+    out: list[tuple[str, FieldSpec]] = []
     for name, info in model.model_fields.items():
         key = prefix + name
         annotation = info.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if isinstance(annotation, type) and issubclass(annotation, Section):
             out += _leaves(annotation, key + ".")
         else:
             out.append((key, info))
     return out
 
 
-def settings_fields() -> list[tuple[str, FieldInfo]]:
+def settings_fields() -> list[tuple[str, FieldSpec]]:
     """Every setting (dotted key, its Field), in the model's order."""
     return _leaves(Settings)
 
@@ -255,7 +235,7 @@ class _Key:
     """Stands in for the settings while a Selector runs: records the path it
     reads, and refuses a name the model does not have."""
 
-    def __init__(self, model: type[BaseModel] | None, path: tuple[str, ...]) -> None:
+    def __init__(self, model: type[Section] | None, path: tuple[str, ...]) -> None:
         self._model = model
         self._path = path
 
@@ -264,7 +244,7 @@ class _Key:
         if info is None:
             raise AttributeError(f"no setting {'.'.join((*self._path, name))}")
         sub = info.annotation
-        return _Key(sub if isinstance(sub, type) and issubclass(sub, BaseModel) else None,
+        return _Key(sub if isinstance(sub, type) and issubclass(sub, Section) else None,
                     (*self._path, name))
 
 
@@ -287,19 +267,19 @@ def at_start() -> tuple[str, ...]:
 # stores, dotenv, TOML) cost every node about 1.5 MiB of memory.
 
 
-def _takes_json(model: type[BaseModel], path: list[str]) -> bool:
+def _takes_json(model: type[Section], path: list[str]) -> bool:
     """Whether the setting at ``path`` holds a section, a mapping or a list:
     its variable's value is JSON then (``GPU_EXPORTER_COLLECTORS='{"device":
     false}'``), as it is a plain string for a single value."""
     annotation: Any = model
     for part in path:
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        if not (isinstance(annotation, type) and issubclass(annotation, Section)):
             return False  # below a mapping (collectors.<name>): a single value
         field = annotation.model_fields.get(part)
         if field is None:
             return False  # an unknown setting: reported as such by validation
         annotation = field.annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if isinstance(annotation, type) and issubclass(annotation, Section):
         return True
     origin = typing.get_origin(annotation)
     return origin in (dict, list, tuple, set, frozenset) or annotation in (dict, list, tuple)
@@ -350,8 +330,12 @@ def _merged(high: Any, low: Any) -> Any:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
+    # Loaded here, not with this module: a node started without a config file
+    # does not hold PyYAML (about 1 MiB).
+    from gpu_exporter import safeyaml
+
     try:
-        data = safefile.load_yaml(path, safefile.CONFIG_FILE)
+        data = safeyaml.load_yaml(path, safefile.CONFIG_FILE)
     except safefile.FileRefused as exc:
         raise ConfigError(str(exc)) from None
     if data is None:

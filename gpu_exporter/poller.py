@@ -20,6 +20,7 @@ from gpu_exporter import __version__
 from gpu_exporter.catalog import DETAIL
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.visibility import NVML_PROBLEM
+from gpu_exporter.nvml.binding import binding_version
 from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.stage import Stage
@@ -35,15 +36,6 @@ class _Reconfiguration:
 
     stages: tuple[Stage, ...]
     settings: Settings
-
-
-def _binding_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("nvidia-ml-py")
-    except Exception:
-        return "unknown"
 
 
 class Poller:
@@ -72,7 +64,7 @@ class Poller:
         self.listeners: list[Listener] = []
         # Called before each poll (the simulator advances its host files here).
         self.before_poll: list[Callable[[], None]] = []
-        self._build_labels = {"version": __version__, "nvml_binding_version": _binding_version(),
+        self._build_labels = {"version": __version__, "nvml_binding_version": binding_version(),
                               "python_version": platform.python_version()}
         # The configuration in force was loaded at start; SIGHUP reloads report here.
         self.reload_success = True

@@ -7,34 +7,21 @@ expand into gigabytes in whatever reads it next. Any problem is one line that
 names the file and the place (line and column, or the setting's path), never a
 traceback and never the expanded input.
 
-Each reader validates the data with its own pydantic model and words a
-validation error with ``validation_problem``: the value it quotes is cut short.
+Each reader validates the data with its own model (a section; pydantic in the
+simulator and the web config file) and words a validation error with
+``validation_problem``: the value it quotes is cut short.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import select
 import stat
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
-
-import yaml
-from pydantic import ValidationError
-from yaml import cyaml
-from yaml.composer import Composer, ComposerError
-from yaml.constructor import ConstructorError, SafeConstructor
-from yaml.events import AliasEvent
-from yaml.nodes import Node
-from yaml.parser import Parser
-from yaml.reader import Reader, ReaderError
-from yaml.resolver import Resolver
-from yaml.scanner import Scanner
+from typing import Any, Protocol
 
 from gpu_exporter.safetext import terminal_safe
 
@@ -152,7 +139,7 @@ def decode(data: bytes, path: Path | str, kind: FileKind) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line, column = _line_column(data, exc.start)
+        line, column = line_column(data, exc.start)
         raise FileRefused(kind, path, f"not UTF-8 text (byte 0x{data[exc.start]:02x})",
                           f"line {line}, column {column}") from None
 
@@ -161,7 +148,7 @@ def read_text(path: Path | str, kind: FileKind) -> str:
     return decode(read_bytes(path, kind), path, kind)
 
 
-def _line_column(data: bytes, offset: int) -> tuple[int, int]:
+def line_column(data: bytes, offset: int) -> tuple[int, int]:
     """Line and column (from 1, in characters) of a byte offset."""
     line_start = data.rfind(b"\n", 0, offset) + 1
     column = len(data[line_start:offset].decode("utf-8", "replace")) + 1
@@ -174,179 +161,6 @@ def _size(n: int) -> str:
 
 def _reason(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
-
-
-# --- YAML -----------------------------------------------------------------------------------
-class _Refused(yaml.YAMLError):
-    """A bound crossed while composing: ``problem`` and the mark where."""
-
-    def __init__(self, problem: str, mark: Any) -> None:
-        super().__init__(problem)
-        self.problem, self.problem_mark = problem, mark
-
-
-class _BoundedComposer(Composer):
-    """PyYAML's composer, counting as it goes: every node it composes and every
-    node an alias stands for (an alias of an anchored list of a thousand items
-    counts a thousand), and the depth with aliases expanded. It stops at the
-    first node past a bound, before anything walks the expanded data: the
-    data itself keeps each anchored node once, but a validator, a merge or an
-    error message that formats it would walk every expansion (a few hundred
-    bytes of nested aliases stand for billions of nodes)."""
-
-    bounds: FileKind
-    peek_event: Callable[[], Any]  # the parser's
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._nodes = 0
-        # Per node under way, the height of what it holds so far.
-        self._heights: list[int] = [0]
-        # id(anchored node) -> (nodes it stands for, its height); an alias of a
-        # node still under way (a recursive structure) is not in it yet.
-        self._anchored: dict[int, tuple[int, int]] = {}
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
-        event = self.peek_event()
-        if isinstance(event, AliasEvent):
-            target = self.anchors.get(event.anchor)
-            if target is not None:
-                size = self._anchored.get(id(target))
-                if size is None:
-                    raise _Refused(f"alias *{event.anchor} refers to the node that holds it "
-                                   "(a recursive structure)", event.start_mark)
-                self._count(size[0], event.start_mark)
-                self._depth(len(self._heights) - 1 + size[1], event.start_mark)
-                self._heights[-1] = max(self._heights[-1], size[1])
-            return cast(Node, super().compose_node(parent, index))
-        anchor = getattr(event, "anchor", None)
-        before = self._nodes
-        self._count(1, event.start_mark)
-        self._depth(len(self._heights), event.start_mark)
-        self._heights.append(0)
-        try:
-            node = cast(Node, super().compose_node(parent, index))
-        finally:
-            height = self._heights.pop() + 1
-        self._heights[-1] = max(self._heights[-1], height)
-        if anchor is not None:
-            self._anchored[id(node)] = (self._nodes - before, height)
-        return node
-
-    def _count(self, nodes: int, mark: Any) -> None:
-        self._nodes += nodes
-        if self._nodes > self.bounds.max_nodes:
-            raise _Refused(f"more than {self.bounds.max_nodes:,} values with its aliases "
-                           "expanded", mark)
-
-    def _depth(self, depth: int, mark: Any) -> None:
-        if depth > self.bounds.max_depth:
-            raise _Refused(f"nested deeper than {self.bounds.max_depth} levels", mark)
-
-
-class _StrictConstructor(SafeConstructor):
-    """SafeConstructor, less what no file of the exporter means: NaN and
-    infinity, and integers too long to convert (Python refuses more than
-    4,300 digits with a ValueError, not a YAML error)."""
-
-    def construct_yaml_float(self, node: Any) -> float:
-        value = super().construct_yaml_float(node)
-        if not math.isfinite(value):
-            raise ConstructorError(None, None, f"{node.value!r} is not a finite number",
-                                   node.start_mark)
-        return value
-
-    def construct_yaml_int(self, node: Any) -> int:
-        try:
-            return super().construct_yaml_int(node)
-        except ValueError:
-            raise ConstructorError(None, None, "an integer too long to read",
-                                   node.start_mark) from None
-
-
-_StrictConstructor.add_constructor("tag:yaml.org,2002:float",  # type: ignore[type-var]
-                                   _StrictConstructor.construct_yaml_float)
-_StrictConstructor.add_constructor("tag:yaml.org,2002:int",  # type: ignore[type-var]
-                                   _StrictConstructor.construct_yaml_int)
-
-
-class _PurePythonParser(Reader, Scanner, Parser):
-    """PyYAML's own scanner and parser, where it was built without libyaml."""
-
-    def __init__(self, stream: str) -> None:
-        Reader.__init__(self, stream)
-        Scanner.__init__(self)
-        Parser.__init__(self)
-
-
-# libyaml's scanner and parser (C, in every PyYAML wheel): four times faster.
-_Parser: Any = getattr(cyaml, "CParser", _PurePythonParser)
-
-
-def _loader(kind: FileKind, parser: Any) -> type[Any]:
-    class BoundedLoader(_BoundedComposer, parser, _StrictConstructor, Resolver):  # type: ignore[misc]
-        """The parser under the bounded composer (Python)."""
-
-        bounds = kind
-
-        def __init__(self, stream: str) -> None:
-            parser.__init__(self, stream)
-            _BoundedComposer.__init__(self)
-            _StrictConstructor.__init__(self)
-            Resolver.__init__(self)
-
-    return BoundedLoader
-
-
-_LOADERS: dict[tuple[FileKind, Any], type[Any]] = {}
-
-
-def parse_yaml(text: str, path: Path | str, kind: FileKind, parser: Any = None) -> Any:
-    """One YAML document from ``text``, within the kind's bounds (``parser``:
-    libyaml's where PyYAML has it, else PyYAML's own)."""
-    parser = _Parser if parser is None else parser
-    loader_cls = _LOADERS.get((kind, parser))
-    if loader_cls is None:
-        loader_cls = _LOADERS[kind, parser] = _loader(kind, parser)
-    loader = None
-    try:
-        loader = loader_cls(text)
-        return loader.get_single_data()
-    except ReaderError as exc:
-        # libyaml counts the position in bytes of UTF-8, PyYAML in characters.
-        data = text.encode()
-        offset = exc.position if parser is not _PurePythonParser \
-            else len(text[:exc.position].encode())
-        line, column = _line_column(data, offset)
-        raise FileRefused(kind, path, f"{exc.reason} (0x{exc.character:02x})",
-                          f"line {line}, column {column}") from None
-    except yaml.YAMLError as exc:
-        raise FileRefused(kind, path, _yaml_problem(exc), _yaml_place(exc)) from None
-    except RecursionError:  # pragma: no cover - the depth bound comes first
-        raise FileRefused(kind, path, f"nested deeper than {kind.max_depth} levels") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def load_yaml(path: Path | str, kind: FileKind, limit: int | None = None) -> Any:
-    """The file's one YAML document, read within the kind's bounds."""
-    return parse_yaml(decode(read_bytes(path, kind, limit), path, kind), path, kind)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) \
-        or str(exc).split("\n", 1)[0] or "invalid YAML"
-    if isinstance(exc, ComposerError) and "expected a single document" in problem:
-        problem = "more than one YAML document"
-    return str(problem)
-
-
-def _yaml_place(exc: yaml.YAMLError) -> str | None:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    if mark is None:
-        return None
-    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -384,9 +198,16 @@ def _depth(data: Any) -> int:
 
 
 # --- validation -----------------------------------------------------------------------------
-def validation_problem(exc: ValidationError, unknown: str = "unknown setting"
+class Invalid(Protocol):
+    """A validation error that lists its problems as pydantic's and the
+    sections' do (``loc``, ``msg``, ``type``, ``input`` each)."""
+
+    def errors(self) -> Any: ...
+
+
+def validation_problem(exc: Invalid, unknown: str = "unknown setting"
                        ) -> tuple[tuple[str | int, ...], str]:
-    """The first problem pydantic found: where (the field's path) and what, in
+    """The first problem the validation found: where (the field's path) and what, in
     one line that quotes the value cut short; ``(and N more problem(s))`` when
     there are more."""
     errors = exc.errors()
@@ -410,5 +231,5 @@ def dotted(loc: tuple[str | int, ...]) -> str:
 
 __all__ = ["BASELINE_FILE", "CONFIG_FILE", "PEM_FILE", "PROFILE_FILE", "RECORDING_FILE",
            "SCENARIO_FILE", "WEB_CONFIG_FILE", "FileKind", "FileRefused", "decode", "dotted",
-           "load_json", "load_yaml", "parse_yaml", "read_bytes", "read_text", "shown",
+           "line_column", "load_json", "read_bytes", "read_text", "shown",
            "validation_problem", "within"]

@@ -4,129 +4,125 @@ experienced SRE would start from. Set under ``diagnosis:`` in the config file
 
 from __future__ import annotations
 
-from typing import Annotated, Self
-
-from annotated_types import Le
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
 
 from gpu_exporter.config_types import Duration, Flag
+from gpu_exporter.sections import Section, setting
 from gpu_exporter.xids import XidTier, codes
 
 
-class DiagnosisConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: Annotated[bool, Flag()] = Field(
+class DiagnosisConfig(Section):
+    enabled: Annotated[bool, Flag()] = setting(
         True, description="Judge the symptom -> cause table every poll (gpu_diagnosis_active, "
         "/diagnosis and the node page's findings); off, the exporter only reads")
-    window: Duration = Field(
+    window: Duration = setting(
         30.0, ge=0, description="How long a row's condition must hold before the row turns on")
-    clear_after: Duration = Field(
+    clear_after: Duration = setting(
         30.0, ge=0, description="How long a row's condition must stay clear before the row "
         "turns off (no flapping)")
-    hold_ratio: float = Field(
+    hold_ratio: float = setting(
         0.9, gt=0, le=1, description="Share of the polls within the window at which the "
         "condition must hold (tolerates one odd poll)")
 
-    memory_held_ratio: float = Field(
+    memory_held_ratio: float = setting(
         0.5, gt=0, le=1, description="GPU memory used above this share counts as held")
-    idle_utilization: float = Field(
+    idle_utilization: float = setting(
         0.10, ge=0, le=1, description="GPU utilization below this counts as idle")
     # A GPU kept busy at least this share of the time is fed: a starved one
     # idles more (docs/diagnosis.md, "Judged at every load at which it can exist").
-    busy_utilization: float = Field(
+    busy_utilization: float = setting(
         0.75, ge=0, le=1, description="GPU utilization below this, with memory held, counts "
         "as under-fed; at or above it, as busy")
-    iowait_high: float = Field(
+    iowait_high: float = setting(
         0.20, ge=0, le=1, description="Host iowait at or above this counts as waiting on I/O")
-    io_pressure_high: float = Field(
+    io_pressure_high: float = setting(
         0.20, ge=0, le=1, description="I/O pressure (PSI some, the job's own or the host's) at "
         "or above this counts as waiting on I/O")
-    cpu_pressure_high: float = Field(
+    cpu_pressure_high: float = setting(
         0.30, ge=0, le=1, description="CPU pressure (PSI some, the job's own or the host's) at "
         "or above this counts as CPU contention")
-    run_queue_wait_high: float = Field(
+    run_queue_wait_high: float = setting(
         0.30, ge=0, description="Seconds per second a GPU process waits on the run queue at or "
         "above which it waits for a CPU")
-    swap_bytes_per_s: float = Field(
+    swap_bytes_per_s: float = setting(
         1024 * 1024, ge=0, description="Swap-in plus swap-out, in bytes per second, at or above "
         "which the host counts as swapping")
-    memory_pressure_full: float = Field(
+    memory_pressure_full: float = setting(
         0.0, ge=0, le=1, description="Memory pressure (PSI full) above which the host counts "
         "as swapping")
-    stalled_cpu_ratio: float = Field(
+    stalled_cpu_ratio: float = setting(
         0.05, ge=0, description="CPUs' worth of time below which a sleeping or blocked GPU "
         "process counts as stalled")
-    stalled_wakeups_per_s: float = Field(
+    stalled_wakeups_per_s: float = setting(
         3.0, ge=0, description="Wake-ups per second (voluntary context switches) at or above "
         "which an asleep GPU process waits for work (an idle server), not on something that "
         "never comes")
-    cpu_throttled_high: float = Field(
+    cpu_throttled_high: float = setting(
         0.25, ge=0, le=1, description="Share of its CPU-limit periods in which a workload was "
         "throttled, at or above which its limit starves it")
-    memory_limit_used_ratio: float = Field(
+    memory_limit_used_ratio: float = setting(
         0.95, gt=0, le=1, description="A workload using this share of its memory limit "
         "(memory.max) or more is at its limit")
-    reclaim_bytes_per_s: float = Field(
+    reclaim_bytes_per_s: float = setting(
         1024 * 1024, ge=0, description="Bytes per second the kernel reclaims from a workload "
         "at its memory limit at or above which the limit starves it (or any hit of the limit)")
-    steal_high: float = Field(
+    steal_high: float = setting(
         0.15, ge=0, le=1, description="Share of CPU time the hypervisor takes (steal) at or "
         "above which a VM's CPUs starve the GPU's feeders")
-    power_cap_draw_ratio: float = Field(
+    power_cap_draw_ratio: float = setting(
         0.90, gt=0, le=1, description="A power cap binds while the GPU draws this share of "
         "its limit or more")
-    fan_stopped_ratio: float = Field(
+    fan_stopped_ratio: float = setting(
         0.01, ge=0, le=1, description="A fan at or under this speed has stopped")
-    fan_spinning_ratio: float = Field(
+    fan_spinning_ratio: float = setting(
         0.10, ge=0, le=1, description="A fan at or above this speed spins: beside it, a "
         "stopped fan of the same board is a fault")
-    fan_warm_margin_celsius: float = Field(
+    fan_warm_margin_celsius: float = setting(
         30.0, ge=0, description="A stopped fan is a fault while the GPU is within this of its "
         "slowdown temperature (consumer boards stop their fans on purpose only while cool)")
-    burst_low: float = Field(
+    burst_low: float = setting(
         0.10, ge=0, le=1, description="Sub-second utilization samples at or below this count "
         "as the low of a burst")
-    burst_high: float = Field(
+    burst_high: float = setting(
         0.90, ge=0, le=1, description="Sub-second utilization samples at or above this count "
         "as the high of a burst")
-    thermal_margin_celsius: float = Field(
+    thermal_margin_celsius: float = setting(
         3.0, ge=0, description="A busy GPU this close to its own slowdown threshold counts as "
         "throttled by heat")
-    clock_below_max_ratio: float = Field(
+    clock_below_max_ratio: float = setting(
         0.95, gt=0, le=1, description="An SM clock below this share of its maximum, or a power "
         "limit below this share of the board's default, counts as capped")
-    pcie_errors_per_window: float = Field(
+    pcie_errors_per_window: float = setting(
         1.0, ge=0, description="PCIe replays or AER correctable errors within the window at "
         "or above which the link counts as failing")
-    memory_near_full_ratio: float = Field(
+    memory_near_full_ratio: float = setting(
         0.95, gt=0, le=1, description="GPU memory used above this share counts as near full")
-    inflated_utilization: float = Field(
+    inflated_utilization: float = setting(
         0.80, ge=0, le=1, description="NVML utilization above this, with GPM's SM activity "
         "below inflated_sm_active, counts as inflated")
-    inflated_sm_active: float = Field(
+    inflated_sm_active: float = setting(
         0.30, ge=0, le=1, description="GPM's SM activity below which a high NVML utilization "
         "counts as inflated")
     # xids.py is the table these default to.
-    hardware_xids: tuple[int, ...] = Field(
+    hardware_xids: tuple[int, ...] = setting(
         codes("hardware"), description="Xids that page on-call and the hardware team")
-    application_xids: tuple[int, ...] = Field(
+    application_xids: tuple[int, ...] = setting(
         codes("application"), description="Xids that tell the job's owner (a warning)")
-    informational_xids: tuple[int, ...] = Field(
+    informational_xids: tuple[int, ...] = setting(
         codes("informational"), description="Xids for dashboards only; a code in no list "
         "is informational")
-    xid_hold: Duration = Field(
+    xid_hold: Duration = setting(
         900.0, ge=0, description="How long an Xid keeps its row on")
-    expect_persistence: bool = Field(
+    expect_persistence: bool = setting(
         True, description="Report a GPU whose persistence mode is off")
     # Short dips keep the explanation; a cause that has stopped no longer
     # explains what persists.
-    explained_within: Duration = Field(
+    explained_within: Duration = setting(
         10.0, ge=0, description="A cause explains another row's signals (swapping -> iowait) "
         "only while its own condition held within this long")
 
-    @model_validator(mode="after")
-    def _one_tier_per_xid(self) -> Self:
+    def _check(self) -> None:
+        """An Xid is in one tier at most."""
         seen: dict[int, str] = {}
         for tier in ("hardware", "application", "informational"):
             for code in getattr(self, f"{tier}_xids"):
@@ -134,7 +130,6 @@ class DiagnosisConfig(BaseModel):
                     raise ValueError(f"Xid {code} is in both {seen[code]}_xids and "
                                      f"{tier}_xids")
                 seen[code] = tier
-        return self
 
     def xid_tier(self, code: int) -> XidTier:
         """The tier this configuration puts ``code`` in (unknown: informational)."""
@@ -164,7 +159,7 @@ class DiagnosisConfig(BaseModel):
                 out[name] = f"{value * 100:g} %"
             elif isinstance(value, bool):
                 out[name] = "yes" if value else "no"
-            elif any(isinstance(m, Le) and m.le == 1 for m in info.metadata):
+            elif info.bounds.le == 1:
                 out[name] = f"{value * 100:g} %"
             else:
                 out[name] = f"{value:g}"

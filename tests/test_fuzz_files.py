@@ -26,7 +26,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_exporter import baseline, safefile
+from gpu_exporter import baseline, safefile, safeyaml
 from gpu_exporter.config import ConfigError, load
 from gpu_exporter.simulator import ScenarioError, load_profile, load_scenario
 from gpu_exporter.simulator.recordings import seal
@@ -244,12 +244,12 @@ def test_hostile_yaml_is_one_line_in_time_and_memory(kind: str, hostile: str,
 
 def test_the_bounds_hold_without_libyaml_too() -> None:
     """PyYAML built without libyaml parses in Python: the same bounds apply."""
-    for parser in (None, safefile._PurePythonParser):
+    for parser in (None, safeyaml.PurePythonParser):
         for text, problem in ((ALIAS_BOMB, "more than 100,000 values with its aliases expanded"),
                               ("a: " + "[" * 100 + "]" * 100, "nested deeper than 32 levels"),
                               ("a: &a [1, *a]", "refers to the node that holds it")):
             with pytest.raises(safefile.FileRefused) as err:
-                safefile.parse_yaml(text, "x.yaml", safefile.CONFIG_FILE, parser)
+                safeyaml.parse_yaml(text, "x.yaml", safefile.CONFIG_FILE, parser)
             assert problem in str(err.value)
 
 
@@ -260,9 +260,9 @@ def test_the_bounds_hold_without_libyaml_too() -> None:
 ])
 def test_an_alias_counts_every_node_it_stands_for(text: str, nodes: int) -> None:
     kind = safefile.FileKind("test file", 1000, nodes, 8)
-    safefile.parse_yaml(text, "x", kind)
+    safeyaml.parse_yaml(text, "x", kind)
     with pytest.raises(safefile.FileRefused, match="more than"):
-        safefile.parse_yaml(text, "x", safefile.FileKind("test file", 1000, nodes - 1, 8))
+        safeyaml.parse_yaml(text, "x", safefile.FileKind("test file", 1000, nodes - 1, 8))
 
 
 @pytest.mark.parametrize(("text", "depth"), [
@@ -270,9 +270,9 @@ def test_an_alias_counts_every_node_it_stands_for(text: str, nodes: int) -> None
     ("a: &a [[1]]\nb: {c: *a}", 5),  # the alias at depth 3 holds 3 levels
 ])
 def test_an_alias_counts_the_depth_it_brings(text: str, depth: int) -> None:
-    safefile.parse_yaml(text, "x", safefile.FileKind("test file", 1000, 100, depth))
+    safeyaml.parse_yaml(text, "x", safefile.FileKind("test file", 1000, 100, depth))
     with pytest.raises(safefile.FileRefused, match=f"nested deeper than {depth - 1} levels"):
-        safefile.parse_yaml(text, "x", safefile.FileKind("test file", 1000, 100, depth - 1))
+        safeyaml.parse_yaml(text, "x", safefile.FileKind("test file", 1000, 100, depth - 1))
 
 
 def test_a_file_over_its_size_limit_is_refused_before_it_is_parsed(tmp_path: Path) -> None:

@@ -721,3 +721,17 @@ def test_tls_hands_the_client_certificate_to_the_routes_and_drops_plain_text() -
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_date_header_is_the_imf_fixdate_the_standard_library_writes() -> None:
+    """RFC 9110's Date: checked against email.utils (an implementation this
+    project did not write) over every weekday and month, leap day and century
+    turns included."""
+    import email.utils
+
+    from gpu_exporter.web.server import http_date
+
+    seconds = [0, 951_782_400, 1_709_164_800, 4_102_444_799, 4_102_444_800]
+    seconds += list(range(1_700_000_000, 1_700_000_000 + 400 * 86_400, 86_400 + 3_607))
+    for second in seconds:
+        assert http_date(second).decode() == email.utils.formatdate(second, usegmt=True)

@@ -27,7 +27,11 @@ NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.co
                 # The kubelet's gRPC client and its protobuf messages (about
                 # 14 MiB): only once the pod-resources socket exists.
                 "grpc", "google.protobuf", "gpu_exporter.attribution.kubelet_grpc",
-                "gpu_exporter.attribution.podresources_v1")
+                "gpu_exporter.attribution.podresources_v1",
+                # The settings are sections: pydantic (about 11.7 MiB with
+                # the schemas it builds) is the simulator's and the web config
+                # file's only.
+                "pydantic", "pydantic_core")
 
 START = """
 import json, sys, time

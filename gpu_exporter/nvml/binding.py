@@ -16,11 +16,25 @@ import functools
 import struct
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import pynvml
 
 from gpu_exporter.nvml.errors import NvmlError, Return
+
+
+def binding_version() -> str:
+    """nvidia-ml-py's version (pynvml has none of its own), from the name of
+    its installed record beside pynvml (``nvidia_ml_py-13.615.71.dist-info``);
+    "unknown" where it was installed another way. Not importlib.metadata, which
+    reads the same folder but brings email, zipfile and csv (about 1.2 MiB)
+    into every node."""
+    site = Path(pynvml.__file__).parent
+    for record in site.glob("nvidia_ml_py-*.dist-info"):
+        return record.name.removeprefix("nvidia_ml_py-").removesuffix(".dist-info")
+    return "unknown"
+
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpu_exporter import safefile
+from gpu_exporter import safefile, safeyaml
 from gpu_exporter.nvml import binding
 from gpu_exporter.simulator import recordings
 from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_placement
@@ -54,7 +54,7 @@ MAX_TIMELINE_STEPS = 1_000
 
 def _load_yaml(path: Path, kind: safefile.FileKind) -> Any:
     try:
-        return safefile.load_yaml(path, kind)
+        return safeyaml.load_yaml(path, kind)
     except safefile.FileRefused as exc:
         raise ScenarioError(str(exc)) from None
 
@@ -72,7 +72,7 @@ def _read_scenario(path: Path) -> dict[str, Any]:
         else:
             kind = safefile.SCENARIO_FILE
             safefile.within(data, path, kind)
-        doc = safefile.parse_yaml(safefile.decode(data, path, kind), path, kind)
+        doc = safeyaml.parse_yaml(safefile.decode(data, path, kind), path, kind)
         if not isinstance(doc, dict):
             raise ScenarioError(f"scenario {path}: expected a mapping with name, node, state, "
                                 "timeline")

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpu_exporter.config_types import Duration
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.pydantic_types import Duration
 from gpu_exporter.simulator.drivers import BY_NAME, NEWEST, DriverBranch
 from gpu_exporter.simulator.tenants import Tenants
 

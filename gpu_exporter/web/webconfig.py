@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpu_exporter import safefile
+from gpu_exporter import safefile, safeyaml
 from gpu_exporter.config import ConfigError
 from gpu_exporter.web.app import Request, Response
 from gpu_exporter.web.gate import BasicAuth, admit, normalise_san
@@ -188,7 +188,7 @@ def load_web_config(path: Path) -> LoadedWebConfig:
     """Read, validate and build; ``ConfigError`` (one line) on any problem."""
     where = f"web config file {path}"
     try:
-        data = safefile.load_yaml(path, safefile.WEB_CONFIG_FILE)
+        data = safeyaml.load_yaml(path, safefile.WEB_CONFIG_FILE)
     except safefile.FileRefused as exc:
         raise ConfigError(str(exc)) from None
     if data is None:

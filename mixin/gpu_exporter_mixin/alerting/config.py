@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpu_exporter.config_types import Duration
 from gpu_exporter.diagnosis.table import Severity
+from gpu_exporter.pydantic_types import Duration
 from gpu_exporter.thresholds import DiagnosisConfig
 
 # Where a source checkout keeps it, relative to the directory the generator runs in.
