@@ -34,8 +34,8 @@ END = "<!-- imports:end -->"
 # process imports, and why the daemon has each.
 DEPENDENCIES = (
     ("nvidia-ml-py", "pynvml", "NVML's Python binding: every GPU read"),
-    ("pydantic", "pydantic", "the settings model (flags, environment, YAML)"),
-    ("PyYAML", "yaml", "--config.file, --web.config.file, scenarios"),
+    ("pydantic", "pydantic", "the simulator's scenarios and the web config file's model"),
+    ("PyYAML", "yaml", "--config.file, --web.config.file, scenarios (not at start without them)"),
     ("h11", "h11", "the HTTP server's protocol"),
     ("pyudev", "pyudev", "PCI add/remove events"),
     ("grpcio", "grpc", "the kubelet's PodResources API"),

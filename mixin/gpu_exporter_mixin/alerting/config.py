@@ -7,10 +7,12 @@ below when there is no file): nothing is looked up next to the code."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
 
+from gpu_exporter import safefile, sections
 from gpu_exporter.diagnosis.table import Severity
 from gpu_exporter.pydantic_types import Duration
 from gpu_exporter.thresholds import DiagnosisConfig
@@ -24,7 +26,23 @@ class AlertConfigError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Arbitrary types: the exporter's own DiagnosisConfig (a section, below).
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              arbitrary_types_allowed=True)
+
+
+def _diagnosis(value: Any) -> DiagnosisConfig:
+    """``diagnosis:`` read by the exporters' own section, with its checks."""
+    try:
+        return DiagnosisConfig.model_validate(value)
+    except sections.ValidationError as exc:
+        loc, problem = safefile.validation_problem(exc)
+        raise ValueError(f"{safefile.dotted(loc)}: {problem}" if loc else problem) from None
+
+
+# The thresholds as the exporters read them (their config's ``diagnosis:``).
+Diagnosis = Annotated[DiagnosisConfig, BeforeValidator(_diagnosis),
+                      PlainSerializer(lambda d: d.model_dump())]
 
 
 class DiagnosisFor(_Strict):
@@ -96,7 +114,7 @@ class AlertConfig(_Strict):
     fleet_dashboard_uid: str = "gpu-fleet"
     # The thresholds the exporters run with (their config's ``diagnosis:``):
     # alert prose and dashboard colours quote them.
-    diagnosis: DiagnosisConfig = DiagnosisConfig()
+    diagnosis: Diagnosis = DiagnosisConfig()
     diagnosis_for: DiagnosisFor = DiagnosisFor()
     # Keyed by alert name, or for a table row's alert by the row's key
     # (``symptom/cause``), so a renamed row fails here rather than silently.

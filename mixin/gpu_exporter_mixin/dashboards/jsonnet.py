@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, BeforeValidator
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from gpu_exporter.config_types import parse_duration
 from gpu_exporter.diagnosis.table import BY_KEY, ROWS
+from gpu_exporter.sections import FieldSpec, Section
 from gpu_exporter_mixin.alerting.config import AlertConfig
 from gpu_exporter_mixin.alerting.render import rule_groups
 from gpu_exporter_mixin.alerting.rules import alert_rules
@@ -63,17 +64,16 @@ class Leaf:
         return "cfg" + "".join(f"[{json.dumps(p)}]" for p in self.path)
 
 
-def _is_duration(info: FieldInfo) -> bool:
-    return any(isinstance(m, BeforeValidator) and m.func is parse_duration
-               for m in info.metadata)
+def _is_duration(info: FieldInfo | FieldSpec) -> bool:
+    return any(getattr(m, "func", None) is parse_duration for m in info.metadata)
 
 
-def _is_ratio(info: FieldInfo) -> bool:
+def _is_ratio(info: FieldInfo | FieldSpec) -> bool:
     return any(getattr(m, "le", None) == 1 or getattr(m, "lt", None) == 1
                for m in info.metadata)
 
 
-def leaves(model: type[BaseModel] = AlertConfig,
+def leaves(model: type[BaseModel | Section] = AlertConfig,
            prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
     """Every setting of alerts/config.yaml, with how it is written."""
     for name, info in model.model_fields.items():
@@ -81,7 +81,7 @@ def leaves(model: type[BaseModel] = AlertConfig,
         kind_type = info.annotation
         if path in UNUSED or path in OVERRIDES:
             continue
-        if isinstance(kind_type, type) and issubclass(kind_type, BaseModel):
+        if isinstance(kind_type, type) and issubclass(kind_type, BaseModel | Section):
             yield from leaves(kind_type, path)
         elif path == ("selector",):
             yield Leaf(path, "selector")
@@ -331,7 +331,7 @@ class Template:
                 + "    dashboards: " + self.value(dashboards, 2) + ",\n  }\n")
 
 
-def _config_value(v: Any, info: FieldInfo | None) -> Any:
+def _config_value(v: Any, info: FieldInfo | FieldSpec | None) -> Any:
     if info is not None and _is_duration(info):
         return duration(float(v))
     return v
@@ -341,12 +341,12 @@ def config_libsonnet(config: AlertConfig) -> str:
     """``_config`` with the values of ``config`` (alerts/config.yaml), durations
     written as in that file."""
 
-    def dump(model: BaseModel) -> dict[str, Any]:
+    def dump(model: BaseModel | Section) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, info in type(model).model_fields.items():
             v = getattr(model, name)
             key = info.alias or name
-            if isinstance(v, BaseModel):
+            if isinstance(v, BaseModel | Section):
                 out[key] = dump(v)
             elif name == "for_overrides":
                 out[key] = {k: duration(float(x)) for k, x in v.items()}
