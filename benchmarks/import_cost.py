@@ -37,7 +37,6 @@ DEPENDENCIES = (
     ("pydantic", "pydantic", "the simulator's scenarios and the web config file's model"),
     ("PyYAML", "yaml", "--config.file, --web.config.file, scenarios (not at start without them)"),
     ("h11", "h11", "the HTTP server's protocol"),
-    ("pyudev", "pyudev", "PCI add/remove events"),
     ("grpcio", "grpc", "the kubelet's PodResources API"),
     ("protobuf", "gpu_exporter.attribution.podresources_v1.api_pb2",
      "the PodResources messages (the generated module and its runtime)"),

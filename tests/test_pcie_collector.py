@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import logging
 import queue
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_exporter.collectors.pcie import PcieCollector
-from gpu_exporter.collectors.udev import UdevEvent, UdevWatcher, open_source
+from gpu_exporter.collectors.udev import (
+    NETLINK_KOBJECT_UEVENT,
+    KernelUevents,
+    UdevEvent,
+    UdevWatcher,
+    open_source,
+    parse_uevent,
+)
 from gpu_exporter.host.pci import PciDevice
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
 from gpu_exporter.readings import PcieKernelView
@@ -261,3 +274,67 @@ def test_a_lost_gpu_leaves_sysfs() -> None:
     assert {labels["gpu"] for labels, _ in snap.series("gpu_numa_info")} == {
         "0", "1", "2", "3", "4", "6", "7"}
     assert 5 not in snap.readings.pcie
+
+
+# --- the kernel's uevents (the real netlink socket) -----------------------------------------
+# As lib/kobject_uevent.c sends them: "ACTION@DEVPATH", then each variable, every
+# part NUL-ended; drivers/pci/pci-driver.c adds PCI_CLASS, PCI_ID, PCI_SUBSYS_ID,
+# PCI_SLOT_NAME and MODALIAS for a PCI device.
+_REMOVE = (b"remove@/devices/pci0000:15/0000:15:01.0/0000:18:00.0\0ACTION=remove\0"
+           b"DEVPATH=/devices/pci0000:15/0000:15:01.0/0000:18:00.0\0SUBSYSTEM=pci\0"
+           b"PCI_CLASS=30200\0PCI_ID=10DE:2330\0PCI_SUBSYS_ID=10DE:16C1\0"
+           b"PCI_SLOT_NAME=0000:18:00.0\0MODALIAS=pci:v000010DEd00002330sv000010DEsd000016C1"
+           b"bc03sc02i00\0SEQNUM=4711\0")
+
+
+def test_a_kernel_pci_uevent_is_its_action_and_slot_and_nothing_else_is_one() -> None:
+    assert parse_uevent(_REMOVE) == ("remove", "0000:18:00.0")
+    add = _REMOVE.replace(b"remove", b"add")
+    assert parse_uevent(add) == ("add", "0000:18:00.0")
+    # Without PCI_SLOT_NAME the slot is the device path's last part.
+    bare = b"add@/devices/pci0000:15/0000:15:01.0/0000:18:00.0\0ACTION=add\0SUBSYSTEM=pci\0"
+    assert parse_uevent(bare) == ("add", "0000:18:00.0")
+    usb = b"add@/devices/pci0000:00/0000:00:14.0/usb1\0ACTION=add\0SUBSYSTEM=usb\0"
+    assert parse_uevent(usb) is None
+    # udevd's re-sent copy (its own binary header), and what is no uevent at all.
+    assert parse_uevent(b"libudev\0\xfe\xed\xca\xfe" + _REMOVE) is None
+    for junk in (b"", b"\0\0", b"remove", b"remove@", b"remove@devices\0SUBSYSTEM=pci\0",
+                 _REMOVE[:20]):
+        assert parse_uevent(junk) is None
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_on_the_socket_are_an_event_or_none_never_an_error(data: bytes) -> None:
+    found = parse_uevent(data)
+    assert found is None or all(isinstance(part, str) for part in found)
+
+
+@pytest.fixture
+def kernel_uevents() -> Iterator[KernelUevents]:
+    try:
+        source = KernelUevents()
+    except OSError as exc:
+        pytest.skip(f"no netlink uevent socket here: {exc}")
+    yield source
+    source.close()
+
+
+def test_a_uevent_sent_by_a_process_is_not_the_kernels_and_is_ignored(
+        kernel_uevents: KernelUevents) -> None:
+    """Any local process may send a netlink datagram to the exporter's socket;
+    a forged "remove" must not mark a GPU lost. Only the kernel's port (0) is read."""
+    port = kernel_uevents._sock.getsockname()[0]  # type: ignore[union-attr]
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT) as forger:
+        forger.bind((0, 0))
+        forger.sendto(_REMOVE, (port, 0))
+        assert kernel_uevents.poll(2.0) is None
+
+
+def test_a_stop_ends_a_poll_in_flight_at_once(kernel_uevents: KernelUevents) -> None:
+    timer = threading.Timer(0.2, kernel_uevents.wake)
+    timer.start()
+    t0 = time.monotonic()
+    assert kernel_uevents.poll(30.0) is None
+    assert time.monotonic() - t0 < 5.0
+    kernel_uevents.close()
+    assert kernel_uevents.poll(0.0) is None

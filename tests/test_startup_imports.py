@@ -31,7 +31,15 @@ NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.co
                 # The settings are sections: pydantic (about 11.7 MiB with
                 # the schemas it builds) is the simulator's and the web config
                 # file's only.
-                "pydantic", "pydantic_core")
+                "pydantic", "pydantic_core",
+                # PyYAML: only with a YAML file given (--config.file and the like).
+                "yaml",
+                # OpenSSL's digests (about 0.7 MiB): the node page's script hash,
+                # at the first page served; the web config file's gate.
+                "hashlib",
+                # importlib.metadata (and the email, zipfile and csv it brings):
+                # the binding's version is read from its installed record.
+                "importlib.metadata", "email")
 
 START = """
 import json, sys, time

@@ -1,4 +1,4 @@
-"""Watching the kernel's PCI add/remove events (udev, over netlink) on a thread
+"""Watching the kernel's PCI add/remove events (its uevents, over netlink) on a thread
 of its own: a GPU's ``remove`` marks it lost at once instead of at the next
 failing NVML call, an ``add`` lets the next poll try it again."""
 
@@ -8,9 +8,10 @@ import contextlib
 import logging
 import os
 import select
+import socket
 import threading
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpu_exporter.nvml.session import NvmlSession, normalize_bus_id
 
@@ -31,38 +32,75 @@ class EventSource(Protocol):
     def close(self) -> None: ...
 
 
-class PyudevSource:
-    """PCI events from udev's netlink socket."""
+# The kernel's uevents, as lib/kobject_uevent.c sends them: a netlink family
+# any user may listen to, and the multicast group the kernel itself sends to
+# (udevd re-sends each event, after its rules, to group 2 in its own format).
+NETLINK_KOBJECT_UEVENT = 15
+KERNEL_GROUP = 1
+# The kernel builds an event in a 2048-byte buffer (UEVENT_BUFFER_SIZE):
+# anything longer is not one of its messages.
+MAX_MESSAGE = 8192
+
+
+def parse_uevent(message: bytes) -> UdevEvent | None:
+    """(action, PCI slot) of a kernel uevent of the ``pci`` subsystem; None for
+    any other message. The kernel writes ``ACTION@DEVPATH``, then each variable
+    as ``KEY=VALUE``, every part ended by a NUL; for a PCI device
+    drivers/pci/pci-driver.c adds ``PCI_SLOT_NAME``."""
+    header, *fields = message.split(b"\0")
+    action, at, devpath = header.partition(b"@")
+    if not at or not devpath.startswith(b"/"):
+        return None  # not the kernel's (udevd's own messages begin "libudev")
+    env = dict(f.split(b"=", 1) for f in fields if b"=" in f)
+    if env.get(b"SUBSYSTEM") != b"pci":
+        return None
+    slot = env.get(b"PCI_SLOT_NAME") or devpath.rstrip(b"/").rpartition(b"/")[2]
+    return (env.get(b"ACTION", action).decode("ascii", "replace"),
+            slot.decode("ascii", "replace"))
+
+
+class KernelUevents:
+    """PCI events from the kernel's uevent netlink socket.
+
+    Not pyudev: it reads the same events through libudev and udevd's socket,
+    and cost every node about 0.7 MiB of memory (BENCHMARKS.md) for what is
+    one datagram socket and the parser above; the kernel's own group needs no
+    udevd either (a container has none)."""
 
     def __init__(self) -> None:
-        import pyudev
-
-        self._monitor: Any = pyudev.Monitor.from_netlink(pyudev.Context())
-        self._monitor.filter_by(subsystem="pci")
-        self._monitor.start()
+        self._sock: socket.socket | None = socket.socket(
+            socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT)
+        try:
+            self._sock.bind((0, KERNEL_GROUP))
+        except OSError:
+            self._sock.close()
+            raise
         # A byte here ends a poll in flight: a stop does not wait out its timeout.
         self._wake_r, self._wake_w = os.pipe()
 
     def poll(self, timeout: float) -> UdevEvent | None:
-        monitor = self._monitor
-        if monitor is None:
+        sock = self._sock
+        if sock is None:
             return None
-        ready, _, _ = select.select([monitor, self._wake_r], [], [], timeout)
-        if monitor not in ready:
+        ready, _, _ = select.select([sock.fileno(), self._wake_r], [], [], timeout)
+        if sock.fileno() not in ready:
             return None
-        device = monitor.poll(timeout=0)
-        if device is None:
+        try:
+            message, (sender, _groups) = sock.recvfrom(MAX_MESSAGE, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
             return None
-        slot = device.properties.get("PCI_SLOT_NAME") or device.sys_name
-        return str(device.action), str(slot)
+        if sender != 0:
+            return None  # only the kernel (port 0) speaks for the bus
+        return parse_uevent(message)
 
     def wake(self) -> None:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
     def close(self) -> None:
-        # pyudev frees the netlink socket with the monitor object.
-        self._monitor = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -70,15 +108,15 @@ class PyudevSource:
 
 
 def open_source(sysfs: Path) -> EventSource | None:
-    """A udev event source when ``sysfs`` is the host's real /sys and udev can
-    be reached; otherwise None, said once in the log."""
+    """The kernel's PCI events when ``sysfs`` is the host's real /sys and its
+    uevent socket can be opened; otherwise None, said once in the log."""
     if sysfs != Path("/sys"):
         log.info("udev monitor not started: sysfs root %s is not /sys; GPUs that leave the "
                  "bus are noticed by NVML on the next poll", sysfs)
         return None
     try:
-        return PyudevSource()
-    except Exception as exc:  # no libudev, no netlink in this container, ...
+        return KernelUevents()
+    except OSError as exc:  # no netlink in this sandbox, ...
         log.info("udev monitor not started (%s); GPUs that leave the bus are noticed by NVML "
                  "on the next poll", exc)
         return None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
 import re
 import shlex
 import socket
@@ -204,6 +203,11 @@ class NodePage:
         """Only this page's own script runs (named by its hash, so markup that
         slipped through escaping could run none), and it may only fetch this
         page; nothing is loaded from anywhere."""
+        # Loaded the first time the page is served, not at start: hashlib (with
+        # OpenSSL's digests behind it) costs about 0.7 MiB, and most nodes are
+        # only ever scraped.
+        import hashlib
+
         digest = base64.b64encode(hashlib.sha256(
             (SCRIPT % self._refresh()).encode()).digest()).decode()
         return (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
