@@ -378,8 +378,18 @@ class Section:
         given: frozenset[str] = object.__getattribute__(self, "_given")
         return given
 
-    def model_dump(self) -> dict[str, Any]:
-        return {name: _dumped(getattr(self, name)) for name in type(self).model_fields}
+    def model_dump(self, exclude_defaults: bool = False) -> dict[str, Any]:
+        """The settings as plain values, sections as mappings; with
+        ``exclude_defaults`` only those that differ from their default (what a
+        config file would have to say to build this)."""
+        out: dict[str, Any] = {}
+        for name, spec in type(self).model_fields.items():
+            value = getattr(self, name)
+            if exclude_defaults and not spec.required and value == spec.get_default():
+                continue
+            out[name] = value.model_dump(exclude_defaults) if isinstance(value, Section) \
+                else _dumped(value)
+        return out
 
     def model_copy(self, update: Mapping[str, Any] | None = None) -> Self:
         """A copy with ``update``'s values over it (not checked: code builds

@@ -125,6 +125,10 @@ def test_a_section_is_frozen_and_a_copy_carries_what_was_given() -> None:
     assert Outer(name="ab") == o and Outer(name="ac") != o
     assert hash(Inner(count=4)) == hash(Inner(count="4")) != hash(Inner())
     assert o.model_dump() == {"inner": Inner().model_dump(), "name": "ab", "switches": {}}
+    assert Outer(inner={"count": 4}, name="x").model_dump(exclude_defaults=True) == {
+        "inner": {"count": 4}}
+    assert Outer(**Outer(inner={"on": False}).model_dump(exclude_defaults=True)) == \
+        Outer(inner={"on": False})
     assert repr(Inner()).startswith("Inner(every=2.0, count=8, on=True")
 
 
