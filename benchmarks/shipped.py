@@ -34,6 +34,7 @@ Where the mock is absent it says how to get it and exits 2.
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime
 import json
 import math
@@ -464,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
                          ("rounds", "rounds")):
         if getattr(args, option) is not None:
             setattr(plan, attr, getattr(args, option))
+    # Both run as installed: pip byte-compiles a package it installs (nvitop's
+    # was), so a source checkout's modules are compiled here first rather than
+    # at every start (about 0.2 MiB of the daemon's RSS on the H100 node).
+    compileall.compile_dir(str(ROOT / "gpu_exporter"), quiet=1)
     started = time.monotonic()
     runs = [measure_board(name.strip(), plan, sys.stderr)
             for name in args.boards.split(",") if name.strip()]
