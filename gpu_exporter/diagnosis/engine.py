@@ -297,9 +297,16 @@ class Diagnosis(Derivation):
             states = self._states[place] = [
                 _RowState(labels=(gpu, sig.uuid, j.row.symptom, j.row.cause)) for j in judged]
         on: list[Candidate] = []
+        cfg = self.cfg
         for j, state in zip(judged, states, strict=True):
             row = j.row
-            verdict = self._judge(j, sig, trend)
+            try:
+                verdict = j.rule(sig, cfg, trend)
+            except Exception as exc:  # one broken rule must not silence the others
+                verdict = self._failed(j, exc)
+            else:
+                if self._failing:
+                    self._failing.discard(j.key)
             if verdict.holds is None and sig.gpu_instance is None:
                 # The board, the driver or a missing reader leaves the rule
                 # nothing to judge: its 0 means unknown, not healthy.
@@ -359,18 +366,14 @@ class Diagnosis(Derivation):
             return sig.owners
         return self._last_owners.get(sig.uuid, ()) if not sig.gpu.up else ()
 
-    def _judge(self, judged: _Judged, sig: GpuSignals, trend: Trend) -> Verdict:
-        try:
-            verdict = judged.rule(sig, self.cfg, trend)
-        except Exception as exc:  # one broken rule must not silence the others
-            self._errors += 1
-            if judged.key not in self._failing:
-                self._failing.add(judged.key)
-                log.error("diagnosis rule %s failed: %s", judged.key, exc)
-            return Verdict(None)
-        if self._failing:
-            self._failing.discard(judged.key)
-        return verdict
+    def _failed(self, judged: _Judged, exc: Exception) -> Verdict:
+        """A rule that raised: counted, said once until it judges again, and
+        its row left unjudged this poll."""
+        self._errors += 1
+        if judged.key not in self._failing:
+            self._failing.add(judged.key)
+            log.error("diagnosis rule %s failed: %s", judged.key, exc)
+        return Verdict(None)
 
     def _update(self, st: _RowState, verdict: Verdict, row: Row, timeline: _Timeline,
                 now: float, wall: float) -> bool:
