@@ -202,6 +202,10 @@ _COUNTED = {reason: source for reason, source in THROTTLE_TIME.items()}
 _MAX_FANS = 16
 
 Want = tuple[tuple[Source, Every], ...]
+# Each cadence's polls by the member's id: Every.polls hashes the member with
+# Enum's Python-level __hash__, and a pass asks it twice for each value read
+# on a cadence (the members live as long as the process, and so do their ids).
+_POLLS = {id(every): every.polls for every in Every}
 # ECC's counts: the volatile totals every poll, the aggregates on their cadence.
 _ECC_COUNTS: Want = tuple((source, Every.POLL if scope == "volatile" else Every.SLOW)
                           for (_, scope), source in ECC_COUNT.items())
@@ -343,7 +347,7 @@ class _GpuPass:
                 if source.key in static:
                     values[source] = static[source.key]
                     continue
-            elif every is not poll and not now and not gpu.due(source.key, every.polls):
+            elif every is not poll and not now and not gpu.due(source.key, _POLLS[id(every)]):
                 values[source] = gpu.held(source.key)
                 continue
             due[source] = every
@@ -363,7 +367,7 @@ class _GpuPass:
                 if value is not None:
                     self.gpu.static[source.key] = value
             elif every is not Every.POLL:
-                self.gpu.hold(source.key, every.polls, value)
+                self.gpu.hold(source.key, _POLLS[id(every)], value)
 
     def forget(self, source: Source) -> None:
         """A held value that was no reading: asked again next poll."""
