@@ -18,6 +18,11 @@ from dataclasses import dataclass
 
 from gpu_exporter import __version__
 from gpu_exporter.catalog import DETAIL
+from gpu_exporter.catalogs.exporter import (
+    EXPORTER_COLLECTOR_DURATION_SECONDS,
+    EXPORTER_COLLECTOR_ERRORS_TOTAL,
+    EXPORTER_COLLECTOR_SUCCESS,
+)
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.visibility import NVML_PROBLEM
 from gpu_exporter.nvml.binding import binding_version
@@ -171,11 +176,11 @@ class Poller:
                 self._failing.discard(stage.name)
             else:
                 self._failing.add(stage.name)
-            out.add("gpu_exporter_collector_success", ok, collector=stage.name)
-            out.add("gpu_exporter_collector_duration_seconds", self._mono() - t0,
-                    collector=stage.name)
-            out.add("gpu_exporter_collector_errors_total", self._errors_total[stage.name],
-                    collector=stage.name)
+            labels = (stage.name,)
+            out.add_values(EXPORTER_COLLECTOR_SUCCESS, labels, ok)
+            out.add_values(EXPORTER_COLLECTOR_DURATION_SECONDS, labels, self._mono() - t0)
+            out.add_values(EXPORTER_COLLECTOR_ERRORS_TOTAL, labels,
+                           self._errors_total[stage.name])
         self._add_self(out, self._mono() - start)
         snap = out.build()
         self._latest = snap

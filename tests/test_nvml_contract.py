@@ -253,6 +253,10 @@ def _typed_field_values_impl(handle: int, count: int, out: int) -> int:
             continue
         vt, member, value = _typed_field(fid, scope)
         fv.nvmlReturn, fv.valueType = 0, vt
+        if vt == constants.VALUE_TYPE_UNSIGNED_INT:
+            # A library that leaves the rest of the union as it was: only the
+            # member the type names is the answer.
+            fv.value.ullVal = 0xDEADBEEF << 32
         setattr(fv.value, member, value)
     return 0
 

@@ -201,6 +201,47 @@ ROWS: tuple[Row, ...] = (
 _COUNTED = {reason: source for reason, source in THROTTLE_TIME.items()}
 _MAX_FANS = 16
 
+Want = tuple[tuple[Source, Every], ...]
+# Each cadence's polls by the member's id: Every.polls hashes the member with
+# Enum's Python-level __hash__, and a pass asks it twice for each value read
+# on a cadence (the members live as long as the process, and so do their ids).
+_POLLS = {id(every): every.polls for every in Every}
+# ECC's counts: the volatile totals every poll, the aggregates on their cadence.
+_ECC_COUNTS: Want = tuple((source, Every.POLL if scope == "volatile" else Every.SLOW)
+                          for (_, scope), source in ECC_COUNT.items())
+_REMAPPED: Want = tuple((source, Every.SLOW) for source in REMAPPED.values())
+# What a GPU's pass asks for besides its rows.
+_ALSO_WANTED: Want = ((RECOVERY_ACTION, Every.POLL), (REASONS, Every.POLL),
+                      (REASONS_SUPPORTED, Every.ONCE), (FABRIC, Every.SLOW),
+                      (ECC_MODE, Every.FACT), (REMAP_PENDING, Every.SLOW),
+                      (REMAP_FAILED, Every.SLOW), *_REMAPPED)
+# When a volatile ECC count moved: the aggregates and what remaps rows, at once.
+_AFTER_ECC_ERRORS: Want = (*((s, Every.SLOW) for (_, scope), s in ECC_COUNT.items()
+                             if scope == "aggregate"),
+                           (REMAP_PENDING, Every.SLOW), (REMAP_FAILED, Every.SLOW), *_REMAPPED)
+
+
+@dataclass(frozen=True)
+class _RowSet:
+    """The rows read with or without --metrics.detail, and what a pass asks
+    for from them: made once, not every poll for every GPU."""
+
+    rows: tuple[Row, ...]
+    # Every poll (those not due answer from their last read)...
+    wanted: Want
+    # ...and the states that follow the load.
+    with_load: Want
+
+    @classmethod
+    def of(cls, detail: bool) -> _RowSet:
+        rows = tuple(row for row in ROWS if detail or not row.detail)
+        return cls(rows, (*((row.source, row.every) for row in rows
+                            if row.every is not Every.LOAD), *_ALSO_WANTED),
+                   tuple((row.source, row.every) for row in rows if row.every is Every.LOAD))
+
+
+_ROW_SETS = {detail: _RowSet.of(detail) for detail in (False, True)}
+
 
 class DeviceCollector(NvmlCollector):
     name = "device"
@@ -297,19 +338,19 @@ class _GpuPass:
     def want(self, sources: Iterable[tuple[Source, Every]], now: bool = False) -> None:
         """Ask for these: those due (or all, ``now``) are read at the next
         read(), the others answer from their last read."""
-        gpu = self.gpu
+        gpu, fresh, due, values = self.gpu, self._fresh, self._due, self.values
+        static, once, poll = gpu.static, Every.ONCE, Every.POLL
         for source, every in sources:
-            if source in self._fresh or source in self._due or (source in self.values
-                                                                and not now):
+            if source in fresh or source in due or (not now and source in values):
                 continue
-            if every is Every.ONCE:
-                if source.key in gpu.static:
-                    self.values[source] = gpu.static[source.key]
+            if every is once:
+                if source.key in static:
+                    values[source] = static[source.key]
                     continue
-            elif every is not Every.POLL and not now and not gpu.due(source.key, every.polls):
-                self.values[source] = gpu.held(source.key)
+            elif every is not poll and not now and not gpu.due(source.key, _POLLS[id(every)]):
+                values[source] = gpu.held(source.key)
                 continue
-            self._due[source] = every
+            due[source] = every
 
     def read(self, also: tuple[tuple[int, int], ...] = ()) -> None:
         due, self._due = self._due, {}
@@ -326,7 +367,7 @@ class _GpuPass:
                 if value is not None:
                     self.gpu.static[source.key] = value
             elif every is not Every.POLL:
-                self.gpu.hold(source.key, every.polls, value)
+                self.gpu.hold(source.key, _POLLS[id(every)], value)
 
     def forget(self, source: Source) -> None:
         """A held value that was no reading: asked again next poll."""
@@ -335,41 +376,33 @@ class _GpuPass:
 
     # --- the pass -----------------------------------------------------------
     def collect(self, out: Series, r: GpuReading) -> None:
-        gpu, detail = self.gpu, self.detail
-        rows = [row for row in ROWS if detail or not row.detail]
+        gpu = self.gpu
+        row_set = _ROW_SETS[self.detail]
         ecc_on = gpu.held(ECC_MODE.key)
-        self.want((row.source, row.every) for row in rows if row.every is not Every.LOAD)
-        self.want([(RECOVERY_ACTION, Every.POLL), (REASONS, Every.POLL),
-                   (REASONS_SUPPORTED, Every.ONCE), (FABRIC, Every.SLOW),
-                   (ECC_MODE, Every.FACT), (REMAP_PENDING, Every.SLOW),
-                   (REMAP_FAILED, Every.SLOW), *_remapped()])
+        self.want(row_set.wanted)
         if ecc_on:
-            self.want(_ecc_counts())
+            self.want(_ECC_COUNTS)
         r.fan_count = self._fan_count()
-        self.want((_fan(fan), Every.POLL) for fan in range(r.fan_count or 0))
-        self.read(also=tuple(dict.fromkeys(
-            pair for request in gpu.shared_fields.values() for pair in request)))
+        if r.fan_count:
+            self.want((_fan(fan), Every.POLL) for fan in range(r.fan_count))
+        self.read(also=gpu.shared_request())
         # What this poll's answers make due: the states that follow the load
         # when the GPU turned busy or idle; the ECC counts when ECC is on and
         # they were not asked (the first poll); the aggregates and remapped
         # rows at once when a volatile count moved.
         busy = _busy(self.values.get(UTILIZATION))
         turned = busy is not None and busy != gpu.held("load_busy")
-        self.want(((row.source, row.every) for row in rows if row.every is Every.LOAD),
-                  now=turned)
+        self.want(row_set.with_load, now=turned)
         if turned or "load_busy" not in gpu.slow:
             gpu.hold("load_busy", Every.LOAD.polls, busy)
         mode = self.values.get(ECC_MODE)
         if mode and not ecc_on:
-            self.want(_ecc_counts())
+            self.want(_ECC_COUNTS)
         self.read()
         if mode and self._volatile_moved():
-            self.want(((s, Every.SLOW) for (_, scope), s in ECC_COUNT.items()
-                       if scope == "aggregate"), now=True)
-            self.want([(REMAP_PENDING, Every.SLOW), (REMAP_FAILED, Every.SLOW), *_remapped()],
-                      now=True)
+            self.want(_AFTER_ECC_ERRORS, now=True)
             self.read()
-        self._export(rows, out, r)
+        self._export(row_set.rows, out, r)
 
     def _fan_count(self) -> int | None:
         gpu = self.gpu
@@ -388,7 +421,7 @@ class _GpuPass:
         return before is not None and before != volatile
 
     # --- the series -----------------------------------------------------------
-    def _export(self, rows: list[Row], out: Series, r: GpuReading) -> None:
+    def _export(self, rows: tuple[Row, ...], out: Series, r: GpuReading) -> None:
         ok: dict[Source, float] = {}
         values = self.values
         for row in rows:
@@ -502,15 +535,6 @@ class _GpuPass:
                                                                  fabric.health)
             out.state(m.FABRIC_STATE, 1, fabric.state, fabric.status.lower(),
                       fabric.health or "unknown")
-
-
-def _ecc_counts() -> list[tuple[Source, Every]]:
-    return [(source, Every.POLL if scope == "volatile" else Every.SLOW)
-            for (_, scope), source in ECC_COUNT.items()]
-
-
-def _remapped() -> list[tuple[Source, Every]]:
-    return [(source, Every.SLOW) for source in REMAPPED.values()]
 
 
 def _busy(utilization: float | None) -> bool | None:

@@ -292,9 +292,11 @@ class KmsgCollector(Collector):
     def _fill(self, reading: KernelLogReading) -> None:
         """The store's Xids placed on the GPUs NVML knows (by bus id); a bus
         NVML no longer lists keeps the UUID the driver printed for it."""
+        if not self.store.xids and not self.store.totals:
+            return  # no Xid in the log: nothing to place (and no clock to read)
         gpus = {bus_key(g.identity.pci_bus_id): (g.index, g.identity.uuid)
                 for g in self.session.gpus if g.identity.pci_bus_id}
-        offset = self._kernel_offset()
+        offset = self._kernel_offset() if self.store.xids else 0.0
         for e in self.store.xids.values():
             index, uuid = gpus.get(e.bus, (-1, self.store.uuids.get(e.bus, "")))
             reading.xids.append(KernelXid(

@@ -70,6 +70,9 @@ class _LinkPlan:
     totals: dict[int, tuple[Metric, tuple[str, ...]]]
     # Whether the link state is in the request (else read with the per-link call).
     state_field: bool
+    # request's pairs in order, each with its target: (pair, field id, link,
+    # metric, label values, scale), unpacked in one step per answer.
+    entries: tuple[tuple[tuple[int, int], int, int, Metric, tuple[str, ...], float | None], ...]
 
 
 # The key under which a GPU whose driver lacks the state field is remembered
@@ -102,8 +105,9 @@ def _plan(gpu: Gpu, links: int) -> _LinkPlan:
             totals[fid] = (m.NVLINK_ERRORS_ALL_LINKS_TOTAL, (*base, detail))
         elif kind == "bytes":
             totals[fid] = (m.NVLINK_BYTES_ALL_LINKS_TOTAL, (*base, detail))
+    entries = tuple((key, key[0], key[1], *targets[key]) for key in request)
     plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets, totals,
-                     state_field)
+                     state_field, entries)
     gpu.static["nvlink_plan"] = plan
     return plan
 
@@ -133,10 +137,11 @@ class NvlinkCollector(NvmlCollector):
 
     def __init__(self, session: NvmlSession) -> None:
         super().__init__(session)
-        # (GPU UUID, field id, link) -> the link counter's last good reading: a
-        # link whose read fails one poll keeps its share of the all-links total,
-        # so the total never dips (a dip would read as a counter reset).
-        self._last: dict[tuple[str, int, int], float] = {}
+        # GPU UUID -> field id -> each link's last good reading of the counter
+        # (None: none yet): a link whose read fails one poll keeps its share of
+        # the all-links total, so the total never dips (a dip would read as a
+        # counter reset).
+        self._last: dict[str, dict[int, list[float | None]]] = {}
 
     def close(self) -> None:
         for gpu in self.session.gpus:
@@ -166,7 +171,8 @@ class NvlinkCollector(NvmlCollector):
         states: dict[int, bool] = {}
         state_absent: NvmlError | None = None
         answers = values or {}
-        for key in plan.request:
+        last = self._counters(plan)
+        for key, fid, link, metric, labels, scale in plan.entries:
             value = answers.get(key)
             if value is None:
                 continue
@@ -175,16 +181,16 @@ class NvlinkCollector(NvmlCollector):
                     raise GpuGone(str(value))
                 if not value.capability_absent:
                     gpu.errors += 1
-                elif key[0] == c.FI_DEV_NVLINK_GET_STATE:
+                elif fid == c.FI_DEV_NVLINK_GET_STATE:
                     state_absent = value
                 continue
-            metric, labels, scale = targets[key]
             if scale is None:
-                states[key[1]] = value == c.NVLINK_STATE_ACTIVE
+                states[link] = value == c.NVLINK_STATE_ACTIVE
             else:
+                value *= scale
                 if per_link:
-                    add(metric, labels, value * scale)
-                self._last[(plan.uuid, *key)] = value * scale
+                    add(metric, labels, value)
+                last[fid][link] = value
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
             gpu.unsupported.add(_STATE_FIELD)
@@ -201,11 +207,23 @@ class NvlinkCollector(NvmlCollector):
         if states:  # never a 0 that only means "not read"
             add(m.NVLINK_LINKS_ACTIVE, base, up)
         for fid, (metric, labels) in plan.totals.items():
-            read = [self._last[k] for link in range(links)
-                    if (k := (plan.uuid, fid, link)) in self._last]
+            held = last[fid]
+            read = [v for v in (held if len(held) == links else held[:links]) if v is not None]
             if read:
                 add(metric, labels, sum(read))
         found[gpu.index] = NvlinkReading(links, up)
+
+    def _counters(self, plan: _LinkPlan) -> dict[int, list[float | None]]:
+        """The GPU's last good counter readings, one per link of the plan
+        (those of links it no longer has kept aside)."""
+        last = self._last.setdefault(plan.uuid, {})
+        for fid in plan.totals:
+            held = last.get(fid)
+            if held is None:
+                last[fid] = [None] * plan.links
+            elif len(held) < plan.links:
+                held.extend([None] * (plan.links - len(held)))
+        return last
 
     @staticmethod
     def _states_by_call(gpu: Gpu, d: Device, links: int) -> dict[int, bool]:

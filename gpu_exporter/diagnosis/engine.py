@@ -22,7 +22,7 @@ from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
-from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict
+from gpu_exporter.diagnosis.rules import RULES, Evidence, Rule, Trend, Verdict
 from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.readings import GpuOwner
@@ -35,6 +35,22 @@ log = logging.getLogger(__name__)
 
 # The rows judged on each MIG instance of a GPU split into instances.
 INSTANCE_ROWS: tuple[Row, ...] = tuple(r for r in ROWS if r.per_instance)
+
+
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """A row with what judging it every poll needs, looked up once: its rule
+    and key (a Row hashes every field of it, and its key is built anew on
+    each read; 38 rows a GPU every poll)."""
+
+    row: Row
+    rule: Rule
+    key: str
+    immediate: bool
+
+
+def _judged(rows: tuple[Row, ...]) -> tuple[_Judged, ...]:
+    return tuple(_Judged(row, RULES[row], row.key, row.immediate) for row in rows)
 
 
 @dataclass(frozen=True)
@@ -186,8 +202,12 @@ class Diagnosis(Derivation):
         self.switched_off = switched_off
         self._mono = monotonic
         self._wall = wall_clock
-        # Keyed by place: (GPU index, MIG instance or None).
-        self._rows: dict[tuple[int, int | None, str], _RowState] = {}
+        # Keyed by place: (GPU index, MIG instance or None); each place's
+        # rows' states in table order (ROWS, or INSTANCE_ROWS for an instance).
+        self._states: dict[tuple[int, int | None], list[_RowState]] = {}
+        # The rows with their rules as registered when the engine is made.
+        self._gpu_rows = _judged(ROWS)
+        self._instance_rows = _judged(INSTANCE_ROWS)
         self._timelines: dict[tuple[int, int | None], _Timeline] = {}
         self._counters: dict[tuple[int, str], deque[tuple[float, float]]] = {}
         # GPU uuid -> its owners when last known: a lost GPU lists no process,
@@ -226,22 +246,31 @@ class Diagnosis(Derivation):
         signals = gather(out.readings)
         unjudged: dict[int, list[Row]] = {}
         settling: dict[int, float] = {}
-        active: dict[int, set[Row]] = {}
+        # The keys of the rows that are a root cause on each GPU or any of
+        # its MIG instances.
+        active: dict[int, set[str]] = {}
         labels: dict[int, str] = {}
         for sig in signals:
             labels[sig.index] = sig.uuid
             found = self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
                                    settling)
-            active.setdefault(sig.index, set()).update(f.row for f in found)
+            keys = active.setdefault(sig.index, set())
+            for f in found:
+                keys.add(f.row.key)
             findings += found
         # One gpu_diagnosis_active series per GPU and row: on while the row is
-        # a root cause on the GPU or any of its MIG instances.
+        # a root cause on the GPU or any of its MIG instances (the rows that
+        # are off only with --metrics.detail).
         for index, uuid in labels.items():
-            for row in ROWS:
-                on = row in active[index]
+            on_here = active[index]
+            if not (on_here or self.detail):
+                continue
+            gpu = str(index)
+            for judged in self._gpu_rows:
+                on = judged.key in on_here
                 if on or self.detail:
                     out.add_values("gpu_diagnosis_active",
-                                   (str(index), uuid, row.symptom, row.cause), on)
+                                   (gpu, uuid, judged.row.symptom, judged.row.cause), on)
         gpus = [s for s in signals if s.gpu_instance is None]
         out.publish(FINDINGS, tuple(sort_findings(findings)))
         out.publish(COVERAGE, Coverage([s.index for s in gpus], unjudged,
@@ -260,18 +289,24 @@ class Diagnosis(Derivation):
             timeline = self._timelines[place] = _Timeline(now)
         timeline.add(now, max(self.cfg.window, self.cfg.clear_after) + self._span_slack,
                      self.cfg.window)
-        rows = ROWS if sig.gpu_instance is None else INSTANCE_ROWS
-        states: list[_RowState] = []
+        judged = self._gpu_rows if sig.gpu_instance is None else self._instance_rows
+        states = self._states.get(place)
+        if states is None or states[0].labels[1] != sig.uuid:
+            # New, or another GPU at this index (replaced): start afresh.
+            gpu = str(sig.index)
+            states = self._states[place] = [
+                _RowState(labels=(gpu, sig.uuid, j.row.symptom, j.row.cause)) for j in judged]
         on: list[Candidate] = []
-        for row in rows:
-            verdict = self._judge(row, sig, trend)
-            at = (sig.index, sig.gpu_instance, row.key)
-            state = self._rows.get(at)
-            if state is None or state.labels[1] != sig.uuid:
-                # New, or another GPU at this index (replaced): start afresh.
-                state = self._rows[at] = _RowState(
-                    labels=(str(sig.index), sig.uuid, row.symptom, row.cause))
-            states.append(state)
+        cfg = self.cfg
+        for j, state in zip(judged, states, strict=True):
+            row = j.row
+            try:
+                verdict = j.rule(sig, cfg, trend)
+            except Exception as exc:  # one broken rule must not silence the others
+                verdict = self._failed(j, exc)
+            else:
+                if self._failing:
+                    self._failing.discard(j.key)
             if verdict.holds is None and sig.gpu_instance is None:
                 # The board, the driver or a missing reader leaves the rule
                 # nothing to judge: its 0 means unknown, not healthy.
@@ -296,7 +331,7 @@ class Diagnosis(Derivation):
             if self._update(state, verdict, row, timeline, now, wall):
                 on.append(Candidate(row, state.evidence,
                                     now - state.last_true <= self.cfg.explained_within))
-            elif not row.immediate and state.judged_since is not None:
+            elif not j.immediate and state.judged_since is not None:
                 # Judged for less than the window, or holding for less: a
                 # condition that holds cannot have turned the row on yet.
                 since = (state.judged_since if state.holding_since is None
@@ -306,8 +341,11 @@ class Diagnosis(Derivation):
                     settling[sig.index] = left
         roots = resolve(on)
         owners = self._owners(sig)
-        findings = []
-        for row, state in zip(rows, states, strict=True):
+        findings: list[Finding] = []
+        if not roots:
+            return findings
+        for j, state in zip(judged, states, strict=True):
+            row = j.row
             explained = roots.get(row)
             if explained is None:
                 continue
@@ -328,17 +366,14 @@ class Diagnosis(Derivation):
             return sig.owners
         return self._last_owners.get(sig.uuid, ()) if not sig.gpu.up else ()
 
-    def _judge(self, row: Row, sig: GpuSignals, trend: Trend) -> Verdict:
-        try:
-            verdict = RULES[row](sig, self.cfg, trend)
-        except Exception as exc:  # one broken rule must not silence the others
-            self._errors += 1
-            if row.key not in self._failing:
-                self._failing.add(row.key)
-                log.error("diagnosis rule %s failed: %s", row.key, exc)
-            return Verdict(None)
-        self._failing.discard(row.key)
-        return verdict
+    def _failed(self, judged: _Judged, exc: Exception) -> Verdict:
+        """A rule that raised: counted, said once until it judges again, and
+        its row left unjudged this poll."""
+        self._errors += 1
+        if judged.key not in self._failing:
+            self._failing.add(judged.key)
+            log.error("diagnosis rule %s failed: %s", judged.key, exc)
+        return Verdict(None)
 
     def _update(self, st: _RowState, verdict: Verdict, row: Row, timeline: _Timeline,
                 now: float, wall: float) -> bool:

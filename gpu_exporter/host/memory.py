@@ -55,13 +55,17 @@ def read_swap_activity(procfs: Path, page_size: int = PAGE_SIZE) -> SwapActivity
     """None on a kernel built without swap support (no pswpin/pswpout)."""
     path = procfs / "vmstat"
     pages: dict[str, int] = {}
-    rows = [line.split() for line in read_text(path).splitlines()]
-    for parts in rows:
-        if len(parts) == 2 and parts[0] in ("pswpin", "pswpout"):
-            pages[parts[0]] = to_int(path, parts[1])
+    lines = read_text(path).splitlines()
+    # Only the two lines asked for are split (vmstat has some 180).
+    for line in lines:
+        if "pswp" in line:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in ("pswpin", "pswpout"):
+                pages[parts[0]] = to_int(path, parts[1])
     if not pages:
         # A kernel without swap accounting still lists its other counters;
         # a file with none is not a kernel's vmstat at all.
+        rows = (line.split() for line in lines)
         if not any(len(p) == 2 and p[1].isascii() and p[1].isdigit() for p in rows):
             raise MalformedFile(path, "no counter lines")
         return None

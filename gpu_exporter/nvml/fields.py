@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import sys
 from typing import Any
 
 import pynvml
@@ -39,6 +40,11 @@ def _field_value_layout() -> struct.Struct | None:
 
 FIELD_LAYOUT = _field_value_layout()
 _ULL = c.VALUE_TYPE_UNSIGNED_LONG_LONG
+# An unsigned int answer (link states, power in mW, temperatures) is the low
+# four bytes of the value's 8 where the machine is little-endian: read there
+# without the struct round trip (-1: never, on a big-endian machine).
+_UINT = c.VALUE_TYPE_UNSIGNED_INT if sys.byteorder == "little" else -1
+_UINT_MASK = 0xFFFFFFFF
 _RAW = struct.Struct("=Q")
 # The union members other than unsigned long long, read from the value's bytes
 # (native sizes and order, as the C union has them).
@@ -85,8 +91,12 @@ def field_answers(handle: Any, request: tuple[tuple[int, int], ...],
     for key, (vt, ret, value) in zip(request, answers, strict=True):
         # The common case inline: a poll of an 8-GPU NVLink node decodes ~900
         # fields, nearly all of them unsigned long long counters.
-        out[key] = (float(value) if ret == 0 and vt == _ULL
-                    else _decoded(key[0], vt, ret, value))
+        if ret == 0 and vt == _ULL:
+            out[key] = float(value)
+        elif ret == 0 and vt == _UINT:
+            out[key] = float(value & _UINT_MASK)
+        else:
+            out[key] = _decoded(key[0], vt, ret, value)
     return out
 
 

@@ -161,6 +161,14 @@ class Gpu:
     # where the device reader did not run).
     shared_fields: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     shared_answers: dict[tuple[int, int], float | NvmlError] | None = None
+    # The GPU's last nvmlDeviceGetFieldValues request (nvml/values.py): its
+    # own fields, the other readers' pairs, the pairs asked.
+    field_request: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...],
+                         tuple[tuple[int, int], ...]] = field(
+        default=((), (), ()), init=False, repr=False, compare=False)
+    # shared_request()'s last answer, and the requests it was made of.
+    _shared: tuple[tuple[tuple[tuple[int, int], ...], ...], tuple[tuple[int, int], ...]] = field(
+        default=((), ()), init=False, repr=False, compare=False)
     # Each counter's last accepted reading, by series: a counter that goes
     # backwards is no reading (collectors/values.py).
     counters: dict[str, float] = field(default_factory=dict)
@@ -173,6 +181,18 @@ class Gpu:
     @property
     def label(self) -> str:
         return f"GPU {self.index}"
+
+    def shared_request(self) -> tuple[tuple[int, int], ...]:
+        """Every (field id, scope id) pair the other readers want of the GPU
+        (shared_fields), once each: made again only when a request changed (a
+        reader passes the same tuple every poll, compared by identity first)."""
+        made_of, request = self._shared
+        now = tuple(self.shared_fields.values())
+        if now != made_of:
+            request = tuple(dict.fromkeys(
+                pair for wanted in self.shared_fields.values() for pair in wanted))
+            self._shared = (now, request)
+        return request
 
     def read(self, key: str, fn: Callable[..., T], *args: object,
              refusal_has_fallback: bool = False) -> T | None:

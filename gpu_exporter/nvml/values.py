@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from gpu_exporter.nvml.adapter import Device
@@ -56,14 +57,19 @@ class Source:
         if self.field is None and not self.calls:
             raise ValueError(f"{self.key}: neither a field nor a call")
 
-    @property
+    # Made once: every poll asks for them of every value of every GPU.
+    @cached_property
     def field_key(self) -> str:
         return f"field_{self.field}"
 
+    @cached_property
+    def _call_keys(self) -> tuple[str, ...]:
+        args = f"({', '.join(map(str, self.args))})" if self.args else ""
+        return tuple(fn.__name__ + args for fn in self.calls)
+
     def call_key(self, index: int) -> str:
         """How the GPU remembers the index-th call of the chain."""
-        fn = self.calls[index]
-        return fn.__name__ + (f"({', '.join(map(str, self.args))})" if self.args else "")
+        return self._call_keys[index]
 
 
 def _field_answer(gpu: Gpu, source: Source, answer: float | NvmlError | None) -> tuple[bool, Any]:
@@ -97,24 +103,29 @@ def read(gpu: Gpu, device: Device, sources: Iterable[Source], *,
     Raises GpuGone when the GPU itself went away.
     """
     wanted = list(sources)
+    unsupported = gpu.unsupported
     # A driver without the call at all (or refusing it): every value through its own.
-    batched = "field_values" not in gpu.unsupported
-    by_field = [s for s in wanted if batched and s.field is not None
-                and s.field_key not in gpu.unsupported]
-    request = tuple(dict.fromkeys([(s.field, 0) for s in by_field if s.field is not None]
-                                  + list(also)))
+    batched = "field_values" not in unsupported
+    own = tuple(dict.fromkeys(
+        (s.field, 0) for s in wanted
+        if batched and s.field is not None and s.field_key not in unsupported))
+    request = _request(gpu, own, also)
     answers: Answers = {}
     if request:
         answers = gpu.read("field_values", device.scoped_field_values, request) or {}
-        batched = "field_values" not in gpu.unsupported
+        batched = "field_values" not in unsupported
     values: dict[Source, Any] = {}
     called: dict[tuple[tuple[Call, ...], tuple[int, ...]], Any] = {}
     for source in wanted:
         if source in values:
             continue
-        if batched and source.field is not None and source.field_key not in gpu.unsupported:
-            answered, value = _field_answer(gpu, source, answers.get((source.field, 0)))
-            if answered or source.field_key not in gpu.unsupported:
+        if batched and source.field is not None and source.field_key not in unsupported:
+            answer = answers.get((source.field, 0))
+            if type(answer) is float:  # the common case, inline: a value
+                values[source] = answer * source.scale / source.per
+                continue
+            answered, value = _field_answer(gpu, source, answer)
+            if answered or source.field_key not in unsupported:
                 values[source] = value
                 continue
         if not source.calls:
@@ -126,6 +137,19 @@ def read(gpu: Gpu, device: Device, sources: Iterable[Source], *,
         whole = called[key]
         values[source] = whole if whole is None or source.part is None else whole[source.part]
     return values, answers
+
+
+def _request(gpu: Gpu, own: Request, also: Request) -> Request:
+    """The pairs of one nvmlDeviceGetFieldValues call: ``own``, then those of
+    ``also`` not among them. The same tuple as the GPU's last call where it
+    asks the same: a poll's call holds some 130 pairs on an NVLink GPU, and
+    the array for a request is prepared once per distinct tuple."""
+    last_own, last_also, last = gpu.field_request
+    if own == last_own and also == last_also:
+        return last
+    request = tuple(dict.fromkeys(own + also)) if also else own
+    gpu.field_request = (own, also, request)
+    return request
 
 
 def _call(gpu: Gpu, device: Device, source: Source) -> Any:
