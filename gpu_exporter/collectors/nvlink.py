@@ -53,26 +53,37 @@ def link_count(gpu: Gpu, d: Device) -> int:
 class _LinkPlan:
     """What one GPU's poll asks and where each answer goes, built once per GPU.
 
-    A poll on an NVLink GPU adds 108 series (18 links x 6 fields): keyword
-    labels mapped to catalog order and str()ed per series cost more than the
-    rest of the poll, so the label tuples (catalog order: GPU, link, type or
-    direction) are made here once and added with add_values.
+    With --metrics.detail a poll on an NVLink GPU adds 108 series (18 links x
+    6 fields): keyword labels mapped to catalog order and str()ed per series
+    cost more than the rest of the poll, so the label tuples (catalog order:
+    GPU, link, type or direction) are made once, the first time they are
+    exported (``link_labels``): without the flag, the default, they would be
+    about 0.3 MiB of an eight-GPU node's memory for nothing.
     """
 
     index: int
     uuid: str
     links: int
     request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
-    # (field id, link) -> (metric, label values, scale; None for the link state),
-    # the link state's too where it is read with the per-link call
-    targets: dict[tuple[int, int], tuple[Metric, tuple[str, ...], float | None]]
     # field id of a counter -> (the all-links metric, its label values)
     totals: dict[int, tuple[Metric, tuple[str, ...]]]
     # Whether the link state is in the request (else read with the per-link call).
     state_field: bool
-    # request's pairs in order, each with its target: (pair, field id, link,
-    # metric, label values, scale), unpacked in one step per answer.
-    entries: tuple[tuple[tuple[int, int], int, int, Metric, tuple[str, ...], float | None], ...]
+    # request's pairs in order, each with where its answer goes: (pair, field
+    # id, link, metric, scale; None for the link state), unpacked in one step.
+    entries: tuple[tuple[tuple[int, int], int, int, Metric, float | None], ...]
+    # (field id, link) -> the per-link series' label values, the link state's
+    # too; empty until a per-link series is first exported.
+    labels: dict[tuple[int, int], tuple[str, ...]]
+
+    def link_labels(self) -> dict[tuple[int, int], tuple[str, ...]]:
+        if not self.labels:
+            base = (str(self.index), self.uuid)
+            for fid, (kind, detail) in _PER_LINK.items():
+                for link in range(self.links):
+                    self.labels[fid, link] = (*base, str(link)) if kind == "state" \
+                        else (*base, str(link), detail)
+        return self.labels
 
 
 # The key under which a GPU whose driver lacks the state field is remembered
@@ -90,24 +101,19 @@ def _plan(gpu: Gpu, links: int) -> _LinkPlan:
     base = (str(gpu.index), gpu.identity.uuid)
     request = tuple((fid, link) for fid in _PER_LINK for link in range(links)
                     if state_field or fid != c.FI_DEV_NVLINK_GET_STATE)
-    targets: dict[tuple[int, int], tuple[Metric, tuple[str, ...], float | None]] = {}
-    for fid, link in ((fid, link) for fid in _PER_LINK for link in range(links)):
-        kind, detail = _PER_LINK[fid]
-        if kind == "state":
-            targets[fid, link] = (m.NVLINK_LINK_UP, (*base, str(link)), None)
-        elif kind == "errors":
-            targets[fid, link] = (m.NVLINK_ERRORS_TOTAL, (*base, str(link), detail), 1.0)
-        else:  # NVML counts NVLink throughput in KiB
-            targets[fid, link] = (m.NVLINK_BYTES_TOTAL, (*base, str(link), detail), 1024.0)
+    # NVML counts NVLink throughput in KiB.
+    target: dict[str, tuple[Metric, float | None]] = {
+        "state": (m.NVLINK_LINK_UP, None), "errors": (m.NVLINK_ERRORS_TOTAL, 1.0),
+        "bytes": (m.NVLINK_BYTES_TOTAL, 1024.0)}
     totals: dict[int, tuple[Metric, tuple[str, ...]]] = {}
     for fid, (kind, detail) in _PER_LINK.items():
         if kind == "errors":
             totals[fid] = (m.NVLINK_ERRORS_ALL_LINKS_TOTAL, (*base, detail))
         elif kind == "bytes":
             totals[fid] = (m.NVLINK_BYTES_ALL_LINKS_TOTAL, (*base, detail))
-    entries = tuple((key, key[0], key[1], *targets[key]) for key in request)
-    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, targets, totals,
-                     state_field, entries)
+    entries = tuple((key, key[0], key[1], *target[_PER_LINK[key[0]][0]]) for key in request)
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, totals, state_field,
+                     entries, {})
     gpu.static["nvlink_plan"] = plan
     return plan
 
@@ -163,16 +169,17 @@ class NvlinkCollector(NvmlCollector):
             return
         plan = _plan(gpu, links)
         values = _answers(gpu, d, plan.request)
-        targets, add = plan.targets, out.add_values
+        add = out.add_values
         # The per-link series are made only where they are exported
         # (--metrics.detail): 108 of them on an 18-link GPU. The totals and the
         # reading come from the same answers either way.
-        per_link = out.keeps(m.NVLINK_ERRORS_TOTAL) or out.keeps(m.NVLINK_BYTES_TOTAL)
+        per_link = plan.link_labels() if (out.keeps(m.NVLINK_ERRORS_TOTAL)
+                                          or out.keeps(m.NVLINK_BYTES_TOTAL)) else None
         states: dict[int, bool] = {}
         state_absent: NvmlError | None = None
         answers = values or {}
         last = self._counters(plan)
-        for key, fid, link, metric, labels, scale in plan.entries:
+        for key, fid, link, metric, scale in plan.entries:
             value = answers.get(key)
             if value is None:
                 continue
@@ -188,8 +195,8 @@ class NvlinkCollector(NvmlCollector):
                 states[link] = value == c.NVLINK_STATE_ACTIVE
             else:
                 value *= scale
-                if per_link:
-                    add(metric, labels, value)
+                if per_link is not None:
+                    add(metric, per_link[key], value)
                 last[fid][link] = value
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
@@ -199,8 +206,9 @@ class NvlinkCollector(NvmlCollector):
         if _STATE_FIELD in gpu.unsupported:
             states = self._states_by_call(gpu, d, links)
         if out.keeps(m.NVLINK_LINK_UP):
+            link_labels = plan.link_labels()
             for link, active in states.items():
-                add(m.NVLINK_LINK_UP, targets[c.FI_DEV_NVLINK_GET_STATE, link][1], active)
+                add(m.NVLINK_LINK_UP, link_labels[c.FI_DEV_NVLINK_GET_STATE, link], active)
         base = (str(gpu.index), plan.uuid)
         add(m.NVLINK_LINKS, base, links)
         up = sum(states.values())
