@@ -27,10 +27,8 @@ from gpu_exporter.poller import Poller
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.stage import Stage
-from gpu_exporter.web.app import App
+from gpu_exporter.web.app import App, OnFirstRequest, Route
 from gpu_exporter.web.diagnosis import DiagnosisRoute
-from gpu_exporter.web.doctor import NodePage
-from gpu_exporter.web.runbook import Runbook
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check
 
 if TYPE_CHECKING:
@@ -88,11 +86,24 @@ class Exporter:
         # The pages read what the poller published, and the settings a reload may change.
         self.app.add_route("/diagnosis", DiagnosisRoute(self._latest, self._interval, wall_clock),
                            "Diagnosis (JSON)")
-        self.app.add_route("/runbook", Runbook(lambda: self.settings.diagnosis))
-        self.app.set_landing(NodePage(self._latest, self.history, links=lambda: self.app.links,
-                                      interval=self._interval, wall_clock=wall_clock))
+        self.app.add_route("/runbook", OnFirstRequest(self._runbook))
+        self.app.set_landing(OnFirstRequest(lambda: self._node_page(wall_clock)))
         self.server: ExporterHTTPServer | None = None
         self.web_config: WebConfigWatcher | None = None
+
+    # The node page and the runbook are loaded when first asked for (about
+    # 0.2 MiB of code a node that is only scraped never needs); their history
+    # is kept from the start all the same.
+    def _node_page(self, wall_clock: Callable[[], float]) -> Route:
+        from gpu_exporter.web.doctor import NodePage
+
+        return NodePage(self._latest, self.history, links=lambda: self.app.links,
+                        interval=self._interval, wall_clock=wall_clock)
+
+    def _runbook(self) -> Route:
+        from gpu_exporter.web.runbook import Runbook
+
+        return Runbook(lambda: self.settings.diagnosis)
 
     def _latest(self) -> Snapshot | None:
         return self.poller.latest

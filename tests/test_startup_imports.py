@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +38,8 @@ NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.co
                 # OpenSSL's digests (about 0.7 MiB): the node page's script hash,
                 # at the first page served; the web config file's gate.
                 "hashlib",
+                # The node page and the runbook: at their first request.
+                "gpu_exporter.web.doctor", "gpu_exporter.web.runbook",
                 # importlib.metadata (and the email, zipfile and csv it brings):
                 # the binding's version is read from its installed record.
                 "importlib.metadata", "email")
@@ -96,3 +99,30 @@ def test_a_kubelet_socket_loads_the_grpc_client(tmp_path: Path) -> None:
                                        settle_s=1.0)
     assert _loaded(modules, "gpu_exporter.attribution.kubelet_grpc")
     assert _loaded(modules, "grpc")
+
+
+def test_a_page_built_at_its_first_request_is_built_once_however_many_ask_at_once() -> None:
+    import threading
+
+    from gpu_exporter.web.app import OnFirstRequest, Request, Response
+
+    builds: list[int] = []
+    gate = threading.Barrier(8)
+
+    def build() -> Any:
+        builds.append(1)
+        return lambda req: Response(200, f"page {len(builds)}".encode())
+
+    route = OnFirstRequest(build)
+    answers: list[bytes] = []
+
+    def ask() -> None:
+        gate.wait()
+        answers.append(route(Request("/", "", {})).body)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert builds == [1] and answers == [b"page 1"] * 8

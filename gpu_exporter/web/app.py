@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,25 @@ def wants_openmetrics(accept: str) -> bool:
         if media == "text/plain" and version and _at_least_1(version):
             return False
     return False
+
+
+class OnFirstRequest:
+    """A route built when it is first asked for: a page most nodes never serve
+    (only Prometheus reads them) costs them no memory for its code."""
+
+    def __init__(self, build: Callable[[], Route]) -> None:
+        self._build = build
+        self._route: Route | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, req: Request) -> Response:
+        route = self._route
+        if route is None:
+            with self._lock:
+                if self._route is None:
+                    self._route = self._build()
+                route = self._route
+        return route(req)
 
 
 class App:
