@@ -357,10 +357,18 @@ def _processes(f: NodeFacts, p: Panels, r: Results) -> list[str]:
     return problems
 
 
+# The panel sums each GPU's energy rate over the range in steps of this many
+# seconds (``[$__range:60s]``): a GPU whose rate began a step later (its first
+# energy reads fall on other polls: slow reads are spread over the GPUs) has
+# one step less in its sum, however exact each step is.
+ENERGY_STEP_S = 60.0
+
+
 def _energy_by_gpu(f: NodeFacts, p: Panels, r: Results) -> list[str]:
     """No one holds a GPU of this node: each GPU's energy is one unowned row,
     and the GPUs' energies stand as their power draws do (the same time
-    range, so joules over it are proportional to watts)."""
+    range, so joules over it are proportional to watts), to within one of
+    the panel's steps of the range the sums cover."""
     assert not f.owners, "the expected rows are those of a node no workload holds"
     rows = by(r["A"], "gpu", "owner", "split")
     problems = equal({(g, o, s) for g, o, s in rows}, {(str(g), "", "unowned") for g in f.gpus},
@@ -368,11 +376,14 @@ def _energy_by_gpu(f: NodeFacts, p: Panels, r: Results) -> list[str]:
     energy = {int(g): v for (g, _, _), v in rows.items()}
     draw = per_gpu(p[("Power against its limit", "timeseries")]["A"])
     top = max(f.gpus, key=lambda g: draw.get(g, 0.0))
+    # The seconds the top GPU's sum covers (joules over watts).
+    covered = energy.get(top, 0.0) / draw[top] if draw.get(top) else 0.0
+    step = ENERGY_STEP_S / covered if covered > 0 else 1.0
     for g in f.gpus:
         if energy.get(g, 0) <= 0 or g not in draw:
             problems.append(f"energy of GPU {g}: {energy.get(g)}")
             continue
-        problems += near(energy[g] / energy[top], draw[g] / draw[top], 0.1,
+        problems += near(energy[g] / energy[top], draw[g] / draw[top], 0.1 + step,
                          f"energy of GPU {g} against GPU {top}'s, as their draws")
     return problems
 
