@@ -115,7 +115,7 @@ class Exporter:
         return self.poller.interval
 
     def _effective(self, settings: Settings) -> Settings:
-        if self.simulation is None:
+        if self.simulation is None or self.simulation.real_host:
             return settings
         # The host readers run unchanged on the simulated node's /proc, /sys and
         # kernel log, and attribution asks the simulated node's kubelet.

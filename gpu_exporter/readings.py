@@ -320,6 +320,9 @@ class WorkloadSignals:
     memory_used_bytes: float | None = None
     memory_limit_hits_per_s: float | None = None
     memory_reclaimed_bytes_per_s: float | None = None
+    # Why none of its cgroup's files could be read (no mount, a private cgroup
+    # namespace, permission): a gap the diagnosis names; None when read.
+    problem: str | None = None
 
 
 @dataclass(slots=True)

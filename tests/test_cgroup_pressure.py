@@ -13,15 +13,16 @@ from hypothesis import strategies as st
 
 from gpu_exporter.attribution import cgroup_pressure, grouping, procfiles
 from gpu_exporter.attribution.cgroup_pressure import (
+    CgroupPaths,
     CpuLimit,
     CpuStat,
-    cgroup_dir,
     parse_cpu_max,
     parse_cpu_stat,
     parse_oom_kills,
     parse_pressure,
     read_signals,
 )
+from gpu_exporter.attribution.cgroup_tree import CgroupTree, discover
 from gpu_exporter.attribution.grouping import (
     Workload,
     group_by_workload,
@@ -34,6 +35,17 @@ from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement, writ
 from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJob, Tenants
 
 CID = "4b2f9e1c" * 8
+
+
+def v2_tree(root: Path) -> CgroupTree:
+    """The cgroup v2 tree at ``root``, read as a host process would (its own
+    cgroup is not in this tree: paths are placed as printed)."""
+    write(root / "cgroup.controllers", "cpu io memory\n")
+    return discover(root, "0::/\n", pid=-1)
+
+
+def signals_at(root: Path, path: str) -> cgroup_pressure.CgroupSignals:
+    return read_signals(v2_tree(root), CgroupPaths(unified=path))
 
 
 def write(path: Path, text: str) -> None:
@@ -111,7 +123,7 @@ def test_a_cgroup_written_by_the_simulator_reads_back(tmp_path: Path) -> None:
     write_tenants(Tenants(pods=[p]), tmp_path / "proc", tmp_path / "cg", elapsed=100.0)
     path = pod_placement(p, p.containers[0]).cgroup
     assert path is not None
-    s = read_signals(tmp_path / "cg", path)
+    s = signals_at(tmp_path / "cg", path)
     assert s.io == Pressure(Stall(0.4, 40.0), Stall(0.25, 25.0))
     assert s.cpu is not None and s.cpu.some == Stall(0.1, 10.0)
     assert s.memory is not None and s.memory.some.avg10 == 0.05
@@ -127,9 +139,9 @@ def test_totals_grow_with_time_so_rates_are_the_condition(tmp_path: Path) -> Non
     path = pod_placement(p, p.containers[0]).cgroup
     assert path is not None
     write_tenants(Tenants(pods=[p]), tmp_path / "proc", tmp_path / "cg", elapsed=100.0)
-    before = read_signals(tmp_path / "cg", path)
+    before = signals_at(tmp_path / "cg", path)
     write_tenants(Tenants(pods=[p]), tmp_path / "proc", tmp_path / "cg", elapsed=110.0)
-    after = read_signals(tmp_path / "cg", path)
+    after = signals_at(tmp_path / "cg", path)
     assert before.io is not None and after.io is not None
     assert after.io.some.total_seconds - before.io.some.total_seconds == pytest.approx(4.0)
     assert before.cpu_stat is not None and after.cpu_stat is not None
@@ -138,13 +150,14 @@ def test_totals_grow_with_time_so_rates_are_the_condition(tmp_path: Path) -> Non
 
 
 def test_a_cgroup_v1_host_or_a_kernel_without_psi_gives_nones(tmp_path: Path) -> None:
-    # v1: nothing under the path at all
-    s = read_signals(tmp_path, "/slurm/uid_1/job_2")
+    # nothing under the path at all: said why
+    s = signals_at(tmp_path, "/slurm/uid_1/job_2")
     assert (s.cpu, s.io, s.memory, s.cpu_stat, s.cpu_limit, s.oom_kills) == (None,) * 6
+    assert s.problem is not None and "is not in the tree" in s.problem
     # psi=0: no pressure files; limits and events still there
     write(tmp_path / "a" / "cpu.max", "max 100000\n")
     write(tmp_path / "a" / "memory.events", "oom_kill 0\n")
-    s = read_signals(tmp_path, "/a")
+    s = signals_at(tmp_path, "/a")
     assert (s.cpu, s.io, s.memory) == (None, None, None)
     assert s.cpu_limit == CpuLimit(None, 0.1) and s.oom_kills == 0
 
@@ -156,19 +169,18 @@ def test_garbage_files_give_none_for_that_signal_only(tmp_path: Path) -> None:
     write(tmp_path / "g" / "cpu.stat", "nr_periods\n")
     write(tmp_path / "g" / "cpu.max", "lots 100000")
     (tmp_path / "g" / "memory.events").mkdir()
-    s = read_signals(tmp_path, "/g")
+    s = signals_at(tmp_path, "/g")
     assert s.io == Pressure(Stall(0.05, 0.000007), None)
     assert (s.cpu, s.memory, s.cpu_stat, s.cpu_limit, s.oom_kills) == (None,) * 5
 
 
-@pytest.mark.parametrize("path", ["/../etc", "/a/../../b", "relative", "/a/\x00b", "/./x"])
+@pytest.mark.parametrize("path", ["/../cpu", "/a/../../cpu", "relative", "/a/\x00b"])
 def test_paths_that_could_leave_the_cgroup_root_are_not_followed(tmp_path: Path,
                                                                  path: str) -> None:
     root = tmp_path / "cgroup"
-    root.mkdir()
-    write(tmp_path / "etc" / "cpu.max", "100000 100000\n")
-    assert cgroup_dir(root, path) is None
-    assert read_signals(root, path).cpu_limit is None
+    write(tmp_path / "cpu" / "cpu.max", "100000 100000\n")
+    s = signals_at(root, path)
+    assert s.cpu_limit is None and s.problem is not None
 
 
 # --- grouping ------------------------------------------------------------------
@@ -176,16 +188,18 @@ def test_a_container_and_a_process_below_it_are_one_workload() -> None:
     scope = f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234abcd_0000_4000_8000_00000000abcd.slice/cri-containerd-{CID}.scope"  # noqa: E501
     top = workload_of(f"0::{scope}\n")
     nested = workload_of(f"0::{scope}/init.scope\n")
-    assert top == nested == Workload("container", CID, scope,
+    assert top == nested == Workload("container", CID, CgroupPaths(unified=scope),
                                      pod_uid="1234abcd-0000-4000-8000-00000000abcd")
 
 
 def test_a_slurm_jobs_tasks_in_different_steps_are_one_workload() -> None:
     a = workload_of("0::/system.slice/slurmstepd.scope/job_9/step_0/user/task_0\n")
     b = workload_of("0::/system.slice/slurmstepd.scope/job_9/step_1/user/task_3\n")
-    assert a == b == Workload("slurm_job", "9", "/system.slice/slurmstepd.scope/job_9")
+    assert a == b == Workload("slurm_job", "9",
+                              CgroupPaths(unified="/system.slice/slurmstepd.scope/job_9"))
     v1 = workload_of("4:memory:/slurm/uid_5/job_9/step_0/task_0\n")
-    assert v1 == Workload("slurm_job", "9", None, slurm_uid=5)  # no pressure on v1
+    assert v1 == Workload("slurm_job", "9", CgroupPaths(memory="/slurm/uid_5/job_9"),
+                          slurm_uid=5)
 
 
 def test_host_processes_are_in_no_workload() -> None:
@@ -212,25 +226,25 @@ def test_64_pods_give_64_signal_sets_not_one_per_process(
     reads: list[str] = []
     real = grouping.read_signals
 
-    def counting(root: Path | str, cgroup: str) -> cgroup_pressure.CgroupSignals:
-        reads.append(cgroup)
-        return real(root, cgroup)
+    def counting(tree: CgroupTree, paths: CgroupPaths) -> cgroup_pressure.CgroupSignals:
+        reads.append(paths.key())
+        return real(tree, paths)
 
     monkeypatch.setattr(grouping, "read_signals", counting)
     groups = group_by_workload(read_cgroups(tmp_path / "proc", gpu_pids))
-    signals = workload_signals(tmp_path / "cg", groups)
+    signals = workload_signals(v2_tree(tmp_path / "cg"), groups)
     assert len(groups) == len(signals) == len(reads) == 65
     assert sorted(len(pids) for pids in groups.values()) == [3] * 65
     for i, p in enumerate(pods):
         path = pod_placement(p, p.containers[0]).cgroup
-        [(w, s)] = [(w, s) for w, s in signals.items() if w.cgroup == path]
+        [(w, s)] = [(w, s) for w, s in signals.items() if w.paths.unified == path]
         assert w.pod_uid == p.uid
         assert s.io is not None and s.io.some.avg10 == pytest.approx(i / 100)
         assert s.cpu_limit == CpuLimit(1.0 + i, 0.1)
     # The job's own cgroup, not the tasks' leaf (whose files the simulator
     # leaves at zero).
     [(w, s)] = [(w, s) for w, s in signals.items() if w.kind == "slurm_job"]
-    assert w.cgroup == slurm_placement(job).cgroup
+    assert w.paths.unified == slurm_placement(job).cgroup
     assert s.io is not None and s.io.some.avg10 == pytest.approx(0.9)
 
 
@@ -261,4 +275,4 @@ def test_container_cgroups_of_each_runtime_are_cut_at_the_container(
         path: str, workload_path: str) -> None:
     w = workload_of(f"0::{path}\n")
     assert w is not None and w.kind == "container" and w.id == CID
-    assert w.cgroup == workload_path
+    assert w.paths.unified == workload_path

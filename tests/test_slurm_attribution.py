@@ -1,10 +1,9 @@
 """A GPU process's Slurm job from the cgroup slurmd put it in (v1 and v2
-layouts), or from SLURM_JOB_ID where the environment can be read; and hostile
+layouts), or from the nearest slurmstepd's process title; and hostile
 /proc files never raise."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -92,39 +91,72 @@ def test_the_v2_user_comes_from_the_process_when_the_path_has_none(tmp_path: Pat
                            "cgroup")
 
 
-def test_the_environment_is_the_fallback_and_only_slurm_job_id_is_taken(
-        tmp_path: Path) -> None:
+def stepd_chain(root: Path, task: int, *, title: bytes = b"slurmstepd: [777.0]\0",
+                hops: int = 2) -> None:
+    """A task whose ancestor ``hops`` levels up is slurmstepd with ``title``."""
+    pid = task
+    for level in range(hops):
+        parent = 9000 + task * 10 + level
+        write(root / str(pid) / "stat", f"{pid} (python x) S {parent} 1 1 0 -1\n")
+        write(root / str(pid) / "comm", "python\n")
+        pid = parent
+    write(root / str(pid) / "stat", f"{pid} (slurmstepd) S 1 1 1 0 -1\n")
+    write(root / str(pid) / "comm", "slurmstepd\n")
+    write(root / str(pid) / "cmdline", title)
+
+
+def test_the_nearest_slurmstepd_names_the_job_without_cgroup(tmp_path: Path) -> None:
+    # proctrack/linuxproc with no task/cgroup: the path names no job.
     write(tmp_path / "200" / "cgroup", "0::/user.slice/user-1000.slice/session-1.scope\n")
-    write(tmp_path / "200" / "environ",
-          b"HOME=/home/a\0AWS_SECRET_ACCESS_KEY=hunter2\0SLURM_JOB_ID=777\0SLURM_STEP_ID=0\0")
+    write(tmp_path / "200" / "environ", b"SLURM_JOB_ID=1\0AWS_SECRET_ACCESS_KEY=hunter2\0")
     write(tmp_path / "200" / "status", "Uid:\t1000\t1000\t1000\t1000\n")
+    stepd_chain(tmp_path, 200)
     job = read_job(tmp_path, 200)
-    assert job == SlurmJob("777", 1000, None, None, "environ")
-    assert "hunter2" not in repr(job)
+    assert job == SlurmJob("777", 1000, "0", None, "slurmstepd")
 
 
-def test_the_cgroup_wins_over_the_environment(tmp_path: Path) -> None:
-    # A job can set its own environment; it cannot move its cgroup.
-    write(tmp_path / "201" / "cgroup", V1)
-    write(tmp_path / "201" / "environ", b"SLURM_JOB_ID=1\0")
-    job = read_job(tmp_path, 201)
+def test_the_environment_is_never_read(tmp_path: Path) -> None:
+    # A job can set its own environment; another user's needs CAP_SYS_PTRACE.
+    write(tmp_path / "201" / "cgroup", "0::/user.slice\n")
+    write(tmp_path / "201" / "environ", b"SLURM_JOB_ID=5\0")
+    write(tmp_path / "201" / "stat", "201 (python) S 1 1 1 0 -1\n")
+    assert read_job(tmp_path, 201) is None
+
+
+def test_the_cgroup_wins_over_the_ancestor(tmp_path: Path) -> None:
+    write(tmp_path / "202" / "cgroup", V1)
+    stepd_chain(tmp_path, 202, title=b"slurmstepd: [1.0]\0")
+    job = read_job(tmp_path, 202)
     assert job is not None and job.job_id == "4242" and job.source == "cgroup"
 
 
-@pytest.mark.parametrize("environ", [
-    b"SLURM_JOB_ID=\0", b"SLURM_JOB_ID=12; rm -rf /\0", b"SLURM_JOB_ID=-1\0",
-    b"XSLURM_JOB_ID=5\0", b"SLURM_JOB_ID=" + b"9" * 40 + b"\0", b"\xff\xfe\0\0\0",
+@pytest.mark.parametrize("title", [
+    b"slurmstepd: [12; rm -rf /]\0", b"slurmstepd: [-1.0]\0", b"slurmstepd: []\0",
+    b"xslurmstepd: [5.0]\0", b"slurmstepd: [" + b"9" * 40 + b".0]\0", b"\xff\xfe\0\0",
+    b"slurmstepd: [5.0]" + b"x" * (slurm.TITLE_LIMIT + 1),
 ])
-def test_environment_values_that_are_not_job_ids_are_ignored(tmp_path: Path,
-                                                              environ: bytes) -> None:
-    write(tmp_path / "202" / "environ", environ)
-    assert read_job(tmp_path, 202) is None
+def test_titles_that_are_not_a_job_are_ignored(tmp_path: Path, title: bytes) -> None:
+    stepd_chain(tmp_path, 203, title=title)
+    assert read_job(tmp_path, 203) is None
+
+
+def test_a_slurmstepd_past_the_ancestor_bound_is_not_searched_for(tmp_path: Path) -> None:
+    stepd_chain(tmp_path, 204, hops=slurm.ANCESTORS_MAX + 1)
+    assert read_job(tmp_path, 204) is None
+    stepd_chain(tmp_path, 205, hops=slurm.ANCESTORS_MAX - 1)
+    assert read_job(tmp_path, 205) is not None
+
+
+def test_a_parent_loop_ends(tmp_path: Path) -> None:
+    write(tmp_path / "206" / "stat", "206 (a) S 207 1 1 0 -1\n")
+    write(tmp_path / "207" / "stat", "207 (b) S 206 1 1 0 -1\n")
+    assert read_job(tmp_path, 206) is None
 
 
 def test_unreadable_missing_or_odd_files_give_none(tmp_path: Path) -> None:
     assert read_job(tmp_path, 1) is None  # no such process
     (tmp_path / "2" / "cgroup").mkdir(parents=True)  # a directory where the file was
-    (tmp_path / "2" / "environ").mkdir(parents=True)
+    (tmp_path / "2" / "stat").mkdir(parents=True)
     assert read_job(tmp_path, 2) is None
     write(tmp_path / "3" / "cgroup", b"\x00" * 100 + V1.encode() + b"\x00")
     job = read_job(tmp_path, 3)
@@ -136,19 +168,6 @@ def test_a_huge_cgroup_file_is_not_read_whole(tmp_path: Path) -> None:
     # Far past any real one: refused rather than half-parsed.
     write(tmp_path / "4" / "cgroup", V1 + "x" * (procfiles.SMALL_FILE + 1))
     assert read_job(tmp_path, 4) is None
-
-
-def test_a_job_id_past_the_environment_limit_is_not_searched_for(tmp_path: Path) -> None:
-    write(tmp_path / "5" / "environ",
-          b"A=" + b"x" * slurm.ENVIRON_LIMIT + b"\0SLURM_JOB_ID=9\0")
-    assert read_job(tmp_path, 5) is None
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads whatever the file's mode")
-def test_an_environment_without_permission_is_skipped(tmp_path: Path) -> None:
-    path = write(tmp_path / "6" / "environ", b"SLURM_JOB_ID=9\0")
-    path.chmod(0)
-    assert read_job(tmp_path, 6) is None
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -165,10 +184,10 @@ def test_simulated_slurm_processes_map_to_their_job(tmp_path: Path, version: int
 
 @given(st.binary(max_size=600))
 @settings(max_examples=300, deadline=None)
-def test_any_environment_bytes_are_parsed_without_raising(data: bytes) -> None:
-    job_id = slurm.job_from_environ(data)
-    if job_id is not None:
-        assert job_id.isdigit() and len(job_id) <= 10
+def test_any_title_bytes_are_parsed_without_raising(data: bytes) -> None:
+    found = slurm.job_from_title(data)
+    if found is not None:
+        assert found[0].isdigit() and len(found[0]) <= 10
 
 
 @pytest.mark.parametrize("text", ["0::/system.slice/slurmstepd.scope/job_\u0663\u0664/step_0\n",

@@ -14,18 +14,18 @@ cgroup was made, so ``rate()`` works on them.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
-from gpu_exporter.attribution.procfiles import read_text_bounded
+from gpu_exporter.attribution.cgroup_tree import CgroupTree, Hierarchy, Problem, read_file
 from gpu_exporter.host.pressure import Pressure, Stall
 
 RESOURCES = ("cpu", "io", "memory")
-DEFAULT_ROOT = "/sys/fs/cgroup"
 
 _T = TypeVar("_T")
 
@@ -76,6 +76,8 @@ class CgroupSignals:
     cpu_limit: CpuLimit | None
     oom_kills: int | None  # memory.events oom_kill: tasks killed, a counter
     memory_state: MemoryState | None = None
+    # Why none of its files could be read (a gap to close); None when read.
+    problem: str | None = None
 
 
 def _number(text: str) -> float | None:
@@ -168,42 +170,143 @@ def parse_count(text: str) -> int | None:
     return _count(text.strip())
 
 
-def cgroup_dir(root: Path | str, cgroup: str) -> str | None:
-    """``root`` joined with a cgroup path from /proc/PID/cgroup, or None for a
-    path that could leave ``root`` ("..", NUL) or is not absolute."""
-    if not cgroup.startswith("/") or "\0" in cgroup:
+# cgroup v1's memory.limit_in_bytes when no limit is set is PAGE_COUNTER_MAX
+# pages (0x7FFFFFFFFFFFF000 with 4 KiB pages); anything from 2^62 up is that.
+_V1_NO_LIMIT = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupPaths:
+    """A workload's cgroup in each hierarchy, as /proc/PID/cgroup prints it
+    to the exporter (relative to its cgroup namespace root)."""
+
+    unified: str | None = None
+    cpu: str | None = None  # cgroup v1's cpu hierarchy
+    memory: str | None = None  # cgroup v1's memory hierarchy
+
+    def key(self) -> str:
+        """One name for the workload's cgroup, for what is kept between reads."""
+        return self.unified or self.cpu or self.memory or ""
+
+
+class _Reads:
+    """The files read for one workload, and why the first one that could not
+    be read could not (EACCES outranks ENOENT: a file not permitted is a gap,
+    one not there is often a controller not enabled)."""
+
+    def __init__(self) -> None:
+        self.found = 0
+        self.denied = False
+
+    def text(self, directory: str | Problem, name: str) -> str | None:
+        if isinstance(directory, Problem):
+            return None
+        got = read_file(directory, name)
+        if isinstance(got, str):
+            self.found += 1
+            return got
+        if got in (errno.EACCES, errno.EPERM):
+            self.denied = True
         return None
-    parts = [p for p in cgroup.split("/") if p]
-    if any(p in (".", "..") for p in parts):
+
+    def parsed(self, directory: str | Problem, name: str,
+               parse: Callable[[str], _T | None]) -> _T | None:
+        text = self.text(directory, name)
+        return None if text is None else parse(text)
+
+
+def _v1_cpu_stat(text: str) -> CpuStat | None:
+    """cgroup v1 cpu.stat: nr_periods, nr_throttled, throttled_time (ns)."""
+    values = _keyed(text)
+    if "nr_periods" not in values:
         return None
-    return os.path.join(os.fspath(root), *parts)
+    throttled = values.get("throttled_time")
+    return CpuStat(None, values.get("nr_periods"), values.get("nr_throttled"),
+                   None if throttled is None else throttled / 1e9)
 
 
-def read_signals(root: Path | str, cgroup: str) -> CgroupSignals:
-    """The signals of ``cgroup`` (a path like "/kubepods.slice/...") under the
-    cgroup v2 mount ``root``."""
-    base = cgroup_dir(root, cgroup)
+def _v1_quota(text: str) -> int | None:
+    """cpu.cfs_quota_us: microseconds per period, -1 for no limit (0 here)."""
+    value = text.strip()
+    return 0 if value == "-1" else _count(value)
 
-    def parsed(name: str, parse: Callable[[str], _T | None]) -> _T | None:
-        content = None if base is None else read_text_bounded(os.path.join(base, name))
-        return None if content is None else parse(content)
 
-    events = parsed("memory.events", _keyed)
-    limit = parsed("memory.max", parse_memory_max)
-    used = parsed("memory.current", parse_count)
+def _v1_memory(reads: _Reads, directory: str | Problem) -> tuple[MemoryState | None, int | None]:
+    limit = reads.parsed(directory, "memory.limit_in_bytes", parse_count)
+    used = reads.parsed(directory, "memory.usage_in_bytes", parse_count)
+    if limit is None and used is None:
+        return None, None
+    # failcnt: times a charge failed at the limit, v1's count of hitting it.
+    hits = reads.parsed(directory, "memory.failcnt", parse_count)
+    oom = reads.parsed(directory, "memory.oom_control", _keyed)
+    state = MemoryState(None if limit is None or limit >= _V1_NO_LIMIT else limit, used,
+                        hits, None)
+    return state, None if oom is None else oom.get("oom_kill")
+
+
+def _placed(tree: CgroupTree, hierarchy: Hierarchy | None,
+            printed: str | None) -> str | Problem | None:
+    if hierarchy is None or printed is None:
+        return None
+    return hierarchy.directory(printed)
+
+
+def read_signals(tree: CgroupTree, paths: CgroupPaths) -> CgroupSignals:
+    """The signals of the workload whose cgroup is ``paths``, read from the
+    unified hierarchy where it has them and from cgroup v1's cpu and memory
+    hierarchies where it does not (hybrid and v1 hosts)."""
+    reads = _Reads()
+    unified = _placed(tree, tree.unified, paths.unified)
+    cpu_v1 = _placed(tree, tree.cpu, paths.cpu)
+    memory_v1 = _placed(tree, tree.memory, paths.memory)
+    none: Problem = Problem.NO_FILES
+
+    def v2(name: str, parse: Callable[[str], _T | None]) -> _T | None:
+        return None if unified is None else reads.parsed(unified, name, parse)
+
+    events = v2("memory.events", _keyed)
+    limit = v2("memory.max", parse_memory_max)
+    used = v2("memory.current", parse_count)
     memory_state = None
+    oom_kills = None if events is None else events.get("oom_kill")
     if limit is not None or used is not None:  # else no memory controller here
-        stat = parsed("memory.stat", _keyed)
+        stat = v2("memory.stat", _keyed)
         memory_state = MemoryState(
             None if limit is None or limit is True else int(limit), used,
             None if events is None else events.get("max"),
             None if stat is None else stat.get("pgsteal_direct"))
-    return CgroupSignals(
-        cgroup=cgroup,
-        cpu=parsed("cpu.pressure", parse_pressure),
-        io=parsed("io.pressure", parse_pressure),
-        memory=parsed("memory.pressure", parse_pressure),
-        cpu_stat=parsed("cpu.stat", parse_cpu_stat),
-        cpu_limit=parsed("cpu.max", parse_cpu_max),
-        oom_kills=None if events is None else events.get("oom_kill"),
+    elif memory_v1 is not None:
+        memory_state, oom_kills = _v1_memory(reads, memory_v1)
+    cpu_stat = v2("cpu.stat", parse_cpu_stat)
+    cpu_limit = v2("cpu.max", parse_cpu_max)
+    if cpu_limit is None and cpu_v1 is not None:
+        # The unified cpu.stat has usage alone where the cpu controller is
+        # v1's: the periods and throttling are read there.
+        v1_stat = reads.parsed(cpu_v1, "cpu.stat", _v1_cpu_stat)
+        if v1_stat is not None:
+            cpu_stat = CpuStat(cpu_stat.usage_seconds if cpu_stat else None,
+                               v1_stat.nr_periods, v1_stat.nr_throttled,
+                               v1_stat.throttled_seconds)
+        quota = reads.parsed(cpu_v1, "cpu.cfs_quota_us", _v1_quota)
+        period = reads.parsed(cpu_v1, "cpu.cfs_period_us", parse_count)
+        if quota is not None and period:
+            cpu_limit = CpuLimit(quota / period if quota else None, period / 1e6)
+    signals = CgroupSignals(
+        cgroup=paths.key(),
+        cpu=v2("cpu.pressure", parse_pressure),
+        io=v2("io.pressure", parse_pressure),
+        memory=v2("memory.pressure", parse_pressure),
+        cpu_stat=cpu_stat, cpu_limit=cpu_limit, oom_kills=oom_kills,
         memory_state=memory_state)
+    if reads.found:
+        return signals
+    placed = [d for d in (unified, cpu_v1, memory_v1) if d is not None]
+    if tree.layout == "none" or not placed:
+        none = Problem.NO_TREE
+    elif reads.denied:
+        none = Problem.DENIED
+    elif problems := [d for d in placed if isinstance(d, Problem)]:
+        none = problems[0]
+    elif not any(os.path.isdir(d) for d in placed if isinstance(d, str)):
+        none = Problem.NOT_FOUND
+    return dataclasses.replace(signals, problem=tree.problem_text(none))

@@ -13,14 +13,15 @@ many processes over many GPUs still yields one set of signals.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpu_exporter.attribution.cgroup_pressure import CgroupSignals, read_signals
+from gpu_exporter.attribution.cgroup_pressure import CgroupPaths, CgroupSignals, read_signals
+from gpu_exporter.attribution.cgroup_tree import CgroupTree, parse_self_cgroup
 from gpu_exporter.attribution.procfiles import read_text_bounded
-from gpu_exporter.attribution.slurm import job_from_cgroup
+from gpu_exporter.attribution.slurm import job_cgroup, job_from_cgroup
 from gpu_exporter.host.procs import cgroup_ids
 
 
@@ -28,19 +29,11 @@ from gpu_exporter.host.procs import cgroup_ids
 class Workload:
     kind: Literal["container", "slurm_job"]
     id: str  # the container id, or the Slurm job id
-    # The workload's cgroup v2 path, relative to the cgroup root; None where
-    # the host has no unified hierarchy (cgroup v1), so no pressure to read.
-    cgroup: str | None
+    # The workload's cgroup in each hierarchy as /proc/PID/cgroup prints it
+    # (the unified one, and cgroup v1's cpu and memory ones where mounted).
+    paths: CgroupPaths
     pod_uid: str = ""  # containers of Kubernetes pods
     slurm_uid: int | None = None  # Slurm jobs on cgroup v1 (the path names it)
-
-
-def _unified_path(text: str) -> str | None:
-    """The path on the "0::" line (the cgroup v2 hierarchy), if any."""
-    for line in text.splitlines():
-        if line.startswith("0::/"):
-            return line[3:]
-    return None
 
 
 def _cut_at(path: str, container_id: str) -> str | None:
@@ -52,18 +45,28 @@ def _cut_at(path: str, container_id: str) -> str | None:
     return None
 
 
+def _paths(cgroup_text: str, cut: Callable[[str], str | None]) -> CgroupPaths:
+    printed = parse_self_cgroup(cgroup_text)
+
+    def at(hierarchy: str) -> str | None:
+        path = printed.get(hierarchy)
+        return None if path is None else cut(path)
+
+    return CgroupPaths(at("unified"), at("cpu"), at("memory"))
+
+
 def workload_of(cgroup_text: str) -> Workload | None:
     """The workload a /proc/PID/cgroup file's text places the process in, or
     None (a host process: it is judged by the host's signals)."""
     job = job_from_cgroup(cgroup_text)
     if job is not None:
-        return Workload("slurm_job", job.job_id, job.cgroup, slurm_uid=job.uid)
+        return Workload("slurm_job", job.job_id, _paths(cgroup_text, job_cgroup),
+                        slurm_uid=job.uid)
     container, pod = cgroup_ids(cgroup_text)
     if not container:
         return None
-    unified = _unified_path(cgroup_text)
     return Workload("container", container,
-                    _cut_at(unified, container) if unified is not None else None, pod)
+                    _paths(cgroup_text, lambda path: _cut_at(path, container)), pod)
 
 
 def group_by_workload(cgroups: Mapping[int, str]) -> dict[Workload, tuple[int, ...]]:
@@ -88,18 +91,18 @@ def read_cgroups(procfs: Path | str, pids: Iterable[int]) -> dict[int, str]:
     return found
 
 
-def workload_signals(cgroup_root: Path | str,
+def workload_signals(tree: CgroupTree,
                      workloads: Iterable[Workload]) -> dict[Workload, CgroupSignals]:
-    """One read of signals per workload cgroup (workloads without a cgroup v2
-    path are left out). Two workloads never share a cgroup, but should a
-    caller pass the same cgroup twice it is still read once."""
-    by_path: dict[str, CgroupSignals] = {}
+    """One read of signals per workload cgroup (workloads with no cgroup in
+    any hierarchy are left out). Two workloads never share a cgroup, but
+    should a caller pass the same cgroup twice it is still read once."""
+    by_path: dict[CgroupPaths, CgroupSignals] = {}
     found: dict[Workload, CgroupSignals] = {}
     for workload in workloads:
-        if workload.cgroup is None:
+        if not workload.paths.key():
             continue
-        signals = by_path.get(workload.cgroup)
+        signals = by_path.get(workload.paths)
         if signals is None:
-            signals = by_path[workload.cgroup] = read_signals(cgroup_root, workload.cgroup)
+            signals = by_path[workload.paths] = read_signals(tree, workload.paths)
         found[workload] = signals
     return found

@@ -9,9 +9,13 @@ slurmd's task/cgroup plugin makes one cgroup per job, step and task:
   slurmstepd sits in ``.../step_<step>/slurm``).
 
 The path is set by slurmd and cannot be changed by the job, so it is
-preferred. Where it names no job (proctrack/linuxproc, no task/cgroup),
-``SLURM_JOB_ID`` in the process's environment is used when it can be read;
-nothing else is taken from the environment, which can hold secrets.
+preferred. Where it names no job (proctrack/linuxproc, no task/cgroup), the
+process's nearest ``slurmstepd`` ancestor names it: slurmstepd sets its
+process title to ``slurmstepd: [<job>.<step>]``. Both ``stat`` (the parent
+chain) and the ancestor's ``cmdline`` are world-readable, so this works as
+any user, with no capability; the job's own processes' ``environ`` and
+``cmdline`` are never read (they can hold secrets, and another user's
+``environ`` needs CAP_SYS_PTRACE).
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ _V1 = re.compile(rf"(^.*?/slurm(?:_[^/]{{1,64}})?/uid_(\d{{1,10}})/{_JOB}){_STEP
                  re.ASCII)
 _V2 = re.compile(rf"(^.*?/(?:[^/]{{1,64}}_)?slurmstepd\.scope/{_JOB}){_STEP}(?:/|$)",
                  re.ASCII)
-_ENV_KEY = b"SLURM_JOB_ID="
-# The environment is at most a few MiB (ARG_MAX); a job's variables are near
-# its start, and what lies past this is not looked at.
-ENVIRON_LIMIT = 1024 * 1024
+# slurmstepd's process title, as it sets it (src/slurmd/slurmstepd).
+_TITLE = re.compile(rb"slurmstepd: \[(\d{1,10})\.([A-Za-z0-9_+]{1,32})\]", re.ASCII)
+# A process title is one short line; the chain from a task to its slurmstepd
+# is a few processes (the task, a shell, mpirun...): past these it is not.
+TITLE_LIMIT = 4096
+ANCESTORS_MAX = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +51,9 @@ class SlurmJob:
     uid: int | None  # the job's user; None when not known
     step: str | None  # "0", "batch", "extern" ...; None when not known
     # The job's cgroup v2 path (relative to the cgroup root), where its own
-    # pressure and CPU limit are read; None on cgroup v1 or from the environment.
+    # pressure and CPU limit are read; None on cgroup v1 or from slurmstepd.
     cgroup: str | None
-    source: Literal["cgroup", "environ"]
+    source: Literal["cgroup", "slurmstepd"]
 
 
 def job_from_cgroup(text: str) -> SlurmJob | None:
@@ -67,14 +73,41 @@ def job_from_cgroup(text: str) -> SlurmJob | None:
     return v1
 
 
-def job_from_environ(data: bytes) -> str | None:
-    """``SLURM_JOB_ID`` from a NUL-separated environment, if a job id."""
-    for entry in data.split(b"\0"):
-        if entry.startswith(_ENV_KEY):
-            value = entry[len(_ENV_KEY):]
-            if value.isdigit() and len(value) <= 10:
-                return value.decode("ascii")
+def job_cgroup(path: str) -> str | None:
+    """A cgroup path (any hierarchy, v1 or v2) cut at the job's own cgroup,
+    where slurmd sets the job's limits; None when it names no job."""
+    m = _V2.match(path) or _V1.match(path)
+    return m.group(1) if m else None
+
+
+def job_from_title(data: bytes) -> tuple[str, str] | None:
+    """(job id, step) from slurmstepd's /proc/PID/cmdline, if it is one."""
+    m = _TITLE.match(data.split(b"\0", 1)[0])
+    return None if m is None else (m.group(1).decode(), m.group(2).decode())
+
+
+def _parent(stat: str) -> int | None:
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    fields = stat[stat.rfind(")") + 1:].split(None, 2)
+    if len(fields) < 2 or not (fields[1].isascii() and fields[1].isdigit()):
+        return None
+    return int(fields[1])
+
+
+def job_from_ancestors(procfs: Path | str, pid: int) -> tuple[str, str] | None:
+    """The job and step of the nearest slurmstepd above ``pid``, if any."""
+    root = os.fspath(procfs)
+    current = pid
+    for _ in range(ANCESTORS_MAX):
+        stat = read_text_bounded(f"{root}/{current}/stat")
+        parent = None if stat is None else _parent(stat)
+        if parent is None or parent <= 1:
             return None
+        comm = read_text_bounded(f"{root}/{parent}/comm")
+        if comm is not None and comm.strip() == "slurmstepd":
+            title = read_bounded(f"{root}/{parent}/cmdline", TITLE_LIMIT)
+            return None if title is None else job_from_title(title)
+        current = parent
     return None
 
 
@@ -94,11 +127,10 @@ def read_job(procfs: Path | str, pid: int) -> SlurmJob | None:
     cgroup = read_text_bounded(f"{base}/cgroup")
     job = job_from_cgroup(cgroup) if cgroup is not None else None
     if job is None:
-        environ = read_bounded(f"{base}/environ", ENVIRON_LIMIT)
-        job_id = job_from_environ(environ) if environ is not None else None
-        if job_id is None:
+        found = job_from_ancestors(procfs, pid)
+        if found is None:
             return None
-        job = SlurmJob(job_id, None, None, None, "environ")
+        job = SlurmJob(found[0], None, found[1], None, "slurmstepd")
     if job.uid is None:
         # cgroup v2 paths carry no user: the process's own real uid is the
         # job's (slurmstepd starts the tasks as the job's user).

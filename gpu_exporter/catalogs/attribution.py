@@ -35,7 +35,7 @@ ALLOCATION_INFO = _m(
 JOB_INFO = _m(
     "gpu_job_info", "gauge",
     "A Slurm job running on the GPU (value 1), from its processes' cgroups (or "
-    "SLURM_JOB_ID where the environment is readable); slurm_uid is the job's numeric "
+    "their nearest slurmstepd's process title); slurm_uid is the job's numeric "
     "user id, empty when not known.", JOB, SOURCE)
 
 OWNER_SM_SHARE_RATIO = _m(
@@ -103,6 +103,23 @@ WORKLOAD_MEMORY_RECLAIMED_BYTES_TOTAL = _m(
     "gpu_workload_memory_reclaimed_bytes_total", "counter",
     "Memory the kernel reclaimed from the workload at its own limit (its tasks "
     "reclaiming as they charge), from memory.stat pgsteal_direct.", WORKLOAD, SOURCE)
+
+EXPORTER_WORKLOAD_CGROUPS = _m(
+    "gpu_exporter_workload_cgroups", "gauge",
+    "Workloads with a process on a GPU, by how their own cgroup signals were read this "
+    "poll: read, or why none could be: no_tree (no cgroup tree mounted), outside (the "
+    "mounted tree is the exporter's own cgroup namespace's, not the host's), "
+    "namespace_root_unknown (paths are relative to the exporter's cgroup namespace and its "
+    "own cgroup is not in the tree), not_found, denied, no_files. Each state is always "
+    "exported (0 when none).", ("state",), SOURCE)
+
+EXPORTER_CGROUP_LAYOUT_INFO = _m(
+    "gpu_exporter_cgroup_layout_info", "gauge",
+    "The cgroup tree the exporter reads workloads' signals from (value 1): layout v2, "
+    "hybrid (v1 controllers, cgroup2 at unified/), v1 or none; namespace host (paths "
+    "placed as printed), private (placed under the exporter's own cgroup namespace root, "
+    "found in the tree) or unknown (its own cgroup is not in the tree).",
+    ("layout", "namespace"), SOURCE)
 
 EXPORTER_POD_RESOURCES_STATE = _m(
     "gpu_exporter_pod_resources_state", "gauge",

@@ -22,9 +22,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from gpu_exporter.attribution.cgroup_pressure import RESOURCES, CgroupSignals
+from gpu_exporter.attribution.cgroup_tree import CgroupTree, Problem, discover
 from gpu_exporter.attribution.gpu_owners import (
     GpuIdentity,
     MigIdentity,
@@ -42,8 +43,10 @@ from gpu_exporter.attribution.podresources import Allocations, PodResourcesWatch
 from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
 from gpu_exporter.catalogs.attribution import (
     ALLOCATION_INFO,
+    EXPORTER_CGROUP_LAYOUT_INFO,
     EXPORTER_POD_RESOURCES_FAILURES_TOTAL,
     EXPORTER_POD_RESOURCES_STATE,
+    EXPORTER_WORKLOAD_CGROUPS,
     JOB_INFO,
     OWNER_SM_SHARE_RATIO,
     WORKLOAD_CPU_LIMIT_CORES,
@@ -79,6 +82,11 @@ log = logging.getLogger(__name__)
 # kubelet's few milliseconds and still ends a hung call well before the next.
 REFRESH_EVERY_S = 10.0
 CALL_TIMEOUT_S = 2.0
+# The cgroup tree is looked at again this often while the exporter's own
+# cgroup is not found in it (a mount that appears later); once found, never:
+# neither the mounts nor the exporter's own cgroup move under it.
+TREE_RETRY_S = 60.0
+_CGROUP_STATES = ("read", *(p.name.lower() for p in Problem))
 
 
 def _opt(value: int | None) -> str:
@@ -134,6 +142,8 @@ class AttributionCollector(Collector):
         self._memory_before: dict[str, tuple[float, int | None, int | None]] = {}
         self._memory_seen: dict[str, tuple[float, int | None, int | None]] = {}
         self._errors = 0
+        self._tree: CgroupTree | None = None
+        self._tree_at = 0.0
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -239,18 +249,29 @@ class AttributionCollector(Collector):
                     slurm_step=row.step or "")
             owners.setdefault(row.gpu, {})[GpuOwner(slurm_job_id=row.job_id)] = None
         groups = group_by_workload(cgroups)
-        signals = workload_signals(self.cgroup_root, groups)
+        tree = self._cgroup_tree(out)
+        signals = workload_signals(tree, groups)
         seen: dict[str, tuple[int, int]] = {}
         self._memory_seen = {}
         per_gpu: dict[int, dict[WorkloadSignals, None]] = {}
+        states = dict.fromkeys(_CGROUP_STATES, 0)
         for workload, pids in groups.items():
             found = signals.get(workload)
             if found is None:
                 continue
-            own = self._export_workload(out, workload, found, seen)
+            if found.problem is not None:
+                states[self._problem_state(tree, found.problem)] += 1
+                keys = self._keys(workload)
+                own = WorkloadSignals(keys["pod_uid"], keys["container_id"],
+                                      keys["slurm_job_id"], problem=found.problem)
+            else:
+                states["read"] += 1
+                own = self._export_workload(out, workload, found, seen)
             for pid in pids:
                 for gpu, _uuid in process_gpus.get(pid, ()):
                     per_gpu.setdefault(gpu, {})[own] = None
+        for state, count in states.items():
+            out.add(EXPORTER_WORKLOAD_CGROUPS, count, state=state)
         self._cpu_before = seen
         self._memory_before = self._memory_seen
         reading.workloads = {gpu: tuple(w) for gpu, w in sorted(per_gpu.items())}
@@ -285,9 +306,9 @@ class AttributionCollector(Collector):
 
     def _jobs(self, cgroups: dict[int, str],
               pids: Iterable[int]) -> dict[int, SlurmJob]:
-        """Each process's Slurm job. The environment is read only for a
+        """Each process's Slurm job. Its ancestors are looked at only for a
         process whose cgroup names no container (a container's processes are
-        the kubelet's, and their environment is theirs alone)."""
+        the kubelet's)."""
         jobs: dict[int, SlurmJob] = {}
         for pid in pids:
             text = cgroups.get(pid)
@@ -298,14 +319,53 @@ class AttributionCollector(Collector):
                 jobs[pid] = job
         return jobs
 
+    # --- the cgroup tree ----------------------------------------------------------------
+    def _cgroup_tree(self, out: SnapshotBuilder) -> CgroupTree:
+        """The host's cgroup hierarchies, found at the first poll with a
+        workload and kept once the exporter's own cgroup is placed in them."""
+        now = self._mono()
+        tree = self._tree
+        if tree is None or (self._unplaced(tree) and now - self._tree_at >= TREE_RETRY_S):
+            tree = discover(self.cgroup_root)
+            if self._tree is None or tree != self._tree:
+                log.info("cgroup tree at %s: layout %s, namespace %s", tree.root, tree.layout,
+                         self._namespace(tree))
+            self._tree, self._tree_at = tree, now
+        out.add(EXPORTER_CGROUP_LAYOUT_INFO, 1, layout=tree.layout,
+                namespace=self._namespace(tree))
+        return tree
+
+    @staticmethod
+    def _hierarchies(tree: CgroupTree) -> list[tuple[str, ...] | None]:
+        return [h.ns_root for h in (tree.unified, tree.cpu, tree.memory) if h is not None]
+
+    def _unplaced(self, tree: CgroupTree) -> bool:
+        roots = self._hierarchies(tree)
+        return not roots or any(r is None for r in roots)
+
+    def _namespace(self, tree: CgroupTree) -> str:
+        roots = self._hierarchies(tree)
+        if not roots or any(r is None for r in roots):
+            return "unknown"
+        return "host" if all(r == () for r in roots) else "private"
+
+    @staticmethod
+    def _problem_state(tree: CgroupTree, text: str) -> str:
+        for problem in Problem:
+            if tree.problem_text(problem) == text:
+                return problem.name.lower()
+        return "not_found"
+
+    @staticmethod
+    def _keys(workload: Workload) -> dict[str, str]:
+        if workload.kind == "slurm_job":
+            return {"pod_uid": "", "container_id": "", "slurm_job_id": workload.id}
+        return {"pod_uid": workload.pod_uid, "container_id": workload.id, "slurm_job_id": ""}
+
     def _export_workload(self, out: SnapshotBuilder, workload: Workload,
                          sig: CgroupSignals,
                          seen: dict[str, tuple[int, int]]) -> WorkloadSignals:
-        if workload.kind == "slurm_job":
-            keys = {"pod_uid": "", "container_id": "", "slurm_job_id": workload.id}
-        else:
-            keys = {"pod_uid": workload.pod_uid, "container_id": workload.id,
-                    "slurm_job_id": ""}
+        keys = self._keys(workload)
         for resource in RESOURCES:
             pressure = getattr(sig, resource)
             if pressure is None:
@@ -360,7 +420,7 @@ class AttributionCollector(Collector):
             memory_pressure_some=sig.memory.some.avg10 if sig.memory else None,
             **memory)
 
-    def _memory(self, sig: CgroupSignals) -> dict[str, float | None]:
+    def _memory(self, sig: CgroupSignals) -> dict[str, Any]:
         """The workload's memory limit and use, and since the last read how often
         it hit the limit and how much the kernel reclaimed from it there."""
         state = sig.memory_state

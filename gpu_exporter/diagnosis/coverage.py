@@ -222,6 +222,9 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         field = path.rsplit(".", 1)[-1]
         return _Reason(_PROCESS_WORDS.get(field, f"no {field} read for its processes"), True)
     if head == "workloads":
+        unread = [w.problem for w in ctx.sig.workloads if w.problem is not None]
+        if unread:  # a workload is there, its cgroup could not be read: a gap
+            return _Reason(f"its workload's cgroup signals could not be read: {unread[0]}", True)
         if path == "workloads" or path.endswith(".cpu_limit_cores"):
             return _Reason("no workload on this GPU runs under a CPU limit", False)
         field = path.rsplit(".", 1)[-1]

@@ -365,8 +365,16 @@ class SimulatedNode:
             self.kubelet = PodResourcesServer(self.pod_resources_socket, tenants).start()
         self.refresh()
 
+    @property
+    def real_host(self) -> bool:
+        """Only NVML is simulated: the exporter reads this machine's /proc,
+        /sys and kernel log, at the paths its settings give."""
+        return self.scenario.node.host == "real"
+
     def refresh(self) -> None:
         """Bring the simulated /proc and /sys up to the clock's time."""
+        if self.real_host:
+            return
         elapsed = self.world.elapsed()
         self.hostfs.render(elapsed)
         self.kernel_log.render(elapsed)

@@ -145,7 +145,20 @@ class TenantFs:
         self._totals: dict[str, _Totals] = {}
         self._last: float | None = None
 
+    def _roots(self) -> None:
+        """Each hierarchy's root files, by which a reader tells the layout: the
+        v2 root lists its controllers; a v1 hierarchy has its controller's files."""
+        if any(w.placement.cgroup is not None for w in self._work) or self._unplaced:
+            _write(os.path.join(self._root, "cgroup.controllers"),
+                   "cpuset cpu io memory hugetlb pids rdma misc\n")
+        if any(w.placement.v1_job is not None for w in self._work):
+            _write(os.path.join(self._root, "memory", "memory.limit_in_bytes"),
+                   f"{_V1_UNLIMITED}\n")
+            _write(os.path.join(self._root, "cpu,cpuacct", "cpu.cfs_quota_us"), "-1\n")
+
     def write(self, elapsed: float) -> None:
+        if self._last is None:
+            self._roots()
         # The workloads started when the node did: the first write covers it all.
         dt = elapsed if self._last is None else max(0.0, elapsed - self._last)
         self._last = elapsed

@@ -407,6 +407,11 @@ class Node(_Strict):
     # by NVML index; unset: the same as the index. The driver numbers minors in
     # probe order, NVML its indices in PCI order: they need not agree.
     device_minors: list[int] | None = None
+    # Whose /proc, /sys and kernel log the exporter reads: the simulated
+    # node's ("simulated"), or this machine's as the exporter's flags say
+    # ("real": only NVML is simulated, its processes are this machine's PIDs;
+    # the real-kernel tests run the daemon so, in a container-like sandbox).
+    host: Literal["simulated", "real"] = "simulated"
 
     @field_validator("driver")
     @classmethod
