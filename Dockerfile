@@ -6,8 +6,13 @@
 # mounts the host driver's copy, which must match the kernel module anyway.
 #
 #   docker build -t gpu-exporter .
-#   docker run -d --gpus all --pid host -v /proc:/host/proc:ro -p 9835:9835 \
-#     gpu-exporter --path.procfs /host/proc
+#   docker run -d --gpus all --pid host -v /proc:/host/proc:ro -v /sys:/host/sys:ro \
+#     -p 9835:9835 gpu-exporter --path.procfs /host/proc --path.sysfs /host/sys
+#
+# Released images: ghcr.io/gpu-exporter/gpu-exporter (.github/workflows/release.yml,
+# linux/amd64 and linux/arm64). The Kubernetes DaemonSet runs this image as
+# user 0 with every capability dropped, for the kubelet's root-only
+# PodResources socket; the image's own user stays 10001 for docker run.
 #
 # Without a GPU: docker run --rm -p 9835:9835 gpu-exporter --simulate healthy
 

@@ -274,6 +274,21 @@ def load_web_config(settings: Settings) -> WebConfigWatcher | None:
     return WebConfigWatcher(settings.web.config_file, max_checks=settings.web.max_requests)
 
 
+def _holds_capabilities() -> bool:
+    """Whether this process holds an effective capability (CapEff in
+    /proc/self/status); where that cannot be read, assume it does. User 0
+    with none (the Kubernetes DaemonSet, for the kubelet's root-only socket)
+    reads only what any user owning nothing could, plus root's own files."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16) != 0
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
+
+
 def run(settings: Settings, simulation: SimulatedNode | None = None,
         load_settings: Callable[[], Settings] | None = None) -> int:
     """Run until SIGTERM or SIGINT; SIGHUP reloads the configuration (with
@@ -281,10 +296,11 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     the web config file. The process's exit status."""
     # A bad web config is a usage error: report it before anything starts.
     web_config = load_web_config(settings)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and _holds_capabilities():
         log.warning("running as root: the exporter needs no privileges beyond read access to "
                     "the NVIDIA device nodes and the host's /proc; run it as an unprivileged "
-                    "user (see docs/deploy.md)")
+                    "user, or as user 0 with every capability dropped where it must reach "
+                    "the kubelet's root-only PodResources socket (see docs/deploy.md)")
     _raise_fd_limit(settings.web.max_connections)
     exporter = Exporter(settings, simulation)
     exporter.freeze_after_first_poll()

@@ -1,7 +1,9 @@
 """The ways to run the exporter, checked with the tools their users trust:
 hadolint on the Dockerfile, systemd-analyze on the unit, the Kubernetes
 schemas on the manifests, promtool and amtool on the local stack's configs.
-And one rule across all of them: nothing runs as root by default."""
+And one rule across all of them: nothing holds a capability or a privilege
+by default, and only the Kubernetes pod runs as user 0 (the kubelet's
+PodResources socket admits root only)."""
 
 from __future__ import annotations
 
@@ -43,8 +45,9 @@ K8S = DEPLOY / "kubernetes"
 COMPOSE = DEPLOY / "compose"
 UNIT = DEPLOY / "systemd" / "gpu-exporter.service"
 DEFAULT_PORT = parse_listen_address(DEFAULT_LISTEN_ADDRESS)[1]
-# The oldest Kubernetes still commonly run, and the newest the schemas know.
-K8S_VERSIONS = ("1.27", kubernetes_validate.latest_version())
+# The oldest Kubernetes with recursiveReadOnly mounts (Chart.yaml's kubeVersion),
+# and the newest the schemas know.
+K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
 
 def venv_tool(name: str) -> str:
@@ -200,6 +203,71 @@ def test_dockerignore_sends_the_sources_and_nothing_else() -> None:
     copied = [a.split()[:-1] for w, a in dockerfile() if w == "COPY" and "--from" not in a]
     assert sorted(p for sources in copied for p in sources) == \
         ["README.md", "gpu_exporter", "pyproject.toml"]
+
+
+# --- the release workflow ------------------------------------------------------
+
+RELEASE_WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+
+
+def release_workflow() -> dict[Any, Any]:
+    loaded: dict[Any, Any] = yaml.safe_load(RELEASE_WORKFLOW.read_text())
+    return loaded
+
+
+def release_image() -> str:
+    """The image repository the release workflow pushes to."""
+    image: str = release_workflow()["env"]["IMAGE"]
+    return image
+
+
+def release_steps() -> dict[str, dict[str, Any]]:
+    """The image job's steps by action (owner/name, without the version)."""
+    (job,) = release_workflow()["jobs"].values()
+    return {s["uses"].split("@")[0]: s for s in job["steps"] if "uses" in s}
+
+
+def test_the_release_workflow_builds_both_platforms_from_the_dockerfile_on_a_tag() -> None:
+    workflow = release_workflow()
+    # PyYAML reads the key `on` as True (YAML 1.1).
+    trigger = workflow[True]
+    assert set(trigger) == {"push"} and set(trigger["push"]) == {"tags"}
+    assert all(pattern.startswith("v") for pattern in trigger["push"]["tags"])
+    steps = release_steps()
+    build = steps["docker/build-push-action"]["with"]
+    assert build["platforms"].split(",") == ["linux/amd64", "linux/arm64"]
+    assert build["push"] is True
+    assert (ROOT / build["context"] / build["file"]).resolve() == ROOT / "Dockerfile"
+    assert "arm64" in steps["docker/setup-qemu-action"]["with"]["platforms"]
+    assert "docker/setup-buildx-action" in steps
+    login = steps["docker/login-action"]["with"]
+    assert login["registry"] == "ghcr.io" == release_image().split("/")[0]
+    assert login["password"] == "${{ secrets.GITHUB_TOKEN }}"
+    (job,) = workflow["jobs"].values()
+    assert job["permissions"]["packages"] == "write"
+    # Tags from the git tag: v0.1.0 pushes 0.1.0, the form of the chart's appVersion.
+    meta = steps["docker/metadata-action"]["with"]
+    assert meta["images"] == "${{ env.IMAGE }}"
+    assert "type=semver,pattern={{version}}" in meta["tags"].split()
+    assert build["tags"] == "${{ steps.meta.outputs.tags }}"
+    assert "VERSION=${{ steps.meta.outputs.version }}" in build["build-args"]
+    assert any(w == "ARG" and a.startswith("VERSION=") for w, a in final_stage())
+
+
+def test_every_action_of_the_release_workflow_is_pinned_to_a_version() -> None:
+    (job,) = release_workflow()["jobs"].values()
+    for step in job["steps"]:
+        if "uses" in step:
+            assert re.fullmatch(r"[\w-]+/[\w-]+@v\d+\.\d+\.\d+", step["uses"]), step["uses"]
+
+
+def test_the_manifests_run_the_image_the_release_workflow_pushes() -> None:
+    chart = yaml.safe_load((DEPLOY / "helm" / "gpu-exporter" / "Chart.yaml").read_text())
+    assert container()["image"] == f"{release_image()}:{chart['appVersion']}"
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert chart["appVersion"] == pyproject["project"]["version"]
+    kustomization = by_kind("Kustomization")
+    assert kustomization["images"] == [{"name": release_image(), "newTag": chart["appVersion"]}]
 
 
 # --- systemd -------------------------------------------------------------------
@@ -602,6 +670,13 @@ def test_daemonset_runs_on_gpu_nodes_with_the_hosts_processes_in_view() -> None:
     assert proc["readOnly"] is True
     assert volumes[proc["name"]]["hostPath"]["path"] == "/proc"
     assert "--path.procfs=/host/proc" in container()["args"]
+    # PCI link state and the host's cgroup tree: the host's /sys.
+    sys_mount = mounts["/host/sys"]
+    assert volumes[sys_mount["name"]]["hostPath"] == {"path": "/sys", "type": "Directory"}
+    assert "--path.sysfs=/host/sys" in container()["args"]
+    # Their submounts (cgroups, binfmt_misc, debugfs) belong to user 0: read-only too.
+    for mount in (proc, sys_mount):
+        assert mount["readOnly"] is True and mount["recursiveReadOnly"] == "IfPossible"
     # Every hostPath is mounted read-only.
     for mount in container()["volumeMounts"]:
         if "hostPath" in volumes[mount["name"]]:
@@ -612,13 +687,13 @@ def test_daemonset_args_are_flags_the_exporter_accepts() -> None:
     settings = parse_settings(container()["args"])
     assert parse_listen_address(settings.web.listen_address)[1] == DEFAULT_PORT
     assert str(settings.path.procfs) == "/host/proc"
+    assert str(settings.path.sysfs) == "/host/sys"
+    assert settings.path.kmsg == ""  # an unprivileged container cannot open /dev/kmsg
 
 
 def test_daemonset_is_locked_down() -> None:
     pod, c = pod_spec(), container()
     sc = c["securityContext"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert sc["runAsNonRoot"] is True
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
     assert sc.get("privileged", False) is False
@@ -626,7 +701,9 @@ def test_daemonset_is_locked_down() -> None:
     assert "add" not in sc["capabilities"]
     for ctx in (pod["securityContext"], sc):
         assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
-        assert isinstance(ctx["runAsUser"], int) and ctx["runAsUser"] != 0
+        # User 0 for the socket, group 10001: no file of group root to read.
+        assert ctx["runAsUser"] == 0 and ctx["runAsNonRoot"] is False
+        assert ctx["runAsGroup"] == 10001
     assert pod["automountServiceAccountToken"] is False
 
 
@@ -843,19 +920,28 @@ def test_deploy_docs_cover_every_way_and_name_files_that_exist() -> None:
 # --- root, nowhere ---------------------------------------------------------------
 
 
-def test_nothing_runs_as_root_by_default() -> None:
+def test_nothing_holds_a_capability_and_only_the_pod_runs_as_root() -> None:
     users = [a for w, a in final_stage() if w == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert unit_values("User") and unit_values("User")[-1] not in ("0", "root")
+    # User 0 for the kubelet's root-only socket, and nothing else: no
+    # capability, no privilege, no way to gain one.
     pod = pod_spec()
-    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 0
     for c in pod["containers"] + pod.get("initContainers", []):
-        assert c["securityContext"]["runAsNonRoot"] is True
-        assert c["securityContext"]["runAsUser"] != 0
+        sc = c["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+        assert c["args"].count(
+            "--kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock") == 1
     for service in compose()["services"].values():
         assert str(service.get("user", "")).split(":")[0] not in ("0", "root")
+    # The chart's kernelLog.privileged holds only with kernelLog.enabled (off by
+    # default); its default pod is checked as rendered, in test_helm_chart.py.
+    values = DEPLOY / "helm" / "gpu-exporter" / "values.yaml"
+    assert yaml.safe_load(values.read_text())["kernelLog"]["enabled"] is False
     for path in DEPLOY.rglob("*"):
-        if path.suffix in (".yaml", ".yml") and path.is_file():
+        if path.suffix in (".yaml", ".yml") and path.is_file() and path != values:
             assert not re.search(r"^\s*privileged:\s*true", path.read_text(), re.M), path
 
 
@@ -878,11 +964,30 @@ def test_daemonset_reads_the_kubelets_pod_resources_socket_read_only_without_rba
     assert endpoint["honorLabels"] is True
 
 
-def test_the_root_component_changes_only_the_user() -> None:
-    component = yaml.safe_load((K8S / "pod-resources-as-root" / "kustomization.yaml")
-                               .read_text())
+def test_the_non_root_component_changes_only_the_user() -> None:
+    """deploy/kubernetes/non-root/ runs the same pod as user 10001: its
+    patch, applied as kustomize applies a JSON patch, replaces fields that
+    exist with the non-root user, and the result validates."""
+    component = yaml.safe_load((K8S / "non-root" / "kustomization.yaml").read_text())
     assert component["kind"] == "Component"
     [patch] = component["patches"]
+    assert patch["target"] == {"kind": "DaemonSet",
+                               "name": by_kind("DaemonSet")["metadata"]["name"]}
     ops = yaml.safe_load(patch["patch"])
-    assert {op["path"].rsplit("/", 1)[1] for op in ops} == {"runAsUser", "runAsNonRoot"}
     assert {op["op"] for op in ops} == {"replace"}
+    doc = by_kind("DaemonSet")
+    for op in ops:
+        *parents, leaf = op["path"].strip("/").split("/")
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        assert leaf in node, op["path"]  # replace needs the field to exist
+        node[leaf] = op["value"]
+    validate_k8s(doc)
+    pod = doc["spec"]["template"]["spec"]
+    for ctx in [pod["securityContext"]] + [c["securityContext"] for c in pod["containers"]]:
+        assert ctx["runAsUser"] == 10001 and ctx["runAsNonRoot"] is True
+    base = by_kind("DaemonSet")["spec"]["template"]["spec"]
+    for ctx in (pod["securityContext"], pod["containers"][0]["securityContext"]):
+        ctx.update(runAsUser=0, runAsNonRoot=False)
+    assert pod == base  # nothing else changed

@@ -28,6 +28,7 @@ from tests.test_deploy import (
     K8S_VERSIONS,
     assert_stays_on_sick_nodes,
     by_kind,
+    release_image,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +64,11 @@ OPTIONS: dict[str, dict[str, Any]] = {
                        "basicAuth": {"username": {"name": "gpu-exporter-scrape",
                                                   "key": "user"},
                                      "password": _SECRET_KEY}}},
-    "podResources-as-root": {"podResources": {"runAsRoot": True}},
+    "podResources-non-root": {"podResources": {"runAsRoot": False}},
     "podResources-off": {"podResources": {"enabled": False}},
+    "kernelLog": {"kernelLog": {"enabled": True}},
+    "kernelLog-unprivileged": {"kernelLog": {"enabled": True, "privileged": False}},
+    "privileged": {"securityContext": {"privileged": True}},
     "hostNetwork": {"hostNetwork": True},
     "image-and-placement": {
         "image": {"repository": "registry.example.com/gpu-exporter", "tag": "0.1.0-rc1",
@@ -97,8 +101,9 @@ OPTIONS: dict[str, dict[str, Any]] = {
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
         "livenessProbe": {"periodSeconds": 60}},
 }
+# Everything but the PodMonitor: with the ServiceMonitor it fails to render.
 OPTIONS["everything"] = {k: v for values in OPTIONS.values() for k, v in values.items()
-                         if k != "service"}
+                         if k not in ("service", "podMonitor")}
 
 
 def merged(*overrides: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +180,8 @@ def test_helm_lint_catches_a_broken_template(tmp_path: Path) -> None:
     {"extraArgs": "--poll.interval=5s"},
     {"serviceMonitor": {"interval": "15 seconds"}},
     {"podResources": {"hostPath": "relative/path"}},
+    {"kernelLog": {"enabled": "true"}},
+    {"kernelLog": {"device": "/dev/kmsg"}},
 ], ids=lambda v: json.dumps(v))
 def test_the_schema_refuses_wrong_values(chart: helm.Chart, values: dict[str, Any]) -> None:
     with pytest.raises(helm.HelmValuesError):
@@ -206,6 +213,40 @@ def test_the_readme_values_table_is_current() -> None:
 # --- every rendering validates -----------------------------------------------------
 
 
+def api_server_refusals(pod: dict[str, Any]) -> list[str]:
+    """What the API server (ValidateSecurityContext, validateVolumeMounts in
+    k8s.io/kubernetes pkg/apis/core/validation) and the kubelet (its
+    runAsNonRoot check) refuse that the schemas cannot see: rules across fields."""
+    out = []
+    for c in pod["containers"]:
+        sc = c.get("securityContext", {})
+        if sc.get("allowPrivilegeEscalation") is False:
+            if sc.get("privileged") is True:
+                out.append("allowPrivilegeEscalation false and privileged true")
+            if "CAP_SYS_ADMIN" in sc.get("capabilities", {}).get("add", []):
+                out.append("allowPrivilegeEscalation false and capabilities.add CAP_SYS_ADMIN")
+        user = {**pod.get("securityContext", {}), **sc}
+        if user.get("runAsNonRoot") is True and user.get("runAsUser") == 0:
+            out.append("runAsNonRoot with runAsUser 0")
+        for mount in c.get("volumeMounts", []):
+            if mount.get("recursiveReadOnly", "Disabled") != "Disabled" and (
+                    mount.get("readOnly") is not True or mount.get("mountPropagation")):
+                out.append(f"{mount['name']}: recursiveReadOnly needs readOnly, no propagation")
+    return out
+
+
+def test_the_api_server_rules_are_checked() -> None:
+    """The check below is not vacuous: the pod the chart once rendered for
+    securityContext.privileged=true is refused."""
+    pod = {"securityContext": {}, "containers": [{"securityContext": {
+        "privileged": True, "allowPrivilegeEscalation": False}}]}
+    assert api_server_refusals(pod) == ["allowPrivilegeEscalation false and privileged true"]
+    pod = {"securityContext": {"runAsNonRoot": True}, "containers": [{
+        "securityContext": {"runAsUser": 0},
+        "volumeMounts": [{"name": "sys", "mountPath": "/s", "recursiveReadOnly": "Enabled"}]}]}
+    assert len(api_server_refusals(pod)) == 2
+
+
 @pytest.mark.parametrize("option", OPTIONS)
 def test_every_rendered_object_validates(chart: helm.Chart, option: str) -> None:
     docs = render(chart, OPTIONS[option])
@@ -217,6 +258,7 @@ def test_every_rendered_object_validates(chart: helm.Chart, option: str) -> None
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(doc, version, strict=True)
     pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert api_server_refusals(pod) == []
     (container,) = pod["containers"]
     # The flags the chart writes are flags the exporter accepts.
     settings = parse_settings(container["args"])
@@ -231,10 +273,22 @@ def test_each_option_renders_what_it_asks_for(chart: helm.Chart) -> None:
     assert kinds["podMonitor"] == ["DaemonSet", "PodMonitor"]
     assert kinds["prometheusRule"] == ["DaemonSet", "PrometheusRule", "Service"]
     assert kinds["dashboards"] == ["ConfigMap", "DaemonSet", "Service"]
-    assert kinds["everything"] == ["ConfigMap", "DaemonSet", "PodMonitor", "PrometheusRule",
-                                   "Service", "ServiceMonitor"]
+    assert kinds["everything"] == ["ConfigMap", "DaemonSet", "PrometheusRule", "Service",
+                                   "ServiceMonitor"]
     with pytest.raises(helm.HelmRenderError, match=r"needs service\.enabled"):
         render(chart, {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}})
+
+
+def test_a_service_monitor_and_a_pod_monitor_together_fail(chart: helm.Chart) -> None:
+    """Both would have Prometheus scrape every node twice (two series of
+    everything, every sum doubled): the chart refuses to render, and says why."""
+    both = merged(OPTIONS["serviceMonitor"], OPTIONS["podMonitor"],
+                  {"service": {"enabled": True}})
+    with pytest.raises(helm.HelmRenderError,
+                       match=r"serviceMonitor\.enabled and podMonitor\.enabled: choose one"):
+        render(chart, both)
+    # Each alone renders.
+    assert [d["kind"] for d in render(chart, OPTIONS["podMonitor"])].count("PodMonitor") == 1
 
 
 # --- the same as the kustomize manifests where they overlap --------------------------
@@ -253,8 +307,8 @@ def test_the_default_daemonset_is_the_kustomize_one(chart: helm.Chart) -> None:
 
 
 def test_the_scrape_endpoint_is_the_kustomize_one(chart: helm.Chart) -> None:
-    docs = render(chart, merged(OPTIONS["serviceMonitor"], OPTIONS["podMonitor"],
-                                {"service": {"enabled": True}}))
+    docs = render(chart, OPTIONS["serviceMonitor"])
+    pod_docs = render(chart, OPTIONS["podMonitor"])
     kustomize = by_kind("ServiceMonitor")
     (kustomize_endpoint,) = kustomize["spec"]["endpoints"]
     monitor = only(docs, "ServiceMonitor")
@@ -264,13 +318,14 @@ def test_the_scrape_endpoint_is_the_kustomize_one(chart: helm.Chart) -> None:
                         "relabelings": kustomize_endpoint["relabelings"] + extra["relabelings"],
                         "metricRelabelings": extra["metricRelabelings"]}
     assert monitor["spec"]["jobLabel"] == kustomize["spec"]["jobLabel"]
-    (pod_endpoint,) = only(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    (pod_endpoint,) = only(pod_docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
     assert pod_endpoint == {**kustomize_endpoint, "interval": "30s"}
     # Both select the chart's pods and Service.
     ds = only(docs, "DaemonSet")
     pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert only(pod_docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"] == pod_labels
     service = only(docs, "Service")
-    assert only(docs, "PodMonitor")["spec"]["selector"]["matchLabels"].items() <= \
+    assert only(pod_docs, "PodMonitor")["spec"]["selector"]["matchLabels"].items() <= \
         pod_labels.items()
     assert monitor["spec"]["selector"]["matchLabels"].items() <= \
         service["metadata"]["labels"].items()
@@ -313,24 +368,128 @@ def pod_of(chart: helm.Chart, option: str) -> dict[str, Any]:
     return spec
 
 
+def runs_as_root(values: dict[str, Any]) -> bool:
+    """The chart's rule: user 0 for the root-only PodResources socket, when
+    that is read and podResources.runAsRoot (the default) holds."""
+    pod_resources = {"enabled": True, "runAsRoot": True, **values.get("podResources", {})}
+    return bool(pod_resources["enabled"] and pod_resources["runAsRoot"])
+
+
+def privileged(values: dict[str, Any]) -> bool:
+    kernel_log = {"enabled": False, "privileged": True, **values.get("kernelLog", {})}
+    return bool(values.get("securityContext", {}).get("privileged")
+                or (kernel_log["enabled"] and kernel_log["privileged"]))
+
+
 @pytest.mark.parametrize("option", OPTIONS)
 def test_every_rendering_is_locked_down(chart: helm.Chart, option: str) -> None:
+    """No capability but CAP_SYSLOG for the kernel log, no privilege unless
+    asked for, a read-only root and host mounts; user 0 only for the socket."""
+    values = OPTIONS[option]
     pod = pod_of(chart, option)
     (c,) = pod["containers"]
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
-    assert sc["allowPrivilegeEscalation"] is False
-    assert sc["privileged"] is False
-    assert sc["capabilities"] == {"drop": ["ALL"]}
+    kernel_log = values.get("kernelLog", {}).get("enabled", False)
+    assert sc["capabilities"] == {"drop": ["ALL"], **({"add": ["SYSLOG"]} if kernel_log else {})}
+    if privileged(values):
+        assert sc["privileged"] is True and "allowPrivilegeEscalation" not in sc
+    else:
+        assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
     assert pod["automountServiceAccountToken"] is False
-    as_root = OPTIONS[option].get("podResources", {}).get("runAsRoot", False)
+    as_root = runs_as_root(values)
     for ctx in (pod["securityContext"], sc):
         assert ctx["runAsNonRoot"] is (not as_root)
-        assert (ctx["runAsUser"] == 0) is as_root
+        assert ctx["runAsUser"] == (0 if as_root else 10001)
+        assert ctx["runAsGroup"] == 10001
+        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
     for mount in c["volumeMounts"]:
         volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
         if "hostPath" in volume or "secret" in volume:
             assert mount["readOnly"] is True, mount
+
+
+def test_the_default_pod_runs_as_user_0_with_nothing_else(chart: helm.Chart) -> None:
+    """The default install names the pod of every GPU: user 0 connects to the
+    kubelet's root-only socket; every capability is dropped, so user 0 reads
+    no file it does not own or that is not readable by all."""
+    pod = pod_of(chart, "defaults")
+    (c,) = pod["containers"]
+    assert c["securityContext"]["runAsUser"] == pod["securityContext"]["runAsUser"] == 0
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["privileged"] is False
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert parse_settings(c["args"]).kubernetes.pod_resources_socket == \
+        "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # The documented ways back to user 10001.
+    for option in ("podResources-non-root", "podResources-off"):
+        other = pod_of(chart, option)
+        (oc,) = other["containers"]
+        assert oc["securityContext"]["runAsUser"] == other["securityContext"]["runAsUser"] \
+            == 10001
+        assert oc["securityContext"]["runAsNonRoot"] is True
+    (non_root,) = pod_of(chart, "podResources-non-root")["containers"]
+    assert parse_settings(non_root["args"]).kubernetes.pod_resources_socket  # still asked
+
+
+def mounts_of(pod: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """mountPath -> (the mount, its volume)."""
+    (c,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    return {m["mountPath"]: (m, volumes[m["name"]]) for m in c["volumeMounts"]}
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+def test_the_hosts_proc_and_sys_are_read_where_the_exporter_looks(
+        chart: helm.Chart, option: str) -> None:
+    """The exporter reads PCI link state under --path.sysfs/bus/pci and the
+    pods' cgroups under --path.sysfs/fs/cgroup: the host's /sys is mounted
+    there (the container's own /sys/fs/cgroup is its own subtree only), and
+    the host's /proc at --path.procfs; read-only, recursively where the
+    runtime can (their submounts belong to user 0)."""
+    pod = pod_of(chart, option)
+    (c,) = pod["containers"]
+    settings = parse_settings(c["args"])
+    mounts = mounts_of(pod)
+    for path, host in ((settings.path.sysfs, "/sys"), (settings.path.procfs, "/proc")):
+        mount, volume = mounts[str(path)]
+        assert volume["hostPath"] == {"path": host, "type": "Directory"}
+        assert mount["readOnly"] is True
+        assert mount["recursiveReadOnly"] == "IfPossible"
+        assert "mountPropagation" not in mount
+    assert str(settings.path.sysfs) == "/host/sys"
+
+
+def test_the_kernel_log_option_mounts_dev_kmsg_with_what_opening_it_needs(
+        chart: helm.Chart) -> None:
+    (default,) = pod_of(chart, "defaults")["containers"]
+    assert parse_settings(default["args"]).path.kmsg == ""  # off, said as such
+    assert "/dev/kmsg" not in mounts_of(pod_of(chart, "defaults"))
+    for option, is_privileged in (("kernelLog", True), ("kernelLog-unprivileged", False)):
+        pod = pod_of(chart, option)
+        (c,) = pod["containers"]
+        path = parse_settings(c["args"]).path.kmsg
+        mount, volume = mounts_of(pod)[path]
+        assert volume["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+        assert mount["readOnly"] is True
+        # kernel.dmesg_restrict=1: CAP_SYSLOG (devkmsg_open, check_syslog_permissions).
+        assert c["securityContext"]["capabilities"]["add"] == ["SYSLOG"]
+        # A hostPath device is not in the device cgroup; privileged puts every device there.
+        assert c["securityContext"]["privileged"] is is_privileged
+        assert ("allowPrivilegeEscalation" in c["securityContext"]) is not is_privileged
+
+
+def test_privileged_renders_a_pod_the_api_server_accepts(chart: helm.Chart) -> None:
+    (c,) = pod_of(chart, "privileged")["containers"]
+    assert c["securityContext"]["privileged"] is True
+    assert "allowPrivilegeEscalation" not in c["securityContext"]
+    assert api_server_refusals(pod_of(chart, "privileged")) == []
+
+
+def test_the_default_image_is_the_one_the_release_workflow_pushes(chart: helm.Chart) -> None:
+    (c,) = pod_of(chart, "defaults")["containers"]
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert c["image"] == f"{release_image()}:{chart_yaml['appVersion']}"
 
 
 def test_the_default_pod_stays_on_tainted_nodes_at_node_critical_priority(

@@ -11,18 +11,23 @@ from pathlib import Path
 
 import pytest
 
+from gpu_exporter.daemon import _holds_capabilities
 from tests.procs import ROOT, free_port, wait_http
 
-# Runs the command line with os.geteuid answering the first argument: the root
-# warning can be checked both ways whoever runs the tests.
-_AS_UID = ("import os, sys; uid = int(sys.argv.pop(1)); os.geteuid = lambda: uid; "
+# Runs the command line with os.geteuid answering the first argument and the
+# capability check the second: the root warning can be checked every way
+# whoever runs the tests.
+_AS_UID = ("import os, sys; uid = int(sys.argv.pop(1)); caps = sys.argv.pop(1) == '1'; "
+           "os.geteuid = lambda: uid; import gpu_exporter.daemon as daemon; "
+           "daemon._holds_capabilities = lambda: caps; "
            "from gpu_exporter.cli import main; sys.exit(main())")
 
 
-def _run_until_ready(uid: int, *flags: str, scenario: str = "healthy") -> tuple[int, list[str]]:
+def _run_until_ready(uid: int, *flags: str, scenario: str = "healthy",
+                     capabilities: bool = True) -> tuple[int, list[str]]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", _AS_UID, str(uid), "--simulate", scenario,
+        [sys.executable, "-c", _AS_UID, str(uid), str(int(capabilities)), "--simulate", scenario,
          "--web.listen-address", f"127.0.0.1:{port}", *flags],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
@@ -44,6 +49,17 @@ def test_running_as_root_is_warned_about_once_and_not_otherwise() -> None:
     code, lines = _run_until_ready(1000)
     assert code == 0
     assert not [line for line in lines if "running as root" in line], lines
+    # User 0 with every capability dropped (the Kubernetes DaemonSet, for the
+    # kubelet's root-only socket) is what the deployment asks for: no warning.
+    code, lines = _run_until_ready(0, capabilities=False)
+    assert code == 0
+    assert not [line for line in lines if "running as root" in line], lines
+
+
+def test_the_capability_check_reads_this_process() -> None:
+    status = Path("/proc/self/status").read_text()
+    (line,) = [x for x in status.splitlines() if x.startswith("CapEff:")]
+    assert _holds_capabilities() is (int(line.split()[1], 16) != 0)
 
 
 def test_json_log_format_writes_one_json_event_per_line() -> None:

@@ -243,8 +243,9 @@ class KmsgReader:
 
 def _refusal(path: str, exc: OSError) -> str:
     return (f"{path}: {exc.strerror or 'permission denied'} (reading the kernel log needs "
-            "CAP_SYSLOG or kernel.dmesg_restrict=0; Xids before the exporter started and "
-            "the process of each Xid are not known without it)")
+            "CAP_SYSLOG or kernel.dmesg_restrict=0, and in a container a device cgroup that "
+            "admits the device; Xids before the exporter started and the process of each Xid "
+            "are not known without it)")
 
 
 class Fragments:

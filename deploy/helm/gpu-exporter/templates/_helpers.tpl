@@ -105,3 +105,46 @@ httpGet:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end }}
+
+{{/*
+User 0 for the kubelet's PodResources socket, which admits root only
+(connect() needs write permission on it); user 10001 otherwise.
+*/}}
+{{- define "gpu-exporter.runsAsRoot" -}}
+{{- if and .Values.podResources.enabled .Values.podResources.runAsRoot }}true{{ end }}
+{{- end }}
+
+{{/* A securityContext (pod or container) with the user the exporter runs as. */}}
+{{- define "gpu-exporter.withUser" -}}
+{{- $sc := deepCopy .context }}
+{{- if include "gpu-exporter.runsAsRoot" .root }}
+{{- $_ := set $sc "runAsUser" 0 }}
+{{- $_ := set $sc "runAsNonRoot" false }}
+{{- end }}
+{{- toYaml $sc }}
+{{- end }}
+
+{{/*
+The container's securityContext. The API server refuses privileged beside
+allowPrivilegeEscalation: false, so a privileged container leaves it out. The
+kernel log adds CAP_SYSLOG (kernel.dmesg_restrict=1) and, unless the runtime
+admits /dev/kmsg otherwise, privileged: a hostPath device is not in the
+container's device cgroup.
+*/}}
+{{- define "gpu-exporter.containerSecurityContext" -}}
+{{- $sc := deepCopy .Values.securityContext }}
+{{- $kmsg := .Values.kernelLog }}
+{{- if and $kmsg.enabled $kmsg.privileged }}
+{{- $_ := set $sc "privileged" true }}
+{{- end }}
+{{- if $sc.privileged }}
+{{- $_ := unset $sc "allowPrivilegeEscalation" }}
+{{- end }}
+{{- if $kmsg.enabled }}
+{{- $caps := deepCopy (default dict $sc.capabilities) }}
+{{- $_ := set $caps "add" (append (default list $caps.add) "SYSLOG" | uniq) }}
+{{- $_ := set $sc "capabilities" $caps }}
+{{- end }}
+{{- include "gpu-exporter.withUser" (dict "root" . "context" $sc) }}
+{{- end }}
+
