@@ -80,7 +80,8 @@ OPTIONS = (
            "certificates (PEM) in FILE instead of the system's"),
     Option("--tls.server-name", "tls_server_name", "NAME",
            "with an https:// --url: the name the exporter's certificate must be for, "
-           "when --url names it otherwise (127.0.0.1 for a certificate of the node's name)"),
+           "when --url reaches it by another (127.0.0.1, and a certificate for the node's "
+           "host name)"),
     Option("--tls.cert-file", "tls_cert_file", "FILE",
            "with an https:// --url: the client certificate (PEM) for an exporter that "
            "requires one (client_auth_type RequireAndVerifyClientCert); with --tls.key-file"),
