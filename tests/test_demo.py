@@ -121,7 +121,7 @@ def test_wait_asks_again_until_settled_and_gives_up_with_the_last_answer(
     ]
     now = [0.0]
 
-    def fake_fetch(url: str, timeout: float = 5.0) -> dict[str, object]:
+    def fake_fetch(url: str, timeout: float = 5.0, **_: object) -> dict[str, object]:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

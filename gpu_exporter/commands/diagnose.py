@@ -16,15 +16,22 @@ import logging
 import os
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.commands import client as exporter_client
 from gpu_exporter.commands import npd
+from gpu_exporter.commands.client import (
+    BadUrl,
+    ClientSettings,
+    ExporterClient,
+    Refused,
+    Unreadable,
+    exporter_url,
+)
 from gpu_exporter.commands.report import (
     EXIT_STATUSES,
     EXIT_UNREACHABLE,
@@ -76,39 +83,6 @@ def simulate(scenario: str, config_file: Path | None, duration: float | None,
         exporter.stop()
 
 
-class BadUrl(ValueError):
-    """An --url that names no exporter this command can read."""
-
-
-# The exporter's own paths a person may paste (its metrics path by default):
-# the exporter is what is left before them.
-_EXPORTER_PATHS = ("/diagnosis", "/metrics", "/runbook", "/-/ready", "/-/healthy")
-
-
-def exporter_url(url: str) -> str:
-    """The exporter's base URL from what a person gives: ``host:port``, a
-    base URL, or one of its pages (``http://host:9835/metrics``, its
-    ``/diagnosis``), a path prefix in front kept. Only http and https."""
-    text = url.strip()
-    if "://" not in text:
-        text = "http://" + text
-    try:
-        parts = urllib.parse.urlsplit(text)
-        parts.port  # noqa: B018 - a port that is not a number raises here
-    except ValueError as exc:
-        raise BadUrl(f"--url {url!r}: not a URL ({exc})") from None
-    if parts.scheme.lower() not in ("http", "https"):
-        raise BadUrl(f"--url {url!r}: only http:// and https:// URLs name an exporter")
-    if not parts.hostname:
-        raise BadUrl(f"--url {url!r}: names no host")
-    path = parts.path.rstrip("/")
-    for page in _EXPORTER_PATHS:
-        if path.endswith(page):
-            path = path[: -len(page)]
-            break
-    return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc, path, "", ""))
-
-
 def runbook_url(base: str) -> Callable[[Mapping[str, Any]], str]:
     """A finding's runbook entry on the exporter that answered: its /runbook
     serves the entry with the thresholds that node runs with."""
@@ -119,22 +93,19 @@ def runbook_url(base: str) -> Callable[[Mapping[str, Any]], str]:
     return entry
 
 
-def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    target = exporter_url(url) + "/diagnosis"
+def fetch(url: str, timeout: float = 5.0,
+          client: ExporterClient | None = None) -> dict[str, Any]:
+    """The exporter's /diagnosis answer; ``client``: how to ask it (TLS,
+    basic auth), made for ``url`` (default: plain, as the URL says)."""
+    asking = client or ExporterClient(exporter_url(url), timeout=timeout)
+    target = asking.base_url + "/diagnosis"
+    body = asking.get("/diagnosis")
     try:
-        with urllib.request.urlopen(target, timeout=timeout) as resp:
-            data = json.loads(resp.read().decode())
-    except urllib.error.HTTPError as exc:
-        hint = (" (is that the exporter's address? give host:port or its base URL)"
-                if exc.code == 404 else "")
-        raise ConnectionError(f"{target} answered HTTP {exc.code}{hint}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ConnectionError(f"cannot reach the exporter at {target}: {reason}") from None
-    except json.JSONDecodeError:
-        raise ConnectionError(f"{target} did not answer JSON; is it a gpu-exporter?") from None
+        data = json.loads(body.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise Unreadable(f"{target} did not answer JSON; is it a gpu-exporter?") from None
     if not isinstance(data, dict) or "findings" not in data:
-        raise ConnectionError(f"{target} answered JSON without findings")
+        raise Unreadable(f"{target} answered JSON without findings")
     return data
 
 
@@ -155,14 +126,18 @@ def settled(data: Mapping[str, Any]) -> bool:
 
 
 def fetch_settled(url: str, wait: float, clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+                  sleep: Callable[[float], None] = time.sleep,
+                  client: ExporterClient | None = None) -> dict[str, Any]:
     """/diagnosis once the exporter answers and its findings have settled,
     asking again for up to ``wait`` seconds (an exporter just started, a demo
-    on a slow machine); after that, the last answer, or why there was none."""
+    on a slow machine); after that, the last answer, or why there was none.
+    A refusal (TLS, basic auth) is final: asking again gets the same."""
     deadline = clock() + wait
     while True:
         try:
-            data = fetch(url)
+            data = fetch(url, client=client)
+        except Refused:
+            raise
         except ConnectionError:
             if clock() >= deadline:
                 raise
@@ -170,6 +145,23 @@ def fetch_settled(url: str, wait: float, clock: Callable[[], float] = time.monot
             if settled(data) or clock() >= deadline:
                 return data
         sleep(min(0.5, max(0.0, deadline - clock())))
+
+
+def _unreadable(args: argparse.Namespace, exc: Exception) -> int:
+    """Exit 3: the exporter could not be read (as NPD's Unknown, with why)."""
+    if args.format == "npd":
+        why = exc.brief if isinstance(exc, Refused) else str(exc)
+        return _print_npd(npd.verdict(args.condition, None, why))
+    print(f"gpu-exporter diagnose: {terminal_safe(exc)}", file=sys.stderr)
+    return EXIT_UNREACHABLE
+
+
+def _usage_error(args: argparse.Namespace, exc: ConfigError) -> NoReturn:
+    """Exit 2 (a usage error, stderr, as every command's); as an NPD plugin
+    the condition's message says it too, or it would be empty."""
+    if args.format == "npd":
+        print(npd.one_line(f"usage error: {exc}"))
+    raise exc
 
 
 def _print_npd(answer: tuple[int, str]) -> int:
@@ -180,13 +172,16 @@ def _print_npd(answer: tuple[int, str]) -> int:
 
 def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     statuses = ", ".join(f"{code} {text}" for code, text in EXIT_STATUSES)
-    p = parser_cls(prog="gpu-exporter diagnose",
+    # No abbreviations: --auth.password would be taken for --auth.password-file,
+    # its value (a password) for a path, and the path named in the error.
+    p = parser_cls(prog="gpu-exporter diagnose", allow_abbrev=False,
                    description="Say what is wrong with this node's GPUs and why: symptom -> "
                    f"likely cause -> evidence -> fix. Exit status: {statuses}. {PRECEDENCE} "
                    "A usage error exits 2, as with every gpu-exporter command.")
     p.add_argument("--url", default=DEFAULT_URL,
                    help=f"the running exporter to ask: host:port, its base URL or its "
                    f"/metrics or /diagnosis URL, http or https (default {DEFAULT_URL})")
+    exporter_client.add_arguments(p)
     p.add_argument("--wait", metavar="DURATION",
                    help="wait up to DURATION for the exporter to answer and for its findings "
                    "to settle (every check judged for its full window since the exporter "
@@ -227,12 +222,15 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     else:
         try:
             base = exporter_url(args.url)
-            data = fetch_settled(base, wait or 0.0)
-        except (BadUrl, ConnectionError) as exc:
-            if args.format == "npd":
-                return _print_npd(npd.verdict(args.condition, None, str(exc)))
-            print(f"gpu-exporter diagnose: {terminal_safe(exc)}", file=sys.stderr)
-            return EXIT_UNREACHABLE
+            client = ExporterClient(base, ClientSettings.from_args(args))
+        except BadUrl as exc:
+            return _unreadable(args, exc)
+        except ConfigError as exc:
+            _usage_error(args, exc)
+        try:
+            data = fetch_settled(base, wait or 0.0, client=client)
+        except ConnectionError as exc:
+            return _unreadable(args, exc)
         runbook = runbook_url(base)
     if args.format == "npd":
         return _print_npd(npd.verdict(args.condition, data))

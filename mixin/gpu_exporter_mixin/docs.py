@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from gpu_exporter.catalog import metrics_markdown
+from gpu_exporter.commands.client import options_markdown
 from gpu_exporter.commands.report import EXIT_STATUSES, PRECEDENCE
 from gpu_exporter.config import flag_settings
 from gpu_exporter.pipeline import COLLECTORS
@@ -36,7 +37,7 @@ def exit_statuses_markdown() -> str:
 
 
 GENERATED = {"metrics": metrics_markdown, "flags": flags_markdown, "series": series_markdown,
-             "exit-statuses": exit_statuses_markdown}
+             "exit-statuses": exit_statuses_markdown, "diagnose-client": options_markdown}
 _BLOCK = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)(<!-- END GENERATED -->)", re.S)
 
 
