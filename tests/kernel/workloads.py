@@ -142,8 +142,15 @@ class Cgroups:
                     os.killpg(w.proc.pid, signal.SIGKILL)
                 w.proc.wait(timeout=10)
         # Deepest first; a cgroup whose last task just died may still be busy
-        # for a moment.
-        for directory in sorted(self._made, key=lambda p: len(p.parts), reverse=True):
+        # for a moment. What a runtime made below the parent, in any
+        # hierarchy (runc makes its cgroup in every v1 controller), goes too.
+        made = set(self._made)
+        for hierarchy in [CGROUP, *sorted(CGROUP.iterdir())]:
+            top = hierarchy / self.parent
+            if top.is_dir():
+                made.update(p for p in top.rglob("*") if p.is_dir())
+                made.add(top)
+        for directory in sorted(made, key=lambda p: len(p.parts), reverse=True):
             for _ in range(50):
                 try:
                     directory.rmdir()
