@@ -64,6 +64,14 @@ class GpuReading:
     fabric_state: str | None = None
     fabric_status: str | None = None
     fabric_health: str | None = None
+    # What NVML does not offer on this GPU, for good (NOT_SUPPORTED, or a
+    # function this driver branch lacks: a fact of the board and driver), and
+    # what it refuses the exporter (NO_PERMISSION), each as the diagnosis
+    # reads it: a field of this reading ("recovery_action"), a clock of one
+    # ("clocks_application_hz[sm]"), or a signal of another reader of the GPU
+    # ("sm_active" for GPM, "util_samples" for NVML's utilization samples).
+    unavailable: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)

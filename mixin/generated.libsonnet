@@ -1157,7 +1157,7 @@ function(cfg)
               }
             ],
             "title": "Not judged here",
-            "description": "How many rows of the diagnosis table the exporter cannot judge on the selected GPUs (gpu_diagnosis_not_judged): the board or driver does not give what the rule reads, e.g. no GPM before Hopper for utilization_inflated. Their 0 means unknown, not OK; the table beside lists them.",
+            "description": "How many rows of the diagnosis table the exporter could not judge now on the selected GPUs (gpu_diagnosis_not_judged): a reader switched off or failing, permission refused, a GPU settling or lost. Their 0 means unknown, not OK; the table beside lists them. A check the board or driver does not offer (no GPM before Hopper, no recovery action before R565) is a fact of the node, not counted here: gpu-exporter diagnose and the node page list it.",
             "transparent": false,
             "datasource": {
               "type": "prometheus",

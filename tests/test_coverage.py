@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.commands import npd
 from gpu_exporter.commands.diagnose import simulate
 from gpu_exporter.commands.report import (
     EXIT_BLIND,
@@ -35,7 +36,7 @@ from gpu_exporter.commands.report import (
 )
 from gpu_exporter.diagnosis import rules
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.coverage import answer, checks_text, gpu_list
+from gpu_exporter.diagnosis.coverage import answer, checks_text, gpu_list, reason_text
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.simulator.drivers import BRANCHES
 from tests.procs import ROOT, free_port, run_cli, start, wait_http
@@ -45,9 +46,9 @@ _RECOVERY = {"recovery_action/gpu_reset", "recovery_action/node_reboot",
              "recovery_action/drain_p2p", "recovery_action/drain_and_reset"}
 _GPM = {"utilization_inflated/small_kernels"}
 _FABRIC = {"fabric_degraded/nvswitch_fabric"}
-# What an H100 node cannot check on each branch: the README's driver table
-# (GPM came in R520, Hopper's in R525; fabric info in R550; the driver's
-# recovery action in R565).
+# What an H100 node's driver does not offer on each branch: the README's
+# driver table (GPM came in R520, Hopper's in R525; fabric info in R550; the
+# driver's recovery action in R565). A fact of the node, never a gap.
 UNCHECKED_ON_H100: dict[str, set[str]] = {
     "R470": _GPM | _RECOVERY | _FABRIC, "R525": _RECOVERY | _FABRIC,
     "R535": _RECOVERY | _FABRIC, "R550": _RECOVERY, "R570": set(), "R580": set(),
@@ -73,48 +74,66 @@ def _keys(entries: list[dict[str, Any]]) -> set[str]:
 # --- every driver branch, simulated --------------------------------------------------------
 
 @pytest.mark.parametrize("branch", [b.name for b in BRANCHES])
-def test_each_driver_branch_names_what_it_cannot_check(branch: str, tmp_path: Path) -> None:
+def test_each_driver_branch_names_what_it_does_not_offer(branch: str, tmp_path: Path) -> None:
+    """A healthy node on any branch is healthy (exit 0); what its driver does
+    not offer is listed as a fact of the board and driver, not a gap."""
     result = run_cli(["diagnose", "--simulate", _scenario(tmp_path, "healthy", driver=branch)])
     out = result.stdout
-    unchecked = UNCHECKED_ON_H100[branch]
-    if not unchecked:
-        assert result.returncode == EXIT_HEALTHY, out
-        assert out.startswith("No problems found: every GPU on this node looks healthy.")
-        return
-    assert result.returncode == EXIT_IN_PART, out
-    assert "healthy" not in out
-    assert out.startswith("Checked only in part: no problems found in the checks that ran")
-    # One line per reason for the whole node, each naming its checks.
-    lines = [line for line in out.splitlines() if line.startswith("  GPUs 0-7: ")]
-    named = out.split("Nothing to check")[0]
-    for key in unchecked:
+    assert result.returncode == EXIT_HEALTHY, out
+    assert out.startswith("No problems found: every GPU on this node looks healthy.")
+    assert "Checked only in part" not in out
+    facts = out.split("Not available on this node")[1].split("Nothing to check")[0] \
+        if "Not available on this node" in out else ""
+    for key in UNCHECKED_ON_H100[branch]:
         symptom, cause = key.split("/")
-        assert re.search(rf"{symptom}[ /(][^:]*{cause}", named), (key, out)
-    assert len([ln for ln in lines if "Nothing" not in ln]) <= len(unchecked) + len(
-        NOTHING_TO_CHECK)
-    if unchecked >= _RECOVERY:
+        assert re.search(rf"{symptom}[ /(][^:]*{cause}[^:]*: not available on NVIDIA H100 "
+                         rf"80GB HBM3 / driver {branch}: ", facts), (key, out)
+    if not UNCHECKED_ON_H100[branch]:
+        assert not facts, out
+    if UNCHECKED_ON_H100[branch] >= _RECOVERY:
         assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, "
-                "drain_and_reset): NVML gives no recovery action (drivers R565 and newer)") in out
+                f"drain_and_reset): not available on NVIDIA H100 80GB HBM3 / driver {branch}: "
+                "NVML gives no recovery action (drivers R565 and newer)") in out
 
 
 @pytest.mark.parametrize("branch", ["R470", "R550", "R580"])
 def test_the_coverage_is_what_the_engine_could_not_judge(branch: str, tmp_path: Path) -> None:
-    """/diagnosis's coverage holds each unjudged row and GPU exactly once:
-    the same pairs gpu_diagnosis_not_judged exports."""
+    """/diagnosis's coverage holds each unjudged row and GPU exactly once;
+    gpu_diagnosis_not_judged exports exactly its gaps (none on a healthy
+    node, whatever its driver lacks)."""
     data = simulate(_scenario(tmp_path, "healthy", driver=branch), None, None)
     cov = data["coverage"]
-    assert _keys(cov["not_checked"]) == UNCHECKED_ON_H100[branch]
+    assert cov["not_checked"] == []
+    assert _keys(cov["not_available"]) == UNCHECKED_ON_H100[branch]
+    assert {e["on"] for e in cov["not_available"]} <= {f"NVIDIA H100 80GB HBM3 / driver {branch}"}
     assert _keys(cov["nothing_to_check"]) == NOTHING_TO_CHECK
-    assert cov["complete"] is (not UNCHECKED_ON_H100[branch])
-    pairs = [(g, k) for e in cov["not_checked"] + cov["nothing_to_check"]
-             for g in e["gpus"] for k in e["checks"]]
+    assert cov["complete"] is True
+    pairs = [(g, k) for section in ("not_checked", "not_available", "nothing_to_check")
+             for e in cov[section] for g in e["gpus"] for k in e["checks"]]
     assert len(pairs) == len(set(pairs))
     with SimRun(_load(tmp_path, branch), metrics={"detail": True}) as run:
         run.poll(40)
-        exported = {(g, f"{s}/{c}") for c, g, s in re.findall(
-            r'^gpu_diagnosis_not_judged\{cause="(\w+)",gpu="(\d+)",symptom="(\w+)"',
-            run.scrape(), re.M)}
-    assert exported == set(pairs)
+        assert _not_judged(run.scrape()) == set()
+
+
+def test_the_metric_counts_the_gaps_the_verdict_counts(tmp_path: Path) -> None:
+    """A reader switched off on a driver that lacks other checks: the metric
+    holds exactly the rows the reader's absence left unjudged, none of those
+    the driver does not offer."""
+    config = tmp_path / "no-gpm.yaml"
+    config.write_text("collectors:\n  gpm: false\n")
+    cov = simulate(_scenario(tmp_path, "healthy", driver="R550"), config, None)["coverage"]
+    assert _keys(cov["not_checked"]) == _GPM and _keys(cov["not_available"]) == _RECOVERY
+    from gpu_exporter.simulator import load_scenario
+    with SimRun(load_scenario(_scenario(tmp_path, "healthy", driver="R550")),
+                collectors={"gpm": False}) as run:
+        run.poll(40)
+        assert _not_judged(run.scrape()) == {(str(g), k) for g in range(8) for k in _GPM}
+
+
+def _not_judged(metrics: str) -> set[tuple[str, str]]:
+    return {(g, f"{s}/{c}") for c, g, s in re.findall(
+        r'^gpu_diagnosis_not_judged\{cause="(\w+)",gpu="(\d+)",symptom="(\w+)"', metrics, re.M)}
 
 
 def _load(tmp: Path, branch: str) -> Any:
@@ -122,11 +141,14 @@ def _load(tmp: Path, branch: str) -> Any:
     return load_scenario(_scenario(tmp, "healthy", driver=branch))
 
 
-def test_a_board_without_gpm_or_nvlink_says_which_is_a_gap(tmp_path: Path) -> None:
+def test_a_board_without_gpm_or_nvlink_lists_them_as_facts(tmp_path: Path) -> None:
     data = simulate(_scenario(tmp_path, "healthy", profile="a100-pcie-40gb"), None, None)
     cov = data["coverage"]
-    gpm = [e for e in cov["not_checked"] if e["checks"] == sorted(_GPM)]
+    # Before Hopper NVML has no GPM: not offered by the board, not a gap.
+    assert not _GPM & _keys(cov["not_checked"])
+    gpm = [e for e in cov["not_available"] if e["checks"] == sorted(_GPM)]
     assert gpm and gpm[0]["reason"].startswith("NVML gives no GPM metrics")
+    assert gpm[0]["on"].startswith("NVIDIA A100") and gpm[0]["on"].endswith("/ driver R580")
     # A GPU with no NVLink is in no NVSwitch fabric: nothing to check, not a gap.
     fabric = [e for e in cov["nothing_to_check"] if e["checks"] == sorted(_FABRIC)]
     assert fabric and "no NVLink" in fabric[0]["reason"]
@@ -218,10 +240,10 @@ def test_a_rule_that_raises_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     assert entry["reason"] == "its rule failed: ZeroDivisionError: division by zero"
 
 
-def test_the_reasons_are_worked_out_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A poll judges each row once per GPU and only records the rows it could
-    not judge; their rules run once more, for the reasons, only when
-    /diagnosis, diagnose or the page ask, and once however often they ask."""
+def test_the_reasons_are_not_worked_out_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll judges each row once per GPU; a row's rule runs once more, for
+    its reason, when a GPU's unjudged rows change, not at every poll of a
+    steady node, and not again however often /diagnosis is asked."""
     calls = []
     fabric = rules.RULES[t.FABRIC_DEGRADED]
 
@@ -231,12 +253,15 @@ def test_the_reasons_are_worked_out_only_when_asked(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setitem(rules.RULES, t.FABRIC_DEGRADED, counted)
     with SimRun(_load_node("healthy", driver="R470")) as run:
-        snap = run.poll(3)  # 4 polls of 8 GPUs
-        assert len(calls) == 4 * 8
+        run.poll(3)  # 4 polls of 8 GPUs: judged 32 times, and its reasons worked out
+        assert 4 * 8 < len(calls) <= 4 * 8 + 8 * 4
+        before = len(calls)
+        snap = run.poll(5)  # steady: only the polls' own judgements
+        assert len(calls) == before + 5 * 8
         first = answer(snap)
         assert answer(snap) == first
-        assert len(calls) == 5 * 8
-    assert _keys(first["not_checked"]) == UNCHECKED_ON_H100["R470"]
+        assert len(calls) == before + 5 * 8
+    assert _keys(first["not_available"]) == UNCHECKED_ON_H100["R470"]
 
 
 def _load_node(scenario: str, **node: str) -> Any:
@@ -345,33 +370,90 @@ def mock_exporters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
             proc.wait(timeout=30)
 
 
+def _board_and_driver(board: str) -> str:
+    """``NVIDIA H100 80GB HBM3 / driver R550``, as the board file says it."""
+    assert MOCK is not None
+    text = (MOCK / "configs" / f"mock-nvml-config-{board}.yaml").read_text()
+    name = re.search(r'^  name: "([^"]+)"', text, re.M)
+    driver = re.search(r'^  driver_version: "(\d+)\.', text, re.M)
+    assert name and driver, board
+    return f"{name[1]} / driver R{driver[1]}"
+
+
+# What NVIDIA's mock answers NOT_SUPPORTED for on every board file it ships
+# (its README: no utilization samples; application clocks of the SM and the
+# recovery-action field are not in its tables), and GPM, which NVML offers
+# from Hopper on only.
+_MOCK_NOT_OFFERED = {"utilization_bursty/input_starvation", "clocks_capped/application_clocks",
+                     *_RECOVERY}
+_PRE_HOPPER = {"a100", "l40s", "t4"}
+
+
 @needs_mock
 @pytest.mark.parametrize("board", MOCK_BOARDS)
-def test_on_every_mock_board_diagnose_names_the_checks_it_could_not_run(
+def test_on_every_mock_board_a_healthy_node_is_healthy_and_says_what_it_lacks(
         board: str, mock_exporters: dict[str, int]) -> None:
     url = f"http://127.0.0.1:{mock_exporters[board]}"
     result = run_cli(["diagnose", "--url", url, "--wait", "60s"])
     out = result.stdout
-    # The mock gives no utilization samples on any board: never all checks.
-    assert result.returncode == EXIT_IN_PART, out + result.stderr
-    assert "healthy" not in out
-    assert out.startswith("Checked only in part: no problems found in the checks that ran")
-    assert "utilization_bursty/input_starvation: NVML gives no utilization samples" in out
+    # What the board or driver does not offer is a fact, not a gap: healthy.
+    assert result.returncode == EXIT_HEALTHY, out + result.stderr
+    assert out.startswith("No problems found: every GPU on this node looks healthy.")
+    on = _board_and_driver(board)
+    assert ("utilization_bursty/input_starvation: not available on "
+            f"{on}: NVML gives no utilization samples") in out
     with urllib.request.urlopen(url + "/diagnosis", timeout=10) as resp:
         data = json.load(resp)
     cov = data["coverage"]
-    assert cov["settling"] is None and cov["not_checked"]
-    # Every row the engine did not judge, on every GPU, is in the answer once,
-    # with a reason; and each group is one line of the command's output.
+    assert cov["complete"] is True and cov["settling"] is None and cov["not_checked"] == []
+    # Before Hopper: no GPM, and no fabric state on a board with NVLink (the
+    # A100's; the L40S and T4 have none, so no fabric to check).
+    expected = (_MOCK_NOT_OFFERED | (_GPM if board in _PRE_HOPPER else set())
+                | (_FABRIC if board == "a100" else set()))
+    assert _keys(cov["not_available"]) == expected
+    assert {e["on"] for e in cov["not_available"]} == {on}
+    # Nothing the verdict counts as a gap, so nothing gpu_diagnosis_not_judged counts.
     with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-        metrics = resp.read().decode()
-    exported = {(g, f"{s}/{c}") for c, g, s in re.findall(
-        r'^gpu_diagnosis_not_judged\{cause="(\w+)",gpu="(\d+)",symptom="(\w+)"', metrics, re.M)}
-    entries = cov["not_checked"] + cov["nothing_to_check"]
-    pairs = [(g, k) for e in entries for g in e["gpus"] for k in e["checks"]]
-    assert sorted(pairs) == sorted(exported)
+        assert _not_judged(resp.read().decode()) == set()
+    entries = cov["not_available"] + cov["nothing_to_check"]
     for e in entries:
         assert e["reason"] and f"{gpu_list(e['gpus'])}: {checks_text(e['checks'])}: " \
-            f"{e['reason']}" in out
+            f"{reason_text(e)}" in out
     # An 8-GPU node reads in a few lines.
     assert len(entries) <= 12
+    # Every node condition is OK: exit 0 in NPD's protocol, the condition False.
+    for condition in npd.CONDITIONS:
+        verdict = run_cli(["diagnose", "--url", url, "--format", "npd", "--condition",
+                           condition])
+        assert verdict.returncode == npd.OK, (condition, verdict.stdout)
+
+
+@needs_mock
+def test_on_a_mock_board_a_reader_switched_off_is_still_a_gap(tmp_path: Path) -> None:
+    """The same board with the GPM reader off: its check could not run now
+    (exit 5, cannot-see Unknown), beside what the board lacks."""
+    assert MOCK is not None
+    config = tmp_path / "fast.yaml"
+    config.write_text("poll: {interval: 0.5s}\ndiagnosis: {window: 2s, clear_after: 2s}\n")
+    port = free_port()
+    proc = start(["--web.listen-address", f"127.0.0.1:{port}", "--config.file", str(config),
+                  "--no-collector.gpm", "--log.level", "error"],
+                 env={"LD_LIBRARY_PATH": str(MOCK),
+                      "MOCK_NVML_CONFIG": str(MOCK / "configs" / "mock-nvml-config-h100.yaml")})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/-/ready", timeout=60)
+        result = run_cli(["diagnose", "--url", url, "--wait", "60s"])
+        assert result.returncode == EXIT_IN_PART, result.stdout
+        assert ("GPUs 0-7: utilization_inflated/small_kernels: the gpm reader is switched off "
+                "(--no-collector.gpm)") in result.stdout
+        assert f"not available on {_board_and_driver('h100')}" in result.stdout
+        verdict = run_cli(["diagnose", "--url", url, "--format", "npd", "--condition",
+                           npd.CANNOT_SEE])
+        assert verdict.returncode == npd.UNKNOWN, verdict.stdout
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            assert _not_judged(resp.read().decode()) == {(str(g), k) for g in range(8)
+                                                         for k in _GPM}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

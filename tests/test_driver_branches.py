@@ -41,9 +41,10 @@ LOSES: dict[str, set[str]] = {
 }
 
 
-# What each branch exports beyond the newest one: the rows it cannot judge say so.
-GAINS: dict[str, set[str]] = {name: {"gpu_diagnosis_not_judged"} if lost else set()
-                              for name, lost in LOSES.items()}
+# What each branch exports beyond the newest one: nothing. The rows its driver
+# leaves unjudged are a fact of the node, listed by diagnose and /diagnosis
+# as not available, not gaps for gpu_diagnosis_not_judged.
+GAINS: dict[str, set[str]] = {name: set() for name in LOSES}
 
 
 def on_branch(scenario: str, branch: str | None, **node: Any) -> Scenario:

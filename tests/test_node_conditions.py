@@ -11,6 +11,7 @@ checks before it starts."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ import pytest
 
 from gpu_exporter.commands import npd
 from gpu_exporter.commands.diagnose import simulate
+from gpu_exporter.diagnosis import rules
+from gpu_exporter.diagnosis import table as t
 from tests.procs import ROOT, free_port, run_cli
 from tests.simnode import SimRun
 
@@ -184,14 +187,49 @@ def test_checks_it_could_not_run_make_their_conditions_unknown(tmp_path: Path) -
     healthy = simulate("healthy", config, None)
     for condition in npd.CONDITIONS:
         assert npd.verdict(condition, healthy)[0] == npd.OK, condition
-    # A driver before R565 gives no recovery action: hardware-fault cannot be OK.
-    old = run_cli(["diagnose", "--simulate", str(_on_branch(tmp_path, "healthy", "R535")),
-                   "--format", "npd", "--condition", "hardware-fault"])
-    status, message = npd_condition(old)
-    assert status == "Unknown", message
-    assert message.startswith("GPUs 0-7: 4 checks not run: NVML gives no recovery action"), \
-        message
     assert npd.verdict(npd.THROTTLED, healthy)[0] == npd.OK
+
+
+def test_a_hardware_check_that_failed_makes_hardware_fault_unknown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that could not run now on a node whose board and driver offer
+    it (its rule raised) leaves its condition Unknown, the others OK."""
+    def broken(*_: object) -> rules.Verdict:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setitem(rules.RULES, t.ECC_UNCORRECTABLE, broken)
+    logging.disable(logging.ERROR)
+    try:
+        data = simulate("healthy", None, None)
+    finally:
+        logging.disable(logging.NOTSET)
+    status, message = npd.verdict(npd.HARDWARE_FAULT, data)
+    assert status == npd.UNKNOWN and "its rule failed" in message, message
+    assert npd.verdict(npd.THROTTLED, data)[0] == npd.OK
+
+
+@pytest.mark.parametrize("branch", ["R470", "R535", "R550"])
+def test_a_check_the_driver_does_not_offer_leaves_its_condition_ok(
+        tmp_path: Path, branch: str) -> None:
+    """A driver before R565 gives no recovery action (and R470 no GPM, before
+    R550 no fabric state): a fact of the node, not a check that could not run.
+    A healthy node on it is OK for every condition, exit 0 in the protocol."""
+    for condition in npd.CONDITIONS:
+        result = run_cli(["diagnose", "--simulate", str(_on_branch(tmp_path, "healthy", branch)),
+                          "--format", "npd", "--condition", condition])
+        status, message = npd_condition(result)
+        assert (status, result.returncode) == ("False", npd.OK), (condition, message)
+
+
+def test_a_diagnosis_that_did_not_run_is_neither_ok_nor_a_problem(tmp_path: Path) -> None:
+    config = tmp_path / "no-diagnosis.yaml"
+    config.write_text("diagnosis:\n  enabled: false\n")
+    data = simulate("healthy", config, None)
+    assert not data["findings"]
+    for condition in npd.CONDITIONS:
+        status, message = npd.verdict(condition, data)
+        assert status == npd.UNKNOWN, (condition, message)
+        assert "the diagnosis did not run" in message, message
 
 
 def _on_branch(tmp: Path, scenario: str, branch: str) -> Path:

@@ -200,22 +200,32 @@ def _on_branch(scenario: str, driver: str) -> Scenario:
 
 
 def test_a_node_checked_only_in_part_is_not_called_healthy() -> None:
-    """A driver before R565 gives no recovery action: the page says which
-    checks could not run on which GPUs, once per reason, and no card says
-    "nothing matches"."""
-    with SimRun(_on_branch("healthy", "R535")) as run:
+    """A reader switched off: the page says which checks could not run on
+    which GPUs, once per reason, and no card says "nothing matches". A
+    driver before R565, which gives no recovery action, is a fact of the
+    node: the page calls the healthy node healthy and lists it, folded."""
+    with SimRun("healthy", collectors={"gpm": False}) as run:
         run.poll(40)
         text = parse(get(run, "/").body).visible().replace(" : ", ": ")
     assert "healthy" not in text.replace("not known to be healthy", "")
     assert "Findings none in the checks that ran · checked only in part" in text
-    assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, drain_and_reset): "
-            "NVML gives no recovery action (drivers R565 and newer)") in text
-    assert text.count("recovery_action (gpu_reset") == 1
-    assert text.count("No finding in the checks that ran; 5 checks could not run on this "
+    assert ("GPUs 0-7: utilization_inflated/small_kernels: the gpm reader is switched off "
+            "(--no-collector.gpm)") in text
+    assert text.count("No finding in the checks that ran; 1 check could not run on this "
                       "GPU.") == 8
     assert "nothing on this GPU matches the table" not in text
+
+    with SimRun(_on_branch("healthy", "R535")) as run:
+        run.poll(40)
+        old = parse(get(run, "/").body).visible().replace(" : ", ": ")
+    assert "Findings none: every GPU looks healthy" in old
+    assert "checked only in part" not in old
+    assert "Checks this node's boards or driver do not offer (2)" in old
+    assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, drain_and_reset): "
+            "not available on NVIDIA H100 80GB HBM3 / driver R535: NVML gives no recovery "
+            "action (drivers R565 and newer)") in old
     # The checks with no subject here are said, apart: no kubelet on this node.
-    assert "Checks with nothing to check on this node (2)" in text
+    assert "Checks with nothing to check on this node (2)" in old
 
     with SimRun(_on_branch("healthy", "R580")) as run:
         run.poll(5)  # the window is still filling

@@ -1,9 +1,13 @@
-"""Rows a board or driver cannot judge say so (gpu_diagnosis_not_judged), so a
-0 in gpu_diagnosis_active is never read as healthy where nothing was judged."""
+"""gpu_diagnosis_not_judged marks the rows the exporter could not judge now (a
+reader switched off or failing, a GPU settling or lost), so a 0 in
+gpu_diagnosis_active is never read as healthy where nothing was judged. A row
+the board or driver does not offer, or whose subject is absent, is a fact of
+the node: not marked, as ``diagnose`` does not count it against the verdict."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from tests.simnode import DetailRun
 from tests.test_driver_branches import on_branch
@@ -15,42 +19,37 @@ def not_judged(text: str, gpu: str = "0") -> set[str]:
         r'uuid="[^"]+"\} 1\.0$', text, re.M)}
 
 
-def scrape(scenario: str, branch: str | None = None, **node: str) -> str:
-    with DetailRun(on_branch(scenario, branch, **node)) as run:
+def scrape(scenario: str, branch: str | None = None, settings: dict[str, Any] | None = None,
+           **node: str) -> str:
+    with DetailRun(on_branch(scenario, branch, **node), **(settings or {})) as run:
         run.poll(40)
         return run.scrape()
 
 
-# The row that judges a GPU's allocation needs the kubelet's answer: a node
-# without one has nothing there to judge. (The rows of a starved GPU judge its
-# busy GPUs on the GPU's own figures: a busy GPU is not starved, whatever its
-# workload's cgroup would say.) An H100 SXM has no fan for NVML to read.
-OWNER_ROWS = {"gpu_allocated_unused/no_process"}
-FANLESS = {"cooling_degraded/fan_stopped"}
+# No kubelet (nothing allocates the GPU) and an H100 SXM's missing fans are
+# subjects absent, not gaps.
+def test_a_healthy_h100_marks_nothing() -> None:
+    assert not_judged(scrape("healthy")) == set()
+    assert not_judged(scrape("two-tenant-node")) == set()
 
 
-def test_an_h100_on_the_newest_driver_judges_every_row_it_has_inputs_for() -> None:
-    assert not_judged(scrape("healthy")) == OWNER_ROWS | FANLESS
-    assert not_judged(scrape("two-tenant-node")) == FANLESS
-
-
-def test_no_gpm_before_hopper_leaves_utilization_inflated_unjudged() -> None:
+def test_no_gpm_before_hopper_is_a_fact_not_a_mark() -> None:
     text = scrape("healthy", profile="a100-pcie-40gb")
-    rows = not_judged(text)
-    assert "utilization_inflated/small_kernels" in rows
-    # A100 PCIe boards sit in no NVSwitch fabric: the fabric row is not judged either.
-    assert "fabric_degraded/nvswitch_fabric" in rows
-    # ... and still reads 0 in gpu_diagnosis_active, which alone would look healthy.
+    assert not_judged(text) == set()
+    # gpu_diagnosis_active still reads 0 there (with --metrics.detail):
+    # /diagnosis and diagnose say it is not available on the board.
     assert re.search(r'^gpu_diagnosis_active\{cause="small_kernels",gpu="0",'
                      r'symptom="utilization_inflated",[^}]*\} 0\.0$', text, re.M)
 
 
-def test_an_old_driver_cannot_give_the_drivers_verdict() -> None:
-    rows = not_judged(scrape("healthy", "R535"))
-    assert {"recovery_action/gpu_reset", "recovery_action/node_reboot",
-            "recovery_action/drain_p2p", "recovery_action/drain_and_reset",
-            "fabric_degraded/nvswitch_fabric"} <= rows
-    assert "throttled_under_load/power_cap" not in rows  # throttle reasons still read
+def test_an_old_drivers_missing_verdict_is_a_fact_not_a_mark() -> None:
+    assert not_judged(scrape("healthy", "R535")) == set()
+
+
+def test_a_reader_switched_off_marks_exactly_its_rows() -> None:
+    text = scrape("healthy", settings={"collectors": {"gpm": False}})
+    for gpu in "01234567":
+        assert not_judged(text, gpu) == {"utilization_inflated/small_kernels"}
 
 
 def test_a_row_the_gpu_judges_is_never_marked() -> None:

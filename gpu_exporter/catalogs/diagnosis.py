@@ -14,10 +14,15 @@ DIAGNOSIS_ACTIVE = _m(
 
 DIAGNOSIS_NOT_JUDGED = _m(
     "gpu_diagnosis_not_judged", "gauge",
-    "1 for each row of the symptom -> cause table the exporter cannot judge on this GPU "
-    "this poll (the board, the driver or a missing reader does not give what the rule "
-    "reads, e.g. utilization_inflated without GPM before Hopper): no finding there means "
-    "unknown, not healthy. Absent for the rows it judges.",
+    "1 for each row of the symptom -> cause table the exporter could not judge on this GPU "
+    "this poll for a reason a working exporter should close (a reader switched off or "
+    "failing, permission refused, the GPU settling or lost, a reading that failed): no "
+    "finding there means unknown, not healthy; the rows it counts are those that make "
+    "`gpu-exporter diagnose` say \"checked only in part\" (exit 5). Absent for the rows it "
+    "judges, for a check the board or driver does not offer (e.g. utilization_inflated "
+    "without GPM before Hopper, the recovery action before R565) and for a row whose "
+    "subject is absent (no fan, no process): /diagnosis lists those as not_available and "
+    "nothing_to_check.",
     (*GPU, "symptom", "cause"), "diagnosis")
 
 DIAGNOSIS_INPUT_MISSING = _m(

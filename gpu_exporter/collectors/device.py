@@ -47,7 +47,15 @@ from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml import values as nv
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone, GpuHung, NvmlGone, NvmlSession
+from gpu_exporter.nvml.session import (
+    GPM_KEY,
+    UTILIZATION_SAMPLES_KEY,
+    Gpu,
+    GpuGone,
+    GpuHung,
+    NvmlGone,
+    NvmlSession,
+)
 from gpu_exporter.nvml.values import Source
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.runtime import Runtime
@@ -243,6 +251,57 @@ class _RowSet:
 _ROW_SETS = {detail: _RowSet.of(detail) for detail in (False, True)}
 
 
+# Where NVML answers each value the diagnosis reads of a GPU, by the name the
+# diagnosis reads it under (coverage.py): the value is not offered when one of
+# its sources is not (ECC counts need the mode too), refused when one is.
+# A GPU's fans are not offered only when none of them is.
+_READ_AS: dict[str, tuple[Source, ...]] = {
+    "utilization": (UTILIZATION,),
+    "memory_used_bytes": (MEMORY_USED,), "memory_total_bytes": (MEMORY_TOTAL,),
+    "temperature_celsius": (TEMPERATURE,), "slowdown_celsius": (THRESHOLD["slowdown"],),
+    "power_watts": (POWER,), "power_limit_watts": (POWER_LIMIT,),
+    "power_default_limit_watts": (POWER_DEFAULT_LIMIT,),
+    **{f"clocks_hz[{name}]": (CLOCK[name],) for name in c.CLOCK_TYPES},
+    **{f"clocks_max_hz[{name}]": (CLOCK_MAX[name],) for name in c.CLOCK_TYPES},
+    **{f"clocks_application_hz[{name}]": (CLOCK_APPLICATION[name],) for name in c.CLOCK_TYPES},
+    **{f"clocks_application_default_hz[{name}]": (CLOCK_APPLICATION_DEFAULT[name],)
+       for name in c.CLOCK_TYPES},
+    "throttle_reasons": (REASONS,),
+    "pcie_generation": (PCIE_GENERATION,), "pcie_generation_max": (PCIE_GENERATION_MAX,),
+    "pcie_width": (PCIE_WIDTH,), "pcie_width_max": (PCIE_WIDTH_MAX,),
+    "pcie_replays": (PCIE_REPLAYS,),
+    "ecc_uncorrected_volatile": (ECC_MODE, ECC_COUNT["uncorrected", "volatile"]),
+    "remap_pending": (REMAP_PENDING,), "remap_failed": (REMAP_FAILED,),
+    "persistence_mode": (PERSISTENCE,),
+    "recovery_action": (RECOVERY_ACTION,), "fabric_state": (FABRIC,),
+}
+# Other readers' capabilities of the GPU, as the session records them.
+_OTHER_READERS = {"sm_active": GPM_KEY, "util_samples": UTILIZATION_SAMPLES_KEY}
+
+
+def _not_offered(gpu: Gpu, fan_count: int | None) -> tuple[frozenset[str], frozenset[str]]:
+    """What NVML does not offer on ``gpu`` for good, and what it refuses."""
+    unavailable, refused = set(), set()
+    for name, sources in _READ_AS.items():
+        answers = [nv.offered(gpu, s) for s in sources]
+        if None in answers:
+            refused.add(name)
+        elif False in answers:
+            unavailable.add(name)
+    if fan_count:
+        answers = [nv.offered(gpu, _fan(fan)) for fan in range(fan_count)]
+        if None in answers:
+            refused.add("fan_speeds")
+        elif not any(answers):
+            unavailable.add("fan_speeds")
+    for name, key in _OTHER_READERS.items():
+        if key in gpu.denied:
+            refused.add(name)
+        elif key in gpu.unsupported:
+            unavailable.add(name)
+    return frozenset(unavailable), frozenset(refused)
+
+
 class DeviceCollector(NvmlCollector):
     name = "device"
     description = ("NVML device metrics: utilization, memory, power, clocks, throttle reasons, "
@@ -252,6 +311,9 @@ class DeviceCollector(NvmlCollector):
     def __init__(self, session: NvmlSession, detail: bool = False) -> None:
         super().__init__(session)
         self.detail = detail
+        # GPU index -> (what the answer was worked out from, the answer).
+        self._offers: dict[int, tuple[tuple[int, int, int | None],
+                                      tuple[frozenset[str], frozenset[str]]]] = {}
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -278,6 +340,17 @@ class DeviceCollector(NvmlCollector):
             self.session.mark_down(exc.error)
             readings.clear()
             out.discard_families(m.METRICS)
+
+    def _not_offered(self, gpu: Gpu, fan_count: int | None
+                     ) -> tuple[frozenset[str], frozenset[str]]:
+        """What NVML leaves out on ``gpu`` for good, and refuses: it changes
+        only when the GPU first answers so (the sets grow) or a reload
+        forgets it, and is worked out again only then."""
+        marks = (len(gpu.unsupported), len(gpu.denied), fan_count)
+        held = self._offers.get(gpu.index)
+        if held is None or held[0] != marks:
+            held = self._offers[gpu.index] = (marks, _not_offered(gpu, fan_count))
+        return held[1]
 
     def _collect_gpu(self, gpu: Gpu, out: SnapshotBuilder) -> GpuReading:
         if gpu.lost:
@@ -313,6 +386,7 @@ class DeviceCollector(NvmlCollector):
                               pci_bus_id=ident.pci_bus_id)
         self._errors += gpu.errors
         r.up = True
+        r.unavailable, r.refused = self._not_offered(gpu, r.fan_count)
         out.merge(scratch)
         out.add_values(m.UP, base, 1)
         return r

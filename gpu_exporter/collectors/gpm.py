@@ -25,7 +25,7 @@ from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.gpm import GpmSample, gpm_metrics
-from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.nvml.session import GPM_KEY, Gpu, GpuGone, NvmlSession
 from gpu_exporter.readings import GpmReading
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
@@ -120,8 +120,8 @@ class GpmCollector(NvmlCollector):
                 self._drop(gpu.index)  # its samples belong to a handle that is gone
 
         def one(gpu: Gpu, device: Device) -> None:
-            if not gpu.static_read("gpm", device.gpm_supported):
-                gpu.unsupported.add("gpm")
+            if not gpu.static_read(GPM_KEY, device.gpm_supported):
+                gpu.unsupported.add(GPM_KEY)
                 return
             # Label values in catalog order (GPU first), for add_values.
             base = (str(gpu.index), gpu.identity.uuid)
@@ -135,7 +135,7 @@ class GpmCollector(NvmlCollector):
             self._export_active(gpu.identity.uuid, out, base)
             if values is not None:
                 readings[gpu.index] = self._export(values, out, base)
-            elif pair is not None and pair.last is None and "gpm" not in gpu.unsupported:
+            elif pair is not None and pair.last is None and GPM_KEY not in gpu.unsupported:
                 pending.add(gpu.index)  # one sample taken, none to pair it with yet
             for inst in mig.get(gpu.index, []):
                 values = self._sample(gpu, inst.gpu_instance, MIG_METRICS)
@@ -193,7 +193,7 @@ class GpmCollector(NvmlCollector):
             if exc.device_gone:
                 raise GpuGone(str(exc)) from None
             if exc.capability_absent:
-                gpu.unsupported.add("gpm")
+                gpu.unsupported.add(GPM_KEY)
                 self._drop(gpu.index)
                 return None
             self._errors += 1

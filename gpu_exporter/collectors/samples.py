@@ -37,7 +37,7 @@ from gpu_exporter.collectors.values import plausible
 from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
-from gpu_exporter.nvml.session import Gpu, NvmlSession
+from gpu_exporter.nvml.session import UTILIZATION_SAMPLES_KEY, Gpu, NvmlSession
 from gpu_exporter.readings import GpuReading, SampleStats
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
@@ -51,7 +51,6 @@ _KINDS: dict[int, tuple[Metric, float, float, bool]] = {
     c.SAMPLING_TOTAL_POWER: (m.POWER_SAMPLES_WATTS, 0.001, 0.0, False),
     c.SAMPLING_PROCESSOR_CLOCK: (m.SM_CLOCK_SAMPLES_HERTZ, 1e6, SAMPLES_EVERY_S, False),
 }
-_UTILIZATION_KEY = f"samples_{c.SAMPLING_GPU_UTILIZATION}"
 SAMPLES, RATE = "samples", "utilization_rate"
 
 # A gap between two utilization samples (or two polls, for the rate) longer
@@ -155,7 +154,7 @@ class SamplesCollector(NvmlCollector):
         """Where the GPU's busy time comes from this poll; integrates it from
         the utilization rate where the driver keeps no samples."""
         uuid = gpu.identity.uuid
-        if _UTILIZATION_KEY not in gpu.unsupported:
+        if UTILIZATION_SAMPLES_KEY not in gpu.unsupported:
             self._rate_at.pop(uuid, None)
             self._say(gpu, SAMPLES)
             return SAMPLES

@@ -10,11 +10,15 @@ the config in deploy/node-problem-detector/ runs this once per class below.
 
 A node whose GPUs the exporter cannot see is never OK: its conditions are
 Unknown, and the cannot-see condition is True. A node checked only in part
-(/diagnosis's ``coverage``) is Unknown for each condition whose rows some GPU
-could not check (a board without GPM leaves hardware-fault judged), and
-cannot-see is Unknown while any check could not run. Only a problem actually
-found outranks that (a GPU the exporter does see with an ECC error has a
-hardware fault, whatever else it could not read)."""
+(/diagnosis's ``coverage``: a check that could not run now, such as a reader
+switched off, a GPU lost or still settling) is Unknown for each condition
+whose rows some GPU could not check (a reader of throttling switched off
+leaves hardware-fault judged), and cannot-see is Unknown while any check
+could not run. A check the board or driver does not offer (the recovery
+action before R565, GPM before Hopper, fans on a passive board) is a fact of
+the node, never a reason for Unknown: a healthy node without it is OK. Only a
+problem actually found outranks an Unknown (a GPU the exporter does see with
+an ECC error has a hardware fault, whatever else it could not read)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpu_exporter.diagnosis.coverage import checks_text, gpu_list
+from gpu_exporter.diagnosis.coverage import checks_text, gpu_list, reason_text
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.readings import GpuOwner
@@ -49,7 +49,7 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         lines.append(f"Could not see the GPUs: {terminal_safe(blind)}.")
         lines.append("")
     elif not items and not drift_list and complete:
-        return HEALTHY + "\n" + _nothing_to_check(coverage)
+        return HEALTHY + "\n" + _facts(coverage)
     safe = terminal_safe
     for f in items:
         sev = str(f["severity"])
@@ -83,7 +83,7 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
     if blind is None and not complete:
         lines += _in_part(coverage, found=bool(items or drift_list))
         lines.append("")
-        lines.append(_nothing_to_check(coverage).rstrip("\n"))
+        lines.append(_facts(coverage).rstrip("\n"))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -121,19 +121,22 @@ def _in_part(coverage: Mapping[str, Any] | None, found: bool) -> list[str]:
     return lines
 
 
-def _nothing_to_check(coverage: Mapping[str, Any] | None) -> str:
-    """The rows that ran and found their subject absent, on one line each
-    group: said, but never counted against the verdict."""
-    entries = [e for e in (coverage or {}).get("nothing_to_check") or ()
-               if isinstance(e, Mapping)]
-    if not entries:
-        return ""
+def _facts(coverage: Mapping[str, Any] | None) -> str:
+    """The checks this node's boards or driver do not offer, and those that
+    ran and found their subject absent, on one line each group: said, but
+    never counted against the verdict."""
     safe = terminal_safe
-    lines = ["Nothing to check (not a gap):"]
-    for e in entries:
-        lines.append(f"  {safe(gpu_list(e.get('gpus') or ()))}: "
-                     f"{safe(checks_text(e.get('checks') or ()))}: {safe(e.get('reason'))}")
-    return "\n".join(lines) + "\n"
+    out = []
+    for section, head in (("not_available", "Not available on this node (the board or driver "
+                                            "does not offer it; not a gap):"),
+                          ("nothing_to_check", "Nothing to check (not a gap):")):
+        found = [e for e in (coverage or {}).get(section) or () if isinstance(e, Mapping)]
+        if found:
+            out.append(head)
+            out += [f"  {safe(gpu_list(e.get('gpus') or ()))}: "
+                    f"{safe(checks_text(e.get('checks') or ()))}: {safe(reason_text(e))}"
+                    for e in found]
+    return "".join(line + "\n" for line in out)
 
 
 EXIT_HEALTHY = 0
@@ -141,17 +144,21 @@ EXIT_WARNING = 1
 EXIT_CRITICAL = 2
 EXIT_UNREACHABLE = 3  # the exporter could not be asked
 EXIT_BLIND = 4  # asked, but it could not see the GPUs: no verdict either way
-EXIT_IN_PART = 5  # nothing found, but some checks could not run: not "healthy"
+# Nothing found, but some checks could not run now: not "healthy". A check
+# the board or driver does not offer is a fact of the node, never this.
+EXIT_IN_PART = 5
 
 # What `diagnose --help` and the README say, from one place.
 EXIT_STATUSES = (
-    (EXIT_HEALTHY, "healthy: every check ran on every GPU and found nothing"),
+    (EXIT_HEALTHY, "healthy: every check the boards and driver offer ran on every GPU and "
+                   "found nothing (it lists those they do not offer)"),
     (EXIT_WARNING, "warnings"),
     (EXIT_CRITICAL, "something critical"),
     (EXIT_UNREACHABLE, "the exporter could not be read"),
     (EXIT_BLIND, "the GPUs could not be seen (NVML down, no GPU, polls stopped)"),
-    (EXIT_IN_PART, "checked only in part: nothing found, but some checks could not run "
-                   "(it names them and why)"),
+    (EXIT_IN_PART, "checked only in part: nothing found, but some checks could not run now "
+                   "(a reader off or failing, no permission, a GPU settling or lost; it names "
+                   "them and why)"),
 )
 PRECEDENCE = ("A node it cannot see is 4 whatever else it answered; otherwise a finding "
               "outranks a check that could not run (2 before 1 before 5).")

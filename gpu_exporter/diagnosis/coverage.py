@@ -1,22 +1,29 @@
 """What the diagnosis could judge, so that "no finding" is called healthy only
-where every check ran.
+where every check this node offers ran.
 
-A rule that cannot judge answers None (``gpu_diagnosis_not_judged``). Which
-rows those are comes from the engine, poll by poll; *why* is found here by
-running the row's rule once more on a view of the same signals that notes
-every value the rule read and found absent (a None, an empty process list, a
-flag that is off). Nothing here lists which row needs which input: a rule
-that changes, or a reader that starts filling a value, changes the answer by
-itself. This runs only when someone asks (/diagnosis, the node page), never
-in the poll.
+A rule that cannot judge answers None. Which rows those are comes from the
+engine, poll by poll; *why* is found here by running the row's rule once more
+on a view of the same signals that notes every value the rule read and found
+absent (a None, an empty process list, a flag that is off). Nothing here lists
+which row needs which input: a rule that changes, or a reader that starts
+filling a value, changes the answer by itself. That second run is made only
+when a GPU's unjudged rows or what their reasons turn on change
+(:class:`Reasons`), never every poll of a steady node.
 
-Each absent value becomes a :class:`Gap` with a reason a person can act on,
-of one of two kinds:
+Each absent value becomes a reason (:class:`Why`) a person can act on, of
+one of three kinds (:class:`Kind`), all in one table (:data:`KIND_OF`):
 
-- *not checked*: the row's subject is there but its signal is not (the board
-  or driver lacks the reading, a reader is switched off or failing, the
-  kernel has no PSI, GPU memory is held by processes NVML does not list);
-  such a gap makes the verdict "checked only in part";
+- a *gap*: the check could not run now, and a working exporter on this
+  hardware should close it (a reader switched off or failing, NVML refusing
+  the exporter, a reading that failed, a GPU still settling or lost, the
+  kernel's figures missing, GPU memory held by processes NVML does not list);
+  such a gap makes the verdict "checked only in part" (``diagnose`` exits 5,
+  node conditions are Unknown) and is counted by ``gpu_diagnosis_not_judged``;
+- *unavailable*: the board or driver does not offer what the check reads
+  (NVML answered NOT_SUPPORTED, or the driver branch lacks the function: the
+  recovery action before R565, GPM before Hopper, utilization samples,
+  application clocks): a fact of the node, said with the board and driver it
+  holds for, never a reason for "checked only in part";
 - *nothing to check*: the row's subject is absent (no process uses the GPU,
   no workload on it runs under a CPU limit, no kubelet allocates it, a GPU
   without NVLink has no NVSwitch fabric, a board without fans has no fan to
@@ -29,15 +36,16 @@ A lost GPU is one gap: nothing but its loss can be read from it.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum, StrEnum, auto
 from typing import Any, cast
 
 from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.diagnosis.rules import RULES, Trend
 from gpu_exporter.diagnosis.signals import READER_OF_SIGNAL, GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
+from gpu_exporter.readings import GpuReading
 from gpu_exporter.snapshot import Slot, Snapshot
 from gpu_exporter.thresholds import DiagnosisConfig
 
@@ -91,20 +99,124 @@ NOTHING_JUDGED = "its rule found nothing to judge"
 EVERY_CHECK = "every check"
 
 
+class Kind(StrEnum):
+    """What a row that could not be judged says of the node."""
+
+    # Could not now: a working exporter on this hardware should close it (a
+    # reader switched off or failing, permission refused, a GPU still
+    # settling or lost, a reading that failed): the verdict is "checked only
+    # in part" (exit 5, node conditions Unknown).
+    GAP = "gap"
+    # The board or driver does not offer it (NVML answered NOT_SUPPORTED, or
+    # this driver branch lacks the function): a fact of the node, listed as
+    # such, never a reason for "checked only in part".
+    UNAVAILABLE = "unavailable"
+    # The row's subject is absent (no process, no fan, no NVLink): it ran
+    # and found nothing it could be about.
+    NO_SUBJECT = "nothing_to_check"
+
+
+class Why(Enum):
+    """Each reason a row can go unjudged for, as _explain finds it."""
+
+    GPU_LOST = auto()
+    RULE_FAILED = auto()
+    NOTHING_JUDGED = auto()
+    READER_OFF = auto()
+    READER_FAILING = auto()
+    PERSISTENCE_NOT_EXPECTED = auto()
+    NO_KUBELET = auto()
+    PROCESSES_UNLISTED = auto()
+    NO_PROCESS = auto()
+    PROCESS_NOT_READ = auto()
+    NO_CPU_LIMIT = auto()
+    WORKLOAD_NOT_READ = auto()
+    HOST_NOT_READ = auto()
+    GPM_PENDING = auto()
+    GPM_NOT_OFFERED = auto()
+    GPM_NOT_READ = auto()
+    SAMPLES_NOT_OFFERED = auto()
+    SAMPLES_NOT_READ = auto()
+    NO_PCI_SYSFS = auto()
+    PCI_SYSFS_NOT_READ = auto()
+    NVML_NOT_OFFERED = auto()
+    NVML_REFUSED = auto()
+    NVML_NOT_READ = auto()
+    NO_FAN = auto()
+    NO_NVLINK = auto()
+    OTHER_NOT_READ = auto()
+
+
+# The one place each reason is classed: the verdict, /diagnosis, the node
+# page, the node conditions and gpu_diagnosis_not_judged all follow it.
+KIND_OF: dict[Why, Kind] = {
+    Why.GPU_LOST: Kind.GAP,
+    Why.RULE_FAILED: Kind.GAP,
+    Why.NOTHING_JUDGED: Kind.GAP,
+    Why.READER_OFF: Kind.GAP,
+    Why.READER_FAILING: Kind.GAP,
+    Why.PERSISTENCE_NOT_EXPECTED: Kind.NO_SUBJECT,
+    Why.NO_KUBELET: Kind.NO_SUBJECT,
+    Why.PROCESSES_UNLISTED: Kind.GAP,
+    Why.NO_PROCESS: Kind.NO_SUBJECT,
+    Why.PROCESS_NOT_READ: Kind.GAP,
+    Why.NO_CPU_LIMIT: Kind.NO_SUBJECT,
+    Why.WORKLOAD_NOT_READ: Kind.GAP,
+    # The kernel's figures (/proc, PSI): a setting of the node's kernel or
+    # mounts that its operator can change, not a fact of the board.
+    Why.HOST_NOT_READ: Kind.GAP,
+    Why.GPM_PENDING: Kind.GAP,
+    Why.GPM_NOT_OFFERED: Kind.UNAVAILABLE,
+    Why.GPM_NOT_READ: Kind.GAP,
+    Why.SAMPLES_NOT_OFFERED: Kind.UNAVAILABLE,
+    Why.SAMPLES_NOT_READ: Kind.GAP,
+    Why.NO_PCI_SYSFS: Kind.GAP,
+    Why.PCI_SYSFS_NOT_READ: Kind.GAP,
+    Why.NVML_NOT_OFFERED: Kind.UNAVAILABLE,
+    Why.NVML_REFUSED: Kind.GAP,
+    Why.NVML_NOT_READ: Kind.GAP,
+    Why.NO_FAN: Kind.NO_SUBJECT,
+    Why.NO_NVLINK: Kind.NO_SUBJECT,
+    Why.OTHER_NOT_READ: Kind.GAP,
+}
+if set(KIND_OF) != set(Why):
+    raise ImportError("coverage: every reason needs its kind: "
+                      + ", ".join(sorted(w.name for w in set(Why) - set(KIND_OF))))
+
+
 @dataclass(frozen=True, slots=True)
 class Gap:
-    """Why one row could not be judged on one GPU."""
+    """Why one row could not be judged on one GPU. ``on``: for a check the
+    board or driver does not offer, which ("NVIDIA H100 80GB HBM3 / driver
+    R550"); else ""."""
 
     gpu: int
     row: Row
     reason: str
-    checkable: bool  # the subject is there: a check that could not run
+    kind: Kind
+    on: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class _Reason:
     text: str
-    checkable: bool
+    why: Why
+
+    @property
+    def kind(self) -> Kind:
+        return KIND_OF[self.why]
+
+
+def driver_branch(version: str) -> str:
+    """``R550`` for driver 550.163.01; the version as it is where it has no
+    major number."""
+    major = version.split(".", 1)[0]
+    return f"R{major}" if major.isdigit() else version or "an unknown driver"
+
+
+def board_and_driver(gpu: GpuReading) -> str:
+    """``NVIDIA H100 80GB HBM3 / driver R550``: where a check is not offered."""
+    return f"{gpu.name or 'this board'} / driver {driver_branch(gpu.driver_version)}"
 
 
 # --- what a rule read and found absent ---------------------------------------------------
@@ -188,9 +300,22 @@ class _Context:
 
 def _reader_gap(reader: str, ctx: _Context) -> _Reason:
     if reader in ctx.switched_off:
-        return _Reason(f"the {reader} reader is switched off (--no-collector.{reader})", True)
+        return _Reason(f"the {reader} reader is switched off (--no-collector.{reader})",
+                       Why.READER_OFF)
     return _Reason(f"the {reader} reader did not run this poll (failing: see "
-                   f'gpu_exporter_collector_success{{collector="{reader}"}} and the log)', True)
+                   f'gpu_exporter_collector_success{{collector="{reader}"}} and the log)',
+                   Why.READER_FAILING)
+
+
+def _nvml_reason(name: str, words: str, gpu: GpuReading) -> _Reason:
+    """What NVML did not give under ``name`` (as GpuReading.unavailable names
+    it): not offered on this board and driver, refused, or not read now."""
+    if name in gpu.unavailable:
+        return _Reason(_NVML + words, Why.NVML_NOT_OFFERED)
+    if name in gpu.refused:
+        return _Reason(f"NVML refuses {words} to the exporter (no permission: run it with "
+                       "access to the NVIDIA device nodes)", Why.NVML_REFUSED)
+    return _Reason(_NVML + words, Why.NVML_NOT_READ)
 
 
 def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
@@ -199,7 +324,7 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
     if path.startswith("cfg."):
         if path == "cfg.expect_persistence" and value is False:
             return _Reason("persistence mode is not expected (diagnosis.expect_persistence: "
-                           "false)", False)
+                           "false)", Why.PERSISTENCE_NOT_EXPECTED)
         return None
     if path == "gpu_instance":
         return None  # a whole GPU, not a MIG instance: data, not absence
@@ -210,73 +335,91 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
     if value is False:
         if path == "allocations_known":
             return _Reason("no kubelet allocates this GPU (not a Kubernetes node, or its pod "
-                           "resources socket is not mounted)", False)
+                           "resources socket is not mounted)", Why.NO_KUBELET)
         return None
     if head == "processes":
         if path == "processes":  # none listed
             used = ctx.sig.memory_used_ratio
             if used is not None and used > ctx.cfg.memory_held_ratio:
                 return _Reason("GPU memory is held but NVML lists no process on it (another "
-                               "PID namespace, or no permission)", True)
-            return _Reason("no process is using this GPU", False)
+                               "PID namespace, or no permission)", Why.PROCESSES_UNLISTED)
+            return _Reason("no process is using this GPU", Why.NO_PROCESS)
         field = path.rsplit(".", 1)[-1]
-        return _Reason(_PROCESS_WORDS.get(field, f"no {field} read for its processes"), True)
+        return _Reason(_PROCESS_WORDS.get(field, f"no {field} read for its processes"),
+                       Why.PROCESS_NOT_READ)
     if head == "workloads":
         unread = [w.problem for w in ctx.sig.workloads if w.problem is not None]
         if unread:  # a workload is there, its cgroup could not be read: a gap
             return _Reason(f"its workload's cgroup signals could not be read: {unread[0]}", True)
         if path == "workloads" or path.endswith(".cpu_limit_cores"):
-            return _Reason("no workload on this GPU runs under a CPU limit", False)
+            return _Reason("no workload on this GPU runs under a CPU limit", Why.NO_CPU_LIMIT)
         field = path.rsplit(".", 1)[-1]
-        return _Reason(f"its workload's {field.replace('_', ' ')} is not read yet", True)
+        return _Reason(f"its workload's {field.replace('_', ' ')} is not read yet",
+                       Why.WORKLOAD_NOT_READ)
     if isinstance(value, list | tuple):
         return None  # an empty list that is not a missing subject (no owner, no Xid)
     if head == "host":
         field = path.rsplit(".", 1)[-1]
         return _Reason(_HOST_WORDS.get(field, f"no host {field.replace('_', ' ')} reading"),
-                       True)
+                       Why.HOST_NOT_READ)
+    gpu = ctx.sig.gpu
     if head == "sm_active":
         if ctx.sig.gpm_pending:
             return _Reason("GPM's first ratio is on its way (two samples "
-                           f"{SAMPLES_EVERY_S:g} s apart)", True)
-        return _Reason("NVML gives no GPM metrics (Hopper and newer, drivers R525 and newer)",
-                       True)
+                           f"{SAMPLES_EVERY_S:g} s apart)", Why.GPM_PENDING)
+        if head in gpu.unavailable:
+            return _Reason("NVML gives no GPM metrics (Hopper and newer, drivers R525 and "
+                           "newer)", Why.GPM_NOT_OFFERED)
+        return _Reason("NVML gave no GPM metrics this poll", Why.GPM_NOT_READ)
     if head == "util_samples":
-        return _Reason("NVML gives no utilization samples (nvmlDeviceGetSamples)", True)
+        if head in gpu.unavailable:
+            return _Reason("NVML gives no utilization samples (nvmlDeviceGetSamples)",
+                           Why.SAMPLES_NOT_OFFERED)
+        return _Reason("NVML gave no new utilization samples (nvmlDeviceGetSamples) this "
+                       "poll", Why.SAMPLES_NOT_READ)
     if head == "pcie":
         if path == "pcie":
-            return _Reason("no sysfs entry for its PCI device", True)
+            return _Reason("no sysfs entry for its PCI device", Why.NO_PCI_SYSFS)
         return _Reason("no PCIe AER error counts in sysfs" if path.endswith("aer_correctable")
-                       else f"no {path.rsplit('.', 1)[-1].replace('_', ' ')} in sysfs", True)
+                       else f"no {path.rsplit('.', 1)[-1].replace('_', ' ')} in sysfs",
+                       Why.PCI_SYSFS_NOT_READ)
     if head in ("gpu", "memory_used_ratio"):
-        field = path.rsplit(".", 1)[-1].split("[", 1)[0]
-        if field == "fan_speeds" and ctx.sig.gpu.fan_count == 0:
-            return _Reason("NVML counts no fan on this GPU (cooled by the chassis)", False)
+        name = path.removeprefix("gpu.")
+        field = name.split("[", 1)[0]
+        if field == "fan_speeds" and gpu.fan_count == 0:
+            return _Reason("NVML counts no fan on this GPU (cooled by the chassis)", Why.NO_FAN)
         if field == "fabric_state" and ctx.sig.nvlink_links == 0:
             return _Reason("NVML counts no NVLink on this GPU, so it is in no NVSwitch fabric",
-                           False)
-        return _Reason(_NVML + _NVML_WORDS.get(field, field.replace("_", " ")), True)
-    return _Reason(f"no {path} reading", True)
+                           Why.NO_NVLINK)
+        words = _NVML_WORDS.get(field, field.replace("_", " "))
+        if head == "memory_used_ratio":
+            name = "memory_used_bytes"
+        return _nvml_reason(name, words, gpu)
+    return _Reason(f"no {path} reading", Why.OTHER_NOT_READ)
 
 
 def _row_reason(row: Row, sig: GpuSignals, ctx: _Context) -> _Reason:
     """Why ``row`` could not be judged on ``sig``'s GPU, in one reason."""
     if not sig.gpu.up:
-        return _Reason(LOST, True)
+        return _Reason(LOST, Why.GPU_LOST)
     reads = _absent_reads(row, sig, ctx.cfg)
     if isinstance(reads, str):
-        return _Reason(reads, True)
+        return _Reason(reads, Why.RULE_FAILED)
     found: list[_Reason] = []
     for path, value in reads.items():
         reason = _explain(path, value, ctx)
         if reason is not None and reason not in found:
             found.append(reason)
     if not found:
-        return _Reason(NOTHING_JUDGED, True)
-    # A row with a check that could not run is not checked, whatever else
-    # it also found absent.
-    kept = [r for r in found if r.checkable] or found
-    return _Reason(_joined([r.text for r in kept]), kept[0].checkable)
+        return _Reason(NOTHING_JUDGED, Why.NOTHING_JUDGED)
+    # A row with a check that could not run now is not checked, whatever
+    # else it also found absent; one the board or driver does not offer is
+    # not offered, whatever subject it also lacks.
+    for kind in (Kind.GAP, Kind.UNAVAILABLE, Kind.NO_SUBJECT):
+        kept = [r for r in found if r.kind is kind]
+        if kept:
+            return _Reason(_joined([r.text for r in kept]), kept[0].why)
+    raise AssertionError("unreachable: every reason has a kind")
 
 
 def _joined(texts: Sequence[str]) -> str:
@@ -289,42 +432,64 @@ def _joined(texts: Sequence[str]) -> str:
 
 # --- what the engine publishes -----------------------------------------------------------
 
+# The longest a GPU's reasons are kept while nothing they turn on changed: a
+# reason that changes on its own (a process's first CPU time read) is said
+# within this long.
+REASONS_KEPT_S = 30.0
+
+
+class Reasons:
+    """Per GPU, why each row the engine could not judge went unjudged. The
+    reasons decide the verdict and gpu_diagnosis_not_judged, so the engine
+    asks every poll; they are worked out (each such row's rule run once more,
+    traced) only when the GPU's unjudged rows or what their reasons turn on
+    changed, and at least every REASONS_KEPT_S: a steady node pays nothing
+    per poll."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[tuple[object, ...], float, tuple[Gap, ...]]] = {}
+
+    def of(self, sig: GpuSignals, rows: Sequence[Row], cfg: DiagnosisConfig,
+           missing: Sequence[str], switched_off: Sequence[str], now: float) -> tuple[Gap, ...]:
+        if not rows:
+            self._held.pop(sig.index, None)
+            return ()
+        gpu = sig.gpu
+        used = sig.memory_used_ratio
+        key = (tuple(rows), tuple(missing), tuple(switched_off), cfg, gpu.up, sig.gpm_pending,
+               gpu.unavailable, gpu.refused, gpu.fan_count, gpu.name, gpu.driver_version,
+               sig.nvlink_links, len(sig.processes), len(sig.workloads),
+               sig.allocations_known, used is not None and used > cfg.memory_held_ratio)
+        held = self._held.get(sig.index)
+        if held is not None and held[0] == key and now - held[1] < REASONS_KEPT_S:
+            return held[2]
+        ctx = _Context(sig, cfg, missing, switched_off)
+        gaps = []
+        for row in rows:
+            reason = _row_reason(row, sig, ctx)
+            on = board_and_driver(gpu) if reason.kind is Kind.UNAVAILABLE else ""
+            gaps.append(Gap(sig.index, row, reason.text, reason.kind, on))
+        self._held[sig.index] = (key, now, tuple(gaps))
+        return self._held[sig.index][2]
+
+    def forget(self, keep: Iterable[int]) -> None:
+        """Drop the GPUs not in ``keep`` (gone from the node)."""
+        kept = set(keep)
+        for index in [i for i in self._held if i not in kept]:
+            del self._held[index]
+
+
+@dataclass(frozen=True, slots=True)
 class Coverage:
     """One poll's record of what the diagnosis could not judge (published by
-    the engine in :data:`COVERAGE`): the rows per GPU, the signals they were
-    judged on, and the GPUs whose judged rows have not yet had their window.
-    The reasons are worked out on first use."""
+    the engine in :data:`COVERAGE`): each unjudged row and GPU with its
+    reason, and the GPUs whose judged rows have not yet had their window
+    (GPU -> seconds until they have)."""
 
-    def __init__(self, gpus: Sequence[int], unjudged: Mapping[int, Sequence[Row]],
-                 signals: Mapping[int, GpuSignals], settling: Mapping[int, float],
-                 cfg: DiagnosisConfig, missing: Sequence[str],
-                 switched_off: Sequence[str]) -> None:
-        self.gpus = tuple(gpus)
-        self.unjudged = unjudged
-        self.settling = settling  # GPU -> seconds until its judged rows had their window
-        self.window = cfg.window
-        self._signals = signals
-        self._cfg = cfg
-        self._missing = tuple(missing)
-        self._switched_off = tuple(switched_off)
-        self._gaps: tuple[Gap, ...] | None = None
-        self._lock = threading.Lock()
-
-    def gaps(self) -> tuple[Gap, ...]:
-        with self._lock:
-            if self._gaps is None:
-                out = []
-                for gpu in self.gpus:
-                    rows = self.unjudged.get(gpu, ())
-                    if not rows:
-                        continue
-                    ctx = _Context(self._signals[gpu], self._cfg, self._missing,
-                                   self._switched_off)
-                    for row in rows:
-                        reason = _row_reason(row, ctx.sig, ctx)
-                        out.append(Gap(gpu, row, reason.text, reason.checkable))
-                self._gaps = tuple(out)
-            return self._gaps
+    gpus: tuple[int, ...]
+    gaps: tuple[Gap, ...]
+    settling: Mapping[int, float]
+    window: float
 
 
 COVERAGE: Slot[Coverage] = Slot("diagnosis_coverage")
@@ -334,12 +499,13 @@ COVERAGE: Slot[Coverage] = Slot("diagnosis_coverage")
 
 def group(gaps: Iterable[Gap]) -> list[dict[str, Any]]:
     """Gaps grouped so an 8-GPU node reads in a few lines: one entry per
-    reason and set of GPUs, with the checks it left out (in table order)."""
-    by_reason: dict[str, dict[Row, set[int]]] = {}
+    reason (and board and driver, for a check not offered) and set of GPUs,
+    with the checks it left out (in table order)."""
+    by_reason: dict[tuple[str, str], dict[Row, set[int]]] = {}
     for g in gaps:
-        by_reason.setdefault(g.reason, {}).setdefault(g.row, set()).add(g.gpu)
+        by_reason.setdefault((g.reason, g.on), {}).setdefault(g.row, set()).add(g.gpu)
     order = {row: i for i, row in enumerate(ROWS)}
-    groups: list[tuple[list[int], str, list[Row]]] = []
+    groups: list[tuple[list[int], tuple[str, str], list[Row]]] = []
     for reason, rows in by_reason.items():
         by_gpus: dict[frozenset[int], list[Row]] = {}
         for row, on in rows.items():
@@ -348,16 +514,19 @@ def group(gaps: Iterable[Gap]) -> list[dict[str, Any]]:
                    for on, group_rows in by_gpus.items()]
     # The widest first (a whole node's board or driver), then by GPU and row.
     groups.sort(key=lambda g: (-len(g[0]), g[0], order[g[2][0]]))
-    return [{"gpus": [str(i) for i in on], "reason": reason, "checks": [r.key for r in rows]}
-            for on, reason, rows in groups]
+    return [{"gpus": [str(i) for i in on], "reason": reason,
+             **({"on": board} if board else {}), "checks": [r.key for r in rows]}
+            for on, (reason, board), rows in groups]
 
 
-def answer(snap: Snapshot, diagnosis_on: bool | None = None) -> dict[str, Any]:
+def answer(snap: Snapshot) -> dict[str, Any]:
     """The ``coverage`` object of /diagnosis: ``complete`` only when every
-    row was judged on every GPU and each had its window; otherwise the checks
-    that could not run, grouped by reason, and the GPUs still settling.
-    ``nothing_to_check`` lists the rows whose subject is absent (never a
-    reason for "checked only in part")."""
+    check this node's boards and driver offer was judged on every GPU and
+    each had its window; otherwise the checks that could not run now
+    (``not_checked``), grouped by reason, and the GPUs still settling.
+    ``not_available`` lists the checks a board or the driver does not offer
+    (``on`` names them), ``nothing_to_check`` the rows whose subject is
+    absent: neither is ever a reason for "checked only in part"."""
     cov = snap.derived(COVERAGE)
     gpus = sorted((snap.readings.gpus or {}).keys())
     if cov is None:
@@ -367,9 +536,8 @@ def answer(snap: Snapshot, diagnosis_on: bool | None = None) -> dict[str, Any]:
         return {"complete": False, "checks_per_gpu": len(ROWS), "window_seconds": None,
                 "not_checked": [{"gpus": [str(i) for i in gpus], "reason": why,
                                  "checks": [EVERY_CHECK]}],
-                "nothing_to_check": [], "settling": None}
-    gaps = cov.gaps()
-    not_checked = group(g for g in gaps if g.checkable)
+                "not_available": [], "nothing_to_check": [], "settling": None}
+    not_checked = group(g for g in cov.gaps if g.kind is Kind.GAP)
     settling = None
     if cov.settling:
         settling = {"gpus": [str(i) for i in sorted(cov.settling)],
@@ -377,7 +545,8 @@ def answer(snap: Snapshot, diagnosis_on: bool | None = None) -> dict[str, Any]:
     return {"complete": not not_checked and settling is None,
             "checks_per_gpu": len(ROWS), "window_seconds": cov.window,
             "not_checked": not_checked,
-            "nothing_to_check": group(g for g in gaps if not g.checkable),
+            "not_available": group(g for g in cov.gaps if g.kind is Kind.UNAVAILABLE),
+            "nothing_to_check": group(g for g in cov.gaps if g.kind is Kind.NO_SUBJECT),
             "settling": settling}
 
 
@@ -432,10 +601,24 @@ def incomplete(data: Mapping[str, Any]) -> bool:
     return cov.get("complete") is not True
 
 
-def not_checked(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def entries(data: Mapping[str, Any], section: str) -> list[Mapping[str, Any]]:
+    """The groups of a /diagnosis answer's coverage ``section``
+    (not_checked, not_available, nothing_to_check); none where it has none."""
     cov = data.get("coverage")
-    entries = cov.get("not_checked") if isinstance(cov, Mapping) else None
-    return [e for e in entries or () if isinstance(e, Mapping)]
+    found = cov.get(section) if isinstance(cov, Mapping) else None
+    return [e for e in found or () if isinstance(e, Mapping)]
+
+
+def reason_text(entry: Mapping[str, Any]) -> str:
+    """A group's reason as people read it; for a check not offered, where
+    ("not available on NVIDIA T4 / driver R550: NVML gives no GPM metrics ...")."""
+    on = entry.get("on")
+    reason = str(entry.get("reason"))
+    return f"not available on {on}: {reason}" if on else reason
+
+
+def not_checked(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return entries(data, "not_checked")
 
 
 def unchecked_keys(data: Mapping[str, Any]) -> set[str]:
@@ -443,5 +626,6 @@ def unchecked_keys(data: Mapping[str, Any]) -> set[str]:
     return {str(k) for e in not_checked(data) for k in e.get("checks") or ()}
 
 
-__all__ = ["COVERAGE", "EVERY_CHECK", "Coverage", "Gap", "answer", "checks_text", "gpu_list",
-           "group", "incomplete", "not_checked", "unchecked_keys"]
+__all__ = ["COVERAGE", "EVERY_CHECK", "KIND_OF", "Coverage", "Gap", "Kind", "Reasons", "Why",
+           "answer", "board_and_driver", "checks_text", "driver_branch", "entries", "gpu_list",
+           "group", "incomplete", "not_checked", "reason_text", "unchecked_keys"]

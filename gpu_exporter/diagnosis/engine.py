@@ -19,7 +19,7 @@ from typing import Self
 
 from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.config import Settings
-from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage
+from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage, Gap, Kind, Reasons
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Rule, Trend, Verdict
@@ -215,6 +215,9 @@ class Diagnosis(Derivation):
         self._last_owners: dict[str, tuple[GpuOwner, ...]] = {}
         self._errors = 0
         self._failing: set[str] = set()
+        # Why the rows it could not judge went unjudged (coverage.py).
+        self._reasons = Reasons()
+        self._row_at = {row: i for i, row in enumerate(ROWS)}
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -273,9 +276,20 @@ class Diagnosis(Derivation):
                                    (gpu, uuid, judged.row.symptom, judged.row.cause), on)
         gpus = [s for s in signals if s.gpu_instance is None]
         out.publish(FINDINGS, tuple(sort_findings(findings)))
-        out.publish(COVERAGE, Coverage([s.index for s in gpus], unjudged,
-                                       {s.index: s for s in gpus}, settling, self.cfg,
-                                       missing, self.switched_off))
+        gaps: list[Gap] = []
+        for sig in gpus:
+            gaps += self._reasons.of(sig, unjudged.get(sig.index, ()), self.cfg, missing,
+                                     self.switched_off, now)
+        self._reasons.forget(s.index for s in gpus)
+        # Only a row that could not be judged now is "not judged": one the
+        # board or driver does not offer, or whose subject is absent, is a
+        # fact of the node, as in the verdict (``diagnose``, /diagnosis).
+        for gap in gaps:
+            if gap.kind is Kind.GAP:
+                state = self._states[gap.gpu, None][self._row_at[gap.row]]
+                out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
+        out.publish(COVERAGE, Coverage(tuple(s.index for s in gpus), tuple(gaps), settling,
+                                       self.cfg.window))
 
     def _evaluate(self, sig: GpuSignals, now: float, wall: float, out: SnapshotBuilder,
                   unjudged: list[Row], settling: dict[int, float]) -> list[Finding]:
@@ -309,8 +323,8 @@ class Diagnosis(Derivation):
                     self._failing.discard(j.key)
             if verdict.holds is None and sig.gpu_instance is None:
                 # The board, the driver or a missing reader leaves the rule
-                # nothing to judge: its 0 means unknown, not healthy.
-                out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
+                # nothing to judge: its 0 means unknown, not healthy
+                # (gpu_diagnosis_not_judged, once coverage says why).
                 unjudged.append(row)
                 state.judged_since = None
                 # Its readings may be on their way (a sampled reader's first

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device, Nvml
 from gpu_exporter.nvml.errors import NvmlError, Return
 
@@ -120,6 +121,13 @@ class Identity:
     vbios_version: str = ""
     architecture: str = ""
     compute_capability: str = ""
+
+
+# Keys of Gpu.unsupported that more than one reader asks about: the GPM and
+# sampling readers record them, the device reader reports them with the GPU's
+# reading (what the board or driver does not offer, for the diagnosis).
+GPM_KEY = "gpm"
+UTILIZATION_SAMPLES_KEY = f"samples_{c.SAMPLING_GPU_UTILIZATION}"
 
 
 @dataclass

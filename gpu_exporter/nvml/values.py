@@ -164,6 +164,25 @@ def _call(gpu: Gpu, device: Device, source: Source) -> Any:
     return None
 
 
+def offered(gpu: Gpu, source: Source) -> bool | None:
+    """Whether NVML offers ``source`` on this GPU: False where every route to
+    it is absent for good (its field and each of its calls answered
+    NOT_SUPPORTED, or this driver lacks the symbol: a fact of the board and
+    driver), None where NVML refused one of them (NO_PERMISSION: a matter of
+    the exporter's access, not of the board), True otherwise (read, or failed
+    only this once)."""
+    unsupported, denied = gpu.unsupported, gpu.denied
+    keys = [source.call_key(i) for i in range(len(source.calls))]
+    if source.field is not None:
+        keys.append(source.field_key)
+    if any(key in denied for key in keys) or (source.field is not None
+                                              and "field_values" in denied):
+        return None
+    field_gone = (source.field is None or source.field_key in unsupported
+                  or "field_values" in unsupported)
+    return not (field_gone and all(key in unsupported for key in keys[:len(source.calls)]))
+
+
 def fields(gpu: Gpu, device: Device, request: Sequence[tuple[int, int]]) -> Answers | None:
     """One nvmlDeviceGetFieldValues call of its own (None where it failed)."""
     return gpu.read("field_values", device.scoped_field_values, tuple(request))

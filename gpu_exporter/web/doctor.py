@@ -454,11 +454,12 @@ def _placeholders(f: Finding, r: GpuReading,
 
 def _coverage(cov: Mapping[str, Any]) -> str:
     """The checks that could not run, one item per reason and set of GPUs; the
-    GPUs still settling; and, folded, the checks that had nothing to check."""
+    GPUs still settling; and, folded, the checks the boards or driver do not
+    offer and those that had nothing to check."""
     def item(entry: Mapping[str, Any]) -> str:
         return (f"<li>{_text(coverage.gpu_list(entry['gpus']))}: "
                 f"<code>{_text(coverage.checks_text(entry['checks']))}</code>: "
-                f"{_text(entry['reason'])}</li>")
+                f"{_text(coverage.reason_text(entry))}</li>")
 
     items = []
     settling = cov.get("settling")
@@ -472,6 +473,10 @@ def _coverage(cov: Mapping[str, Any]) -> str:
         out = ('<section class="wrong" id="coverage"><h2>Checked only in part</h2>'
                "<p>These checks could not run: finding nothing in the others says nothing "
                f"about them.</p><ul>{''.join(items)}</ul></section>")
+    offered = [item(e) for e in cov["not_available"]]
+    if offered:
+        out += ('<details class="muted wrong"><summary>Checks this node\'s boards or driver do '
+                f"not offer ({len(offered)})</summary><ul>{''.join(offered)}</ul></details>")
     quiet = [item(e) for e in cov["nothing_to_check"]]
     if quiet:
         out += ('<details class="muted wrong"><summary>Checks with nothing to check on this '

@@ -102,10 +102,12 @@ def node_dashboard(config: AlertConfig) -> dm.Dashboard:
         Steps(RED, ((1, GREEN),)), Layout(3, 6))).mappings(on_off("DOWN", "OK", GREEN)))
     b = b.with_panel(single(Common(
         "Not judged here",
-        "How many rows of the diagnosis table the exporter cannot judge on the selected GPUs "
-        "(gpu_diagnosis_not_judged): the board or driver does not give what the rule reads, "
-        "e.g. no GPM before Hopper for utilization_inflated. Their 0 means unknown, not OK; "
-        "the table beside lists them.",
+        "How many rows of the diagnosis table the exporter could not judge now on the "
+        "selected GPUs (gpu_diagnosis_not_judged): a reader switched off or failing, "
+        "permission refused, a GPU settling or lost. Their 0 means unknown, not OK; the table "
+        "beside lists them. A check the board or driver does not offer (no GPM before "
+        "Hopper, no recovery action before R565) is a fact of the node, not counted here: "
+        "gpu-exporter diagnose and the node page list it.",
         "short", [Q(f"count(gpu_diagnosis_not_judged{{{GPU}}} == 1) or vector(0)",
                     "not judged", instant=True)],
         Steps(GREEN, ((1, BLUE),)), Layout(3, 6))))
