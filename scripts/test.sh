@@ -23,6 +23,8 @@ echo "==> installing the exporter and its test tools into .venv"
 # Debian's chromium and chromedriver for the node page's browser test, unpacked
 # into .tools/chromium the same way.
 ./scripts/fetch-chromium.sh
+# Debian's runc for the real-kernel test's long form (tests/kernel/), the same way.
+./scripts/fetch-runc.sh
 export PATH="$root/.tools/bin:$PATH"
 
 echo "==> ruff"

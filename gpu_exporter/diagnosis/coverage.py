@@ -131,6 +131,7 @@ class Why(Enum):
     PROCESS_NOT_READ = auto()
     NO_CPU_LIMIT = auto()
     WORKLOAD_NOT_READ = auto()
+    WORKLOAD_CGROUP_UNREAD = auto()
     HOST_NOT_READ = auto()
     GPM_PENDING = auto()
     GPM_NOT_OFFERED = auto()
@@ -160,6 +161,7 @@ KIND_OF: dict[Why, Kind] = {
     Why.PROCESSES_UNLISTED: Kind.GAP,
     Why.NO_PROCESS: Kind.NO_SUBJECT,
     Why.PROCESS_NOT_READ: Kind.GAP,
+    Why.WORKLOAD_CGROUP_UNREAD: Kind.GAP,
     Why.NO_CPU_LIMIT: Kind.NO_SUBJECT,
     Why.WORKLOAD_NOT_READ: Kind.GAP,
     # The kernel's figures (/proc, PSI): a setting of the node's kernel or
@@ -350,7 +352,8 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
     if head == "workloads":
         unread = [w.problem for w in ctx.sig.workloads if w.problem is not None]
         if unread:  # a workload is there, its cgroup could not be read: a gap
-            return _Reason(f"its workload's cgroup signals could not be read: {unread[0]}", True)
+            return _Reason(f"its workload's cgroup signals could not be read: {unread[0]}",
+                           Why.WORKLOAD_CGROUP_UNREAD)
         if path == "workloads" or path.endswith(".cpu_limit_cores"):
             return _Reason("no workload on this GPU runs under a CPU limit", Why.NO_CPU_LIMIT)
         field = path.rsplit(".", 1)[-1]

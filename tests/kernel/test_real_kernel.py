@@ -205,33 +205,98 @@ class Daemon:
     run: PodRun
 
 
+def daemon_args(run: PodRun, port: int) -> list[str]:
+    """The chart's flags, and what only a test changes: where it listens (no
+    network namespace here: never all interfaces), NVML simulated, a short
+    diagnosis window."""
+    args = [a for a in run.args if not a.startswith("--web.listen-address")]
+    return [*args, f"--web.listen-address=127.0.0.1:{port}", "--simulate=/tmp/scenario.yaml",
+            "--config.file=/tmp/config.yml", "--poll.interval=1s"]
+
+
+def daemon_files(node: Node) -> dict[str, str]:
+    pids = [node.workloads[k].pid for k in ("throttled", "asleep", "memory", "slurm")]
+    return {"/tmp/scenario.yaml": scenario(pids),
+            "/tmp/config.yml": "diagnosis:\n  window: 10s\n  clear_after: 10s\n"}
+
+
+# What the pod's root holds besides its mounts: the system's programs and
+# libraries, the exporter's checkout (its virtual environment) and Python.
+KEEP = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", str(ROOT),
+        *sorted({sys.base_prefix, os.path.realpath(sys.base_prefix)})]
+ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+EXPORTER_BIN = str(Path(sys.executable).with_name("gpu-exporter"))
+
+
 def start_daemon(node: Node, run: PodRun, name: str) -> Daemon:
     port = free_port()
     root = node.tmp / f"root-{name}"
     root.mkdir()
-    pids = [node.workloads[k].pid for k in ("throttled", "asleep", "memory", "slurm")]
-    # The chart's flags, and what only a test changes: where it listens (no
-    # network namespace here: never all interfaces), NVML simulated, a short
-    # diagnosis window.
-    args = [a for a in run.args if not a.startswith("--web.listen-address")]
-    args += [f"--web.listen-address=127.0.0.1:{port}", "--simulate=/tmp/scenario.yaml",
-             "--config.file=/tmp/config.yml", "--poll.interval=1s"]
     exporter_cgroups = [str(node.cgroups.make(h, f"{pod_cgroup(EXPORTER)}-{name}"))
                         for h in node.cgroups.hierarchies()]
-    python_homes = sorted({sys.base_prefix, os.path.realpath(sys.base_prefix)})
     spec = {
-        "cgroups": exporter_cgroups, "root": str(root),
-        "keep": ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", str(ROOT), *python_homes],
-        "mounts": run.mounts, "tmpfs": run.tmpfs,
-        "files": {"/tmp/scenario.yaml": scenario(pids),
-                  "/tmp/config.yml": "diagnosis:\n  window: 10s\n  clear_after: 10s\n"},
-        "uid": run.uid, "gid": run.gid, "cwd": str(ROOT),
-        "env": {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"},
-        "argv": [str(Path(sys.executable).with_name("gpu-exporter")), *args]}
+        "cgroups": exporter_cgroups, "root": str(root), "keep": KEEP,
+        "mounts": run.mounts, "tmpfs": run.tmpfs, "files": daemon_files(node),
+        "uid": run.uid, "gid": run.gid, "cwd": str(ROOT), "env": ENV,
+        "argv": [EXPORTER_BIN, *daemon_args(run, port)]}
     spec_file = node.tmp / f"spec-{name}.json"
     spec_file.write_text(json.dumps(spec))
     proc = subprocess.Popen([sys.executable, str(SANDBOX), str(spec_file)], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return Daemon(f"http://127.0.0.1:{port}", proc, run)
+
+
+def oci_config(node: Node, run: PodRun, name: str, port: int) -> dict[str, Any]:
+    """The OCI runtime config a CRI runtime would hand runc for the chart's
+    pod: its user with no capability, a read-only root, the pod's mounts,
+    its own mount and cgroup namespaces, the host's PID namespace."""
+    files = node.tmp / f"files-{name}"
+    files.mkdir()
+    mounts: list[dict[str, Any]] = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+         "options": ["nosuid", "noexec", "nodev", "ro"]},
+        *({"destination": p, "type": "bind", "source": p, "options": ["rbind", "ro"]}
+          for p in KEEP if os.path.isdir(p) and not os.path.islink(p)),
+        *({"destination": p, "type": "tmpfs", "source": "tmpfs",
+           "options": ["nosuid", "nodev", "mode=1777", "size=16m"]} for p in run.tmpfs),
+        *({"destination": inside, "type": "bind", "source": host,
+           "options": ["rbind", "ro" if ro else "rw"]} for host, inside, ro in run.mounts)]
+    for inside, text in daemon_files(node).items():
+        (files / Path(inside).name).write_text(text)
+        mounts.append({"destination": inside, "type": "bind",
+                       "source": str(files / Path(inside).name), "options": ["bind", "ro"]})
+    none: list[str] = []
+    return {
+        "ociVersion": "1.0.2",
+        "process": {"terminal": False, "user": {"uid": run.uid, "gid": run.gid},
+                    "args": [EXPORTER_BIN, *daemon_args(run, port)],
+                    "env": [f"{k}={v}" for k, v in ENV.items()], "cwd": str(ROOT),
+                    "capabilities": {k: none for k in ("bounding", "effective", "inheritable",
+                                                       "permitted", "ambient")},
+                    "noNewPrivileges": True},
+        "root": {"path": "rootfs", "readonly": True},
+        "hostname": "gpu-exporter",
+        "mounts": mounts,
+        "linux": {"namespaces": [{"type": t} for t in ("mount", "cgroup", "ipc", "uts")],
+                  "cgroupsPath": f"/{node.cgroups.parent}/{pod_cgroup(EXPORTER)}-{name}"}}
+
+
+def start_daemon_runc(node: Node, run: PodRun, name: str, runc: str) -> Daemon:
+    port = free_port()
+    bundle = node.tmp / f"bundle-{name}"
+    rootfs = bundle / "rootfs"
+    rootfs.mkdir(parents=True)
+    for link in ("/bin", "/sbin", "/lib", "/lib64"):
+        if os.path.islink(link):  # merged /usr
+            os.symlink(os.readlink(link), rootfs / link.lstrip("/"))
+    (bundle / "config.json").write_text(json.dumps(oci_config(node, run, name, port)))
+    proc = subprocess.Popen([runc, "--root", str(node.tmp / "runc"), "run", "--bundle",
+                             str(bundle), f"gpu-exporter-{name}-{os.getpid()}"], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
     return Daemon(f"http://127.0.0.1:{port}", proc, run)
 
 
@@ -353,10 +418,7 @@ def test_diagnose_finds_the_throttled_workload_and_nothing_else(
     daemon = start_daemon(node, chart_pod, "diagnose")
     try:
         wait_metrics(daemon, all_read)
-        result = subprocess.run(
-            [sys.executable, "-m", "gpu_exporter", "diagnose", "--url", daemon.url, "--json",
-             "--wait", f"{SETTLE_S:.0f}s"], capture_output=True, text=True, cwd=ROOT,
-            timeout=SETTLE_S + 60, check=False)
+        result = diagnose(daemon)
     finally:
         out = stop(daemon)
     assert result.stdout, result.stderr + out
@@ -396,6 +458,44 @@ def test_without_the_hosts_sys_the_gap_is_named(node: Node, chart_pod: PodRun) -
         text = wait_metrics(daemon, lambda t: value(
             t, "gpu_exporter_workload_cgroups", state="read") == 0 and value(
             t, "gpu_exporter_workload_cgroups", state="no_tree") == 4)
+        result = diagnose(daemon)
     finally:
-        stop(daemon)
+        out = stop(daemon)
     assert value(text, "gpu_workload_cpu_periods_total", **keys(node, "throttled")) is None
+    report = json.loads(result.stdout)
+    reasons = [g["reason"] for g in report["coverage"]["not_checked"]]
+    assert any("cgroup signals could not be read: no cgroup tree at /sys/fs/cgroup" in r
+               for r in reasons), (reasons, out)
+    # Not "nothing to check": there is a workload, and its signals are missing.
+    assert not any("CPU limit" in g["reason"] for g in report["coverage"]["nothing_to_check"])
+
+
+def diagnose(daemon: Daemon) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_exporter", "diagnose", "--url", daemon.url, "--json",
+         "--wait", f"{SETTLE_S:.0f}s"], capture_output=True, text=True, cwd=ROOT,
+        timeout=SETTLE_S + 60, check=False)
+
+
+RUNC = ROOT / ".tools" / "bin" / "runc"
+
+
+@pytest.mark.skipif(os.environ.get("GPU_EXPORTER_LONG_TESTS") != "1",
+                    reason="the runc form is a long test (GPU_EXPORTER_LONG_TESTS=1)")
+def test_under_runc_the_chart_pod_reads_every_workload(node: Node, chart_pod: PodRun) -> None:
+    runc = shutil.which("runc") or (str(RUNC) if RUNC.exists() else None)
+    if runc is None:
+        pytest.skip("runc is not installed and Debian's could not be fetched "
+                    "(scripts/fetch-runc.sh)")
+    daemon = start_daemon_runc(node, chart_pod, "runc", runc)
+    try:
+        text = wait_metrics(daemon, all_read)
+        result = diagnose(daemon)
+    finally:
+        out = stop(daemon)
+    assert value(text, "gpu_exporter_pod_resources_state", state="ok") == 1, out
+    assert value(text, "gpu_job_info", gpu="3", slurm_job_id=JOB) == 1
+    throttled = keys(node, "throttled")
+    assert (value(text, "gpu_workload_cpu_throttled_periods_total", **throttled) or 0) > 0
+    found = sorted((f["gpu"], f["cause"]) for f in json.loads(result.stdout)["findings"])
+    assert found == [("0", "cpu_limit_throttled")], (result.stdout, out)
