@@ -280,6 +280,10 @@ def jobs(cluster: Cluster) -> Iterator[list[Job]]:
         yield [Job(batch_id, "batch", found[batch_id]),
                Job(str(srun_id()), "0", found[str(srun_id())])]
     finally:
+        # Cancelled first: srun then ends at once, as its step has.
+        running = c.tool("squeue", "-h", "-u", str(JOB_UID), "-o", "%i").stdout.split()
+        if running:
+            c.tool("scancel", *running)
         srun.terminate()
         try:
             srun.wait(timeout=15)
