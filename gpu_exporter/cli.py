@@ -215,6 +215,12 @@ def _fleet(argv: Sequence[str]) -> int:
     return fleet_main(argv, _Parser)
 
 
+def _slurm_health(argv: Sequence[str]) -> int:
+    from gpu_exporter.commands.slurm_health import main as slurm_health_main
+
+    return slurm_health_main(argv, _Parser)
+
+
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "scenarios": _scenarios,
     "catalog": _catalog,
@@ -222,6 +228,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "baseline": _baseline,
     "record": _record,
     "fleet": _fleet,
+    "slurm-health": _slurm_health,
 }
 
 

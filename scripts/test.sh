@@ -25,6 +25,10 @@ echo "==> installing the exporter and its test tools into .venv"
 ./scripts/fetch-chromium.sh
 # Debian's runc for the real-kernel test's long form (tests/kernel/), the same way.
 ./scripts/fetch-runc.sh
+# Debian's slurmctld, slurmd, client commands and munge for the real Slurm test
+# (tests/kernel/test_real_slurm.py), unpacked into .tools/slurm the same way.
+# Without them that test skips, saying so; every other test runs.
+./scripts/fetch-slurm.sh || echo "warning: Slurm could not be fetched; the real Slurm test will skip" >&2
 export PATH="$root/.tools/bin:$PATH"
 
 echo "==> ruff"
