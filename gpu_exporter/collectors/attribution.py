@@ -167,9 +167,15 @@ class AttributionCollector(Collector):
         if self.watcher is not None:
             self._allocations(out, self._kubelet(out), owners, reading)
         procs = out.readings.processes
+        states = dict.fromkeys(_CGROUP_STATES, 0)
         if procs:
-            whose = self._processes(out, out.readings, owners, reading)
+            whose = self._processes(out, out.readings, owners, reading, states)
             self._shares(out, procs, owners, whose)
+        else:
+            self._cgroup_tree(out)
+        # Every state, always: a node with no workload says so with zeros.
+        for state, count in states.items():
+            out.add(EXPORTER_WORKLOAD_CGROUPS, count, state=state)
         reading.owners = {gpu: tuple(found) for gpu, found in sorted(owners.items())}
 
     # --- the kubelet ------------------------------------------------------------
@@ -232,9 +238,10 @@ class AttributionCollector(Collector):
     # --- the GPU processes' jobs and workloads ------------------------------------
     def _processes(self, out: SnapshotBuilder, readings: PollReadings,
                    owners: dict[int, dict[GpuOwner, None]],
-                   reading: AttributionReading) -> dict[int, str]:
-        """Export the GPUs' Slurm jobs and their workloads' signals; return
-        whose each process is (the owner label of gpu_owner_sm_share_ratio)."""
+                   reading: AttributionReading, states: dict[str, int]) -> dict[int, str]:
+        """Export the GPUs' Slurm jobs and their workloads' signals, counting
+        each workload in ``states`` by how its cgroup was read; return whose
+        each process is (the owner label of gpu_owner_sm_share_ratio)."""
         procs = readings.processes or []
         uuids = {gpu.index: gpu.identity.uuid for gpu in self.session.gpus}
         process_gpus: dict[int, set[tuple[int, str]]] = {}
@@ -254,7 +261,6 @@ class AttributionCollector(Collector):
         seen: dict[str, tuple[int, int]] = {}
         self._memory_seen = {}
         per_gpu: dict[int, dict[WorkloadSignals, None]] = {}
-        states = dict.fromkeys(_CGROUP_STATES, 0)
         for workload, pids in groups.items():
             found = signals.get(workload)
             if found is None:
@@ -270,8 +276,6 @@ class AttributionCollector(Collector):
             for pid in pids:
                 for gpu, _uuid in process_gpus.get(pid, ()):
                     per_gpu.setdefault(gpu, {})[own] = None
-        for state, count in states.items():
-            out.add(EXPORTER_WORKLOAD_CGROUPS, count, state=state)
         self._cpu_before = seen
         self._memory_before = self._memory_seen
         reading.workloads = {gpu: tuple(w) for gpu, w in sorted(per_gpu.items())}

@@ -35,8 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_exporter.commands import client as exporter_client
 from gpu_exporter.commands import npd
-from gpu_exporter.commands.diagnose import DEFAULT_URL, BadUrl, exporter_url, fetch
+from gpu_exporter.commands.client import BadUrl, ClientSettings, ExporterClient, exporter_url
+from gpu_exporter.commands.diagnose import DEFAULT_URL, fetch
 from gpu_exporter.config import ConfigError, parse_duration
 from gpu_exporter.safetext import terminal_safe
 
@@ -145,12 +147,16 @@ def default_node() -> str:
     return socket.gethostname().split(".", 1)[0]
 
 
-def check(url: str, node: str, binary: str, timeout: float) -> tuple[int, str]:
+def check(url: str, node: str, binary: str, timeout: float,
+          settings: ClientSettings = ClientSettings()) -> tuple[int, str]:
     """Judge the node and act; the exit status and one line for stdout.
-    Raises Unavailable when the check could not run (nothing changed)."""
+    Raises Unavailable when the check could not run (nothing changed).
+    ``settings``: how to ask a secured exporter (TLS, basic auth), as
+    diagnose asks it."""
     deadline = Deadline(timeout)
     try:
-        data = fetch(url, timeout=min(deadline.left(), 10.0))
+        asking = ExporterClient(url, settings, timeout=min(deadline.left(), 10.0))
+        data = fetch(url, client=asking)
     except ConnectionError as exc:
         raise Unavailable(f"exporter not read: {exc}") from None
     verdict = judge(data)
@@ -175,7 +181,7 @@ def check(url: str, node: str, binary: str, timeout: float) -> tuple[int, str]:
 
 
 def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
-    p = parser_cls(prog=PROG, description=(
+    p = parser_cls(prog=PROG, allow_abbrev=False, description=(
         "Slurm's HealthCheckProgram for a GPU node: read the local exporter's /diagnosis; "
         "drain the node (scontrol, reason 'gpu-exporter: ...') on a GPU hardware fault or "
         "when the exporter cannot see the GPUs; resume a node it drained itself once both "
@@ -193,6 +199,7 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
                    help="the deadline for the whole check, every HTTP call and scontrol "
                    f"run included (default {DEFAULT_TIMEOUT_S:.0f}s; slurmd stops the program "
                    "at 60 s)")
+    exporter_client.add_arguments(p)
     args = p.parse_args(argv)
     try:
         timeout = parse_duration(args.timeout)
@@ -209,7 +216,8 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     except BadUrl as exc:
         raise ConfigError(str(exc)) from None
     try:
-        status, line = check(url, node, args.scontrol, timeout)
+        status, line = check(url, node, args.scontrol, timeout,
+                             ClientSettings.from_args(args))
     except Unavailable as exc:
         print(f"{PROG}: {terminal_safe(npd.one_line(str(exc), 300))}; {node} left as it is",
               file=sys.stderr)

@@ -628,6 +628,7 @@ NOT_READ: dict[str, str] = {
                                     "before it is the memory_limit_reclaim row's",
     "gpu_exporter_pod_resources_state": _OURS,
     "gpu_exporter_pod_resources_failures_total": _OURS,
+    "gpu_exporter_workload_cgroups": _OURS, "gpu_exporter_cgroup_layout_info": _OURS,
     "gpu_udev_events_total": "a device's add/remove/change events: a GPU that left is read "
                              "as gpu_up, a link that retrained as its width and generation",
     "gpu_host_context_switches_total": "host-wide switches: the stalled-process row reads "
