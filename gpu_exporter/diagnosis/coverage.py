@@ -298,8 +298,10 @@ class Coverage:
     def __init__(self, gpus: Sequence[int], unjudged: Mapping[int, Sequence[Row]],
                  signals: Mapping[int, GpuSignals], settling: Mapping[int, float],
                  cfg: DiagnosisConfig, missing: Sequence[str],
-                 switched_off: Sequence[str]) -> None:
+                 switched_off: Sequence[str], boot_grace_left: float = 0.0) -> None:
         self.gpus = tuple(gpus)
+        # Seconds until the rows that wait the boot grace (Row.boot_grace) judge.
+        self.boot_grace_left = boot_grace_left
         self.unjudged = unjudged
         self.settling = settling  # GPU -> seconds until its judged rows had their window
         self.window = cfg.window
@@ -321,13 +323,20 @@ class Coverage:
                     ctx = _Context(self._signals[gpu], self._cfg, self._missing,
                                    self._switched_off)
                     for row in rows:
-                        reason = _row_reason(row, ctx.sig, ctx)
+                        reason = (_Reason(boot_grace_reason(self.boot_grace_left), True)
+                                  if row.boot_grace and self.boot_grace_left > 0
+                                  else _row_reason(row, ctx.sig, ctx))
                         out.append(Gap(gpu, row, reason.text, reason.checkable))
                 self._gaps = tuple(out)
             return self._gaps
 
 
 COVERAGE: Slot[Coverage] = Slot("diagnosis_coverage")
+
+
+def boot_grace_reason(left: float) -> str:
+    return (f"waiting for the boot grace ({left:.0f} s left): the node booted moments ago, and "
+            "its PCIe links and NVSwitch fabric may still be training")
 
 
 # --- as /diagnosis answers it ----------------------------------------------------------
