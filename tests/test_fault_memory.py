@@ -9,25 +9,31 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpu_exporter.diagnosis import memory as memory_module
+from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.diagnosis.engine import FINDINGS, Finding
 from gpu_exporter.diagnosis.memory import (
     MAX_FAULTS_PER_GPU,
     MAX_FILE_BYTES,
     MAX_GPUS,
+    Fault,
     FaultMemory,
+    GpuPast,
 )
+from gpu_exporter.diagnosis.registry import RULES, Trend
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.thresholds import DiagnosisConfig
 from tests.simnode import EPOCH, SimRun, VirtualClock
 
 BOOT_A = "11111111-2222-4333-8444-555555555555"
@@ -144,7 +150,6 @@ def test_a_reboot_without_the_fault_finds_nothing_back(tmp_path: Path) -> None:
 
 
 def _utc(at: float) -> str:
-    import time
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
@@ -347,6 +352,32 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path: Path, monkeypatch: p
     memory.observe([_signals(uuid, [(EPOCH, 79, None), (EPOCH + 9, 48, None)])])
     codes = {f["code"] for f in json.loads(state.read_text())["gpus"][uuid]["faults"]}
     assert codes == {79, 48}
+
+
+def test_the_came_back_rule_both_ways(tmp_path: Path) -> None:
+    """Direct cases of the rule: the same hardware fault in two lives holds;
+    an application Xid, a remap that stays failed, or one life does not; no
+    memory is not judged."""
+    def judge(past: GpuPast | None) -> bool | None:
+        trend = Trend(lambda name, value: None, EPOCH + 100, past)
+        return RULES[t.FAULT_CAME_BACK](_signals("GPU-1", []), DiagnosisConfig(), trend).holds
+
+    def fault(kind: Any, code: int, at: float, boot: str, resets: int = 0) -> Fault:
+        return Fault(kind, code, at, at, 1, boot, resets)
+
+    now = (BOOT_B, 0)
+    assert judge(None) is None
+    assert judge(GpuPast((fault("xid", 79, EPOCH, BOOT_A), fault("xid", 79, EPOCH + 9, BOOT_B)),
+                         now)) is True
+    assert judge(GpuPast((fault("gpu_lost", 0, EPOCH, BOOT_B, 0),
+                          fault("gpu_lost", 0, EPOCH + 9, BOOT_B, 1)), (BOOT_B, 1))) is True
+    assert judge(GpuPast((fault("xid", 13, EPOCH, BOOT_A), fault("xid", 13, EPOCH + 9, BOOT_B)),
+                         now)) is False  # the job's Xid, not the board's
+    assert judge(GpuPast((fault("row_remap_failed", 0, EPOCH, BOOT_A),
+                          fault("row_remap_failed", 0, EPOCH + 9, BOOT_B)), now)) is False
+    assert judge(GpuPast((fault("xid", 79, EPOCH, BOOT_A), fault("xid", 48, EPOCH + 9, BOOT_B)),
+                         now)) is False  # another fault
+    assert judge(GpuPast((fault("xid", 79, EPOCH, BOOT_A),), now)) is False  # not back (yet)
 
 
 # --- the boot grace ----------------------------------------------------------------------
