@@ -112,6 +112,15 @@ class PathConfig(Section):
         "the driver's Xid lines since boot (Xids before the exporter started, the process of "
         "each Xid) and NVSwitch SXids; reading it needs CAP_SYSLOG or kernel.dmesg_restrict=0, "
         "and without them the exporter says so once and goes on; an empty value switches it off")
+    # Off by default: two exporters (or a test run) sharing one default path
+    # would mix their GPUs' pasts; the chart mounts a hostPath and sets it.
+    state_file: Annotated[str, Flag("PATH")] = setting(
+        "", check=_path_or_off, description="A file in which the exporter remembers each GPU's "
+        "hardware faults (Xids, uncorrectable ECC errors, row remaps, lost GPUs) across "
+        "restarts and reboots, such as /var/lib/gpu-exporter/state.json on a hostPath: a fault "
+        "from before a restart stays a finding, and one that comes back on the same GPU after "
+        "a reset or reboot is a finding of its own; its directory must be writable; empty "
+        "(the default): remembered only while the exporter runs")
 
 
 class ProcessesConfig(Section):

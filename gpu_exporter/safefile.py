@@ -167,7 +167,11 @@ def _reason(exc: OSError) -> str:
 def load_json(path: Path | str, kind: FileKind) -> Any:
     """The file's JSON value, read within the kind's bounds (NaN and infinity,
     which JSON does not have but Python's reader accepts, refused)."""
-    text = read_text(path, kind)
+    return parse_json(read_text(path, kind), path, kind)
+
+
+def parse_json(text: str, path: Path | str, kind: FileKind) -> Any:
+    """``text``'s JSON value, within the kind's depth, as ``load_json`` reads it."""
 
     def no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
@@ -231,5 +235,5 @@ def dotted(loc: tuple[str | int, ...]) -> str:
 
 __all__ = ["BASELINE_FILE", "CONFIG_FILE", "PEM_FILE", "PROFILE_FILE", "RECORDING_FILE",
            "SCENARIO_FILE", "WEB_CONFIG_FILE", "FileKind", "FileRefused", "decode", "dotted",
-           "line_column", "load_json", "read_bytes", "read_text", "shown",
-           "validation_problem", "within"]
+           "line_column", "load_json", "one_line", "parse_json", "read_bytes", "read_text",
+           "shown", "validation_problem", "within"]

@@ -113,6 +113,13 @@ class DiagnosisConfig(Section):
         "is informational")
     xid_hold: Duration = setting(
         900.0, ge=0, description="How long an Xid keeps its row on")
+    # PCIe links train, and Fabric Manager brings the NVSwitch fabric up,
+    # during the first minutes after boot: judged then, a link still training
+    # would page someone for nothing.
+    boot_grace: Duration = setting(
+        300.0, ge=0, description="How long after the node boots the PCIe link and NVSwitch "
+        "fabric rows wait before they judge (links and the fabric still train while the node "
+        "boots); read from /proc/uptime")
     expect_persistence: bool = setting(
         True, description="Report a GPU whose persistence mode is off")
     # Short dips keep the explanation; a cause that has stopped no longer
@@ -166,7 +173,8 @@ class DiagnosisConfig(Section):
         return out
 
 
-_DURATIONS = frozenset({"window", "clear_after", "xid_hold", "explained_within"})
+_DURATIONS = frozenset({"window", "clear_after", "xid_hold", "explained_within",
+                        "boot_grace"})
 
 
 def _duration(seconds: float) -> str:

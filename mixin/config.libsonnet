@@ -68,6 +68,7 @@
         160
       ],
       "xid_hold": "15m",
+      "boot_grace": "5m",
       "expect_persistence": true,
       "explained_within": "10s"
     },

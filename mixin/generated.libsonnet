@@ -58,6 +58,7 @@ function(cfg)
               ["xid_error/application_fault", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"xid_error\", cause=\"application_fault\"}"],
               ["xid_error/informational", "info", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"xid_error\", cause=\"informational\"}"],
               ["gpu_lost/hardware", "critical", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"gpu_lost\", cause=\"hardware\"}"],
+              ["fault_recurred/came_back_after_reset", "critical", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"fault_recurred\", cause=\"came_back_after_reset\"}"],
               ["memory_near_full/oom_risk", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_near_full\", cause=\"oom_risk\"}"],
               ["utilization_inflated/small_kernels", "info", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"utilization_inflated\", cause=\"small_kernels\"}"],
               ["persistence_off/configuration", "info", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"persistence_off\", cause=\"configuration\"}"],
@@ -464,6 +465,20 @@ function(cfg)
               "likely_cause": "hardware: NVML answers GPU_IS_LOST for the GPU, or the kernel removed its PCI device.",
               "fix": "Drain the node, check the GPU's power cabling and PCIe seating; a reboot may bring it back, a repeat needs hardware.",
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#gpu-lost-hardware",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuFaultRecurredCameBackAfterReset",
+            expr: "gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (symptom, cause) (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"fault_recurred\", cause=\"came_back_after_reset\"} == 1\n)\nor (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"fault_recurred\", cause=\"came_back_after_reset\"} == 1\n) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            [if lib.seconds(lib.override(cfg.for_overrides, "fault_recurred/came_back_after_reset", cfg["diagnosis_for"]["critical"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "fault_recurred/came_back_after_reset", cfg["diagnosis_for"]["critical"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "fault_recurred/came_back_after_reset", "critical") } + {},
+            annotations: {
+              "summary": "A hardware fault came back on the same GPU after a reset or reboot",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: The same hardware fault (an Xid of 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154, an uncorrectable ECC error, a row remap pending, the GPU lost) happened on this GPU, by its UUID, before a reboot (another boot id) or before the GPU was lost and came back, and again since. The exporter's diagnosis gpu_diagnosis_active{symptom=\"fault_recurred\", cause=\"came_back_after_reset\"} is {{ printf \"%.0f\" $value }}: reported at once by the exporter, then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "fault_recurred/came_back_after_reset", cfg["diagnosis_for"]["critical"]))) + " here.",
+              "likely_cause": "came back after reset: The same hardware fault (an Xid of 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154, an uncorrectable ECC error, a row remap pending, the GPU lost) happened on this GPU, by its UUID, before a reboot (another boot id) or before the GPU was lost and came back, and again since.",
+              "fix": "Replace or RMA the GPU: a reset or reboot clears such a fault for a while, never for good. Drain the node until the board is swapped; the finding ends when the GPU (a new UUID) is, or when its faults leave the state file after 30 days.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#fault-recurred-came-back-after-reset",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
             }
           },

@@ -44,7 +44,9 @@ PAGES = {"GpuLostHardware", "GpuMemoryErrorsEccUncorrectable", "GpuXidErrorDrive
          # the driver itself says the GPU or node must be reset or rebooted, or the GPU
          # is out of its NVSwitch fabric
          "GpuRecoveryActionGpuReset", "GpuRecoveryActionNodeReboot",
-         "GpuFabricDegradedNvswitchFabric"}
+         "GpuFabricDegradedNvswitchFabric",
+         # a hardware fault back on the same GPU after a reset or reboot: replace it
+         "GpuFaultRecurredCameBackAfterReset"}
 
 
 def _groups(path: Path) -> list[dict[str, Any]]:

@@ -265,7 +265,8 @@ def test_every_row_of_the_table_has_its_condition() -> None:
     for row, condition in npd.ROW_CONDITION.items():
         by_condition.setdefault(condition, set()).add(row.symptom)
     assert by_condition[npd.HARDWARE_FAULT] == {"memory_errors", "xid_error", "gpu_lost",
-                                                "recovery_action", "cooling_degraded"}
+                                                "recovery_action", "cooling_degraded",
+                                                "fault_recurred"}
     assert by_condition[npd.THROTTLED] == {"throttled_under_load", "clocks_capped"}
     assert by_condition[npd.LINK_DEGRADED] == {"pcie_downtrained", "pcie_errors",
                                                "fabric_degraded"}

@@ -132,6 +132,7 @@ class Why(Enum):
     NO_CPU_LIMIT = auto()
     WORKLOAD_NOT_READ = auto()
     WORKLOAD_CGROUP_UNREAD = auto()
+    BOOT_GRACE = auto()
     HOST_NOT_READ = auto()
     GPM_PENDING = auto()
     GPM_NOT_OFFERED = auto()
@@ -162,6 +163,8 @@ KIND_OF: dict[Why, Kind] = {
     Why.NO_PROCESS: Kind.NO_SUBJECT,
     Why.PROCESS_NOT_READ: Kind.GAP,
     Why.WORKLOAD_CGROUP_UNREAD: Kind.GAP,
+    # The node booted moments ago: like a GPU settling, closed by waiting.
+    Why.BOOT_GRACE: Kind.GAP,
     Why.NO_CPU_LIMIT: Kind.NO_SUBJECT,
     Why.WORKLOAD_NOT_READ: Kind.GAP,
     # The kernel's figures (/proc, PSI): a setting of the node's kernel or
@@ -453,7 +456,10 @@ class Reasons:
         self._held: dict[int, tuple[tuple[object, ...], float, tuple[Gap, ...]]] = {}
 
     def of(self, sig: GpuSignals, rows: Sequence[Row], cfg: DiagnosisConfig,
-           missing: Sequence[str], switched_off: Sequence[str], now: float) -> tuple[Gap, ...]:
+           missing: Sequence[str], switched_off: Sequence[str], now: float,
+           boot_grace_left: float = 0.0) -> tuple[Gap, ...]:
+        """``boot_grace_left``: seconds until the rows that wait the boot
+        grace (Row.boot_grace) judge; while above 0 that is their reason."""
         if not rows:
             self._held.pop(sig.index, None)
             return ()
@@ -462,14 +468,17 @@ class Reasons:
         key = (tuple(rows), tuple(missing), tuple(switched_off), cfg, gpu.up, sig.gpm_pending,
                gpu.unavailable, gpu.refused, gpu.fan_count, gpu.name, gpu.driver_version,
                sig.nvlink_links, len(sig.processes), len(sig.workloads),
-               sig.allocations_known, used is not None and used > cfg.memory_held_ratio)
+               sig.allocations_known, used is not None and used > cfg.memory_held_ratio,
+               boot_grace_left > 0)
         held = self._held.get(sig.index)
         if held is not None and held[0] == key and now - held[1] < REASONS_KEPT_S:
             return held[2]
         ctx = _Context(sig, cfg, missing, switched_off)
         gaps = []
         for row in rows:
-            reason = _row_reason(row, sig, ctx)
+            reason = (_Reason(boot_grace_reason(boot_grace_left), Why.BOOT_GRACE)
+                      if row.boot_grace and boot_grace_left > 0
+                      else _row_reason(row, sig, ctx))
             on = board_and_driver(gpu) if reason.kind is Kind.UNAVAILABLE else ""
             gaps.append(Gap(sig.index, row, reason.text, reason.kind, on))
         self._held[sig.index] = (key, now, tuple(gaps))
@@ -496,6 +505,11 @@ class Coverage:
 
 
 COVERAGE: Slot[Coverage] = Slot("diagnosis_coverage")
+
+
+def boot_grace_reason(left: float) -> str:
+    return (f"waiting for the boot grace ({left:.0f} s left): the node booted moments ago, and "
+            "its PCIe links and NVSwitch fabric may still be training")
 
 
 # --- as /diagnosis answers it ----------------------------------------------------------

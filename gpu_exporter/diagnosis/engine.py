@@ -15,16 +15,19 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Self
 
 from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage, Gap, Kind, Reasons
 from gpu_exporter.diagnosis.evidence import evidence_line
+from gpu_exporter.diagnosis.memory import FaultMemory, GpuPast
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Rule, Trend, Verdict
 from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
+from gpu_exporter.host.boot import uptime
 from gpu_exporter.readings import GpuOwner
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
@@ -119,6 +122,23 @@ def _switched_off(settings: Settings) -> tuple[str, ...]:
     return tuple(name for name in INPUTS if not settings.collector_enabled(name, True))
 
 
+def _memory(settings: Settings, rt: Runtime) -> FaultMemory:
+    path = settings.path.state_file
+    return FaultMemory(Path(path) if path else None, settings.path.procfs, rt.wall_clock)
+
+
+def _remembered_xids(sig: GpuSignals, past: GpuPast) -> None:
+    """Add the Xids the memory holds that this poll's readings no longer do
+    (from before a restart, or before a reboot), first and last of each code
+    and life: the Xid rows judge them by their own times."""
+    newest: dict[int, float] = {}
+    for at, code, _ in sig.xids:
+        newest[code] = max(at, newest.get(code, at))
+    for f in past.faults:
+        if f.kind == "xid" and f.last > newest.get(f.code, float("-inf")):
+            sig.xids.extend((at, f.code, None) for at in dict.fromkeys((f.first, f.last)))
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.row.severity], f.gpu,
                                            -1 if f.gpu_instance is None else f.gpu_instance,
@@ -193,8 +213,15 @@ class Diagnosis(Derivation):
 
     def __init__(self, cfg: DiagnosisConfig, monotonic: Callable[[], float],
                  wall_clock: Callable[[], float], detail: bool = False,
-                 switched_off: tuple[str, ...] = (), interval: float = 1.0) -> None:
+                 switched_off: tuple[str, ...] = (), interval: float = 1.0,
+                 memory: FaultMemory | None = None, procfs: Path | None = None) -> None:
         self.cfg = cfg
+        # Each GPU's faults across restarts and reboots (None: none remembered).
+        self.memory = memory
+        # Where /proc/uptime is (None: not read, no boot grace); once the
+        # node is past the grace it is not read again.
+        self._procfs = procfs
+        self._past_boot_grace = procfs is None
         self._span_slack = _span_slack(interval)
         self.detail = detail
         # The readers the rules read that the settings switch off: a row left
@@ -223,7 +250,7 @@ class Diagnosis(Derivation):
     def build(cls, rt: Runtime) -> Self:
         return cls(rt.settings.diagnosis, rt.monotonic, rt.wall_clock,
                    rt.settings.metrics.detail, _switched_off(rt.settings),
-                   rt.settings.poll.interval)
+                   rt.settings.poll.interval, _memory(rt.settings, rt), rt.settings.path.procfs)
 
     @classmethod
     def wanted(cls, settings: Settings) -> bool:
@@ -234,6 +261,10 @@ class Diagnosis(Derivation):
         self.detail = settings.metrics.detail
         self.switched_off = _switched_off(settings)
         self._span_slack = _span_slack(settings.poll.interval)
+        path = settings.path.state_file
+        if self.memory is not None and self.memory.path != (Path(path) if path else None):
+            self.memory = FaultMemory(Path(path) if path else None, settings.path.procfs,
+                                      self._wall)
 
     def errors(self) -> int:
         return self._errors
@@ -247,6 +278,14 @@ class Diagnosis(Derivation):
             out.add("gpu_diagnosis_input_missing", 1, input=name)
         out.publish(INPUTS_MISSING, missing)
         signals = gather(out.readings)
+        pasts: dict[str, GpuPast] = {}
+        if self.memory is not None:
+            pasts = self.memory.observe(signals)
+            for sig in signals:
+                past = pasts.get(sig.uuid)
+                if past is not None and sig.gpu_instance is None:
+                    _remembered_xids(sig, past)
+        grace_left = self._boot_grace_left()
         unjudged: dict[int, list[Row]] = {}
         settling: dict[int, float] = {}
         # The keys of the rows that are a root cause on each GPU or any of
@@ -256,7 +295,7 @@ class Diagnosis(Derivation):
         for sig in signals:
             labels[sig.index] = sig.uuid
             found = self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
-                                   settling)
+                                   settling, pasts.get(sig.uuid), grace_left > 0)
             keys = active.setdefault(sig.index, set())
             for f in found:
                 keys.add(f.row.key)
@@ -279,7 +318,7 @@ class Diagnosis(Derivation):
         gaps: list[Gap] = []
         for sig in gpus:
             gaps += self._reasons.of(sig, unjudged.get(sig.index, ()), self.cfg, missing,
-                                     self.switched_off, now)
+                                     self.switched_off, now, grace_left)
         self._reasons.forget(s.index for s in gpus)
         # Only a row that could not be judged now is "not judged": one the
         # board or driver does not offer, or whose subject is absent, is a
@@ -291,13 +330,26 @@ class Diagnosis(Derivation):
         out.publish(COVERAGE, Coverage(tuple(s.index for s in gpus), tuple(gaps), settling,
                                        self.cfg.window))
 
+    def _boot_grace_left(self) -> float:
+        """Seconds until the node is past the boot grace (0: it is, or its
+        uptime cannot be read: the rows are never held back on a guess)."""
+        if self._past_boot_grace or self._procfs is None:
+            return 0.0
+        up = uptime(self._procfs)
+        left = 0.0 if up is None else self.cfg.boot_grace - up
+        if left <= 0:
+            self._past_boot_grace = True  # uptime only grows until the next boot
+            return 0.0
+        return left
+
     def _evaluate(self, sig: GpuSignals, now: float, wall: float, out: SnapshotBuilder,
-                  unjudged: list[Row], settling: dict[int, float]) -> list[Finding]:
+                  unjudged: list[Row], settling: dict[int, float], past: GpuPast | None,
+                  booting: bool) -> list[Finding]:
         """One place (a GPU, or a MIG instance of one): judge its rows, keep
         the steady state, then keep the root causes among the rows that are on.
         A row an instance cannot judge is not the GPU's unjudged row."""
         place = (sig.index, sig.gpu_instance)
-        trend = Trend(self._increase_fn(sig.index, now), wall)
+        trend = Trend(self._increase_fn(sig.index, now), wall, past)
         timeline = self._timelines.get(place)
         if timeline is None:
             timeline = self._timelines[place] = _Timeline(now)
@@ -315,7 +367,9 @@ class Diagnosis(Derivation):
         for j, state in zip(judged, states, strict=True):
             row = j.row
             try:
-                verdict = j.rule(sig, cfg, trend)
+                # A link or the fabric still training after boot is not judged yet.
+                verdict = (Verdict(None) if booting and row.boot_grace
+                           else j.rule(sig, cfg, trend))
             except Exception as exc:  # one broken rule must not silence the others
                 verdict = self._failed(j, exc)
             else:
@@ -412,7 +466,10 @@ class Diagnosis(Derivation):
             held = (st.held & ((1 << recent) - 1)).bit_count()
             if not covered or held < self.cfg.hold_ratio * recent:
                 return False
-        st.active, st.since = True, wall
+        # Since the fault itself where the rule knows when it began (an Xid
+        # remembered from before a restart keeps its time).
+        st.active = True
+        st.since = wall if verdict.since is None else min(wall, verdict.since)
         return True
 
     def _increase_fn(self, gpu: int, now: float) -> Callable[[str, float | None], float | None]:

@@ -165,9 +165,11 @@ def _edges() -> tuple[Explains, ...]:
                         + "/".join(str(x) for x in sorted(_ECC_XIDS)), ("xid",),
                         ("ecc_uncorrected_volatile_errors",),
                         independent=_non_ecc_xid))
-    # A lost GPU answers nothing: whatever else was on for it is stale.
+    # A lost GPU answers nothing: whatever else was on for it is stale. What
+    # the exporter remembers of it (a fault back after a reset) is not read
+    # from it, and is a finding of its own beside the loss.
     for other in ROWS:
-        if other is not t.GPU_LOST:
+        if other is not t.GPU_LOST and other is not t.FAULT_CAME_BACK:
             out.append(Explains(t.GPU_LOST, other, "NVML cannot reach the GPU", (),
                                 ("gpu_up",), while_on=True))
     return tuple(out)

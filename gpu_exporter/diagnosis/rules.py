@@ -23,16 +23,22 @@ on, keyed by name with the unit as suffix, in base units.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+# The rules that judge what the exporter remembers register from their own module.
+from gpu_exporter.diagnosis import fault_rules  # noqa: F401
 from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.registry import RULES as RULES
+from gpu_exporter.diagnosis.registry import Evidence as Evidence
+from gpu_exporter.diagnosis.registry import Rule as Rule
+from gpu_exporter.diagnosis.registry import Trend as Trend
+from gpu_exporter.diagnosis.registry import Verdict as Verdict
+from gpu_exporter.diagnosis.registry import rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.readings import ProcessReading
 from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter.xids import XidTier
 
-Evidence = dict[str, float | str]
 # NVML's reason bits (nvmlClocksEventReasons): hw_thermal and sw_thermal name
 # heat; hw_power_brake names the external brake; hw_slowdown is the umbrella
 # the driver sets for heat, the brake and its fast-trigger power protection
@@ -40,39 +46,6 @@ Evidence = dict[str, float | str]
 THERMAL_REASONS = frozenset({"hw_thermal", "sw_thermal"})
 SPECIFIC_SLOWDOWN_REASONS = THERMAL_REASONS | {"hw_power_brake"}
 
-
-@dataclass
-class Verdict:
-    holds: bool | None
-    evidence: Evidence = field(default_factory=dict)
-
-
-class Trend:
-    """What a rule needs beyond one poll: counter increases over the window and
-    the current time, supplied by the engine."""
-
-    def __init__(self, increase: Callable[[str, float | None], float | None],
-                 now: float) -> None:
-        self.increase = increase
-        self.now = now  # unix time
-
-
-Rule = Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]
-RULES: dict[Row, Rule] = {}
-
-
-def rule(row: Row) -> Callable[[Rule], Rule]:
-    """Register ``fn`` as the condition of ``row`` (one per row)."""
-    if row not in ROWS:
-        raise ImportError(f"rule for {row.key}, which is not in the diagnosis table")
-
-    def register(fn: Rule) -> Rule:
-        if row in RULES:
-            raise ImportError(f"two rules for {row.key}: {RULES[row].__name__}, {fn.__name__}")
-        RULES[row] = fn
-        return fn
-
-    return register
 
 
 def _has_work(s: GpuSignals) -> tuple[bool | None, Evidence]:
@@ -585,7 +558,7 @@ def _xid_rule(tier: XidTier,
             evidence["xid_process"] = newest.process
             if newest.owner is not None:
                 evidence["xid_owner"] = newest.owner.describe()
-        return Verdict(True, evidence)
+        return Verdict(True, evidence, since=min(at for at, _ in recent))
     judge.__name__ = judge.__qualname__ = f"_xid_{tier}"
     return judge
 

@@ -18,70 +18,12 @@ numbers the rules use.
 
 from __future__ import annotations
 
-import string
-from dataclasses import dataclass
-from typing import Literal
-
+# Row and Severity are what a row is; the table's readers import them from here too.
+from gpu_exporter.diagnosis.row import Row as Row
+from gpu_exporter.diagnosis.row import Severity as Severity
 from gpu_exporter.thresholds import DiagnosisConfig
-from gpu_exporter.xids import XidTier
 
-Severity = Literal["critical", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
-
-
-@dataclass(frozen=True)
-class Row:
-    symptom: str
-    cause: str
-    severity: Severity
-    summary: str  # one line, plain words, for alert summaries and the landing page
-    # What the exporter sees when the row fires; ``{name}`` quotes the
-    # DiagnosisConfig threshold ``name`` as people read it (see evidence_text).
-    evidence: str
-    fix: str  # what the runbook tells the on-call engineer to do
-    confirm: tuple[str, ...]  # commands that confirm it on the node
-    escalate: str  # when to hand it on
-    # Facts, not trends (a lost GPU, an ECC error): on at once, without the
-    # diagnosis window.
-    immediate: bool = False
-    # The Xid rows: which tier of xids.py the row reports (who must
-    # act); the alert carries it as its ``xid_tier`` label for routing.
-    xid_tier: XidTier | None = None
-    # Judged for what runs on the GPU: on a GPU without MIG, and on each MIG
-    # instance of a GPU with MIG (not on the MIG GPU as a whole). Other rows
-    # judge the physical GPU.
-    per_instance: bool = False
-    # The metric families whose readings the rule judges (the catalog walk in
-    # tests/test_cause_signals.py holds every cause signal to a row or a reason).
-    reads: tuple[str, ...] = ()
-    # Why the rule looks at how busy the GPU is, where it does; empty: the
-    # cause is judged at every load (docs/diagnosis.md, "Judged at every load
-    # at which it can exist"; tests/test_diagnosis_principles.py sweeps it).
-    load_gate: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.symptom}/{self.cause}"
-
-    @property
-    def anchor(self) -> str:
-        """Runbook anchor and built-in scenario name: underscores as hyphens."""
-        return f"{self.symptom}-{self.cause}".replace("_", "-")
-
-    def evidence_text(self, cfg: DiagnosisConfig) -> str:
-        """``evidence`` with the thresholds of ``cfg`` written in."""
-        return self.evidence.format_map(cfg.prose())
-
-    def thresholds(self) -> tuple[str, ...]:
-        """The DiagnosisConfig fields the evidence prose quotes."""
-        return tuple(name for _, name, _, _ in string.Formatter().parse(self.evidence) if name)
-
-    @property
-    def alert_name(self) -> str:
-        words = f"{self.symptom}_{self.cause}".split("_")
-        if words[0] == "gpu":  # GpuLostHardware, not GpuGpuLostHardware
-            words = words[1:]
-        return "Gpu" + "".join(w.capitalize() for w in words)
 
 
 # docs/diagnosis.md states the principles every row follows; the prose says
@@ -355,7 +297,8 @@ PCIE_DOWNTRAINED = Row(
            "gpu_pcie_sysfs_link_width_max", "gpu_pcie_sysfs_link_generation",
            "gpu_pcie_sysfs_link_generation_max", "gpu_throttle_reason_active"),
     load_gate=("the generation only, " + _WORKING_GATE
-               + "; a width is never lowered to save power and is judged at any load"))
+               + "; a width is never lowered to save power and is judged at any load"),
+    boot_grace=True)
 PCIE_ERRORS = Row(
     "pcie_errors", "link_integrity", "warning",
     "PCIe replays or AER errors are rising on the GPU's link",
@@ -365,7 +308,7 @@ PCIE_ERRORS = Row(
     ("nvidia-smi -q -d PCIE", "cat /sys/bus/pci/devices/BUS_ID/aer_dev_correctable",
      "dmesg -T | grep -i aer"),
     "Escalate to hardware when errors keep rising after a reseat.",
-    reads=("gpu_pcie_replays_total", "gpu_pcie_aer_errors_total"))
+    reads=("gpu_pcie_replays_total", "gpu_pcie_aer_errors_total"), boot_grace=True)
 ECC_UNCORRECTABLE = Row(
     "memory_errors", "ecc_uncorrectable", "critical",
     "GPU memory had an uncorrectable ECC error or ran out of spare rows",
@@ -427,6 +370,23 @@ GPU_LOST = Row(
     ("nvidia-smi", "dmesg -T | grep -iE 'xid|fallen off'", "lspci | grep -i nvidia"),
     "Escalate to hardware.",
     immediate=True, reads=("gpu_up",))
+# What the exporter remembers of a GPU across restarts and reboots
+# (--path.state-file; memory.py): a fault that returns on the same board
+# (by UUID) after a reset or reboot is the board's, whatever cleared it.
+FAULT_CAME_BACK = Row(
+    "fault_recurred", "came_back_after_reset", "critical",
+    "A hardware fault came back on the same GPU after a reset or reboot",
+    "The same hardware fault (an Xid of {hardware_xids}, an uncorrectable ECC error, a row "
+    "remap pending, the GPU lost) happened on this GPU, by its UUID, before a reboot (another "
+    "boot id) or before the GPU was lost and came back, and again since.",
+    "Replace or RMA the GPU: a reset or reboot clears such a fault for a while, never for "
+    "good. Drain the node until the board is swapped; the finding ends when the GPU (a new "
+    "UUID) is, or when its faults leave the state file after 30 days.",
+    ("dmesg -T | grep -iE 'xid|fallen off'", "nvidia-smi -q -d ECC,ROW_REMAPPER",
+     "nvidia-smi --query-gpu=index,uuid,serial --format=csv"),
+    "Escalate to hardware for an RMA, with the GPU's serial and the faults the finding lists.",
+    immediate=True, reads=("gpu_xid_errors_total", "gpu_ecc_errors_total",
+                           "gpu_row_remap_pending", "gpu_up"))
 MEMORY_NEAR_FULL = Row(
     "memory_near_full", "oom_risk", "warning",
     "GPU memory is nearly full",
@@ -541,14 +501,14 @@ FABRIC_DEGRADED = Row(
     ("systemctl status nvidia-fabricmanager", "nvidia-smi -q | grep -iA6 fabric",
      "nvidia-smi nvlink -s"),
     "Escalate to hardware when the fabric stays degraded after a Fabric Manager restart.",
-    reads=("gpu_fabric_state",))
+    reads=("gpu_fabric_state",), boot_grace=True)
 
 ROWS: tuple[Row, ...] = (
     IDLE_DATA_PIPELINE_IO, IDLE_CPU_CONTENTION, IDLE_HOST_SWAPPING, IDLE_PROCESS_STALLED,
     UNDERFED_DATA_PIPELINE_IO, UNDERFED_CPU_CONTENTION, UNDERFED_HOST_SWAPPING,
     BURSTY_INPUT, POWER_CAP, THERMAL, POWER_BRAKE, HW_SLOWDOWN, APPLICATION_CLOCKS,
     PCIE_DOWNTRAINED, PCIE_ERRORS, ECC_UNCORRECTABLE, ROW_REMAP_PENDING, XID, XID_APPLICATION,
-    XID_INFORMATIONAL, GPU_LOST,
+    XID_INFORMATIONAL, GPU_LOST, FAULT_CAME_BACK,
     MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
     RECOVERY_GPU_RESET, RECOVERY_NODE_REBOOT, RECOVERY_DRAIN_P2P, RECOVERY_DRAIN_AND_RESET,
     FABRIC_DEGRADED,

@@ -34,6 +34,13 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # The simulated host has been up this long when the scenario starts: its
 # since-boot counters start where its first condition would have taken them.
 BOOT_UPTIME_S = 86400.0
+
+
+def boot_uptime(given: float | None) -> float:
+    """How long the host has been up when the scenario starts: the scenario's
+    ``host: {uptime_s: ...}``, else a day."""
+    return BOOT_UPTIME_S if given is None else given
+
 _SHM = "/dev/shm"
 _PSI_RESOURCES = ("cpu", "memory", "io")
 _LINK_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe",
@@ -168,6 +175,7 @@ class HostFs:
         self._host = _HostCounters()
         self._procs: dict[int, _ProcCounters] = {}
         self._aer: dict[tuple[int, str], float] = {}
+        self._boot_uptime = boot_uptime(world.scenario.host.uptime_s)
 
     def close(self) -> None:
         """Free the files kept in memory (the root's own are its owner's)."""
@@ -199,6 +207,7 @@ class HostFs:
         states = self.world.states()
         numa = [self.world.gpu_numa_node(st.index, when) for st in states]
         self._render_host(host, dt)
+        self._files.write(f"{self._proc}/sys/kernel/random/boot_id", f"{host['boot_id']}\n")
         self._render_processes(self.world.processes(when), host, numa, when,
                                0.0 if first else dt)
         self._render_sysfs(states, host, numa, 0.0 if first else dt)
@@ -408,7 +417,7 @@ class HostFs:
         utime = ticks * 9 // 10
         stime = ticks - utime
         rss_pages = p.rss_bytes // PAGE_SIZE
-        start = int((BOOT_UPTIME_S + c.start_t) * CLK_TCK)
+        start = int((self._boot_uptime + c.start_t) * CLK_TCK)
         vsize = p.rss_bytes * 4
         # proc(5): pid (comm) state ppid pgrp session tty_nr tpgid flags minflt
         # cminflt majflt cmajflt utime stime cutime cstime priority nice

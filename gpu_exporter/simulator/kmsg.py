@@ -18,7 +18,7 @@ import heapq
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpu_exporter.simulator.hostfs import BOOT_UPTIME_S
+from gpu_exporter.simulator.hostfs import boot_uptime
 from gpu_exporter.simulator.model import KernelLogLine, Scenario
 from gpu_exporter.simulator.world import World, bus_id
 
@@ -62,13 +62,14 @@ class KernelLogFile:
         self._uptime = procfs / "uptime"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_bytes(b"")
+        self._boot = boot_uptime(scenario.host.uptime_s)
         self._seq = scenario.kernel_log.lost
         self._events = 0  # world.events logged so far
         self._announced: set[int] = set()  # GPUs whose UUID line is logged
         lines = sorted(scenario.kernel_log.lines, key=lambda line: line.at)
-        boot = [(-BOOT_UPTIME_S + 0.5, KERN_INFO, 0, "Linux version 6.8.0-45-generic "
+        boot = [(-self._boot + 0.5, KERN_INFO, 0, "Linux version 6.8.0-45-generic "
                  "(buildd@lcy02-amd64-115) #45-Ubuntu SMP PREEMPT_DYNAMIC"),
-                (-BOOT_UPTIME_S + 4.2, KERN_INFO, 0, "NVRM: loading NVIDIA UNIX x86_64 Kernel "
+                (-self._boot + 4.2, KERN_INFO, 0, "NVRM: loading NVIDIA UNIX x86_64 Kernel "
                  f"Module  {scenario.node.driver_version}")]
         self._pending: Iterator[tuple[float, int, int, str]] = heapq.merge(
             boot, self._expand(lines), key=lambda item: item[0])
@@ -101,7 +102,7 @@ class KernelLogFile:
             with open(self.path, "a") as f:
                 f.write("".join(out))
         self._uptime.parent.mkdir(parents=True, exist_ok=True)
-        self._uptime.write_text(f"{BOOT_UPTIME_S + t:.2f} {(BOOT_UPTIME_S + t) * 7.5:.2f}\n")
+        self._uptime.write_text(f"{self._boot + t:.2f} {(self._boot + t) * 7.5:.2f}\n")
 
     def _logged_events(self, until: float, out: list[str]) -> None:
         """The Xids NVML delivers (or would: those at the start are before
@@ -121,7 +122,7 @@ class KernelLogFile:
             out.append(self._record(at, level, 0, xid_message(gpu, code, pid, name)))
 
     def _record(self, at: float, level: int, facility: int, message: str) -> str:
-        usec = max(0, round((BOOT_UPTIME_S + at) * 1e6))
+        usec = max(0, round((self._boot + at) * 1e6))
         seq, self._seq = self._seq, self._seq + 1
         return f"{facility * 8 + level},{seq},{usec},-;{escape(message)}\n"
 

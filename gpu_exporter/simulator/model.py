@@ -312,6 +312,12 @@ class HostCondition(_Strict):
     # interface name -> receive drops per second / receive errors per second
     net_rx_drops_per_s: dict[str, float] | None = None
     net_rx_errors_per_s: dict[str, float] | None = None
+    # /proc/uptime when the scenario starts (it grows with the scenario's
+    # time; read from the scenario's host only, a timeline step does not
+    # reboot), and /proc/sys/kernel/random/boot_id: another id is another boot.
+    uptime_s: float | None = Field(None, ge=0, le=10 * 365 * 86400)
+    boot_id: str | None = Field(
+        None, pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 class ProcessCondition(_Strict):

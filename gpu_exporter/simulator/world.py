@@ -125,6 +125,8 @@ HOST_DEFAULTS: dict[str, Any] = {
     "disks": {"nvme0n1": 0.05, "nvme1n1": 0.04},
     "net_rx_drops_per_s": {"eth0": 0.0, "ib0": 0.0},
     "net_rx_errors_per_s": {"eth0": 0.0, "ib0": 0.0},
+    # One fixed boot (the uptime is the scenario's, see hostfs.boot_uptime).
+    "boot_id": "5e1f0a9c-2b3d-4c8e-9f6a-0d1e2f3a4b5c",
 }
 
 

@@ -1,0 +1,371 @@
+"""What the exporter remembers of each GPU's hardware faults across its own
+restarts and the node's reboots: the Xids, uncorrectable ECC errors, row
+remaps (pending, failed) and losses of each GPU, keyed by the GPU's UUID
+(an index names another board after a swap or a renumbering), each with when
+it happened and in which *life* of the GPU: the boot (``boot_id``, read under
+--path.procfs) and how many times the GPU had been lost and come back in it.
+
+A fault seen in one life and again in a later one came back after a reset or
+a reboot: the ``fault_recurred`` row (fault_rules.py). An Xid remembered from
+before a restart is judged as if the exporter had never stopped (its row
+holds for ``xid_hold`` from the Xid's own time).
+
+The state file (--path.state-file; empty: remembered only while the exporter
+runs) is JSON: the exporter writes it and reads it back, so it needs no YAML
+(no anchors, no aliases, nothing a person writes), and the standard library's
+reader, within safefile's bounds, is fast and strict. It is bounded (GPUs,
+faults per GPU, bytes), written whole to a temporary file in its directory,
+synced and renamed over the old one, so a crash leaves the old file or the
+new one, never half of one. A file that is not a regular file (a symbolic
+link, a FIFO), too large, not JSON, of the wrong shape (a wrong type, an
+unknown key, a string with control characters) or of another node (none of
+its GPUs is this node's) is refused in one log line, moved aside to
+``<file>.refused`` (replacing an older one) for whoever wants to look, and
+the memory starts over: a bad file never stops the exporter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from gpu_exporter import safefile
+from gpu_exporter.diagnosis.signals import GpuSignals
+from gpu_exporter.host.boot import BOOT_ID, boot_id
+
+log = logging.getLogger(__name__)
+
+FaultKind = Literal["xid", "ecc_uncorrectable", "row_remap_pending", "row_remap_failed",
+                    "gpu_lost"]
+# Bounds: a node has at most a few dozen GPUs over its life, and a GPU with
+# more than a couple of dozen distinct faults is long due for replacement.
+# A fault record is at most about 190 bytes of JSON, so the file stays far
+# below its size bound (64 x 24 x 190 = 292 KB < 512 KiB).
+MAX_GPUS = 64
+MAX_FAULTS_PER_GPU = 24
+MAX_FILE_BYTES = 512 * 1024
+# Faults older than this are forgotten: the finding of a fault that came back
+# ends with them (or with the GPU, when it is replaced).
+RETENTION_S = 30 * 86400.0
+STATE_FILE = safefile.FileKind("state file", MAX_FILE_BYTES, 0, 8)
+VERSION = 1
+# What a GPU's life starts with when the kernel gives no boot id.
+NO_BOOT_ID = "00000000-0000-0000-0000-000000000000"
+
+_Uuid = Annotated[str, StringConstraints(pattern=r"^GPU-[0-9A-Za-z-]{1,64}$")]
+_BootId = Annotated[str, StringConstraints(pattern=f"^{BOOT_ID.pattern}$")]
+# Unix times between 2001 and 2286: a time outside is no time this file wrote.
+_Time = Annotated[float, Field(ge=1e9, le=1e10)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _FaultModel(_Strict):
+    kind: FaultKind
+    code: int = Field(ge=0, le=65535)  # the Xid; 0 for the other kinds
+    first: _Time
+    last: _Time
+    count: int = Field(ge=1, le=10**9)
+    boot_id: _BootId
+    resets: int = Field(ge=0, le=10**6)
+
+
+class _GpuModel(_Strict):
+    seen: _Time
+    lost: bool
+    resets: int = Field(ge=0, le=10**6)
+    back: float = Field(ge=0, le=1e10)
+    faults: list[_FaultModel] = Field(max_length=MAX_FAULTS_PER_GPU)
+
+
+class _StateModel(_Strict):
+    version: Literal[1]
+    gpus: dict[_Uuid, _GpuModel] = Field(max_length=MAX_GPUS)
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One kind of fault (an Xid by its code) in one life of a GPU."""
+
+    kind: FaultKind
+    code: int
+    first: float  # unix time it first happened in that life
+    last: float
+    count: int
+    boot_id: str
+    resets: int  # times the GPU had been lost and come back before that life
+
+    @property
+    def life(self) -> tuple[str, int]:
+        return (self.boot_id, self.resets)
+
+    @property
+    def name(self) -> str:
+        """How a person names it: ``Xid 79``, ``ecc uncorrectable``."""
+        return f"Xid {self.code}" if self.kind == "xid" else self.kind.replace("_", " ")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPast:
+    """What is remembered of one GPU, as the rules see it: its faults, oldest
+    first, and the life it is in now."""
+
+    faults: tuple[Fault, ...]
+    life: tuple[str, int]
+
+    def came_back(self, hardware_xids: Iterable[int]) -> list[tuple[Fault, Fault]]:
+        """Each hardware fault of this life that the GPU also had in an earlier
+        one: (the earliest earlier, this life's). A row remap that failed
+        stays failed, so it never "comes back"; application and
+        informational Xids are the job's or nobody's."""
+        hardware = frozenset(hardware_xids)
+        out: list[tuple[Fault, Fault]] = []
+        for now in self.faults:
+            if now.life != self.life or now.kind == "row_remap_failed" or (
+                    now.kind == "xid" and now.code not in hardware):
+                continue
+            before = [f for f in self.faults if f.kind == now.kind and f.code == now.code
+                      and f.life != self.life and f.first <= now.first]
+            if before:
+                out.append((min(before, key=lambda f: f.first), now))
+        return out
+
+
+@dataclass(slots=True)
+class _Gpu:
+    seen: float
+    lost: bool = False
+    resets: int = 0
+    # When it last came back after a loss (0: never): an Xid from before then,
+    # still among the readers' recent ones, belongs to an earlier life.
+    back: float = 0.0
+    faults: list[Fault] = field(default_factory=list)
+    past: GpuPast | None = None  # built on demand, dropped on change
+
+
+class FaultMemory:
+    """Each GPU's faults, observed every poll from the diagnosis's signals and
+    kept in the state file (``path``; None: in memory only)."""
+
+    def __init__(self, path: Path | None, procfs: Path,
+                 wall_clock: Callable[[], float]) -> None:
+        self.path = path
+        self._procfs = procfs
+        self._wall = wall_clock
+        self._gpus: dict[str, _Gpu] = {}
+        self._boot = NO_BOOT_ID
+        self._loaded_foreign_check = False  # whether the loaded file awaits its host check
+        self._dirty = False
+        self._write_failing = False
+        if path is not None:
+            self._gpus = self._load(path)
+            self._loaded_foreign_check = bool(self._gpus)
+
+    # --- observing ---------------------------------------------------------------
+    def observe(self, signals: Iterable[GpuSignals]) -> dict[str, GpuPast]:
+        """Record what this poll's signals show of each GPU (not its MIG
+        instances: they share its faults), save the file if anything is new,
+        and return each GPU's past by UUID."""
+        now = self._wall()
+        self._boot = boot_id(self._procfs) or NO_BOOT_ID
+        gpus = [s for s in signals if s.gpu_instance is None]
+        if self._loaded_foreign_check and gpus:
+            self._loaded_foreign_check = False
+            if not {s.uuid for s in gpus} & set(self._gpus):
+                assert self.path is not None
+                self._refuse(self.path, "holds none of this node's GPUs (written on another "
+                             "node, or every GPU was replaced)")
+                self._gpus = {}
+        for sig in gpus:
+            self._observe_gpu(sig, now)
+        self._forget(now)
+        if self._dirty:
+            self._dirty = False
+            if self.path is not None:
+                self._save(self.path)
+        return {uuid: self._past(g) for uuid, g in self._gpus.items()}
+
+    def _observe_gpu(self, sig: GpuSignals, now: float) -> None:
+        if not _valid_uuid(sig.uuid):
+            return  # a UUID the file could not hold back: not remembered
+        g = self._gpus.get(sig.uuid)
+        if g is None:
+            g = self._gpus[sig.uuid] = _Gpu(seen=now)
+            self._dirty = True
+        g.seen = now
+        reading = sig.gpu
+        if not reading.up:
+            if not g.lost:
+                g.lost = True
+                self._record(g, "gpu_lost", 0, now)
+        elif g.lost:
+            # Back after a loss (a reset, a driver reload, a reboot): a new life.
+            g.lost, g.resets, g.back = False, g.resets + 1, now
+            g.past = None
+            self._dirty = True
+        for at, code, _instance in sig.xids:
+            if at >= g.back:
+                self._record(g, "xid", code, at, once=False)
+        if reading.up:
+            if (reading.ecc_uncorrected_volatile or 0) > 0:
+                self._record(g, "ecc_uncorrectable", 0, now)
+            if reading.remap_pending:
+                self._record(g, "row_remap_pending", 0, now)
+            if reading.remap_failed:
+                self._record(g, "row_remap_failed", 0, now)
+
+    def _record(self, g: _Gpu, kind: FaultKind, code: int, at: float,
+                once: bool = True) -> None:
+        """A fault of this life: a state (``once``) is recorded when first
+        seen; an event (an Xid, each with its own time) counts once each,
+        those no later than the last one counted being counted already (the
+        readers hand the recent ones to every poll)."""
+        life = (self._boot, g.resets)
+        for i, f in enumerate(g.faults):
+            if f.kind == kind and f.code == code and f.life == life:
+                if once or at <= f.last:
+                    return
+                g.faults[i] = replace(f, last=at, count=min(f.count + 1, 10**9))
+                break
+        else:
+            g.faults.append(Fault(kind, code, at, at, 1, self._boot, g.resets))
+            if len(g.faults) > MAX_FAULTS_PER_GPU:
+                g.faults.remove(min(g.faults, key=lambda f: f.last))
+        g.past = None
+        self._dirty = True
+
+    def _forget(self, now: float) -> None:
+        for g in self._gpus.values():
+            kept = [f for f in g.faults if now - f.last <= RETENTION_S]
+            if len(kept) != len(g.faults):
+                g.faults, g.past, self._dirty = kept, None, True
+        while len(self._gpus) > MAX_GPUS:
+            del self._gpus[min(self._gpus, key=lambda u: self._gpus[u].seen)]
+            self._dirty = True
+
+    def _past(self, g: _Gpu) -> GpuPast:
+        if g.past is None or g.past.life != (self._boot, g.resets):
+            g.past = GpuPast(tuple(sorted(g.faults, key=lambda f: f.first)),
+                             (self._boot, g.resets))
+        return g.past
+
+    # --- the file ------------------------------------------------------------------
+    def _load(self, path: Path) -> dict[str, _Gpu]:
+        try:
+            data = _read_json(path)
+        except FileNotFoundError:
+            return {}  # the first start: nothing remembered yet
+        except safefile.FileRefused as exc:
+            self._refuse(path, exc.problem)
+            return {}
+        try:
+            state = _StateModel.model_validate(data)
+        except ValidationError as exc:
+            where, problem = safefile.validation_problem(exc, "unknown key")
+            self._refuse(path, f"{safefile.dotted(where)}: {problem}" if where else problem)
+            return {}
+        return {uuid: _Gpu(seen=g.seen, lost=g.lost, resets=g.resets, back=g.back,
+                           faults=[Fault(**f.model_dump()) for f in g.faults])
+                for uuid, g in state.gpus.items()}
+
+    def _refuse(self, path: Path, problem: str) -> None:
+        """One line: what is wrong with the file, and that the memory starts
+        over (the file moved aside, where it can be)."""
+        aside = path.with_name(path.name + ".refused")
+        try:
+            os.replace(path, aside)
+            kept = f"moved to {safefile.one_line(str(aside))}"
+        except OSError as exc:
+            kept = f"could not be moved aside ({safefile.one_line(str(exc))})"
+        log.warning("state file %s refused: %s; the GPUs' fault memory starts over (the file "
+                    "%s)", safefile.one_line(str(path)), safefile.one_line(problem), kept)
+
+    def _save(self, path: Path) -> None:
+        data = {"version": VERSION, "gpus": {
+            uuid: {"seen": g.seen, "lost": g.lost, "resets": g.resets, "back": g.back,
+                   "faults": [{"kind": f.kind, "code": f.code, "first": f.first,
+                               "last": f.last, "count": f.count, "boot_id": f.boot_id,
+                               "resets": f.resets} for f in g.faults]}
+            for uuid, g in self._gpus.items()}}
+        text = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        try:
+            write_atomically(path, text)
+        except OSError as exc:
+            if not self._write_failing:
+                log.warning("cannot write the state file %s: %s; the GPUs' faults are "
+                            "remembered only until the exporter stops",
+                            safefile.one_line(str(path)), safefile.one_line(str(exc)))
+            self._write_failing = True
+            self._dirty = True  # tried again at the next change
+            return
+        if self._write_failing:
+            log.info("state file %s written again", safefile.one_line(str(path)))
+        self._write_failing = False
+
+
+def _valid_uuid(uuid: str) -> bool:
+    return uuid.startswith("GPU-") and 4 < len(uuid) <= 68 and all(
+        c.isascii() and (c.isalnum() or c == "-") for c in uuid[4:])
+
+
+def _read_json(path: Path) -> Any:
+    """The file's JSON value, refused unless it is a regular file (never
+    followed through a symbolic link, never waited on as a FIFO) within the
+    state file's bounds. FileNotFoundError: there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if os.path.islink(path):
+            raise safefile.FileRefused(STATE_FILE, path, "is a symbolic link") from None
+        raise safefile.FileRefused(STATE_FILE, path, f"cannot read: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise safefile.FileRefused(STATE_FILE, path, "is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    return safefile.parse_json(safefile.decode(safefile.within(data, path, STATE_FILE),
+                                               path, STATE_FILE), path, STATE_FILE)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``data`` as the whole of ``path``: written to a temporary file beside it,
+    synced, then renamed over it (a crash leaves the old file or the new, never
+    half), and the directory synced so the rename outlives a power cut."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
