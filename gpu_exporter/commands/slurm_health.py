@@ -148,14 +148,15 @@ def default_node() -> str:
 
 
 def check(url: str, node: str, binary: str, timeout: float,
-          settings: ClientSettings = ClientSettings()) -> tuple[int, str]:
+          settings: ClientSettings | None = None) -> tuple[int, str]:
     """Judge the node and act; the exit status and one line for stdout.
     Raises Unavailable when the check could not run (nothing changed).
     ``settings``: how to ask a secured exporter (TLS, basic auth), as
     diagnose asks it."""
     deadline = Deadline(timeout)
     try:
-        asking = ExporterClient(url, settings, timeout=min(deadline.left(), 10.0))
+        asking = ExporterClient(url, settings or ClientSettings(),
+                                timeout=min(deadline.left(), 10.0))
         data = fetch(url, client=asking)
     except ConnectionError as exc:
         raise Unavailable(f"exporter not read: {exc}") from None
