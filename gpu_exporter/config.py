@@ -10,6 +10,7 @@ the setting, where it came from and what is wrong.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -44,6 +45,17 @@ class ConfigError(Exception):
 
 ENV_PREFIX = "GPU_EXPORTER_"
 DEFAULT_LISTEN_ADDRESS = ":9835"
+# The ``GPU_EXPORTER_*`` variables that are not settings, each with what reads
+# it. Any other variable with the prefix must name a setting: a misspelt one
+# (``GPU_EXPORTER_WEB_LISTEN_ADDRESS``, one underscore) would otherwise leave
+# its setting at the default without a word.
+NOT_SETTINGS: dict[str, str] = {
+    "GPU_EXPORTER_ARGS": "the flags the systemd unit passes (deploy/systemd)",
+    "GPU_EXPORTER_LONG_TESTS": "the test suite: run the long forms of its tests",
+    "GPU_EXPORTER_MOCKNVML": "the tests and benchmarks: where NVIDIA's mock NVML is",
+    "GPU_EXPORTER_REQUIRE_TOOLS": "the tests: a missing test tool fails, not skips",
+    "GPU_EXPORTER_SCREENSHOTS": "the node page's browser test: where screenshots go",
+}
 
 
 def _path_or_off(v: str) -> str:
@@ -285,20 +297,65 @@ def _takes_json(model: type[Section], path: list[str]) -> bool:
     return origin in (dict, list, tuple, set, frozenset) or annotation in (dict, list, tuple)
 
 
+def environment_names() -> list[str]:
+    """Every variable name that sets something: each setting's, each
+    section's (its JSON), and those in NOT_SETTINGS."""
+    names = set(NOT_SETTINGS)
+    for key, _ in settings_fields():
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            names.add(ENV_PREFIX + "__".join(parts[:n]).upper())
+    return sorted(names)
+
+
+def _names_a_setting(path: list[str]) -> bool:
+    """Whether the variable's path leads to a setting (or into a mapping
+    setting such as ``collectors``, whose keys are checked when it is
+    validated)."""
+    model: Any = Settings
+    for part in path:
+        if part == "":
+            return False
+        if not (isinstance(model, type) and issubclass(model, Section)):
+            return typing.get_origin(model) is dict or model is dict
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        model = field.annotation
+    return True
+
+
+def _unknown_variable(name: str) -> ConfigError:
+    # Compared without the prefix every name shares, which would make any
+    # name look near the shortest.
+    suffixes = {n[len(ENV_PREFIX):]: n for n in environment_names()}
+    near = difflib.get_close_matches(name[len(ENV_PREFIX):].upper(), suffixes, n=1,
+                                     cutoff=0.6)
+    hint = f"; did you mean {suffixes[near[0]]}?" if near else \
+        " (a setting's variable joins its section and name with two underscores, as " \
+        "GPU_EXPORTER_WEB__LISTEN_ADDRESS; see gpu-exporter --help)"
+    key = name[len(ENV_PREFIX):].lower().replace("__", ".")
+    return ConfigError(f"{safefile.one_line(key, safefile.SHOWN_CHARS)} from environment "
+                       f"variable {safefile.one_line(name, safefile.SHOWN_CHARS)}: unknown "
+                       f"setting{hint}")
+
+
 def environment_values(environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings ``GPU_EXPORTER_*`` variables give, nested: sections are
     joined by two underscores (``GPU_EXPORTER_WEB__LISTEN_ADDRESS`` is
     ``web.listen_address``), names in any case. A variable that names no
-    top-level setting (``GPU_EXPORTER_ARGS``, which systemd units pass as
-    flags) is not a setting and is left alone."""
+    setting and is not in NOT_SETTINGS is a ConfigError that names the
+    nearest valid variable."""
     out: dict[str, Any] = {}
     # A section's JSON first, then its finer variables over it (a prefix sorts first).
     for name in sorted(environ, key=str.upper):
         if not name.upper().startswith(ENV_PREFIX):
             continue
-        path = name[len(ENV_PREFIX):].lower().split("__")
-        if path[0] not in Settings.model_fields or "" in path:
+        if name.upper() in NOT_SETTINGS:
             continue
+        path = name[len(ENV_PREFIX):].lower().split("__")
+        if not _names_a_setting(path):
+            raise _unknown_variable(name)
         value: Any = environ[name]
         if _takes_json(Settings, path):
             try:
