@@ -30,6 +30,7 @@ from gpu_exporter.config_types import (
     Flag,
     check_telemetry_path,
     format_duration,
+    kmsg_file_problem,
     parse_duration,
     parse_listen_address,
 )
@@ -64,6 +65,23 @@ def _path_or_off(v: str) -> str:
         raise ValueError("must be an absolute path (or empty to switch it off)")
     if "\0" in v:
         raise ValueError("must not contain a NUL byte")
+    return v
+
+
+def _kmsg_path(v: str) -> str:
+    """The kernel log: the kmsg device or a regular file where there is a
+    file (a node without one counts NVML's events alone, and says so)."""
+    _path_or_off(v)
+    if not v:
+        return v
+    try:
+        st = os.stat(v)
+    except OSError:
+        # Not there, or not to be looked at: the reader says which, as a state.
+        return v
+    problem = kmsg_file_problem(st.st_mode, st.st_rdev)
+    if problem is not None:
+        raise ValueError(problem)
     return v
 
 
@@ -120,7 +138,8 @@ class PathConfig(Section):
     sysfs: Annotated[Path, Flag("PATH")] = setting(
         Path("/sys"), description="Mount point of the host's /sys")
     kmsg: Annotated[str, Flag("PATH")] = setting(
-        DEFAULT_KMSG_PATH, check=_path_or_off, description="The kernel log device, read for "
+        DEFAULT_KMSG_PATH, check=_kmsg_path, description="The kernel log device (the kmsg "
+        "character device, 1:11, or a regular file in its format), read for "
         "the driver's Xid lines since boot (Xids before the exporter started, the process of "
         "each Xid) and NVSwitch SXids; reading it needs CAP_SYSLOG or kernel.dmesg_restrict=0, "
         "and without them the exporter says so once and goes on; an empty value switches it off")
