@@ -10,6 +10,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sys
 import threading
 import time
@@ -292,7 +293,9 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     """Run until SIGTERM or SIGINT; SIGHUP reloads the configuration (with
     ``load_settings``: flags, environment and --config.file again) and re-reads
     the web config file. The process's exit status."""
-    # A bad web config is a usage error: report it before anything starts.
+    # A bad web config or a listen address that does not resolve is a usage
+    # error: reported before anything starts.
+    _check_resolves(settings.web.listen_address)
     web_config = load_web_config(settings)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         log.warning("running as root: the exporter needs no privileges beyond read access to "
@@ -359,6 +362,18 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     log.info("stopped")
     _leave_stuck_calls_behind()
     return 0
+
+
+def _check_resolves(listen_address: str) -> None:
+    host, port = parse_listen_address(listen_address)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"web.listen_address {listen_address}: cannot resolve the host "
+                          f"{host!r}: {exc.strerror}") from None
+    except UnicodeError:  # a label the IDNA codec refuses (empty, over 63 characters)
+        raise ConfigError(f"web.listen_address {listen_address}: {host!r} is not a valid "
+                          "host name") from None
 
 
 def _raise_fd_limit(connections: int) -> None:
