@@ -335,7 +335,7 @@ def _discard_stdout() -> None:
     buffer is flushed there at exit, not to a stream that refused it."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+        os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError):  # pragma: no cover - no stdout at all
         pass

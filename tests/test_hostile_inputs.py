@@ -9,6 +9,7 @@ after a reload."""
 
 from __future__ import annotations
 
+import errno
 import http.client
 import logging
 import os
@@ -402,6 +403,30 @@ def test_a_device_that_never_stops_giving_is_read_in_bounded_memory(
     assert collector.state == KmsgState.OK and not collector.store.xids
     assert peak < 4 * kmsg.MAX_BATCH_BYTES, f"{peak / 2**20:.1f} MiB"
     assert took < 10, f"{took:.1f} s"
+
+
+def test_a_device_that_answers_every_read_with_an_error_is_not_read_for_ever(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """EPIPE (records overwritten) and EINVAL (a record too long) are answers
+    the kernel gives once in a while; a device giving nothing else must not
+    hold the reader in its loop."""
+    monkeypatch.setattr(config_types, "KMSG_DEVICE", (1, 5))
+    reader = KmsgReader("/dev/zero")
+    reader.open()
+    calls = 0
+
+    def read(fd: int, size: int) -> bytes:
+        nonlocal calls
+        calls += 1
+        raise OSError(errno.EPIPE if calls % 2 else errno.EINVAL, "refused")
+
+    monkeypatch.setattr(kmsg.os, "read", read)
+    try:
+        assert reader.read(1000) == []
+    finally:
+        monkeypatch.undo()
+        reader.close()
+    assert calls == 1000 and reader.overruns == 500 and reader.malformed == 500
 
 
 def test_a_large_regular_file_is_read_in_bounded_memory(tmp_path: Path) -> None:

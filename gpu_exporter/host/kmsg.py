@@ -206,7 +206,11 @@ class KmsgReader:
         assert self._fd is not None
         records: list[bytes] = []
         taken = 0
-        while len(records) < limit and taken < MAX_BATCH_BYTES:
+        # Every read counts, an error too: a device that answered EPIPE or
+        # EINVAL on every read would otherwise be read for ever.
+        for _ in range(limit):
+            if taken >= MAX_BATCH_BYTES:
+                break
             try:
                 data = os.read(self._fd, MAX_RECORD)
             except BlockingIOError:
