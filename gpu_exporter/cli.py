@@ -5,9 +5,11 @@ status 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -20,6 +22,8 @@ from gpu_exporter.config import RETIRED_COLLECTORS, ConfigError, Settings, flag_
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
+# Standard output refused a write: as for any command whose output failed.
+EXIT_OUTPUT = 1
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 log = logging.getLogger(PROG)
@@ -27,6 +31,44 @@ log = logging.getLogger(PROG)
 
 class UsageError(Exception):
     pass
+
+
+class OutputError(Exception):
+    """Standard output refused what a command wrote (a full disk, /dev/full).
+    Not an OSError: argparse drops an OSError from writing --help silently,
+    and the command would end 0 with nothing written."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(exc.strerror or str(exc))
+
+
+class _CheckedOutput:
+    """Standard output that turns a failed write into OutputError, so every
+    subcommand's output (print, sys.stdout.write, argparse's --help) is
+    checked in one place. A reader that went away (BrokenPipeError) is left
+    as it is: that ends the command quietly."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _one_line(message: str) -> str:
@@ -122,6 +164,12 @@ def _run_daemon(argv: Sequence[str]) -> int:
     try:
         return daemon.run(settings, simulation, load_settings)
     except OSError as exc:
+        if isinstance(exc, socket.gaierror) or (exc.errno is not None and exc.errno < 0):
+            # The resolver's codes (EAI_*) are negative; socket.create_server
+            # passes them on in a plain OSError.
+            reason = (exc.strerror or str(exc)).split(" (while attempting")[0]
+            raise ConfigError(f"web.listen_address {settings.web.listen_address}: cannot "
+                              f"resolve the host: {reason}") from None
         if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
             raise ConfigError(f"web.listen_address {settings.web.listen_address}: address "
                               "already in use (is another exporter running?)") from None
@@ -245,6 +293,21 @@ def _end_on_termination() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    stdout = sys.stdout
+    sys.stdout = _CheckedOutput(stdout)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout = stdout
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if stderr takes it (it may be the full device)."""
+    with contextlib.suppress(OSError):
+        print(f"{PROG}: error: {_one_line(line)}", file=sys.stderr, flush=True)
+
+
+def _main(args: list[str]) -> int:
     try:
         if args and args[0] in SUBCOMMANDS:
             _end_on_termination()
@@ -257,12 +320,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         return _run_daemon(args)
     except (UsageError, ConfigError) as exc:
-        print(f"{PROG}: error: {_one_line(str(exc))}", file=sys.stderr)
+        _say(str(exc))
         return EXIT_USAGE
+    except OutputError as exc:
+        # What was not written is dropped (the interpreter would try again at
+        # exit and print a traceback): nothing more can reach that stream.
+        _discard_stdout()
+        _say(f"cannot write the output: {str(exc).lower()}")
+        return EXIT_OUTPUT
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # The reader went away (`gpu-exporter scenarios | head -3`): end quietly,
         # as a command ended by SIGPIPE does, with nothing left to flush.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Standard output, from here on, is /dev/null: what is left in its
+    buffer is flushed there at exit, not to a stream that refused it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - no stdout at all
+        pass

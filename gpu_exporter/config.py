@@ -10,6 +10,7 @@ the setting, where it came from and what is wrong.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from gpu_exporter.config_types import (
     Flag,
     check_telemetry_path,
     format_duration,
+    kmsg_file_problem,
     parse_duration,
     parse_listen_address,
 )
@@ -44,6 +46,17 @@ class ConfigError(Exception):
 
 ENV_PREFIX = "GPU_EXPORTER_"
 DEFAULT_LISTEN_ADDRESS = ":9835"
+# The ``GPU_EXPORTER_*`` variables that are not settings, each with what reads
+# it. Any other variable with the prefix must name a setting: a misspelt one
+# (``GPU_EXPORTER_WEB_LISTEN_ADDRESS``, one underscore) would otherwise leave
+# its setting at the default without a word.
+NOT_SETTINGS: dict[str, str] = {
+    "GPU_EXPORTER_ARGS": "the flags the systemd unit passes (deploy/systemd)",
+    "GPU_EXPORTER_LONG_TESTS": "the test suite: run the long forms of its tests",
+    "GPU_EXPORTER_MOCKNVML": "the tests and benchmarks: where NVIDIA's mock NVML is",
+    "GPU_EXPORTER_REQUIRE_TOOLS": "the tests: a missing test tool fails, not skips",
+    "GPU_EXPORTER_SCREENSHOTS": "the node page's browser test: where screenshots go",
+}
 
 
 def _path_or_off(v: str) -> str:
@@ -52,6 +65,23 @@ def _path_or_off(v: str) -> str:
         raise ValueError("must be an absolute path (or empty to switch it off)")
     if "\0" in v:
         raise ValueError("must not contain a NUL byte")
+    return v
+
+
+def _kmsg_path(v: str) -> str:
+    """The kernel log: the kmsg device or a regular file where there is a
+    file (a node without one counts NVML's events alone, and says so)."""
+    _path_or_off(v)
+    if not v:
+        return v
+    try:
+        st = os.stat(v)
+    except OSError:
+        # Not there, or not to be looked at: the reader says which, as a state.
+        return v
+    problem = kmsg_file_problem(st.st_mode, st.st_rdev)
+    if problem is not None:
+        raise ValueError(problem)
     return v
 
 
@@ -108,7 +138,8 @@ class PathConfig(Section):
     sysfs: Annotated[Path, Flag("PATH")] = setting(
         Path("/sys"), description="Mount point of the host's /sys")
     kmsg: Annotated[str, Flag("PATH")] = setting(
-        DEFAULT_KMSG_PATH, check=_path_or_off, description="The kernel log device, read for "
+        DEFAULT_KMSG_PATH, check=_kmsg_path, description="The kernel log device (the kmsg "
+        "character device, 1:11, or a regular file in its format), read for "
         "the driver's Xid lines since boot (Xids before the exporter started, the process of "
         "each Xid) and NVSwitch SXids; reading it needs CAP_SYSLOG or kernel.dmesg_restrict=0, "
         "and without them the exporter says so once and goes on; an empty value switches it off")
@@ -294,20 +325,65 @@ def _takes_json(model: type[Section], path: list[str]) -> bool:
     return origin in (dict, list, tuple, set, frozenset) or annotation in (dict, list, tuple)
 
 
+def environment_names() -> list[str]:
+    """Every variable name that sets something: each setting's, each
+    section's (its JSON), and those in NOT_SETTINGS."""
+    names = set(NOT_SETTINGS)
+    for key, _ in settings_fields():
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            names.add(ENV_PREFIX + "__".join(parts[:n]).upper())
+    return sorted(names)
+
+
+def _names_a_setting(path: list[str]) -> bool:
+    """Whether the variable's path leads to a setting (or into a mapping
+    setting such as ``collectors``, whose keys are checked when it is
+    validated)."""
+    model: Any = Settings
+    for part in path:
+        if part == "":
+            return False
+        if not (isinstance(model, type) and issubclass(model, Section)):
+            return typing.get_origin(model) is dict or model is dict
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        model = field.annotation
+    return True
+
+
+def _unknown_variable(name: str) -> ConfigError:
+    # Compared without the prefix every name shares, which would make any
+    # name look near the shortest.
+    suffixes = {n[len(ENV_PREFIX):]: n for n in environment_names()}
+    near = difflib.get_close_matches(name[len(ENV_PREFIX):].upper(), suffixes, n=1,
+                                     cutoff=0.6)
+    hint = f"; did you mean {suffixes[near[0]]}?" if near else \
+        " (a setting's variable joins its section and name with two underscores, as " \
+        "GPU_EXPORTER_WEB__LISTEN_ADDRESS; see gpu-exporter --help)"
+    key = name[len(ENV_PREFIX):].lower().replace("__", ".")
+    return ConfigError(f"{safefile.one_line(key, safefile.SHOWN_CHARS)} from environment "
+                       f"variable {safefile.one_line(name, safefile.SHOWN_CHARS)}: unknown "
+                       f"setting{hint}")
+
+
 def environment_values(environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings ``GPU_EXPORTER_*`` variables give, nested: sections are
     joined by two underscores (``GPU_EXPORTER_WEB__LISTEN_ADDRESS`` is
     ``web.listen_address``), names in any case. A variable that names no
-    top-level setting (``GPU_EXPORTER_ARGS``, which systemd units pass as
-    flags) is not a setting and is left alone."""
+    setting and is not in NOT_SETTINGS is a ConfigError that names the
+    nearest valid variable."""
     out: dict[str, Any] = {}
     # A section's JSON first, then its finer variables over it (a prefix sorts first).
     for name in sorted(environ, key=str.upper):
         if not name.upper().startswith(ENV_PREFIX):
             continue
-        path = name[len(ENV_PREFIX):].lower().split("__")
-        if path[0] not in Settings.model_fields or "" in path:
+        if name.upper() in NOT_SETTINGS:
             continue
+        path = name[len(ENV_PREFIX):].lower().split("__")
+        if not _names_a_setting(path):
+            raise _unknown_variable(name)
         value: Any = environ[name]
         if _takes_json(Settings, path):
             try:

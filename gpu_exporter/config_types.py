@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -84,6 +86,25 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # The kernel log as the kernel serves it, one record per read.
 DEFAULT_KMSG_PATH = "/dev/kmsg"
+# Its device number (the kernel's Documentation/admin-guide/devices.txt:
+# character 1:11). Another character device (/dev/zero, a terminal) is no
+# record stream: /dev/zero alone gave 8 KiB "records" without end.
+KMSG_DEVICE = (1, 11)
+
+
+def kmsg_file_problem(mode: int, rdev: int) -> str | None:
+    """Why a file of this type (``st_mode``, ``st_rdev``) cannot be read as
+    the kernel log; None for the kmsg device or a regular file (a saved log,
+    the simulator's)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISCHR(mode):
+        found = (os.major(rdev), os.minor(rdev))
+        if found == KMSG_DEVICE:
+            return None
+        return (f"character device {found[0]}:{found[1]} is not the kernel log "
+                f"(/dev/kmsg is {KMSG_DEVICE[0]}:{KMSG_DEVICE[1]})")
+    return "neither the kmsg device nor a regular file"
 
 
 # Served whatever the settings say; --web.telemetry-path may not take one.

@@ -10,6 +10,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sys
 import threading
 import time
@@ -60,6 +61,11 @@ class Exporter:
         settings = self._effective(settings)
         self.settings = settings
         self._reload_lock = threading.Lock()
+        # The last reload of each source (the settings; the web config file,
+        # reloaded on SIGHUP and when it changes on disk): the reload-success
+        # metric is 1 while both stand, so a good reload of one does not hide
+        # a failed one of the other.
+        self._reloads_ok = {"settings": True, "web config": True}
         # Under a virtual clock everything runs inline; a real daemon guards each
         # GPU's reads with a timeout so one hung GPU cannot stall the poll.
         self.session = NvmlSession(clock=monotonic,
@@ -141,15 +147,22 @@ class Exporter:
             except ConfigError as exc:
                 log.error("configuration reload failed, keeping the running configuration: %s",
                           exc)
-                self.poller.config_reloaded(False)
+                self.reloaded("settings", False)
                 return False
             except Exception as exc:
                 log.error("configuration reload failed, keeping the running configuration: "
                           "%s: %s", type(exc).__name__, exc)
-                self.poller.config_reloaded(False)
+                self.reloaded("settings", False)
                 return False
-            self.poller.config_reloaded(True)
+            self.reloaded("settings", True)
             return True
+
+    def reloaded(self, source: str, ok: bool) -> None:
+        """Note how a reload of ``source`` went, in
+        gpu_exporter_config_last_reload_success (and its timestamp when every
+        source's last reload succeeded)."""
+        self._reloads_ok[source] = ok
+        self.poller.config_reloaded(all(self._reloads_ok.values()))
 
     def _apply(self, new: Settings) -> None:
         old = self.settings
@@ -211,6 +224,7 @@ class Exporter:
             ssl_context=web_config.ssl_context if web_config else None)
         if web_config is not None:
             web_config.attach(self.server)
+            web_config.on_reload = lambda ok: self.reloaded("web config", ok)
         return self.server
 
     @property
@@ -294,7 +308,9 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     """Run until SIGTERM or SIGINT; SIGHUP reloads the configuration (with
     ``load_settings``: flags, environment and --config.file again) and re-reads
     the web config file. The process's exit status."""
-    # A bad web config is a usage error: report it before anything starts.
+    # A bad web config or a listen address that does not resolve is a usage
+    # error: reported before anything starts.
+    _check_resolves(settings.web.listen_address)
     web_config = load_web_config(settings)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and _holds_capabilities():
         log.warning("running as root: the exporter needs no privileges beyond read access to "
@@ -323,10 +339,10 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     def reload() -> None:
         if load_settings is not None:
             exporter.reload(load_settings)
-        if web_config is not None and not web_config.reload("SIGHUP"):
-            # The reload as a whole failed: say so in
-            # gpu_exporter_config_last_reload_success, as for the config file.
-            exporter.poller.config_reloaded(False)
+        if web_config is not None:
+            # Its outcome reaches gpu_exporter_config_last_reload_success
+            # through the watcher (bound above), as a change on disk does.
+            web_config.reload("SIGHUP")
 
     signal.signal(signal.SIGTERM, note)
     signal.signal(signal.SIGINT, note)
@@ -362,6 +378,18 @@ def run(settings: Settings, simulation: SimulatedNode | None = None,
     log.info("stopped")
     _leave_stuck_calls_behind()
     return 0
+
+
+def _check_resolves(listen_address: str) -> None:
+    host, port = parse_listen_address(listen_address)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"web.listen_address {listen_address}: cannot resolve the host "
+                          f"{host!r}: {exc.strerror}") from None
+    except UnicodeError:  # a label the IDNA codec refuses (empty, over 63 characters)
+        raise ConfigError(f"web.listen_address {listen_address}: {host!r} is not a valid "
+                          "host name") from None
 
 
 def _raise_fd_limit(connections: int) -> None:

@@ -46,8 +46,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The log on stderr, where a line that cannot be written (a full disk,
+    /dev/full) is dropped and counted, not answered with a traceback: logging's
+    own answer is a traceback written to stderr, the stream that just failed.
+    The exporter goes on serving (a node whose disk is full is one to watch),
+    and the first line written afterwards says how many were lost."""
+
+    lost = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.lost:
+            lost, self.lost = self.lost, 0
+            note = logging.makeLogRecord({
+                "name": __name__, "levelno": logging.WARNING, "levelname": "WARNING",
+                "msg": "%d log line(s) before this one could not be written",
+                "args": (lost,)})
+            super().emit(note)
+            if self.lost:  # it still fails: the lines before, and this one
+                self.lost = lost + 1
+                return
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.lost += 1
+
+
 def setup(level: str = "info", fmt: str = "logfmt") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

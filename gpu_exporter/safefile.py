@@ -41,6 +41,11 @@ class FileKind:
     # Values on the longest path from the top (a lone scalar is 1), aliases
     # expanded.
     max_depth: int
+    # Only a regular file will do: a file the exporter re-reads on reload (or
+    # that OpenSSL opens again by its path) must read the same each time, and
+    # a FIFO or a device does not (a FIFO nobody writes to reads as empty,
+    # which for the web config file is "no TLS, no auth").
+    regular_only: bool = False
 
 
 # The bounds are an order of magnitude above the largest real file of each kind
@@ -49,14 +54,14 @@ class FileKind:
 # 8 MiB is some 12 minutes of it). What a bound costs: composing a YAML value
 # takes about 470 bytes until the data is built, so 100,000 values peak near
 # 50 MiB, and a recording at its bound near 380 MiB.
-CONFIG_FILE = FileKind("config file", 1 * MIB, 100_000, 32)
-WEB_CONFIG_FILE = FileKind("web config file", 1 * MIB, 100_000, 32)
+CONFIG_FILE = FileKind("config file", 1 * MIB, 100_000, 32, regular_only=True)
+WEB_CONFIG_FILE = FileKind("web config file", 1 * MIB, 100_000, 32, regular_only=True)
 BASELINE_FILE = FileKind("baseline file", 1 * MIB, 100_000, 16)
 PROFILE_FILE = FileKind("profile", 1 * MIB, 100_000, 32)
 SCENARIO_FILE = FileKind("scenario", 4 * MIB, 100_000, 32)
 RECORDING_FILE = FileKind("recording", 8 * MIB, 800_000, 32)
 # A PEM certificate or key the web config file names (checked, then read by OpenSSL).
-PEM_FILE = FileKind("PEM file", 1 * MIB, 0, 0)
+PEM_FILE = FileKind("PEM file", 1 * MIB, 0, 0, regular_only=True)
 
 
 class FileRefused(Exception):
@@ -86,7 +91,7 @@ def shown(value: object) -> str:
 
 
 # --- bytes and text -------------------------------------------------------------------------
-# How long a pipe (``--config.file <(...)``) may take to deliver the file.
+# How long a pipe (``--simulate <(...)``) may take to deliver the file.
 PIPE_TIMEOUT_S = 5.0
 
 
@@ -95,15 +100,23 @@ def read_bytes(path: Path | str, kind: FileKind, limit: int | None = None) -> by
     limit = kind.max_bytes if limit is None else limit
     try:
         # O_NONBLOCK: opening a FIFO nobody writes to must not hang the exporter.
+        # No O_NOFOLLOW: Kubernetes mounts a ConfigMap's or Secret's files as
+        # symbolic links (through ..data), and what matters is what the link
+        # leads to, which fstat below checks on the descriptor itself.
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise FileRefused(kind, path, "no such file") from None
     except OSError as exc:
         raise FileRefused(kind, path, f"cannot read: {_reason(exc)}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             raise FileRefused(kind, path, "is a directory, not a file")
+        if kind.regular_only and not stat.S_ISREG(st.st_mode):
+            raise FileRefused(kind, path, f"is {_file_type(st.st_mode)}, not a regular file")
+        if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+            raise FileRefused(kind, path, f"larger than the {_size(limit)} a {kind.name} "
+                              "may be")
         deadline = time.monotonic() + PIPE_TIMEOUT_S
         chunks, size = [], 0
         while size <= limit:
@@ -153,6 +166,16 @@ def line_column(data: bytes, offset: int) -> tuple[int, int]:
     line_start = data.rfind(b"\n", 0, offset) + 1
     column = len(data[line_start:offset].decode("utf-8", "replace")) + 1
     return data.count(b"\n", 0, offset) + 1, column
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a file of another type"  # pragma: no cover - every other type is listed
 
 
 def _size(n: int) -> str:

@@ -10,7 +10,7 @@ started without ``--config.file`` or ``--web.config.file`` does not load it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,13 +19,20 @@ from yaml import cyaml
 from yaml.composer import Composer, ComposerError
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.events import AliasEvent
-from yaml.nodes import Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.parser import Parser
 from yaml.reader import Reader, ReaderError
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from gpu_exporter.safefile import FileKind, FileRefused, decode, line_column, read_bytes
+from gpu_exporter.safefile import (
+    FileKind,
+    FileRefused,
+    decode,
+    line_column,
+    read_bytes,
+    shown,
+)
 
 
 class _Refused(yaml.YAMLError):
@@ -113,6 +120,27 @@ class _StrictConstructor(SafeConstructor):
         except ValueError:
             raise ConstructorError(None, None, "an integer too long to read",
                                    node.start_mark) from None
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping that names a key twice is refused: PyYAML would keep the
+        last silently, so the first (a TLS setting, an interval) would be set
+        in the file yet have no effect. Keys a merge (``<<: *base``) brings may
+        be overridden, as YAML's merge means."""
+        if isinstance(node, MappingNode):
+            first: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" \
+                        or not isinstance(key_node, ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if not isinstance(key, Hashable):  # pragma: no cover - scalars are
+                    continue
+                if key in first:
+                    raise ConstructorError(
+                        None, None, f"duplicate key {shown(key)} (first on line "
+                        f"{first[key].start_mark.line + 1})", key_node.start_mark)
+                first[key] = key_node
+        return super().construct_mapping(node, deep)
 
 
 _StrictConstructor.add_constructor("tag:yaml.org,2002:float",  # type: ignore[type-var]

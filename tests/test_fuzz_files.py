@@ -295,30 +295,53 @@ def test_a_timeline_over_its_bound_is_refused_before_it_is_validated(tmp_path: P
 
 def test_a_pipe_is_read_and_a_silent_one_or_a_directory_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files read once (a node baseline, a scenario) may come through a pipe."""
     monkeypatch.setattr(safefile, "PIPE_TIMEOUT_S", 0.3)
-    fifo = tmp_path / "c.yaml"
+    fifo = tmp_path / "b.json"
     os.mkfifo(fifo)
-    assert outcome("config", fifo) is None  # nobody writes: an empty file
+    # Nobody writes: an empty file, which is no JSON.
+    assert (outcome("baseline", fifo) or "").endswith("not JSON (Expecting value)")
 
     def write(fd: int, pause: float, text: bytes) -> None:
         time.sleep(pause)
         os.write(fd, text)
         os.close(fd)
 
-    for pause, text in ((0.1, b"poll: {interval: 3s}\n"), (1.0, b"")):
-        # As ``--config.file <(generate-config)`` gives it, a moment late or too late.
+    for pause, text in ((0.1, b"[]"), (1.0, b"")):
+        # As ``--baseline.file <(generate-baseline)`` gives it, a moment late or too late.
         read_end, write_end = os.pipe()
         writer = threading.Thread(target=write, args=(write_end, pause, text))
         writer.start()
         path = Path(f"/dev/fd/{read_end}")
         try:
-            message = outcome("config", path)
+            message = outcome("baseline", path)
         finally:
             writer.join()
             os.close(read_end)
-        assert message == (None if text else
-                           f"config file {path}: cannot read: nothing came within 0.3 s")
+        assert message is not None
+        assert ("nothing came within" not in message) if text else \
+            message == f"baseline file {path}: cannot read: nothing came within 0.3 s"
     assert outcome("config", tmp_path) == f"config file {tmp_path}: is a directory, not a file"
+
+
+@pytest.mark.parametrize("kind", ["config", "web config"])
+def test_a_file_read_again_on_reload_must_be_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """A FIFO nobody writes to reads as empty: for the web config file that
+    would be no TLS and no auth. Refused at once, written to or not."""
+    fifo = tmp_path / NAMES[kind]
+    os.mkfifo(fifo)
+    name = "config file" if kind == "config" else "web config file"
+    assert outcome(kind, fifo) == f"{name} {fifo}: is a pipe (FIFO), not a regular file"
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"{}\n")
+        path = Path(f"/dev/fd/{read_end}")
+        assert outcome(kind, path) == f"{name} {path}: is a pipe (FIFO), not a regular file"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert outcome(kind, Path("/dev/zero")) == \
+        f"{name} /dev/zero: is a character device, not a regular file"
 
 
 def test_a_value_is_quoted_cut_short(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from gpu_exporter.collectors import kmsg as kmsg_collector
 from gpu_exporter.collectors.kmsg import find_culprit, merge_counts, merge_events
+from gpu_exporter.config_types import KMSG_DEVICE
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.host import kmsg
 from gpu_exporter.host.driver_log import MAX_KEYS, DriverLog, XidEntry
@@ -218,7 +219,7 @@ def _device_reader(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         st = real_fstat(fd)
         fields = list(st)
         fields[0] = stat.S_IFCHR | 0o644
-        return os.stat_result(fields)
+        return os.stat_result(fields, {"st_rdev": os.makedev(*KMSG_DEVICE)})
 
     monkeypatch.setattr(kmsg.os, "fstat", fstat)
     monkeypatch.setattr(kmsg.os, "read", device.read)

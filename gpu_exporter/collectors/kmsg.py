@@ -73,6 +73,11 @@ MATCH_WINDOW_S = 10.0
 # (the kernel's ring holds some 10^4 records) and, under a virtual clock, what
 # came since. More waits for the next poll rather than stalling this one.
 MAX_RECORDS_PER_POLL = 2_000_000
+# And bytes: a log of lines that are not records (a file of zeros) yields none
+# to count, and must not be read to its end in one poll either. The kernel's
+# ring is at most 32 MiB (CONFIG_LOG_BUF_SHIFT 25). Memory is bounded apart
+# from this: a batch at a time (host.kmsg.MAX_BATCH_BYTES).
+MAX_BYTES_PER_POLL = 64 * 1024 * 1024
 # How often a log that could not be opened is tried again, quietly.
 RETRY_S = 60.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -194,15 +199,17 @@ class KmsgCollector(Collector):
         reader = self._reader
         assert reader is not None
         done = 0
-        while done < limit:
+        start = reader.bytes_read
+        while done < limit and reader.bytes_read - start < MAX_BYTES_PER_POLL:
+            before = reader.bytes_read
             try:
                 records = reader.read(min(65536, limit - done))
             except KmsgUnavailable as exc:
                 reader.close()
                 self._set_state(exc.state, exc.detail)
                 break
-            if not records:
-                break
+            if not records and reader.bytes_read == before:
+                break  # nothing more now
             done += len(records)
             self._feed(records)
         self._feed_lines(self._fragments.flush())

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpu_exporter.config_types import DEFAULT_KMSG_PATH
+from gpu_exporter.config_types import DEFAULT_KMSG_PATH, kmsg_file_problem
 
 DEFAULT_PATH = DEFAULT_KMSG_PATH
 # The kernel's own buffer per reader (CONSOLE_EXT_LOG_MAX): no record is longer.
@@ -33,6 +33,10 @@ MAX_RECORD = 8192
 KERNEL_FACILITY = 0
 # Bytes read from a regular file at once.
 _CHUNK = 256 * 1024
+# Bytes one read() takes from the log at most, whatever it holds: the records
+# of one batch are held together until they are counted, so this bounds the
+# memory of reading (a kernel ring of some 10^4 records is 1-2 MiB).
+MAX_BATCH_BYTES = 1024 * 1024
 _HEAD = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),([^,;]{0,8})(?:,[^;]*)?\Z")
 _ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
 
@@ -127,6 +131,7 @@ class KmsgReader:
         self.lost = 0
         self.malformed = 0
         self.overruns = 0  # EPIPE answers
+        self.bytes_read = 0  # since the reader was made: a read that took none is the end
 
     @property
     def fd(self) -> int | None:
@@ -152,15 +157,18 @@ class KmsgReader:
             raise KmsgUnavailable(KmsgState.ERROR,
                                   f"{self.path}: {exc.strerror or exc}") from None
         try:
-            mode = os.fstat(fd).st_mode
+            st = os.fstat(fd)
         except OSError as exc:
             os.close(fd)
             raise KmsgUnavailable(KmsgState.ERROR, f"{self.path}: {exc.strerror}") from None
-        if not (stat.S_ISCHR(mode) or stat.S_ISREG(mode)):
+        # Checked on what was opened, whatever the settings checked before:
+        # the default path is not checked at start (a container may have
+        # something else there), and a path can change after.
+        problem = kmsg_file_problem(st.st_mode, st.st_rdev)
+        if problem is not None:
             os.close(fd)
-            raise KmsgUnavailable(KmsgState.ERROR,
-                                  f"{self.path} is neither the kmsg device nor a file")
-        self._fd, self._device = fd, stat.S_ISCHR(mode)
+            raise KmsgUnavailable(KmsgState.ERROR, f"{self.path}: {problem}")
+        self._fd, self._device = fd, stat.S_ISCHR(st.st_mode)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -169,8 +177,10 @@ class KmsgReader:
         self._pending = b""
 
     def read(self, limit: int = 65536) -> list[Record]:
-        """At most ``limit`` records available now, oldest first. Raises
-        KmsgUnavailable when the log cannot be read any more."""
+        """At most ``limit`` records available now, oldest first, from at most
+        MAX_BATCH_BYTES of the log (``bytes_read`` grows by what was taken: a
+        read that took bytes but found no record read garbage, not the end).
+        Raises KmsgUnavailable when the log cannot be read any more."""
         if self._fd is None:
             raise KmsgUnavailable(KmsgState.ERROR, f"{self.path} is not open")
         raw = self._read_device(limit) if self._device else self._read_file(limit)
@@ -195,7 +205,12 @@ class KmsgReader:
     def _read_device(self, limit: int) -> list[bytes]:
         assert self._fd is not None
         records: list[bytes] = []
-        while len(records) < limit:
+        taken = 0
+        # Every read counts, an error too: a device that answered EPIPE or
+        # EINVAL on every read would otherwise be read for ever.
+        for _ in range(limit):
+            if taken >= MAX_BATCH_BYTES:
+                break
             try:
                 data = os.read(self._fd, MAX_RECORD)
             except BlockingIOError:
@@ -218,13 +233,16 @@ class KmsgReader:
                                       f"{self.path}: {exc.strerror or exc}") from None
             if not data:
                 break
+            taken += len(data)
             records.append(data)
+        self.bytes_read += taken
         return records
 
     def _read_file(self, limit: int) -> list[bytes]:
         assert self._fd is not None
         records: list[bytes] = []
-        while len(records) < limit:
+        taken = 0
+        while len(records) < limit and taken < MAX_BATCH_BYTES:
             try:
                 data = os.read(self._fd, _CHUNK)
             except OSError as exc:
@@ -232,12 +250,19 @@ class KmsgReader:
                                       f"{self.path}: {exc.strerror or exc}") from None
             if not data:
                 break
+            taken += len(data)
             found, self._pending = split_records(self._pending + data)
-            records.extend(found)
+            for record in found:
+                if len(record) > MAX_RECORD:
+                    # Longer than the kernel ever writes one: not a record.
+                    self.malformed += 1
+                else:
+                    records.append(record)
             if len(self._pending) > MAX_RECORD:
                 # No record is that long: not a record stream here; skip it.
                 self.malformed += 1
                 self._pending = b""
+        self.bytes_read += taken
         return records
 
 

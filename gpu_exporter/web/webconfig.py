@@ -90,6 +90,13 @@ _UNSUPPORTED: dict[tuple[str, ...], str] = {
 
 # A bcrypt hash as htpasswd -B, Python's bcrypt and Go's x/crypto write it.
 _BCRYPT = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
+# The dearest bcrypt cost accepted. A check at cost c runs 2^c rounds of the
+# key schedule: at 14 it took 0.97 s of CPU on one core of the 2-core AMD EPYC
+# development machine (10, the toolkit's example: 0.06 s), and each step up
+# doubles it. The exporter hashes once at the dearest cost when it loads the
+# file (unknown users are checked against that hash), so cost 31 (bcrypt's
+# most) held the start, or a reload, for some 35 hours of CPU with no word.
+MAX_BCRYPT_COST = 14
 # How often a request may look at the files' modification times.
 CHECK_INTERVAL = 1.0
 # TLS versions OpenSSL 3 refuses at its default security level (RFC 8996
@@ -162,6 +169,12 @@ class WebConfigFile(_Model):
             if m is None or not 4 <= int(m.group(1)) <= 31:
                 raise ValueError(f"the password of user {user!r} is not a bcrypt hash "
                                  "(expected $2y$10$... as written by htpasswd -nBC 10)")
+            if int(m.group(1)) > MAX_BCRYPT_COST:
+                raise ValueError(f"the password of user {user!r} is hashed at bcrypt cost "
+                                 f"{int(m.group(1))}, above the {MAX_BCRYPT_COST} this exporter "
+                                 "accepts (each step doubles the time of every check; "
+                                 f"{MAX_BCRYPT_COST} takes about a second): hash it again "
+                                 "with htpasswd -nBC 10")
             if ":" in user:
                 raise ValueError(f"user name {user!r} contains ':', which basic auth "
                                  "cannot carry")
@@ -385,6 +398,9 @@ class WebConfigWatcher:
         self.reloads = 0
         # Password checks that may wait for bcrypt at once (--web.max-requests).
         self.max_checks = max_checks
+        # Told the outcome of every reload, on SIGHUP or on a change on disk
+        # (the exporter's gpu_exporter_config_last_reload_success).
+        self.on_reload: Callable[[bool], None] | None = None
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -433,6 +449,12 @@ class WebConfigWatcher:
             return self._reload_locked(why)
 
     def _reload_locked(self, why: str) -> bool:
+        ok = self._swap(why)
+        if self.on_reload is not None:
+            self.on_reload(ok)
+        return ok
+
+    def _swap(self, why: str) -> bool:
         try:
             new = load_web_config(self.path)
         except ConfigError as exc:
