@@ -614,8 +614,9 @@ NOT_READ: dict[str, str] = {
                                "flags (the memory_errors rows) are what needs action",
     "gpu_power_samples_watts": "the distribution of power readings the throttle rows read",
     "gpu_sm_clock_samples_hertz": "the distribution of clocks the throttle rows read",
-    "gpu_events_total": "NVML events other than Xids (clock changes, power source): the "
-                        "throttle reasons read their state",
+    "gpu_events_total": "an event makes the GPU's readers read again at once what the row "
+                        "owning it judges (diagnosis/events.py); the counts are for the "
+                        "dashboards",
     "gpu_process_sm_utilization_ratio": "a process's share of its GPU; the rows read the "
                                         "GPU's and the instance's",
     "gpu_process_resident_memory_bytes": "host memory a process holds; memory trouble is "
