@@ -64,6 +64,15 @@ class GpuReading:
     fabric_state: str | None = None
     fabric_status: str | None = None
     fabric_health: str | None = None
+    # The newest boards (collectors/board.py): a memory channel or TPC repair
+    # pending, memory no repair can fix, power smoothing on and the floor it
+    # holds the draw at (draw up to it is the smoothing's, not work).
+    repair_pending: bool | None = None
+    unrepairable_memory: bool | None = None
+    power_smoothing: bool | None = None
+    power_floor_watts: float | None = None
+    # What the board or its driver does not offer, in a person's words.
+    unavailable: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -172,6 +172,25 @@ GPM_PCIE_RX_PER_SEC = 21
 GPM_NVLINK_TOTAL_RX_PER_SEC = 60
 GPM_NVLINK_TOTAL_TX_PER_SEC = 61
 
+# The newest boards' health fields (nvml.h; pynvml's NVML_FI_* of the same names).
+FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS = 219  # per link: errors left after FEC
+FI_DEV_NVLINK_COUNT_EFFECTIVE_BER = 220  # per link: their bit-error rate
+FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS = 221  # per link: symbol errors FEC corrected
+FI_DEV_NVLINK_COUNT_SYMBOL_BER = 222  # per link: their bit-error rate
+FI_DEV_C2C_LINK_COUNT = 170
+FI_DEV_C2C_LINK_ERROR_INTR = 231
+FI_DEV_C2C_LINK_ERROR_REPLAY = 232
+FI_DEV_C2C_LINK_ERROR_REPLAY_B2B = 233
+FI_PWR_SMOOTHING_ENABLED = 251
+FI_PWR_SMOOTHING_PRIMARY_POWER_FLOOR = 275  # W
+# NVML_GPU_FABRIC_HEALTH_MASK_*: two bits per flag at these shifts, 1 = TRUE,
+# 2 = FALSE, 0 = not supported; the incorrect-configuration flag is four
+# bits wide, 1 = none, 2 and up a fault.
+FABRIC_HEALTH_FLAGS: dict[str, tuple[int, int]] = {
+    "degraded_bandwidth": (0, 0x3), "route_recovery": (2, 0x3),
+    "route_unhealthy": (4, 0x3), "access_timeout_recovery": (6, 0x3),
+    "incorrect_configuration": (8, 0xF)}
+
 # nvmlEventType bits (nvml.h; pynvml's nvmlEventType* constants). P-state and
 # clock changes (0x4, 0x10) and MIG reconfiguration (0x100) are not health.
 EVENT_SINGLE_BIT_ECC = 0x1
