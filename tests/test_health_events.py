@@ -15,6 +15,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.diagnosis.events import EVENT_ROWS
 from gpu_exporter.diagnosis.table import BY_KEY
 from gpu_exporter.nvml import constants as c
@@ -105,3 +106,17 @@ def test_a_dram_retirement_makes_the_pending_remap_read_at_once() -> None:
             return values(run.scrape(), "gpu_row_remap_pending", gpu="0")
     assert pending_after(events=False) == [0.0]  # held from the last slow read
     assert pending_after(events=True) == [1.0]
+
+
+def test_what_a_branch_does_not_offer_is_listed_as_not_available() -> None:
+    """The event types an older branch lacks are facts of the board, said in
+    /diagnosis's coverage as not available, never a check left undone."""
+    with SimRun(_with_events("R550")) as run:
+        old = answer(run.poll(3))["not_available"]
+    with SimRun(_with_events(None)) as run:
+        new = answer(run.poll(3))["not_available"]
+    said = {what for group in old for what in group["readings"]}
+    assert {f"the {name} event" for name in NEWER} <= said
+    assert all(g["reason"] == "not available on NVIDIA H100 80GB HBM3" for g in old)
+    assert not {f"the {name} event" for name in NEWER} & {
+        what for group in new for what in group["readings"]}

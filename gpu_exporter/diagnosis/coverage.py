@@ -360,6 +360,7 @@ def answer(snap: Snapshot, diagnosis_on: bool | None = None) -> dict[str, Any]:
     reason for "checked only in part")."""
     cov = snap.derived(COVERAGE)
     gpus = sorted((snap.readings.gpus or {}).keys())
+    unavailable = not_available(snap)
     if cov is None:
         why = ("the diagnosis did not run this poll (switched off with "
                "--no-diagnosis.enabled, or failing: see gpu_exporter_collector_success"
@@ -367,7 +368,7 @@ def answer(snap: Snapshot, diagnosis_on: bool | None = None) -> dict[str, Any]:
         return {"complete": False, "checks_per_gpu": len(ROWS), "window_seconds": None,
                 "not_checked": [{"gpus": [str(i) for i in gpus], "reason": why,
                                  "checks": [EVERY_CHECK]}],
-                "nothing_to_check": [], "settling": None}
+                "nothing_to_check": [], "settling": None, "not_available": unavailable}
     gaps = cov.gaps()
     not_checked = group(g for g in gaps if g.checkable)
     settling = None
@@ -378,7 +379,22 @@ def answer(snap: Snapshot, diagnosis_on: bool | None = None) -> dict[str, Any]:
             "checks_per_gpu": len(ROWS), "window_seconds": cov.window,
             "not_checked": not_checked,
             "nothing_to_check": group(g for g in gaps if not g.checkable),
-            "settling": settling}
+            "settling": settling, "not_available": unavailable}
+
+
+def not_available(snap: Snapshot) -> list[dict[str, Any]]:
+    """What the GPUs' boards or drivers do not offer (health readings, event
+    types), grouped by GPUs and board: facts of the hardware, never a reason
+    for "checked only in part"."""
+    by_what: dict[tuple[str, str], list[str]] = {}
+    for index, r in sorted((snap.readings.gpus or {}).items()):
+        for what in r.unavailable:
+            by_what.setdefault((what, r.name), []).append(str(index))
+    groups: dict[tuple[tuple[str, ...], str], list[str]] = {}
+    for (what, board), on in by_what.items():
+        groups.setdefault((tuple(on), board), []).append(what)
+    return [{"gpus": list(on), "reason": f"not available on {board}", "readings": whats}
+            for (on, board), whats in groups.items()]
 
 
 # --- read back by the commands ------------------------------------------------------------
