@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpu_exporter.catalog_types import GPU, Kind, Metric
 from gpu_exporter.catalogs import (
     attribution,
+    board,
     deep,
     device,
     diagnosis,
@@ -23,6 +24,7 @@ from gpu_exporter.catalogs import (
 
 CATALOG: tuple[Metric, ...] = (
     *device.METRICS,
+    *board.METRICS,
     *deep.METRICS,
     *kernel.METRICS,
     *processes.METRICS,

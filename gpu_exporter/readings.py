@@ -72,6 +72,16 @@ class GpuReading:
     # ("sm_active" for GPM, "util_samples" for NVML's utilization samples).
     unavailable: frozenset[str] = frozenset()
     refused: frozenset[str] = frozenset()
+    # The newest boards (collectors/board.py): a memory channel or TPC repair
+    # pending, memory no repair can fix, power smoothing on and the floor it
+    # holds the draw at (draw up to it is the smoothing's, not work).
+    repair_pending: bool | None = None
+    unrepairable_memory: bool | None = None
+    power_smoothing: bool | None = None
+    power_floor_watts: float | None = None
+    # The newest boards' readings and event types the board or its driver
+    # does not offer, in a person's words (collectors/board.py).
+    board_lacks: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-BOARDS = ("h100", "a100", "l40s", "t4")
+BOARDS = ("h100", "a100", "l40s", "t4", "b200", "gb200", "gb300")
 # Families whose every series the tests read from the last poll.
 FAMILIES = ("gpu_up", "gpu_busy_seconds_total", "gpu_busy_source_info",
             "gpu_utilization_ratio", "gpu_power_watts", "gpu_temperature_celsius")

@@ -56,6 +56,11 @@ NVLINK = ("gpu_nvlink_links", "gpu_nvlink_links_active", "gpu_nvlink_bytes_all_l
 GPM = ("gpu_sm_active_seconds_total", "gpu_tensor_active_seconds_total",
        "gpu_dram_active_seconds_total", "gpu_sm_occupancy_ratio")
 FABRIC = ("gpu_fabric_state",)
+# The Grace C2C link's mode (GB200, GB300: the board file's nvlink.c2c_enabled).
+C2C = ("gpu_c2c_enabled",)
+# Power smoothing's switch: a field whose id means it from R580 on (the board
+# file's driver_version); the mock answers it 0 (off) on every board.
+SMOOTHING = ("gpu_power_smoothing_enabled",)
 # Default families absent here by nature, not by failure.
 ABSENT_HERE = {
     "gpu_xid_errors_total": "per Xid code: appears at a GPU's first Xid",
@@ -70,6 +75,12 @@ ABSENT_HERE = {
     "gpu_diagnosis_active": "a finding's series: an idle board has none",
     "gpu_diagnosis_input_missing": "only while a reader's input is missing",
     "gpu_baseline_drift": "only with --baseline.file",
+    "gpu_c2c_links": "the mock answers the C2C link fields NOT_SUPPORTED",
+    "gpu_c2c_errors_total": "the mock answers the C2C error fields NOT_SUPPORTED",
+    "gpu_repair_pending": "the mock answers nvmlDeviceGetRepairStatus NOT_SUPPORTED",
+    "gpu_unrepairable_memory": "the mock answers the unrepairable-memory flag NOT_SUPPORTED",
+    "gpu_power_floor_watts": "only while power smoothing is on (the mock says it is off)",
+    "gpu_fabric_health_issue": "the mock's fabric reports no health-mask flag",
 }
 ABSENT_PREFIXES = {
     "gpu_mig_": "only with MIG instances",
@@ -92,7 +103,16 @@ def _capabilities(b: Board) -> set[str]:
         found.add("gpm")
     if defaults.get("fabric"):
         found.add("fabric")
+    if nvlink.get("c2c_enabled"):
+        found.add("c2c")
+    driver = str((doc.get("system") or {}).get("driver_version", "0"))
+    if int(driver.partition(".")[0]) >= 580:
+        found.add("smoothing")
     return found
+
+
+_OPTIONAL = (("nvlink", NVLINK), ("gpm", GPM), ("fabric", FABRIC), ("c2c", C2C),
+             ("smoothing", SMOOTHING))
 
 
 def _families(body: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -178,7 +198,7 @@ def test_the_daemon_on_each_board_of_nvidias_mock(name: str) -> None:
     # What the board supports is there, for every GPU.
     capabilities = _capabilities(b)
     required = list(EVERY_BOARD)
-    for capability, names in (("nvlink", NVLINK), ("gpm", GPM), ("fabric", FABRIC)):
+    for capability, names in _OPTIONAL:
         if capability in capabilities:
             required += names
     missing = {n: sorted(gpus - {labels.get("gpu", "") for labels, _ in families.get(n, [])})
@@ -189,7 +209,7 @@ def test_the_daemon_on_each_board_of_nvidias_mock(name: str) -> None:
     assert utilization >= gpus, f"{name}: no utilization series for GPUs " \
                                 f"{sorted(gpus - utilization)}"
     # ... and nothing it does not support pretends to be.
-    for capability, names in (("nvlink", NVLINK), ("gpm", GPM), ("fabric", FABRIC)):
+    for capability, names in _OPTIONAL:
         if capability not in capabilities:
             assert not set(names) & set(families), (name, capability)
 
@@ -198,7 +218,7 @@ def test_the_daemon_on_each_board_of_nvidias_mock(name: str) -> None:
     unexplained = [m.name for m in CATALOG
                    if m.collector in default_on and not m.detail and m.name not in families
                    and m.name not in required and m.name not in ABSENT_HERE
-                   and m.name not in NVLINK + GPM + FABRIC + UTILIZATION
+                   and m.name not in NVLINK + GPM + FABRIC + C2C + SMOOTHING + UTILIZATION
                    and not m.name.startswith(tuple(ABSENT_PREFIXES))]
     assert unexplained == [], name
     assert [n for n in families if n not in BY_NAME] == []  # nothing outside the catalog

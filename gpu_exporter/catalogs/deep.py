@@ -133,7 +133,9 @@ XID_ERRORS_ALL_TOTAL = _m(
 
 EVENTS_TOTAL = _m(
     "gpu_events_total", "counter",
-    "Other NVML events seen for the GPU since the exporter started, by type.",
+    "Other NVML health events seen for the GPU since the exporter started, by type "
+    "(ECC errors and storms, DRAM retirement and its failure, poison, the GPU unavailable, "
+    "a recovery action, a power-source change), each where the GPU offers it.",
     (*GPU, "type"), "xid")
 
 NVLINK_LINKS = _m(

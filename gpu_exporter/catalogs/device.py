@@ -23,9 +23,13 @@ _PCIE_WIDTH = Bounds(1.0, 32.0)
 INFO = _m(
     "gpu_info", "gauge",
     "Identity of the GPU (value 1): name, PCI bus id, serial, driver, VBIOS, CUDA driver "
-    "version, architecture and compute capability, from NVML.",
+    "version, architecture and compute capability, from NVML; its place in the rack "
+    "(chassis serial number, slot, tray: nvmlDeviceGetPlatformInfo, R565 and newer, empty "
+    "where the board does not say) and the node's confidential-computing mode (cc_mode: on, "
+    "devtools, off; empty where the driver does not say). Read once.",
     (*GPU, "name", "pci_bus_id", "serial", "driver_version", "vbios_version",
-     "cuda_driver_version", "architecture", "compute_capability"), "device")
+     "cuda_driver_version", "architecture", "compute_capability", "chassis_serial", "slot",
+     "tray", "cc_mode"), "device")
 
 UP = _m(
     "gpu_up", "gauge",

@@ -40,6 +40,7 @@ from typing import Any, Self
 from gpu_exporter.cadence import Every
 from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import device as m
+from gpu_exporter.collectors import board
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.values import Series
 from gpu_exporter.config import Settings
@@ -361,11 +362,13 @@ class DeviceCollector(NvmlCollector):
                        pci_bus_id=ident.pci_bus_id,
                        driver_version=self.session.driver_version,
                        vbios_version=ident.vbios_version)
+        device = gpu.device
+        place = ("", "", "", "") if gpu.lost or gpu.hung or device is None \
+            else _place(gpu, device)
         out.add_values(m.INFO, (*base, ident.name, ident.pci_bus_id, ident.serial,
                                 self.session.driver_version, ident.vbios_version,
                                 self.session.cuda_driver_version, ident.architecture,
-                                ident.compute_capability), 1)
-        device = gpu.device
+                                ident.compute_capability, *place), 1)
         gpu.shared_answers = None
         if gpu.lost or gpu.hung or device is None:
             out.add_values(m.UP, base, 0)
@@ -376,7 +379,8 @@ class DeviceCollector(NvmlCollector):
         gpu.errors = 0
         gpu.polls += 1
         try:
-            self.session.run(gpu, lambda: _GpuPass(gpu, device, self.detail).collect(
+            driver = self.session.driver_version
+            self.session.run(gpu, lambda: _GpuPass(gpu, device, self.detail, driver).collect(
                 Series(scratch, gpu, base), r))
         except (GpuGone, GpuHung) as exc:
             if isinstance(exc, GpuGone):
@@ -399,7 +403,8 @@ class _GpuPass:
     make due (the load changed, ECC counts moved), and holds calls only,
     unless ECC counts first became readable."""
 
-    def __init__(self, gpu: Gpu, device: Device, detail: bool) -> None:
+    def __init__(self, gpu: Gpu, device: Device, detail: bool, driver: str = "") -> None:
+        self.board = board.wanted(driver)
         self.gpu = gpu
         self.device = device
         self.detail = detail
@@ -454,6 +459,7 @@ class _GpuPass:
         row_set = _ROW_SETS[self.detail]
         ecc_on = gpu.held(ECC_MODE.key)
         self.want(row_set.wanted)
+        self.want(self.board)
         if ecc_on:
             self.want(_ECC_COUNTS)
         r.fan_count = self._fan_count()
@@ -609,6 +615,17 @@ class _GpuPass:
                                                                  fabric.health)
             out.state(m.FABRIC_STATE, 1, fabric.state, fabric.status.lower(),
                       fabric.health or "unknown")
+            board.export_fabric_issues(fabric, out)
+        board.export(self.gpu, self.values, out, r)
+
+
+def _place(gpu: Gpu, device: Device) -> tuple[str, str, str, str]:
+    """gpu_info's rack location and confidential-computing mode, read once;
+    a GPU lost on the way says nothing of them this poll."""
+    try:
+        return board.place(gpu, device)
+    except GpuGone:
+        return "", "", "", ""
 
 
 def _busy(utilization: float | None) -> bool | None:

@@ -49,9 +49,15 @@ from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 
-# Event types worth counting; clock and P-state changes are too chatty to be events.
-WANTED = (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC | c.EVENT_SINGLE_BIT_ECC
-          | c.EVENT_POWER_SOURCE_CHANGE)
+# Event types worth counting: every health event the driver offers, on the
+# one set this reader drains (clock and P-state changes are too chatty to be events).
+WANTED = c.EVENT_TYPES_WANTED
+# Events after which what the GPU reports may have changed (remapped rows, ECC
+# counts, retired pages, the fabric, the recovery action): its readers read
+# those facts again at their next poll. A correctable error moves the volatile
+# count, which has the same effect on what it concerns; a power-source change
+# changes nothing they hold.
+REFRESHING = WANTED & ~(c.EVENT_SINGLE_BIT_ECC | c.EVENT_POWER_SOURCE_CHANGE)
 # The most events one poll takes from the set; the rest stay queued for the next.
 MAX_EVENTS_PER_POLL = 1000
 # How long a poll that finds a GPU newly lost waits for its Xid (79: fallen
@@ -159,11 +165,7 @@ class XidCollector(NvmlCollector):
         gpu = next((g for g in self.session.gpus
                     if g.device is not None and g.device.handle_value == device), None)
         index, uuid = (gpu.index, gpu.identity.uuid) if gpu else (-1, "")
-        if gpu is not None and event_type & (c.EVENT_XID_CRITICAL | c.EVENT_DOUBLE_BIT_ECC):
-            # An Xid or an uncorrectable ECC error may have changed the GPU's
-            # facts (remapped rows, ECC counts, the fabric): its readers read
-            # them again at their next poll. A correctable error moves the
-            # volatile count, which has the same effect on what it concerns.
+        if gpu is not None and event_type & REFRESHING:
             gpu.refresh()
         if event_type & c.EVENT_XID_CRITICAL:
             self._xids[(index, uuid, data)] += 1

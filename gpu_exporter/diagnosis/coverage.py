@@ -546,6 +546,7 @@ def answer(snap: Snapshot) -> dict[str, Any]:
     absent: neither is ever a reason for "checked only in part"."""
     cov = snap.derived(COVERAGE)
     gpus = sorted((snap.readings.gpus or {}).keys())
+    unavailable = board_lacks(snap)
     if cov is None:
         why = ("the diagnosis did not run this poll (switched off with "
                "--no-diagnosis.enabled, or failing: see gpu_exporter_collector_success"
@@ -553,7 +554,7 @@ def answer(snap: Snapshot) -> dict[str, Any]:
         return {"complete": False, "checks_per_gpu": len(ROWS), "window_seconds": None,
                 "not_checked": [{"gpus": [str(i) for i in gpus], "reason": why,
                                  "checks": [EVERY_CHECK]}],
-                "not_available": [], "nothing_to_check": [], "settling": None}
+                "not_available": unavailable, "nothing_to_check": [], "settling": None}
     not_checked = group(g for g in cov.gaps if g.kind is Kind.GAP)
     settling = None
     if cov.settling:
@@ -562,9 +563,26 @@ def answer(snap: Snapshot) -> dict[str, Any]:
     return {"complete": not not_checked and settling is None,
             "checks_per_gpu": len(ROWS), "window_seconds": cov.window,
             "not_checked": not_checked,
-            "not_available": group(g for g in cov.gaps if g.kind is Kind.UNAVAILABLE),
+            "not_available": [*group(g for g in cov.gaps if g.kind is Kind.UNAVAILABLE),
+                              *unavailable],
             "nothing_to_check": group(g for g in cov.gaps if g.kind is Kind.NO_SUBJECT),
             "settling": settling}
+
+
+def board_lacks(snap: Snapshot) -> list[dict[str, Any]]:
+    """The newest boards' readings and NVML event types the GPUs' boards or
+    drivers do not offer, grouped by GPUs and board as :func:`group` groups
+    the checks: facts of the hardware, never a reason for "checked only in
+    part"."""
+    by_what: dict[tuple[str, str], list[int]] = {}
+    for index, r in sorted((snap.readings.gpus or {}).items()):
+        for what in r.board_lacks:
+            by_what.setdefault((what, board_and_driver(r)), []).append(index)
+    groups: dict[tuple[tuple[int, ...], str], list[str]] = {}
+    for (what, board), on in by_what.items():
+        groups.setdefault((tuple(on), board), []).append(what)
+    return [{"gpus": [str(i) for i in on], "reason": "NVML gives no such reading or event",
+             "on": board, "checks": whats} for (on, board), whats in groups.items()]
 
 
 # --- read back by the commands ------------------------------------------------------------

@@ -520,17 +520,24 @@ def _ecc(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         ev["ecc_uncorrected_volatile_errors"] = unc
     if failed is not None:
         ev["row_remap_failed"] = "yes" if failed else "no"
-    return Verdict(bool((unc or 0) > 0 or failed), ev)
+    # Memory no repair can fix (Blackwell, R590): the same verdict as a failed remap.
+    if s.gpu.unrepairable_memory:
+        ev["unrepairable_memory"] = "yes"
+    return Verdict(bool((unc or 0) > 0 or failed or s.gpu.unrepairable_memory), ev)
 
 
 rule(t.ECC_UNCORRECTABLE)(_ecc)
 
 
 def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    if s.gpu.remap_pending is None:
+    # A memory channel or TPC repair pending (Blackwell, R580) asks for the same reset.
+    pending, repair = s.gpu.remap_pending, s.gpu.repair_pending
+    if pending is None and repair is None:
         return Verdict(None)
-    return Verdict(s.gpu.remap_pending, {"row_remap_pending": "yes" if s.gpu.remap_pending
-                                         else "no"})
+    ev: Evidence = {"row_remap_pending": "yes" if pending else "no"}
+    if repair:
+        ev["repair_pending"] = "yes"
+    return Verdict(bool(pending or repair), ev)
 
 
 rule(t.ROW_REMAP_PENDING)(_remap_pending)

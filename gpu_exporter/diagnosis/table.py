@@ -312,19 +312,21 @@ PCIE_ERRORS = Row(
 ECC_UNCORRECTABLE = Row(
     "memory_errors", "ecc_uncorrectable", "critical",
     "GPU memory had an uncorrectable ECC error or ran out of spare rows",
-    "The volatile uncorrectable ECC counter is above zero, or a row remap failed.",
+    "The volatile uncorrectable ECC counter is above zero, a row remap failed, or the GPU "
+    "reports memory no repair can fix.",
     "Drain the node, reset the GPU (nvidia-smi -r); if the row remap failed, RMA the GPU.",
     ("nvidia-smi -q -d ECC", "nvidia-smi -q -d ROW_REMAPPER"),
     "Escalate to hardware for an RMA when the remap failed or errors return after reset.",
-    immediate=True, reads=("gpu_ecc_errors_total", "gpu_row_remap_failed"))
+    immediate=True, reads=("gpu_ecc_errors_total", "gpu_row_remap_failed",
+                           "gpu_unrepairable_memory"))
 ROW_REMAP_PENDING = Row(
     "memory_errors", "row_remap_pending", "warning",
     "GPU has a memory row remap pending",
-    "A row remap is pending: the GPU needs a reset to retire the bad row.",
+    "A row remap, or a memory channel or TPC repair, is pending: the GPU needs a reset.",
     "Drain the node and reset the GPU at the next maintenance window.",
     ("nvidia-smi -q -d ROW_REMAPPER",),
     "Escalate to hardware when remaps keep appearing.",
-    immediate=True, reads=("gpu_row_remap_pending",))
+    immediate=True, reads=("gpu_row_remap_pending", "gpu_repair_pending"))
 _XID_CONFIRM = ("dmesg -T | grep -i xid", "nvidia-smi -q")
 XID = Row(
     "xid_error", "driver_reported", "critical",
@@ -562,7 +564,12 @@ NOT_READ: dict[str, str] = {
     "gpu_gpm_nvlink_bytes_per_second": "NVLink traffic: how much a job talks, not a fault",
     "gpu_nvlink_bytes_total": "NVLink traffic: how much a job talks, not a fault",
     "gpu_nvlink_bytes_all_links_total": "NVLink traffic: how much a job talks, not a fault",
-    "gpu_nvlink_links": _IDENTITY,
+    "gpu_nvlink_links": _IDENTITY, "gpu_c2c_enabled": _IDENTITY, "gpu_c2c_links": _IDENTITY,
+    "gpu_c2c_errors_total": "C2C link error counts, for the dashboards (no row judges them yet)",
+    "gpu_power_smoothing_enabled": _IDENTITY, "gpu_power_floor_watts": "the floor the draw is "
+    "held at: the power-draw rows read the draw against their own limits",
+    "gpu_fabric_health_issue": "the flags behind the fabric's health summary, which the "
+                               "nvswitch_fabric row reads",
     "gpu_nvlink_links_active": "a link down raises Xid 74 (read by the Xid rows) and, on a "
                                "fabric, the fabric state (the nvswitch_fabric row)",
     "gpu_nvlink_link_up": "a link down raises Xid 74 (the Xid rows) and, on a fabric, the "
@@ -574,8 +581,9 @@ NOT_READ: dict[str, str] = {
                                "flags (the memory_errors rows) are what needs action",
     "gpu_power_samples_watts": "the distribution of power readings the throttle rows read",
     "gpu_sm_clock_samples_hertz": "the distribution of clocks the throttle rows read",
-    "gpu_events_total": "NVML events other than Xids (clock changes, power source): the "
-                        "throttle reasons read their state",
+    "gpu_events_total": "an event makes the GPU's readers read again at once what the row "
+                        "owning it judges (diagnosis/events.py); the counts are for the "
+                        "dashboards",
     "gpu_process_sm_utilization_ratio": "a process's share of its GPU; the rows read the "
                                         "GPU's and the instance's",
     "gpu_process_resident_memory_bytes": "host memory a process holds; memory trouble is "

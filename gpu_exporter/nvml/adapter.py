@@ -36,13 +36,34 @@ class FabricInfo:
     state: str  # not_started | in_progress | completed
     status: str  # the probe's NVML return code, by name ("SUCCESS"); only once completed
     health: str | None  # healthy | unhealthy | limited_capacity; None before R580
+    # The health mask's flags the driver reports, by name (FABRIC_HEALTH_FLAGS):
+    # True where it reports the issue, False where it reports it absent.
+    issues: tuple[tuple[str, bool], ...] = ()
 
 
 def _fabric(info: Any, health: str | None) -> FabricInfo:
     # The header's state is an unsigned char; pynvml reads it 4 bytes wide, so
     # only the low byte is the driver's.
+    mask = int(info.healthMask)
+    issues = []
+    for name, (shift, width) in c.FABRIC_HEALTH_FLAGS.items():
+        flag = (mask >> shift) & width
+        if flag:  # 0: the driver does not report this flag
+            # 1 is TRUE (for the configuration: NONE, no issue); 2 and up the other.
+            issues.append((name, flag >= 2 if name == "incorrect_configuration" else flag == 1))
     return FabricInfo(c.FABRIC_STATES.get(int(info.state) & 0xFF, "unknown"),
-                      NvmlError(int(info.status)).name, health)
+                      NvmlError(int(info.status)).name, health, tuple(issues))
+
+
+def _byte(value: bytes | int) -> int:
+    """A c_char member as its number (ctypes gives it as one byte)."""
+    return value[0] if isinstance(value, bytes) and value else int(value or 0)
+
+
+def _printable(raw: bytes) -> str:
+    """A fixed-size text field: up to its first NUL, printable ASCII only."""
+    return "".join(ch for ch in raw.split(b"\0", 1)[0].decode("ascii", "replace")
+                   if ch.isprintable())
 
 
 class Device:
@@ -266,6 +287,50 @@ class Device:
     @translate("nvmlGpmMigSampleGet")
     def gpm_mig_sample(self, gpu_instance: int, sample: GpmSample) -> None:
         pynvml.nvmlGpmMigSampleGet(self._h, gpu_instance, sample.raw)
+
+    # --- the newest boards' health and place (Blackwell, Grace) ---------------
+    @translate("nvmlDeviceGetRepairStatus")
+    def repair_pending(self) -> tuple[bool, bool]:
+        """(a channel repair pending, a TPC repair pending): R580 and newer."""
+        channel, tpc = pynvml.nvmlDeviceGetRepairStatus(self._h)
+        return bool(channel), bool(tpc)
+
+    @translate("nvmlDeviceGetUnrepairableMemoryFlag_v1")
+    def unrepairable_memory(self) -> bool:
+        """Whether the GPU has memory no repair can fix: R590 and newer."""
+        return bool(pynvml.nvmlDeviceGetUnrepairableMemoryFlag_v1(self._h))
+
+    @translate("nvmlDeviceGetC2cModeInfoV")
+    def c2c_enabled(self) -> bool:
+        """Whether the NVLink chip-to-chip link to a Grace CPU is on."""
+        return bool(pynvml.nvmlDeviceGetC2cModeInfoV(self._h).isC2cEnabled)
+
+    @translate("nvmlDeviceGetPlatformInfo")
+    def platform_location(self) -> tuple[str, str, str]:
+        """(chassis serial number, slot number, tray index) of the GPU in its
+        rack, through nvmlPlatformInfo_v2 (R570 and newer)."""
+        info = pynvml.c_nvmlPlatformInfo_v2_t()
+        pynvml.nvmlDeviceGetPlatformInfo(self._h, ctypes.byref(info))
+        return (_printable(bytes(info.chassisSerialNumber)), str(_byte(info.slotNumber)),
+                str(_byte(info.trayIndex)))
+
+    @translate("nvmlDeviceGetPlatformInfo")
+    def platform_location_v1(self) -> tuple[str, str, str]:
+        """The same through nvmlPlatformInfo_v1 (R565: the rack GUID, the
+        chassis' physical slot and the compute slot)."""
+        info = pynvml.c_nvmlPlatformInfo_v1_t()
+        pynvml.nvmlDeviceGetPlatformInfo(self._h, ctypes.byref(info))
+        return (bytes(info.rackGuid).hex(), str(_byte(info.chassisPhysicalSlotNumber)),
+                str(_byte(info.computeSlotIndex)))
+
+    @translate("nvmlSystemGetConfComputeState")
+    def confidential_computing(self) -> str:
+        """The node's confidential-computing mode, which every GPU of it runs
+        in: "on", "devtools" (on, with the tools' access open) or "off"."""
+        state = pynvml.nvmlSystemGetConfComputeState()
+        if not state.ccFeature:
+            return "off"
+        return "devtools" if state.devToolsMode else "on"
 
     # --- events ---------------------------------------------------------------
     @translate("nvmlDeviceGetSupportedEventTypes")

@@ -172,15 +172,54 @@ GPM_PCIE_RX_PER_SEC = 21
 GPM_NVLINK_TOTAL_RX_PER_SEC = 60
 GPM_NVLINK_TOTAL_TX_PER_SEC = 61
 
-# nvmlEventType bits
+# The newest boards' health fields (nvml.h; pynvml's NVML_FI_* of the same names).
+FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS = 219  # per link: errors left after FEC
+FI_DEV_NVLINK_COUNT_EFFECTIVE_BER = 220  # per link: their bit-error rate
+FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS = 221  # per link: symbol errors FEC corrected
+FI_DEV_NVLINK_COUNT_SYMBOL_BER = 222  # per link: their bit-error rate
+FI_DEV_C2C_LINK_COUNT = 170
+FI_DEV_C2C_LINK_ERROR_INTR = 231
+FI_DEV_C2C_LINK_ERROR_REPLAY = 232
+FI_DEV_C2C_LINK_ERROR_REPLAY_B2B = 233
+FI_PWR_SMOOTHING_ENABLED = 251
+FI_PWR_SMOOTHING_PRIMARY_POWER_FLOOR = 275  # W
+# NVML_GPU_FABRIC_HEALTH_MASK_*: two bits per flag at these shifts, 1 = TRUE,
+# 2 = FALSE, 0 = not supported; the incorrect-configuration flag is four
+# bits wide, 1 = none, 2 and up a fault.
+FABRIC_HEALTH_FLAGS: dict[str, tuple[int, int]] = {
+    "degraded_bandwidth": (0, 0x3), "route_recovery": (2, 0x3),
+    "route_unhealthy": (4, 0x3), "access_timeout_recovery": (6, 0x3),
+    "incorrect_configuration": (8, 0xF)}
+
+# nvmlEventType bits (nvml.h; pynvml's nvmlEventType* constants). P-state and
+# clock changes (0x4, 0x10) and MIG reconfiguration (0x100) are not health.
 EVENT_SINGLE_BIT_ECC = 0x1
 EVENT_DOUBLE_BIT_ECC = 0x2
 EVENT_XID_CRITICAL = 0x8
 EVENT_POWER_SOURCE_CHANGE = 0x80
+EVENT_SINGLE_BIT_ECC_STORM = 0x200
+EVENT_DRAM_RETIREMENT = 0x400
+EVENT_DRAM_RETIREMENT_FAILURE = 0x800
+EVENT_NON_FATAL_POISON = 0x1000
+EVENT_FATAL_POISON = 0x2000
+EVENT_GPU_UNAVAILABLE = 0x4000
+EVENT_GPU_RECOVERY_ACTION = 0x8000
+# Every health event type the driver may offer, by the name it is counted
+# under (gpu_events_total's type label; the Xid is counted on its own).
 EVENT_NAMES: dict[int, str] = {EVENT_SINGLE_BIT_ECC: "ecc_single_bit",
                                EVENT_DOUBLE_BIT_ECC: "ecc_double_bit",
                                EVENT_XID_CRITICAL: "xid",
-                               EVENT_POWER_SOURCE_CHANGE: "power_source_change"}
+                               EVENT_POWER_SOURCE_CHANGE: "power_source_change",
+                               EVENT_SINGLE_BIT_ECC_STORM: "ecc_single_bit_storm",
+                               EVENT_DRAM_RETIREMENT: "dram_retirement",
+                               EVENT_DRAM_RETIREMENT_FAILURE: "dram_retirement_failure",
+                               EVENT_NON_FATAL_POISON: "poison_non_fatal",
+                               EVENT_FATAL_POISON: "poison_fatal",
+                               EVENT_GPU_UNAVAILABLE: "gpu_unavailable",
+                               EVENT_GPU_RECOVERY_ACTION: "recovery_action"}
+# The types the exporter registers for: all of the above, each where the GPU
+# offers it (nvmlDeviceGetSupportedEventTypes).
+EVENT_TYPES_WANTED = sum(EVENT_NAMES)
 
 
 # nvmlValueType_t

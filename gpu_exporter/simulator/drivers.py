@@ -81,6 +81,21 @@ FIELD_SINCE: dict[int, int] = {
     k.FI_DEV_POWER_CURRENT_LIMIT: 535,
 }
 
+# nvmlEventType bit -> the first branch that offers it: an older branch leaves
+# it out of nvmlDeviceGetSupportedEventTypes and refuses to register it.
+EVENT_TYPE_SINCE: dict[int, int] = {
+    # "Changes between v555 and v560": the ECC storm, DRAM retirement and
+    # poison event types.
+    k.EVENT_SINGLE_BIT_ECC_STORM: 560,
+    k.EVENT_DRAM_RETIREMENT: 560,
+    k.EVENT_DRAM_RETIREMENT_FAILURE: 560,
+    k.EVENT_NON_FATAL_POISON: 560,
+    k.EVENT_FATAL_POISON: 560,
+    # "Changes between v560 and v565"
+    k.EVENT_GPU_UNAVAILABLE: 565,
+    k.EVENT_GPU_RECOVERY_ACTION: 565,
+}
+
 # nvmlGpuFabricInfoV_t struct version -> the first branch that accepts it; an
 # older one answers ARGUMENT_VERSION_MISMATCH. v2 (healthMask) came with
 # nvmlDeviceGetGpuFabricInfoV ("v545 and v550"); v3 (healthSummary) in "v575
@@ -117,3 +132,10 @@ def exports(branch: DriverBranch, symbol: str) -> bool:
 
 def knows_field(branch: DriverBranch, field_id: int) -> bool:
     return FIELD_SINCE.get(field_id, 0) <= branch.number
+
+
+def event_types(branch: DriverBranch, board: int) -> int:
+    """The event types a board offers under ``branch``: those of the board's
+    mask the branch knows."""
+    unknown = sum(bit for bit, since in EVENT_TYPE_SINCE.items() if since > branch.number)
+    return board & ~unknown

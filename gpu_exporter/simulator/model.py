@@ -154,7 +154,9 @@ class DeviceProfile(_Strict):
     # Registers with an NVSwitch fabric (HGX/NVL systems): answers
     # nvmlDeviceGetGpuFabricInfoV; other boards answer NOT_SUPPORTED.
     fabric: bool = False
-    # nvmlEventType* bits the board supports (Xid 0x8, ECC 0x1/0x2, power source 0x80)
+    # nvmlEventType* bits the board supports (Xid 0x8, ECC 0x1/0x2, power source
+    # 0x80; the newer health types 0x200-0x8000 where its driver branch has them,
+    # simulator/drivers.py EVENT_TYPE_SINCE)
     event_types: int = 0x8B
 
     @field_validator("supported_clock_reasons")
@@ -167,6 +169,9 @@ class DeviceProfile(_Strict):
 
 
 ErrorName = str
+HealthEvent = Literal["ecc_single_bit", "ecc_double_bit", "power_source_change",
+                      "ecc_single_bit_storm", "dram_retirement", "dram_retirement_failure",
+                      "poison_non_fatal", "poison_fatal", "gpu_unavailable", "recovery_action"]
 
 
 def _check_error_name(name: str) -> str:
@@ -230,6 +235,10 @@ class GpuCondition(_Strict):
     # not state: each is delivered once): a code, or a code with the process
     # the driver names for it.
     xid: list[int | XidCondition] | None = None
+    # Other health events the driver reports for this GPU at the step's time
+    # (nvmlEventType names as gpu_events_total counts them; each delivered once,
+    # where the board and its branch offer the type).
+    nvml_events: list[HealthEvent] | None = None
     # The kernel's side of the GPU (sysfs): NUMA placement, the upstream
     # bridge/switch port's link, AER error rates.
     numa_node: int | None = Field(None, ge=0)

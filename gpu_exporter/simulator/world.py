@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
-from gpu_exporter.nvml.constants import REASON_BITS, THROTTLE_TIME_FIELDS
+from gpu_exporter.nvml.constants import EVENT_NAMES, REASON_BITS, THROTTLE_TIME_FIELDS
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.model import (
     DeviceProfile,
@@ -344,6 +344,18 @@ class World:
                 if step.gpus == "all" or i in step.gpus:
                     for item in step.set.xid or []:
                         xid(step.at, i, item)
+        # Other health events as (time, gpu, nvmlEventType bit), delivered once each.
+        self.health_events: list[tuple[float, int, int]] = []
+        bits = {name: bit for bit, name in EVENT_NAMES.items()}
+        for i in range(self.gpu_count):
+            for cond in (scenario.state, scenario.gpus.get(i)):
+                for name in (cond.nvml_events or []) if cond else []:
+                    self.health_events.append((0.0, i, bits[name]))
+            for step in self._steps:
+                if step.gpus == "all" or i in step.gpus:
+                    for name in step.set.nvml_events or []:
+                        self.health_events.append((step.at, i, bits[name]))
+        self.health_events.sort()
         replay = scenario.replay
         # Each recorded poll holds only what changed: accumulate full answers.
         self._replay: list[tuple[float, dict[int, dict[str, Any]]]] = []

@@ -1,4 +1,5 @@
-"""The event API: event sets, registration and Xid delivery."""
+"""The event API: event sets, registration, and the delivery of Xids and the
+other health events (each where the board and its driver branch offer the type)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 from ctypes import Structure, c_uint, c_ulonglong, c_void_p
 
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.drivers import event_types
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     STRUCTS,
@@ -46,9 +48,14 @@ def _event_set_free(lib: FakeNvmlLibrary, handle: int) -> int:
     return OK
 
 
+def _offered(lib: FakeNvmlLibrary) -> int:
+    """The board's event types its driver branch knows."""
+    return event_types(lib.branch, lib.world.profile.event_types)
+
+
 @nvml_function("nvmlDeviceGetSupportedEventTypes", P)
 def _event_types(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
-    return put(out, c_ulonglong, lib.world.profile.event_types)
+    return put(out, c_ulonglong, _offered(lib))
 
 
 @nvml_function("nvmlDeviceRegisterEvents", c_ulonglong, P)
@@ -56,7 +63,7 @@ def _register(lib: FakeNvmlLibrary, st: GpuState, types: int, handle: int) -> in
     es = lib.event_sets.get(handle or 0)
     if es is None:
         return int(Return.INVALID_ARGUMENT)
-    if types & ~lib.world.profile.event_types:
+    if types & ~_offered(lib):
         return int(Return.NOT_SUPPORTED)
     # Events that happened before registration are never delivered.
     es.registered[st.index] = (st.t, types)
@@ -83,6 +90,18 @@ def _wait(lib: FakeNvmlLibrary, handle: int, out: int, timeout_ms: int) -> int:
             data.device, data.eventType, data.eventData = lib.handle(index), EVENT_XID, xid
             data.gpuInstanceId, data.computeInstanceId = lib.world.xid_instances.get(
                 ev, (0xFFFFFFFF, 0xFFFFFFFF))
+            return OK
+        for at, index, bit in lib.world.health_events:
+            if at > now:
+                break
+            reg = es.registered.get(index)
+            key = (at, index, -bit)  # apart from an Xid of the same number
+            if reg is None or at <= reg[0] or not reg[1] & bit or key in es.delivered:
+                continue
+            es.delivered.add(key)
+            data = EventData.from_address(out)
+            data.device, data.eventType, data.eventData = lib.handle(index), bit, 0
+            data.gpuInstanceId = data.computeInstanceId = 0xFFFFFFFF
             return OK
         remaining = deadline - time.monotonic()
         if remaining <= 0:

@@ -1,0 +1,119 @@
+"""The newest boards' health and place, read in the device reader's pass:
+the Grace C2C link (its mode once, its error counters), memory channel and
+TPC repairs pending and the unrepairable-memory flag, power smoothing and its
+floor, the fabric's health-mask flags, and the GPU's place in its rack and
+the node's confidential-computing mode (``gpu_info``'s labels).
+
+Counters and flags are NVML fields where NVML has them (in the GPU's one
+nvmlDeviceGetFieldValues call), the rest their own calls; all on the slow
+cadence (they change after an NVML event, which reads them again at once) or
+once (the C2C mode, the place, the confidential-computing mode): what a board
+or its driver lacks is asked once, its series stays absent, and it is listed
+as not available on that board (``unavailable``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_exporter.cadence import Every
+from gpu_exporter.catalogs import board as m
+from gpu_exporter.collectors.values import Series
+from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml.adapter import Device
+from gpu_exporter.nvml.session import Gpu
+from gpu_exporter.nvml.values import Source
+from gpu_exporter.readings import GpuReading
+
+C2C_MODE = Source("c2c_mode", calls=(Device.c2c_enabled,))
+C2C_LINKS = Source("c2c_links", c.FI_DEV_C2C_LINK_COUNT)
+C2C_ERRORS = {"intr": Source("c2c_errors_intr", c.FI_DEV_C2C_LINK_ERROR_INTR),
+              "replay": Source("c2c_errors_replay", c.FI_DEV_C2C_LINK_ERROR_REPLAY),
+              "replay_b2b": Source("c2c_errors_replay_b2b", c.FI_DEV_C2C_LINK_ERROR_REPLAY_B2B)}
+REPAIR = Source("repair_pending", calls=(Device.repair_pending,))
+UNREPAIRABLE = Source("unrepairable_memory", calls=(Device.unrepairable_memory,))
+SMOOTHING = Source("power_smoothing", c.FI_PWR_SMOOTHING_ENABLED)
+FLOOR = Source("power_floor", c.FI_PWR_SMOOTHING_PRIMARY_POWER_FLOOR)
+
+Want = tuple[tuple[Source, Every], ...]
+_ALWAYS: Want = ((C2C_MODE, Every.ONCE), (C2C_LINKS, Every.ONCE),
+                 *((s, Every.SLOW) for s in C2C_ERRORS.values()),
+                 (REPAIR, Every.SLOW), (UNREPAIRABLE, Every.SLOW))
+# R570 numbered the power-smoothing fields otherwise ("Changes between v575 and
+# v580": "Fixed bug with NVML_FI_PWR_SMOOTHING_* field value numbering"): the
+# ids asked here mean these values from R580 on only.
+_SMOOTHING: Want = ((SMOOTHING, Every.SLOW), (FLOOR, Every.SLOW))
+SMOOTHING_SINCE = 580
+
+# What a person calls each reading that a board may lack (the coverage's words).
+_WORDS: dict[Source, str] = {
+    C2C_MODE: "the Grace C2C link", C2C_ERRORS["intr"]: "C2C link errors",
+    REPAIR: "memory channel and TPC repair status", UNREPAIRABLE: "the unrepairable-memory flag",
+    SMOOTHING: "power smoothing", FLOOR: "the power-smoothing floor",
+}
+
+
+def branch(driver_version: str) -> int:
+    """The driver's branch number ("580.65.06" -> 580); 0 where unknown."""
+    head = driver_version.partition(".")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def wanted(driver_version: str) -> Want:
+    """What a GPU's pass asks for, under this driver."""
+    return _ALWAYS + _SMOOTHING if branch(driver_version) >= SMOOTHING_SINCE else _ALWAYS
+
+
+def export(gpu: Gpu, values: dict[Source, Any], out: Series, r: GpuReading) -> None:
+    enabled = values.get(C2C_MODE)
+    if enabled is not None:
+        out.gauge(m.C2C_ENABLED, float(enabled))
+    out.gauge(m.C2C_LINKS, values.get(C2C_LINKS))
+    for kind, source in C2C_ERRORS.items():
+        out.counter(m.C2C_ERRORS_TOTAL, values.get(source), kind)
+    repair = values.get(REPAIR)
+    if repair is not None:
+        r.repair_pending = repair[0] or repair[1]
+        out.gauge(m.REPAIR_PENDING, float(repair[0]), "channel")
+        out.gauge(m.REPAIR_PENDING, float(repair[1]), "tpc")
+    unrepairable = values.get(UNREPAIRABLE)
+    if unrepairable is not None:
+        r.unrepairable_memory = bool(unrepairable)
+        out.gauge(m.UNREPAIRABLE_MEMORY, float(unrepairable))
+    smoothing = out.gauge(m.POWER_SMOOTHING_ENABLED, values.get(SMOOTHING))
+    if smoothing is not None:
+        r.power_smoothing = bool(smoothing)
+        if smoothing:
+            r.power_floor_watts = out.gauge(m.POWER_FLOOR_WATTS, values.get(FLOOR))
+    r.board_lacks = unavailable(gpu)
+
+
+def export_fabric_issues(fabric: Any, out: Series) -> None:
+    for issue, present in getattr(fabric, "issues", ()):
+        out.state(m.FABRIC_HEALTH_ISSUE, present, issue)
+
+
+def place(gpu: Gpu, device: Device) -> tuple[str, str, str, str]:
+    """gpu_info's (chassis serial, slot, tray, confidential-computing mode),
+    read once; "" for what the board or driver does not say."""
+    where = gpu.read_first(("platform_info", device.platform_location),
+                           ("platform_info_v1", device.platform_location_v1), static=True)
+    cc = gpu.static_read("cc_mode", device.confidential_computing)
+    chassis, slot, tray = where or ("", "", "")
+    return chassis, slot, tray, cc or ""
+
+
+def unavailable(gpu: Gpu) -> tuple[str, ...]:
+    """What this GPU's board or driver does not offer of the above, and the
+    health event types it does not offer, in a person's words."""
+    missing = [words for source, words in _WORDS.items()
+               if source.field_key in gpu.unsupported
+               or any(source.call_key(i) in gpu.unsupported for i in range(len(source.calls)))]
+    if "platform_info" in gpu.unsupported and "platform_info_v1" in gpu.unsupported:
+        missing.append("the rack location")
+    if "cc_mode" in gpu.unsupported:
+        missing.append("the confidential-computing mode")
+    mask = gpu.static.get("event_types")
+    if isinstance(mask, int):
+        missing += [f"the {name} event" for bit, name in c.EVENT_NAMES.items()
+                    if not mask & bit and c.EVENT_TYPES_WANTED & bit]
+    return tuple(missing)
