@@ -133,9 +133,11 @@ def _facts(coverage: Mapping[str, Any] | None) -> str:
         found = [e for e in (coverage or {}).get(section) or () if isinstance(e, Mapping)]
         if found:
             out.append(head)
-            out += [f"  {safe(gpu_list(e.get('gpus') or ()))}: "
-                    f"{safe(checks_text(e.get('checks') or ()))}: {safe(reason_text(e))}"
-                    for e in found]
+            for e in found:
+                checks = checks_text(e.get("checks") or ())
+                out.append(f"  {safe(gpu_list(e.get('gpus') or ()))}: "
+                           + (f"{safe(checks)}: " if checks else "")
+                           + safe(reason_text(e)))
     return "".join(line + "\n" for line in out)
 
 

@@ -581,8 +581,11 @@ def board_lacks(snap: Snapshot) -> list[dict[str, Any]]:
     groups: dict[tuple[tuple[int, ...], str], list[str]] = {}
     for (what, board), on in by_what.items():
         groups.setdefault((tuple(on), board), []).append(what)
-    return [{"gpus": [str(i) for i in on], "reason": "NVML gives no such reading or event",
-             "on": board, "checks": whats} for (on, board), whats in groups.items()]
+    # No check of the table is lost with them ("checks" is empty): the
+    # readings are named in the reason and listed under "readings".
+    return [{"gpus": [str(i) for i in on], "reason": ", ".join(whats),
+             "on": board, "checks": [], "readings": whats}
+            for (on, board), whats in groups.items()]
 
 
 # --- read back by the commands ------------------------------------------------------------

@@ -457,9 +457,10 @@ def _coverage(cov: Mapping[str, Any]) -> str:
     GPUs still settling; and, folded, the checks the boards or driver do not
     offer and those that had nothing to check."""
     def item(entry: Mapping[str, Any]) -> str:
+        checks = coverage.checks_text(entry['checks'])
         return (f"<li>{_text(coverage.gpu_list(entry['gpus']))}: "
-                f"<code>{_text(coverage.checks_text(entry['checks']))}</code>: "
-                f"{_text(coverage.reason_text(entry))}</li>")
+                + (f"<code>{_text(checks)}</code>: " if checks else "")
+                + f"{_text(coverage.reason_text(entry))}</li>")
 
     items = []
     settling = cov.get("settling")
