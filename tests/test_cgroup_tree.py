@@ -202,3 +202,21 @@ def test_the_search_for_its_own_cgroup_is_bounded(tmp_path: Path,
     v2_node(tmp_path)
     # Past five directories the exporter's own (seven deep) is never reached.
     assert find_namespace_root(str(tmp_path), "/", PID) is None
+
+
+def test_a_root_found_in_one_hierarchy_is_tried_first_in_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hybrid_node(tmp_path)
+    walked: list[str] = []
+    real = cgroup_tree._walk
+
+    def walk(mount: str):  # type: ignore[no-untyped-def]
+        walked.append(mount)
+        return real(mount)
+
+    monkeypatch.setattr(cgroup_tree, "_walk", walk)
+    tree = discover(tmp_path, "0::/\n4:memory:/\n2:cpu:/\n", PID)
+    assert tree.cpu is not None and tree.memory is not None and tree.unified is not None
+    assert tree.cpu.ns_root == tree.memory.ns_root == tree.unified.ns_root
+    # Only the unified hierarchy was searched; the v1 ones were found at once.
+    assert walked == [str(tmp_path / "unified")]

@@ -175,10 +175,13 @@ def _walk(mount: str) -> Iterator[tuple[str, tuple[str, ...]]]:
         queue.extend((os.path.join(directory, c), (*parts, c)) for c in children)
 
 
-def find_namespace_root(mount: str, own: str | None, pid: int) -> tuple[str, ...] | None:
+def find_namespace_root(mount: str, own: str | None, pid: int,
+                        hint: tuple[str, ...] | None = None) -> tuple[str, ...] | None:
     """Where the exporter's cgroup namespace root lies in this hierarchy: its
     own cgroup (the directory listing ``pid``) less ``own``, its path as the
-    kernel prints it to itself. None when its cgroup is not in the tree."""
+    kernel prints it to itself. None when its cgroup is not in the tree.
+    ``hint``: where it lies in another hierarchy, tried first (a runtime
+    puts a container at the same path in each)."""
     if own is None or not own.startswith("/"):
         return None
     own_parts = tuple(p for p in own.split("/") if p)
@@ -186,8 +189,9 @@ def find_namespace_root(mount: str, own: str | None, pid: int) -> tuple[str, ...
         return None  # moved out of its own namespace root: nothing to anchor on
     # No namespace of its own (a host install, hostPID with host cgroupns):
     # its printed path is its place in the tree.
-    if _lists_pid(os.path.join(mount, *own_parts), pid):
-        return ()
+    for root in ((), hint) if hint else ((),):
+        if _lists_pid(os.path.join(mount, *root, *own_parts), pid):
+            return root
     for directory, parts in _walk(mount):
         if parts[len(parts) - len(own_parts):] != own_parts or len(parts) < len(own_parts):
             continue
@@ -218,10 +222,16 @@ def discover(cgroup_root: Path | str, self_cgroup: str | None = None,
     elif unified_mount != root and not v1:
         layout = "v2"  # cgroup2 at unified/ with no v1 controller beside it
 
+    found: list[tuple[str, ...]] = []
+
     def hierarchy(kind: str, mount: str | None, own_key: str) -> Hierarchy | None:
         if mount is None:
             return None
-        return Hierarchy(kind, mount, find_namespace_root(mount, own.get(own_key), pid))
+        ns_root = find_namespace_root(mount, own.get(own_key), pid,
+                                      found[0] if found else None)
+        if ns_root:
+            found.append(ns_root)
+        return Hierarchy(kind, mount, ns_root)
 
     return CgroupTree(root, layout, hierarchy("unified", unified_mount, "unified"),
                       hierarchy("cpu", v1.get("cpu"), "cpu"),
