@@ -60,6 +60,11 @@ def stage_one(spec_path: str, spec: dict) -> None:
 def stage_two(spec: dict) -> None:
     root = spec["root"]
     _mount("-t", "tmpfs", "-o", "mode=755", "sandbox-root", root)
+    # The pod's emptyDirs first: a checkout that lies under /tmp (CI's clone)
+    # is bound on top of the pod's /tmp, not hidden by it.
+    for inside in spec["tmpfs"]:
+        os.makedirs(root + inside, exist_ok=True)
+        _mount("-t", "tmpfs", "-o", "mode=1777,size=16m", "emptydir", root + inside)
     for host in spec["keep"]:
         if os.path.islink(host):  # merged /usr: /bin -> usr/bin
             os.symlink(os.readlink(host), root + host)
@@ -70,9 +75,6 @@ def stage_two(spec: dict) -> None:
     _place("/sys", root + "/sys")
     _mount("-t", "sysfs", "-o", "ro", "sysfs", root + "/sys")
     _bind("/dev", root + "/dev", False)
-    for inside in spec["tmpfs"]:
-        os.makedirs(root + inside, exist_ok=True)
-        _mount("-t", "tmpfs", "-o", "mode=1777,size=16m", "emptydir", root + inside)
     for host, inside, read_only in spec["mounts"]:
         _bind(host, root + inside, read_only)
     for inside, text in spec["files"].items():

@@ -258,10 +258,12 @@ def oci_config(node: Node, run: PodRun, name: str, port: int) -> dict[str, Any]:
          "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
         {"destination": "/sys", "type": "sysfs", "source": "sysfs",
          "options": ["nosuid", "noexec", "nodev", "ro"]},
-        *({"destination": p, "type": "bind", "source": p, "options": ["rbind", "ro"]}
-          for p in KEEP if os.path.isdir(p) and not os.path.islink(p)),
+        # The pod's emptyDirs before the checkout: one under /tmp (CI's clone)
+        # is bound on top of the pod's /tmp, not hidden by it.
         *({"destination": p, "type": "tmpfs", "source": "tmpfs",
            "options": ["nosuid", "nodev", "mode=1777", "size=16m"]} for p in run.tmpfs),
+        *({"destination": p, "type": "bind", "source": p, "options": ["rbind", "ro"]}
+          for p in KEEP if os.path.isdir(p) and not os.path.islink(p)),
         *({"destination": inside, "type": "bind", "source": host,
            "options": ["rbind", "ro" if ro else "rw"]} for host, inside, ro in run.mounts)]
     for inside, text in daemon_files(node).items():
