@@ -4,6 +4,9 @@ connection, would let a client that sends a byte now and then hold a
 connection (and its file descriptor, and a place under
 --web.max-connections) for as long as it likes.
 
+A file read through a pipe (``--config.file <(...)``) must be whole within
+PIPE_TIMEOUT_S of the read's start, however it trickles.
+
 The request head's deadline (``--web.request-timeout``) runs from the head's
 first byte, on the first request of a connection and on every later one of
 a kept-alive connection (between two requests the idle deadline,
@@ -12,12 +15,16 @@ a kept-alive connection (between two requests the idle deadline,
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from gpu_exporter import safefile
 from tests.simnode import SimRun
 
 REQUEST_TIMEOUT = 1.0
@@ -97,3 +104,47 @@ def test_a_kept_alive_connection_waits_for_its_next_request_past_the_head_deadli
         time.sleep(REQUEST_TIMEOUT * 1.5)
         s.sendall(REQUEST)
         assert _answer(s).startswith(b"HTTP/1.1 200")
+
+
+def test_a_pipe_that_trickles_is_refused_at_the_pipe_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that sends a byte every 50 ms and never ends: the read waits
+    for data many times, each time briefly; the deadline is the whole read's."""
+    monkeypatch.setattr(safefile, "PIPE_TIMEOUT_S", 0.5)
+    read_end, write_end = os.pipe()
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.is_set():
+            try:
+                os.write(write_end, b"#")
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    outcome: list[BaseException | bytes] = []
+
+    def read() -> None:
+        try:
+            outcome.append(safefile.read_bytes(Path(f"/dev/fd/{read_end}"),
+                                               safefile.CONFIG_FILE))
+        except safefile.FileRefused as exc:
+            outcome.append(exc)
+
+    writer = threading.Thread(target=trickle, daemon=True)
+    reader = threading.Thread(target=read, daemon=True)
+    writer.start()
+    started = time.monotonic()
+    reader.start()
+    # Far below the writer's forever, far above the deadline.
+    reader.join(timeout=3.0)
+    took = time.monotonic() - started
+    stop.set()
+    writer.join()
+    os.close(write_end)  # a read still going now ends at the end of the file
+    reader.join()
+    os.close(read_end)
+    assert took < 3.0, "the read waited for the trickle past its deadline"
+    assert took >= 0.4, took
+    (refused,) = outcome
+    assert isinstance(refused, safefile.FileRefused) and "within 0.5 s" in str(refused)
