@@ -26,10 +26,10 @@ from tests.caches import CONTAINER_CALLS, KEPT, NOT_KEPT, SKIPPED_PACKAGES
 from tests.simnode import DetailRun
 
 LONG = os.environ.get("GPU_EXPORTER_LONG_TESTS") == "1"
-GPUS = 2
-POLLS = 1500 if LONG else 240
+GPUS = 1
+POLLS = 1500 if LONG else 200
 # A process lives this many seconds: some 2 x POLLS / LIFE distinct PIDs.
-LIFE = 2
+LIFE = 1
 # What a node of this size needs at most in one container: every GPU's
 # entries for every process alive in the last minute, every metric family's
 # labels (a GPU's 18 NVLinks x 6 fields: 108)... far below the distinct keys the run feeds in.
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent / "gpu_exporter"
 
 
 def churn() -> Scenario:
-    """Two GPUs, each running a new short job every LIFE seconds: a new PID in
+    """GPUS GPUs, each running a new short job every LIFE seconds: a new PID in
     a new cgroup, with a child of its own (a data loader)."""
     timeline: list[dict[str, Any]] = []
     pid = 50000
