@@ -28,7 +28,7 @@ from tests.simnode import DetailRun
 LONG = os.environ.get("GPU_EXPORTER_LONG_TESTS") == "1"
 GPUS = 1
 POLLS = 1500 if LONG else 200
-# A process lives this many seconds: some 2 x POLLS / LIFE distinct PIDs.
+# A job lives this many seconds: 2 x GPUS x POLLS / LIFE distinct PIDs in all.
 LIFE = 1
 # What a node of this size needs at most in one container: every GPU's
 # entries for every process alive in the last minute, every metric family's
