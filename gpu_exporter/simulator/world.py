@@ -307,6 +307,10 @@ class World:
             (m.id for m in profile.mig_profiles if m.profile == 0), 0)
         self._counters = [_Counters(0.0, energy_mj=3.6e9 * (1 + 0.1 * i))
                           for i in range(self.gpu_count)]
+        # The GPUs lost now: one that answers again was reset (a GPU off the
+        # bus comes back only through a reset or a driver reload), and the
+        # driver's counters of it start again from 0.
+        self._lost: set[int] = set()
         self._steps = sorted(scenario.timeline, key=lambda s: s.at)
         self._step_times = [s.at for s in self._steps]
         self._changes: frozenset[float] | None = None
@@ -622,6 +626,11 @@ class World:
             self.jitter(f"gpu{i}/pcie_tx", t)
         rx_rate = float(c.get("pcie_rx_bytes_per_s", 3.4e9 * util)) * \
             self.jitter(f"gpu{i}/pcie_rx", t)
+        if c.get("lost", False):
+            self._lost.add(i)
+        elif i in self._lost:
+            self._lost.discard(i)
+            self._counters[i] = _Counters(t, energy_mj=0.0)
         cnt = self._counters[i]
         dt = t - cnt.last_t
         if dt > 0:

@@ -324,6 +324,11 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
         if fid in st.field_errors:
             fv.nvmlReturn = st.field_errors[fid]
             continue
+        if lib.inject_field_error is not None:
+            code = lib.inject_field_error(st.index, fid, int(fv.scopeId))
+            if code is not None:
+                fv.nvmlReturn = code
+                continue
         links = len(st.nvlink_up)
         if fid == k.FI_DEV_NVLINK_LINK_COUNT:
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_INT

@@ -161,6 +161,10 @@ class FakeNvmlLibrary:
         # the state to use (a bad value is a tampered copy).
         self.inject_error: Callable[[str, int | None], int | None] | None = None
         self.inject_state: Callable[[str, GpuState], GpuState] | None = None
+        # And one field of nvmlDeviceGetFieldValues (GPU index, field id,
+        # scope id: the link of a per-link field): an error code for that
+        # field alone, or None.
+        self.inject_field_error: Callable[[int, int, int], int | None] | None = None
         # The driver branch decides which symbols the library exports at all.
         self.branch = world.scenario.node.branch
         for name, (argtypes, impl, device) in FUNCTIONS.items():
