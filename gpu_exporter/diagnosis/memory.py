@@ -321,9 +321,12 @@ class FaultMemory:
 
     @staticmethod
     def _add(g: _Gpu, fault: Fault) -> None:
+        """Keep ``fault``; beyond the bound, forget the oldest record of a
+        process's Xid first (the job's), then the oldest of any."""
         g.faults.append(fault)
         if len(g.faults) > MAX_FAULTS_PER_GPU:
-            g.faults.remove(min(g.faults, key=lambda f: f.last))
+            mine = [f for f in g.faults if f.process]
+            g.faults.remove(min(mine or g.faults, key=lambda f: f.last))
 
     def _forget(self, now: float) -> None:
         for g in self._gpus.values():
