@@ -198,11 +198,17 @@ class XidEvent:
     # The MIG GPU instance NVML names for it (an error of a job on one
     # instance); None for the whole GPU, without MIG, or from the kernel log.
     gpu_instance: int | None = None
+    # The NVLink the kernel log's line names (Xid 74), where it names one.
+    link: int | None = None
+    # How many of the kernel log's lines it stands for: 1 for NVML's event (one
+    # Xid each); a log line NVML did not deliver stands for every line of its
+    # GPU, code, process and link that NVML did not deliver either.
+    lines: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class KernelXid:
-    """One (GPU, code, process) of the kernel log's Xid lines since boot."""
+    """One (GPU, code, process, NVLink) of the kernel log's Xid lines since boot."""
 
     gpu: int
     uuid: str
@@ -212,6 +218,7 @@ class KernelXid:
     before_start: int  # of count, logged before the exporter started
     first_at: float  # unix times of the first and last line
     last_at: float
+    link: int | None = None  # the NVLink an Xid 74 names
 
 
 @dataclass(slots=True)

@@ -127,7 +127,7 @@ def test_the_fixture_of_several_branches() -> None:
         ("nvidia-nvswitch0", 20009, False, 1), ("nvidia-nvswitch0", 24007, True, 1),
         ("nvidia-nvswitch2", 1004, False, 1)}
     assert store.uuids == {"0000:1a:00": "GPU-6a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"}
-    entry = store.xids[("0000:18:00", 13, 4242)]
+    entry = store.xids[("0000:18:00", 13, 4242, None)]
     assert (entry.first_usec, entry.last_usec) == (920000000, 920000100)
     assert store.records == 20  # continuation lines belong to their record
 

@@ -309,7 +309,7 @@ class KmsgCollector(Collector):
             reading.xids.append(KernelXid(
                 index, uuid, e.code, self._culprits.get((e.bus, e.code, e.pid)),
                 e.count, e.before_start, offset + e.first_usec / 1e6,
-                offset + e.last_usec / 1e6))
+                offset + e.last_usec / 1e6, e.link))
         for (bus, code), total in self.store.totals.items():
             index, uuid = gpus.get(bus, (-1, self.store.uuids.get(bus, "")))
             key = (index, uuid, code)
@@ -363,7 +363,8 @@ def merge_events(nvml: list[XidEvent], kernel: KernelLogReading | None,
     same GPU and code within MATCH_WINDOW_S (NVML's stamped up to ``late_s``
     after the driver's report: when a poll took them from the event set); and
     the log's Xids NVML did not deliver (before start, or beyond its events),
-    at their last line. The newest ``keep``, oldest first."""
+    at their last line, each standing for its lines (``lines``). An event
+    gains the line's NVLink too. The newest ``keep``, oldest first."""
     if kernel is None or not kernel.xids:
         return nvml[-keep:]
     events = list(nvml)
@@ -373,7 +374,8 @@ def merge_events(nvml: list[XidEvent], kernel: KernelLogReading | None,
         live = k.count - k.before_start
         if k.before_start:
             extra.append(XidEvent(k.gpu, k.uuid, k.xid, k.last_at if not live else k.first_at,
-                                  k.culprit, "kernel_log"))
+                                  k.culprit, "kernel_log", link=k.link,
+                                  lines=k.before_start))
         if not live:
             continue
         hits = [i for i, e in enumerate(events)
@@ -383,8 +385,11 @@ def merge_events(nvml: list[XidEvent], kernel: KernelLogReading | None,
             matched.add(i)
             if k.culprit is not None and events[i].culprit is None:
                 events[i] = replace(events[i], culprit=k.culprit)
+            if k.link is not None and events[i].link is None:
+                events[i] = replace(events[i], link=k.link)
         if not hits:
             # NVML delivered none of them: the log's last line stands for them.
-            extra.append(XidEvent(k.gpu, k.uuid, k.xid, k.last_at, k.culprit, "kernel_log"))
+            extra.append(XidEvent(k.gpu, k.uuid, k.xid, k.last_at, k.culprit, "kernel_log",
+                                  link=k.link, lines=live))
     merged = sorted([*events, *extra], key=lambda e: e.at)
     return merged[-keep:]

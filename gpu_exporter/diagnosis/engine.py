@@ -130,13 +130,17 @@ def _memory(settings: Settings, rt: Runtime) -> FaultMemory:
 def _remembered_xids(sig: GpuSignals, past: GpuPast) -> None:
     """Add the Xids the memory holds that this poll's readings no longer do
     (from before a restart, or before a reboot), first and last of each code
-    and life: the Xid rows judge them by their own times."""
+    and life, with the NVLink an Xid 74 named: the Xid rows judge them by
+    their own times."""
     newest: dict[int, float] = {}
     for at, code, _ in sig.xids:
         newest[code] = max(at, newest.get(code, at))
     for f in past.faults:
         if f.kind == "xid" and f.last > newest.get(f.code, float("-inf")):
-            sig.xids.extend((at, f.code, None) for at in dict.fromkeys((f.first, f.last)))
+            times = dict.fromkeys((f.first, f.last))
+            sig.xids.extend((at, f.code, None) for at in times)
+            if f.link is not None:
+                sig.xid_links.extend((at, f.code, f.link) for at in times)
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -162,6 +166,7 @@ class _RowState:
     # Since when its condition has held at every poll; None while it does not.
     holding_since: float | None = None
     evidence: Evidence = field(default_factory=dict)
+    parts: tuple[Evidence, ...] = ()  # the verdict's parts: one finding each
     # gpu_diagnosis_active's label values, in catalog order (*GPU, symptom, cause),
     # built once: the collector adds one series per row and GPU every poll.
     labels: tuple[str, ...] = ()
@@ -280,7 +285,7 @@ class Diagnosis(Derivation):
         signals = gather(out.readings)
         pasts: dict[str, GpuPast] = {}
         if self.memory is not None:
-            pasts = self.memory.observe(signals)
+            pasts = self.memory.observe(signals, self.cfg.application_xids)
             for sig in signals:
                 past = pasts.get(sig.uuid)
                 if past is not None and sig.gpu_instance is None:
@@ -417,12 +422,13 @@ class Diagnosis(Derivation):
             explained = roots.get(row)
             if explained is None:
                 continue
-            evidence = dict(state.evidence)
-            for item in explained:
-                key = f"explains_{item.row.symptom}_{item.row.cause}"
-                evidence[key] = explanation(item, state.evidence)
-            findings.append(Finding(sig.index, sig.uuid, row, evidence, state.since,
-                                    tuple(explained), owners, sig.gpu_instance))
+            for part in state.parts or (state.evidence,):
+                evidence = dict(part)
+                for item in explained:
+                    key = f"explains_{item.row.symptom}_{item.row.cause}"
+                    evidence[key] = explanation(item, state.evidence)
+                findings.append(Finding(sig.index, sig.uuid, row, evidence, state.since,
+                                        tuple(explained), owners, sig.gpu_instance))
         return findings
 
     def _owners(self, sig: GpuSignals) -> tuple[GpuOwner, ...]:
@@ -452,6 +458,7 @@ class Diagnosis(Derivation):
         if holds:
             st.last_true = now
             st.evidence = verdict.evidence
+            st.parts = verdict.parts
         if st.active:
             if not holds and now - st.last_true >= self.cfg.clear_after:
                 st.active = False

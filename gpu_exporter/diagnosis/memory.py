@@ -10,6 +10,13 @@ a reboot: the ``fault_recurred`` row (fault_rules.py). An Xid remembered from
 before a restart is judged as if the exporter had never stopped (its row
 holds for ``xid_hold`` from the Xid's own time).
 
+What the kernel log's line adds is remembered with it: an Xid 74 per NVLink
+it names (``Xid 74 on NVLink 14``), and an application Xid (Xid 13, which
+comes in bursts of lines for one faulting process) per process, with its
+pid, name and owner and the count of its lines, so a burst is one record
+and never crowds out a hardware fault: at most ``MAX_PROCESS_FAULTS_PER_GPU``
+process records per GPU, the oldest forgotten first.
+
 The state file (--path.state-file; empty: remembered only while the exporter
 runs) is JSON: the exporter writes it and reads it back, so it needs no YAML
 (no anchors, no aliases, nothing a person writes), and the standard library's
@@ -52,6 +59,12 @@ FaultKind = Literal["xid", "ecc_uncorrectable", "row_remap_pending", "row_remap_
 # below its size bound (64 x 24 x 190 = 292 KB < 512 KiB).
 MAX_GPUS = 64
 MAX_FAULTS_PER_GPU = 24
+# Of them, records of a process's application Xid: each is at most some 420
+# bytes (its name and owner as well), so a GPU's records stay under 7 KB
+# (16 x 190 + 8 x 420), the file under 440 KB.
+MAX_PROCESS_FAULTS_PER_GPU = 8
+MAX_PROCESS_CHARS = 80  # "name (pid N)": a 64-character name and the pid
+MAX_OWNER_CHARS = 160
 MAX_FILE_BYTES = 512 * 1024
 # Faults older than this are forgotten: the finding of a fault that came back
 # ends with them (or with the GPU, when it is replaced).
@@ -65,6 +78,8 @@ _Uuid = Annotated[str, StringConstraints(pattern=r"^GPU-[0-9A-Za-z-]{1,64}$")]
 _BootId = Annotated[str, StringConstraints(pattern=f"^{BOOT_ID.pattern}$")]
 # Unix times between 2001 and 2286: a time outside is no time this file wrote.
 _Time = Annotated[float, Field(ge=1e9, le=1e10)]
+_Process = Annotated[str, StringConstraints(pattern=f"^[ -~]{{0,{MAX_PROCESS_CHARS}}}$")]
+_Owner = Annotated[str, StringConstraints(pattern=f"^[ -~]{{0,{MAX_OWNER_CHARS}}}$")]
 
 
 class _Strict(BaseModel):
@@ -79,6 +94,11 @@ class _FaultModel(_Strict):
     count: int = Field(ge=1, le=10**9)
     boot_id: _BootId
     resets: int = Field(ge=0, le=10**6)
+    # What the kernel log's line named (absent in a file from before it did).
+    link: int | None = Field(None, ge=0, le=63)
+    pid: int | None = Field(None, ge=0, le=2**22)
+    process: _Process = ""
+    owner: _Owner = ""
 
 
 class _GpuModel(_Strict):
@@ -96,15 +116,20 @@ class _StateModel(_Strict):
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    """One kind of fault (an Xid by its code) in one life of a GPU."""
+    """One kind of fault (an Xid by its code; an Xid 74 by its NVLink too,
+    an application Xid by its process) in one life of a GPU."""
 
     kind: FaultKind
     code: int
     first: float  # unix time it first happened in that life
     last: float
-    count: int
+    count: int  # times; for a process's Xid, the most of its lines the log held
     boot_id: str
     resets: int  # times the GPU had been lost and come back before that life
+    link: int | None = None  # the NVLink an Xid 74 named
+    pid: int | None = None  # the process an application Xid's line blamed
+    process: str = ""  # "python3 (pid 4242)", printable ASCII only
+    owner: str = ""  # its pod's container or Slurm job, as described for people
 
     @property
     def life(self) -> tuple[str, int]:
@@ -112,8 +137,16 @@ class Fault:
 
     @property
     def name(self) -> str:
-        """How a person names it: ``Xid 79``, ``ecc uncorrectable``."""
-        return f"Xid {self.code}" if self.kind == "xid" else self.kind.replace("_", " ")
+        """How a person names it: ``Xid 79``, ``Xid 74 on NVLink 14``, ``ecc
+        uncorrectable``."""
+        if self.kind != "xid":
+            return self.kind.replace("_", " ")
+        return f"Xid {self.code}" + ("" if self.link is None else f" on NVLink {self.link}")
+
+    @property
+    def key(self) -> tuple[FaultKind, int, int | None, int | None, str]:
+        """What tells two records of one life apart."""
+        return (self.kind, self.code, self.link, self.pid, self.process)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +206,13 @@ class FaultMemory:
             self._loaded_foreign_check = bool(self._gpus)
 
     # --- observing ---------------------------------------------------------------
-    def observe(self, signals: Iterable[GpuSignals]) -> dict[str, GpuPast]:
+    def observe(self, signals: Iterable[GpuSignals],
+                per_process: Iterable[int] = ()) -> dict[str, GpuPast]:
         """Record what this poll's signals show of each GPU (not its MIG
-        instances: they share its faults), save the file if anything is new,
-        and return each GPU's past by UUID."""
+        instances: they share its faults), the Xids of ``per_process`` codes
+        (the application's) per process the kernel log blames, save the file
+        if anything is new, and return each GPU's past by UUID."""
+        by_process = frozenset(per_process)
         now = self._wall()
         self._boot = boot_id(self._procfs) or NO_BOOT_ID
         gpus = [s for s in signals if s.gpu_instance is None]
@@ -188,7 +224,7 @@ class FaultMemory:
                              "node, or every GPU was replaced)")
                 self._gpus = {}
         for sig in gpus:
-            self._observe_gpu(sig, now)
+            self._observe_gpu(sig, now, by_process)
         self._forget(now)
         if self._dirty:
             self._dirty = False
@@ -196,7 +232,7 @@ class FaultMemory:
                 self._save(self.path)
         return {uuid: self._past(g) for uuid, g in self._gpus.items()}
 
-    def _observe_gpu(self, sig: GpuSignals, now: float) -> None:
+    def _observe_gpu(self, sig: GpuSignals, now: float, by_process: frozenset[int]) -> None:
         if not _valid_uuid(sig.uuid):
             return  # a UUID the file could not hold back: not remembered
         g = self._gpus.get(sig.uuid)
@@ -214,9 +250,23 @@ class FaultMemory:
             g.lost, g.resets, g.back = False, g.resets + 1, now
             g.past = None
             self._dirty = True
+        links = {(at, code): link for at, code, link in sig.xid_links}
+        blamed = {(b.at, b.xid): b for b in sig.xid_blames if b.xid in by_process}
         for at, code, _instance in sig.xids:
-            if at >= g.back:
-                self._record(g, "xid", code, at, once=False)
+            if at < g.back:
+                continue
+            b = blamed.get((at, code))
+            if b is None:
+                self._record(g, "xid", code, at, once=False, link=links.get((at, code)))
+        lines: dict[tuple[int, int | None, str, str], tuple[float, int]] = {}
+        for b in blamed.values():
+            if b.at >= g.back:
+                key = (b.xid, b.pid, _printable(b.process, MAX_PROCESS_CHARS),
+                       _printable(b.owner.describe(), MAX_OWNER_CHARS) if b.owner else "")
+                last, n = lines.get(key, (b.at, 0))
+                lines[key] = (max(last, b.at), n + b.lines)
+        for (code, pid, process, owner), (at, n) in lines.items():
+            self._record_process(g, code, pid, process, owner, at, n)
         if reading.up:
             if (reading.ecc_uncorrected_volatile or 0) > 0:
                 self._record(g, "ecc_uncorrectable", 0, now)
@@ -226,24 +276,57 @@ class FaultMemory:
                 self._record(g, "row_remap_failed", 0, now)
 
     def _record(self, g: _Gpu, kind: FaultKind, code: int, at: float,
-                once: bool = True) -> None:
+                once: bool = True, link: int | None = None) -> None:
         """A fault of this life: a state (``once``) is recorded when first
         seen; an event (an Xid, each with its own time) counts once each,
         those no later than the last one counted being counted already (the
         readers hand the recent ones to every poll)."""
         life = (self._boot, g.resets)
         for i, f in enumerate(g.faults):
-            if f.kind == kind and f.code == code and f.life == life:
+            if f.kind == kind and f.code == code and f.link == link and f.pid is None \
+                    and not f.process and f.life == life:
                 if once or at <= f.last:
                     return
                 g.faults[i] = replace(f, last=at, count=min(f.count + 1, 10**9))
                 break
         else:
-            g.faults.append(Fault(kind, code, at, at, 1, self._boot, g.resets))
-            if len(g.faults) > MAX_FAULTS_PER_GPU:
-                g.faults.remove(min(g.faults, key=lambda f: f.last))
+            self._add(g, Fault(kind, code, at, at, 1, self._boot, g.resets, link=link))
         g.past = None
         self._dirty = True
+
+    def _record_process(self, g: _Gpu, code: int, pid: int | None, process: str, owner: str,
+                        at: float, lines: int) -> None:
+        """A process's application Xid of this life: one record per (code,
+        process), its count the most of its lines the readers held at once
+        (the kernel log's lines since boot are handed to every poll, so a
+        sum would count them again)."""
+        life = (self._boot, g.resets)
+        for i, f in enumerate(g.faults):
+            if f.kind == "xid" and f.code == code and f.pid == pid and f.process == process \
+                    and f.life == life:
+                count = min(max(f.count, lines), 10**9)
+                if at <= f.last and count == f.count and (owner == f.owner or not owner):
+                    return
+                g.faults[i] = replace(f, last=max(f.last, at), count=count,
+                                      owner=owner or f.owner)
+                break
+        else:
+            mine = [f for f in g.faults if f.process]
+            if len(mine) >= MAX_PROCESS_FAULTS_PER_GPU:
+                g.faults.remove(min(mine, key=lambda f: f.last))
+            self._add(g, Fault("xid", code, at, at, min(lines, 10**9), self._boot, g.resets,
+                               pid=pid, process=process or "?", owner=owner))
+        g.past = None
+        self._dirty = True
+
+    @staticmethod
+    def _add(g: _Gpu, fault: Fault) -> None:
+        """Keep ``fault``; beyond the bound, forget the oldest record of a
+        process's Xid first (the job's), then the oldest of any."""
+        g.faults.append(fault)
+        if len(g.faults) > MAX_FAULTS_PER_GPU:
+            mine = [f for f in g.faults if f.process]
+            g.faults.remove(min(mine or g.faults, key=lambda f: f.last))
 
     def _forget(self, now: float) -> None:
         for g in self._gpus.values():
@@ -296,7 +379,7 @@ class FaultMemory:
             uuid: {"seen": g.seen, "lost": g.lost, "resets": g.resets, "back": g.back,
                    "faults": [{"kind": f.kind, "code": f.code, "first": f.first,
                                "last": f.last, "count": f.count, "boot_id": f.boot_id,
-                               "resets": f.resets} for f in g.faults]}
+                               "resets": f.resets, **_details(f)} for f in g.faults]}
             for uuid, g in self._gpus.items()}}
         text = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
         try:
@@ -312,6 +395,23 @@ class FaultMemory:
         if self._write_failing:
             log.info("state file %s written again", safefile.one_line(str(path)))
         self._write_failing = False
+
+
+def _details(f: Fault) -> dict[str, Any]:
+    """A record's line details, written only where it has them."""
+    out: dict[str, Any] = {}
+    if f.link is not None:
+        out["link"] = f.link
+    if f.process:
+        out.update(pid=f.pid, process=f.process, owner=f.owner)
+    return out
+
+
+def _printable(text: str, limit: int) -> str:
+    """``text`` as the file may hold it: printable ASCII (anything else, an
+    escape sequence a process put in its name, as ``?``), at most ``limit``
+    characters."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text[:limit])
 
 
 def _valid_uuid(uuid: str) -> bool:

@@ -1,6 +1,7 @@
 """What a rule is, and the registry of one rule per row of the table: the
-rules register on their rows (``rule(t.THERMAL)(_thermal)``) in ``rules.py``
-and ``fault_rules.py``; ``rules.py`` checks at import that every row has one."""
+rules register on their rows (``rule(t.THERMAL)(_thermal)``) in ``rules.py``,
+``fault_rules.py`` and ``xid_rules.py``; ``rules.py`` checks at import that every
+row has one."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ class Verdict:
     # When what holds began (unix time), where the rule knows it (an Xid's
     # time, remembered from before a restart): the finding's ``since``.
     since: float | None = None
+    # One finding per part, each with its own whole evidence (an application
+    # Xid's processes: one finding each); empty: one finding with ``evidence``.
+    # ``evidence`` stays what holds of the whole, for precedence to cite.
+    parts: tuple[Evidence, ...] = ()
 
 
 class Trend:

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-# The rules that judge what the exporter remembers register from their own module.
-from gpu_exporter.diagnosis import fault_rules  # noqa: F401
+# The rules of what the exporter remembers, and of the Xids, register from their
+# own modules.
+from gpu_exporter.diagnosis import (
+    fault_rules,  # noqa: F401
+    xid_rules,  # noqa: F401
+)
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import RULES as RULES
 from gpu_exporter.diagnosis.registry import Evidence as Evidence
@@ -37,7 +41,6 @@ from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.readings import ProcessReading
 from gpu_exporter.thresholds import DiagnosisConfig
-from gpu_exporter.xids import XidTier
 
 # NVML's reason bits (nvmlClocksEventReasons): hw_thermal and sw_thermal name
 # heat; hw_power_brake names the external brake; hw_slowdown is the umbrella
@@ -541,38 +544,6 @@ def _remap_pending(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict
 
 
 rule(t.ROW_REMAP_PENDING)(_remap_pending)
-
-
-def _xid_rule(tier: XidTier,
-              per_instance: bool) -> Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]:
-    """The rule of one Xid tier: an Xid of that tier (xids.py, as the
-    configuration places it) within the hold. The application tier is the
-    job's: on a MIG GPU an Xid NVML names an instance for is that instance's
-    (and its owner's), one it names none for is the GPU's."""
-    def judge(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-        recent = [(at, x) for at, x, gi in s.xids
-                  if cfg.xid_tier(x) == tier and trend.now - at <= cfg.xid_hold
-                  and (not per_instance or not s.mig or gi == s.gpu_instance)]
-        if not recent:
-            return Verdict(False)
-        evidence: Evidence = {"xid": ", ".join(str(x) for x in sorted({x for _, x in recent})),
-                              "xid_events_recent": len(recent)}
-        # The kernel log's line names the process of the newest one, where it does.
-        blamed = [b for b in s.xid_blames
-                  if cfg.xid_tier(b.xid) == tier and trend.now - b.at <= cfg.xid_hold]
-        if blamed:
-            newest = max(blamed, key=lambda b: b.at)
-            evidence["xid_process"] = newest.process
-            if newest.owner is not None:
-                evidence["xid_owner"] = newest.owner.describe()
-        return Verdict(True, evidence, since=min(at for at, _ in recent))
-    judge.__name__ = judge.__qualname__ = f"_xid_{tier}"
-    return judge
-
-
-rule(t.XID)(_xid_rule("hardware", per_instance=False))
-rule(t.XID_APPLICATION)(_xid_rule("application", per_instance=True))
-rule(t.XID_INFORMATIONAL)(_xid_rule("informational", per_instance=False))
 
 
 def _lost(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

@@ -38,6 +38,10 @@ class XidBlame:
     xid: int
     process: str  # "python3 (pid 4242)", not escaped
     owner: GpuOwner | None  # None: a host process, or gone before it was read
+    pid: int | None = None
+    # How many of the kernel log's lines of the process it stands for (an
+    # application fault comes in bursts of lines).
+    lines: int = 1
 
 
 def owner_of(culprit: XidCulprit, owners: tuple[GpuOwner, ...]) -> GpuOwner | None:
@@ -96,6 +100,9 @@ class GpuSignals:
     instance_memory: tuple[float, float] | None = read_from("mig", default=None)  # (used, total)
     # GPM is supported here but its first ratio has not come yet
     gpm_pending: bool = read_from("gpm_pending", default=False)
+    # (unix time, xid, link) of the Xids whose kernel log line names an
+    # NVLink (Xid 74), a GPU's only (links are the board's, not an instance's)
+    xid_links: list[tuple[float, int, int]] = read_from("xid", default_factory=list)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -183,8 +190,10 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             sig.allocations_known = attribution.allocations_known
         sig.xid_blames = [
             XidBlame(e.at, e.xid, f"{e.culprit.process or '?'} (pid {e.culprit.pid})",
-                     owner_of(e.culprit, sig.owners))
+                     owner_of(e.culprit, sig.owners), e.culprit.pid, e.lines)
             for e in xids if e.gpu == index and e.culprit is not None]
+        sig.xid_links = [(e.at, e.xid, e.link) for e in xids
+                         if e.gpu == index and e.link is not None]
         if nvlink is not None:
             links = nvlink.get(index)
             sig.nvlink_links = 0 if links is None else links.links

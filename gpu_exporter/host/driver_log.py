@@ -1,7 +1,7 @@
 """What the NVIDIA driver said in the kernel log since boot, deduplicated and
 bounded whatever the flood.
 
-Xids are kept per (GPU bus id, code, pid) with a count and the first and last
+Xids are kept per (GPU bus id, code, pid, NVLink) with a count and the first and last
 time seen, SXids per (switch, bus id, code); the totals per (bus id, code) are
 kept apart, split into the Xids logged before the exporter started and those
 after. One node logged 800,000 lines of Xid 95 with 29 distinct (GPU, code,
@@ -32,7 +32,7 @@ _CACHE = 256
 
 @dataclass(slots=True)
 class XidEntry:
-    """One (GPU, code, pid) as the kernel log has it."""
+    """One (GPU, code, pid, link) as the kernel log has it."""
 
     bus: str
     code: int
@@ -42,6 +42,7 @@ class XidEntry:
     first_usec: int
     last_usec: int
     before_start: int  # of count, logged before the exporter started
+    link: int | None = None  # the NVLink an Xid 74 names (bounded: host/nvrm.py)
 
 
 @dataclass(slots=True)
@@ -67,7 +68,7 @@ class DriverLog:
 
     def __init__(self, max_keys: int = MAX_KEYS) -> None:
         self.max_keys = max_keys
-        self.xids: dict[tuple[str, int, int | None], XidEntry] = {}
+        self.xids: dict[tuple[str, int, int | None, int | None], XidEntry] = {}
         self.sxids: dict[tuple[str, str, int], SxidEntry] = {}
         self.totals: dict[tuple[str, int], XidTotal] = {}
         self.uuids: dict[str, str] = {}
@@ -120,7 +121,7 @@ class DriverLog:
                 total.before_start += 1
             else:
                 total.live += 1
-        key = (line.bus, line.code, line.pid)
+        key = (line.bus, line.code, line.pid, line.link)
         entry = self.xids.get(key)
         if entry is not None:
             entry.count += 1
@@ -132,7 +133,7 @@ class DriverLog:
             self.overflow += 1
             return None
         entry = self.xids[key] = XidEntry(line.bus, line.code, line.pid, line.process, 1,
-                                          usec, usec, int(before))
+                                          usec, usec, int(before), line.link)
         return entry
 
     def _sxid(self, line: SxidLine, usec: int) -> None:

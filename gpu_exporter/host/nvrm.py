@@ -11,6 +11,9 @@ The formats, as the driver branches print them (public samples are cited in
   where no process is to blame;
 - GB200 and other multi-domain boards: the same with a PCI domain other than 0
   (``PCI:0018:01:00``);
+- Xid 74 (an NVLink error) names its link: ``NVRM: Xid (PCI:0000:3b:00): 74,
+  pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link
+  14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)`` (``Fatal`` on some branches);
 - ``NVRM: GPU at PCI:0000:01:00: GPU-<uuid>``, printed before a GPU's first Xid;
 - ``nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ...``
   (codes below 10000 printed with leading zeros).
@@ -39,6 +42,13 @@ _SXID = re.compile(
     r"nvidia-nvswitch(?P<switch>\d{1,3}): SXid \(PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:"
     r"[0-9a-fA-F]{2}\.[0-7])\): (?P<code>\d{1,6}), (?P<rest>.*)\Z", re.ASCII | re.DOTALL)
 _UNKNOWN_NAME = "<unknown>"
+# The NVLink an Xid 74 line names. A GPU has at most 18 links (Hopper) or 36
+# (newer boards); a number of 64 or more is no link of a GPU, and a line that
+# claims one names none.
+NVLINK_XID = 74
+MAX_LINKS = 64
+_NVLINK = re.compile(r"NVLink: (?:[Ff]atal |[Nn]on-?[Ff]atal )?[Ee]rror detected on link "
+                     r"(?P<link>\d{1,3})(?!\d)", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +57,7 @@ class XidLine:
     code: int
     pid: int | None  # None: not printed, or '<unknown>'
     process: str  # the name printed; "" when none
+    link: int | None = None  # the NVLink an Xid 74 names (0..63); None otherwise
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +95,28 @@ def _xid(message: str) -> XidLine | None:
         return None
     pid: int | None = None
     process = ""
-    who = _WHO.match(m.group("rest"))
+    rest = m.group("rest")
+    who = _WHO.match(rest)
     if who is not None:
         pid = int(who.group("pid")) if who.group("pid") else None
         name = who.group("name")
         process = "" if name == _UNKNOWN_NAME else name
-    return XidLine(m.group("bus").lower(), int(m.group("code")), pid, process)
+    code = int(m.group("code"))
+    # Looked for after the process's name only: a process may name itself
+    # anything, a link too.
+    detail = rest[who.end():] if who is not None else rest
+    return XidLine(m.group("bus").lower(), code, pid, process,
+                   nvlink_of(detail) if code == NVLINK_XID else None)
+
+
+def nvlink_of(detail: str) -> int | None:
+    """The link ``NVLink: fatal error detected on link 14(...)`` names in an
+    Xid 74 line's detail, if it names one a GPU can have."""
+    found = _NVLINK.search(detail)
+    if found is None:
+        return None
+    link = int(found.group("link"))
+    return link if link < MAX_LINKS else None
 
 
 def _sxid(message: str) -> SxidLine | None:

@@ -45,11 +45,15 @@ def driver_bus(index: int) -> str:
 
 
 def xid_message(gpu: int, code: int, pid: int | None = None, name: str = "",
-                detail: str = "") -> str:
+                detail: str = "", link: int | None = None) -> str:
     """An Xid line in the format of the driver branches the simulator emulates
-    (R470 and newer print the process, or ``'<unknown>'``)."""
+    (R470 and newer print the process, or ``'<unknown>'``); an Xid 74 with a
+    ``link`` names it as the driver does."""
     who = (f"pid={pid}, name={name or '<unknown>'}" if pid is not None
            else "pid='<unknown>', name=<unknown>")
+    if not detail and link is not None:
+        detail = (f"NVLink: fatal error detected on link {link}"
+                  "(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
     return f"NVRM: Xid (PCI:{driver_bus(gpu)}): {code}, {who}, {detail or 'Ch 00000008'}"
 
 
@@ -84,7 +88,8 @@ class KernelLogFile:
                 message = line.message.replace("{bus}", bus)
             else:
                 assert line.xid is not None and line.gpu is not None
-                message = xid_message(line.gpu, line.xid, line.pid, line.name, line.detail)
+                message = xid_message(line.gpu, line.xid, line.pid, line.name, line.detail,
+                                      line.link)
             for k in range(line.repeat):
                 yield line.at + k * 0.001, KERN_WARNING, line.facility, message
         return heapq.merge(*(one(line) for line in lines), key=lambda item: item[0])
@@ -119,7 +124,9 @@ class KernelLogFile:
             # The driver names the process it attributes the error to, where it knows one.
             who = self.world.xid_process(at, gpu, code)
             pid, name = who if who is not None else (None, "")
-            out.append(self._record(at, level, 0, xid_message(gpu, code, pid, name)))
+            link = next((e.link for e in self.world.xid_log
+                         if (e.t, e.gpu, e.xid) == (at, gpu, code) and e.link is not None), None)
+            out.append(self._record(at, level, 0, xid_message(gpu, code, pid, name, link=link)))
 
     def _record(self, at: float, level: int, facility: int, message: str) -> str:
         usec = max(0, round((self._boot + at) * 1e6))

@@ -95,6 +95,8 @@ class XidCondition(_Strict):
 
     code: int = Field(ge=0, le=1023)
     pid: int | None = Field(None, gt=0, lt=4194304)
+    # The NVLink an Xid 74's line names ("NVLink: fatal error detected on link 14").
+    link: int | None = Field(None, ge=0, le=63)
 
 
 class Thresholds(_Strict):
@@ -486,7 +488,8 @@ class KernelLogLine(_Strict):
     for before the exporter started (at boot: ``-86400``). Either a raw
     ``message`` as the kernel prints it (``{bus}`` is GPU ``gpu``'s bus id as
     the driver writes it, ``0000:18:00``), or an Xid (``xid``, ``gpu`` and the
-    process the driver names: ``pid``, ``name``) in the driver's format; NVML
+    process the driver names: ``pid``, ``name``; an Xid 74's NVLink: ``link``)
+    in the driver's format; NVML
     never delivers these. ``repeat`` logs it that many times, 1 ms apart (a
     flood); ``facility`` 1 is a line user space wrote to /dev/kmsg."""
 
@@ -497,6 +500,7 @@ class KernelLogLine(_Strict):
     pid: int | None = Field(None, gt=0, lt=4194304)
     name: str = Field("", max_length=64)
     detail: str = Field("", max_length=200)
+    link: int | None = Field(None, ge=0, le=63)
     repeat: int = Field(1, ge=1, le=1_000_000)
     facility: int = Field(0, ge=0, le=23)
 

@@ -233,6 +233,7 @@ class XidLogEntry:
     gpu: int
     xid: int
     pid: int | None
+    link: int | None = None  # the NVLink an Xid 74 names
 
 
 @dataclass
@@ -332,9 +333,10 @@ class World:
         self.xid_instances: dict[tuple[float, int, int], tuple[int, int]] = {}
 
         def xid(at: float, i: int, item: int | XidCondition) -> None:
-            code, pid = (item, None) if isinstance(item, int) else (item.code, item.pid)
+            code, pid, link = ((item, None, None) if isinstance(item, int)
+                               else (item.code, item.pid, item.link))
             self.events.append((at, i, code))
-            self.xid_log.append(XidLogEntry(at, i, code, pid))
+            self.xid_log.append(XidLogEntry(at, i, code, pid, link))
             proc = next((p for p in self.processes(at) if p.pid == pid), None)
             if proc is not None and proc.mig is not None and i in proc.gpus:
                 self.xid_instances[(at, i, code)] = proc.mig
