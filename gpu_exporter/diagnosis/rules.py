@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 # The rules that judge what the exporter remembers register from their own module.
-from gpu_exporter.diagnosis import fault_rules  # noqa: F401
+from gpu_exporter.diagnosis import fault_rules, link_rules  # noqa: F401
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import RULES as RULES
 from gpu_exporter.diagnosis.registry import Evidence as Evidence

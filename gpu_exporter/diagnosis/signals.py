@@ -96,6 +96,9 @@ class GpuSignals:
     instance_memory: tuple[float, float] | None = read_from("mig", default=None)  # (used, total)
     # GPM is supported here but its first ratio has not come yet
     gpm_pending: bool = read_from("gpm_pending", default=False)
+    # Each NVLink link's error counters, (link, kind) -> count (None: the
+    # nvlink reader did not run, or the GPU has no NVLink).
+    nvlink_errors: dict[tuple[int, str], float] | None = read_from("nvlink", default=None)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -188,6 +191,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         if nvlink is not None:
             links = nvlink.get(index)
             sig.nvlink_links = 0 if links is None else links.links
+            sig.nvlink_errors = None if links is None else links.errors
         out.append(sig)
         instances = mig.get(index)
         if instances:
