@@ -9,7 +9,7 @@ import pytest
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Verdict
 from gpu_exporter.thresholds import DiagnosisConfig
-from tests.rule_signals import CFG, signals, verdict
+from tests.rule_signals import CFG, busy_gpu, signals, verdict
 
 # The engine's increase over a 30 s window: 100 CRC errors a second is 3000.
 WINDOW = CFG.window
@@ -89,3 +89,32 @@ def test_the_row_waits_the_boot_grace_and_is_the_boards() -> None:
     assert t.NVLINK_ERRORS.boot_grace
     assert not t.NVLINK_ERRORS.per_instance
     assert "nvidia-smi nvlink -e -i GPU" in t.NVLINK_ERRORS.confirm
+
+
+# --- power smoothing's floor is not work ----------------------------------------------
+# A GPU whose limit was lowered to 450 W, clocks below max and the driver's
+# power-cap reason on: capped, were its draw work.
+_CAPPED = {"power_limit_watts": 450.0, "throttle_reasons": frozenset({"sw_power_cap"}),
+           "clocks_hz": {"sm": 1.6e9}, "utilization": 0.02}
+
+
+def test_draw_held_at_the_smoothing_floor_is_not_a_binding_cap() -> None:
+    held = busy_gpu(**_CAPPED, power_watts=430.0, power_smoothing=True,
+                    power_floor_watts=430.0)
+    got = verdict(t.POWER_CAP, signals(held))
+    assert got.holds is False
+    assert got.evidence["power_floor_watts"] == 430.0
+
+
+def test_draw_above_the_floor_is_work_again() -> None:
+    working = busy_gpu(**_CAPPED, power_watts=440.0, power_smoothing=True,
+                       power_floor_watts=430.0)
+    assert verdict(t.POWER_CAP, signals(working)).holds is True
+
+
+def test_a_floor_with_smoothing_off_holds_nothing() -> None:
+    off = busy_gpu(**_CAPPED, power_watts=430.0, power_smoothing=False,
+                   power_floor_watts=430.0)
+    got = verdict(t.POWER_CAP, signals(off))
+    assert got.holds is True
+    assert "power_floor_watts" not in got.evidence
