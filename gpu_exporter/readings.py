@@ -79,6 +79,9 @@ class GpuReading:
     unrepairable_memory: bool | None = None
     power_smoothing: bool | None = None
     power_floor_watts: float | None = None
+    # The C2C link's error counters by type (intr, replay, replay_b2b); None
+    # on a board without the link or a driver that does not count them.
+    c2c_errors: dict[str, float] | None = None
     # The newest boards' readings and event types the board or its driver
     # does not offer, in a person's words (collectors/board.py).
     board_lacks: tuple[str, ...] = ()
@@ -171,6 +174,9 @@ class SampleStats:
 class NvlinkReading:
     links: int  # NVLink links the GPU has
     up: int  # of them, active this poll
+    # (link, "crc" | "replay" | "recovery") -> the link's error counter, as
+    # read this poll (a link whose read failed is left out).
+    errors: dict[tuple[int, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,17 @@ class DiagnosisConfig(Section):
     pcie_errors_per_window: float = setting(
         1.0, ge=0, description="PCIe replays or AER correctable errors within the window at "
         "or above which the link counts as failing")
+    # NVIDIA's DCGM health check fails a link at 100 CRC errors per second
+    # ("CRC errors only matter at rates of 100+ per second") and at any replay
+    # or recovery error: these are its limits.
+    nvlink_crc_errors_per_s: float = setting(
+        100.0, ge=0, description="CRC errors per second on one NVLink link, over the window, "
+        "at or above which the link counts as failing (below that the link's replays absorb "
+        "them at little cost; NVIDIA's DCGM health check fails a link at the same rate)")
+    nvlink_replays_per_window: float = setting(
+        1.0, ge=0, description="NVLink replay or recovery errors on one link within the "
+        "window at or above which the link counts as failing (each is traffic resent or a "
+        "link retrained; DCGM fails a link on any)")
     memory_near_full_ratio: float = setting(
         0.95, gt=0, le=1, description="GPU memory used above this share counts as near full")
     inflated_utilization: float = setting(
@@ -117,9 +128,9 @@ class DiagnosisConfig(Section):
     # during the first minutes after boot: judged then, a link still training
     # would page someone for nothing.
     boot_grace: Duration = setting(
-        300.0, ge=0, description="How long after the node boots the PCIe link and NVSwitch "
-        "fabric rows wait before they judge (links and the fabric still train while the node "
-        "boots); read from /proc/uptime")
+        300.0, ge=0, description="How long after the node boots the PCIe and NVLink "
+        "link rows and the NVSwitch fabric row wait before they judge (links and the fabric "
+        "still train while the node boots); read from /proc/uptime")
     expect_persistence: bool = setting(
         True, description="Report a GPU whose persistence mode is off")
     # Short dips keep the explanation; a cause that has stopped no longer

@@ -767,7 +767,8 @@ def test_rule_verdict_and_evidence(row: Row, sig: GpuSignals, cfg: DiagnosisConf
 
 
 def test_every_row_has_evidence_cases() -> None:
-    assert {c[0] for c in CASES} | {t.PCIE_ERRORS} == set(ROWS)
+    # The counter rules' cases are below, and in tests/test_link_rules.py.
+    assert {c[0] for c in CASES} | {t.PCIE_ERRORS, t.NVLINK_ERRORS} == set(ROWS)
 
 
 # --- counters over the window ------------------------------------------------------------

@@ -68,8 +68,12 @@ def export(gpu: Gpu, values: dict[Source, Any], out: Series, r: GpuReading) -> N
     if enabled is not None:
         out.gauge(m.C2C_ENABLED, float(enabled))
     out.gauge(m.C2C_LINKS, values.get(C2C_LINKS))
+    c2c: dict[str, float] = {}
     for kind, source in C2C_ERRORS.items():
-        out.counter(m.C2C_ERRORS_TOTAL, values.get(source), kind)
+        count = out.counter(m.C2C_ERRORS_TOTAL, values.get(source), kind)
+        if count is not None:
+            c2c[kind] = count
+    r.c2c_errors = c2c or None
     repair = values.get(REPAIR)
     if repair is not None:
         r.repair_pending = repair[0] or repair[1]

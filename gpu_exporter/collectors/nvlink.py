@@ -34,6 +34,9 @@ _PER_LINK = {
     c.FI_DEV_NVLINK_THROUGHPUT_DATA_RX: ("bytes", "rx"),
 }
 
+# The error counters' field ids -> the kind the diagnosis names each by.
+_ERROR_KIND = {fid: detail for fid, (kind, detail) in _PER_LINK.items() if kind == "errors"}
+
 
 def link_count(gpu: Gpu, d: Device) -> int:
     """NVML's link-count field, read once; 0 on GPUs without NVLink."""
@@ -179,6 +182,7 @@ class NvlinkCollector(NvmlCollector):
         state_absent: NvmlError | None = None
         answers = values or {}
         last = self._counters(plan)
+        errors: dict[tuple[int, str], float] = {}
         for key, fid, link, metric, scale in plan.entries:
             value = answers.get(key)
             if value is None:
@@ -198,6 +202,9 @@ class NvlinkCollector(NvmlCollector):
                 if per_link is not None:
                     add(metric, per_link[key], value)
                 last[fid][link] = value
+                kind = _ERROR_KIND.get(fid)
+                if kind is not None:
+                    errors[link, kind] = value
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
             gpu.unsupported.add(_STATE_FIELD)
@@ -219,7 +226,7 @@ class NvlinkCollector(NvmlCollector):
             read = [v for v in (held if len(held) == links else held[:links]) if v is not None]
             if read:
                 add(metric, labels, sum(read))
-        found[gpu.index] = NvlinkReading(links, up)
+        found[gpu.index] = NvlinkReading(links, up, errors)
 
     def _counters(self, plan: _LinkPlan) -> dict[int, list[float | None]]:
         """The GPU's last good counter readings, one per link of the plan

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-# The rules of what the exporter remembers, and of the Xids, register from their
-# own modules.
+# The rules of what the exporter remembers, of the Xids and of the NVLink
+# links register from their own modules.
 from gpu_exporter.diagnosis import (
     fault_rules,  # noqa: F401
+    link_rules,  # noqa: F401
     xid_rules,  # noqa: F401
 )
 from gpu_exporter.diagnosis import table as t
@@ -348,7 +349,12 @@ def _power_cap(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     # GPU far under its limit with the bit still set is not held back.
     lowered = _limit_lowered(s)
     ev["power_limit_lowered"] = {True: "yes", False: "no", None: "unknown"}[lowered]
-    binding = (draw is None or limit is None or draw >= cfg.power_cap_draw_ratio * limit)
+    # Draw up to power smoothing's floor is the smoothing's, not work at the limit.
+    floor = s.gpu.power_floor_watts if s.gpu.power_smoothing else None
+    if floor is not None:
+        ev["power_floor_watts"] = floor
+    binding = (draw is None or limit is None or draw >= cfg.power_cap_draw_ratio * limit
+               ) and (floor is None or draw is None or draw > floor)
     return Verdict(bool("sw_power_cap" in reasons and below and lowered is not False
                         and binding), ev)
 

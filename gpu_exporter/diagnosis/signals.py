@@ -103,6 +103,9 @@ class GpuSignals:
     # (unix time, xid, link) of the Xids whose kernel log line names an
     # NVLink (Xid 74), a GPU's only (links are the board's, not an instance's)
     xid_links: list[tuple[float, int, int]] = read_from("xid", default_factory=list)
+    # Each NVLink link's error counters, (link, kind) -> count (None: the
+    # nvlink reader did not run, or the GPU has no NVLink).
+    nvlink_errors: dict[tuple[int, str], float] | None = read_from("nvlink", default=None)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -197,6 +200,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         if nvlink is not None:
             links = nvlink.get(index)
             sig.nvlink_links = 0 if links is None else links.links
+            sig.nvlink_errors = None if links is None else links.errors
         out.append(sig)
         instances = mig.get(index)
         if instances:

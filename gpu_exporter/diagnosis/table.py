@@ -18,6 +18,9 @@ numbers the rules use.
 
 from __future__ import annotations
 
+# The link rows beside PCIe live in their own module (this one stays readable).
+from gpu_exporter.diagnosis.link_rows import NVLINK_ERRORS as NVLINK_ERRORS
+
 # Row and Severity are what a row is; the table's readers import them from here too.
 from gpu_exporter.diagnosis.row import Row as Row
 from gpu_exporter.diagnosis.row import Severity as Severity
@@ -509,7 +512,8 @@ ROWS: tuple[Row, ...] = (
     IDLE_DATA_PIPELINE_IO, IDLE_CPU_CONTENTION, IDLE_HOST_SWAPPING, IDLE_PROCESS_STALLED,
     UNDERFED_DATA_PIPELINE_IO, UNDERFED_CPU_CONTENTION, UNDERFED_HOST_SWAPPING,
     BURSTY_INPUT, POWER_CAP, THERMAL, POWER_BRAKE, HW_SLOWDOWN, APPLICATION_CLOCKS,
-    PCIE_DOWNTRAINED, PCIE_ERRORS, ECC_UNCORRECTABLE, ROW_REMAP_PENDING, XID, XID_APPLICATION,
+    PCIE_DOWNTRAINED, PCIE_ERRORS, NVLINK_ERRORS, ECC_UNCORRECTABLE,
+    ROW_REMAP_PENDING, XID, XID_APPLICATION,
     XID_INFORMATIONAL, GPU_LOST, FAULT_CAME_BACK,
     MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
     RECOVERY_GPU_RESET, RECOVERY_NODE_REBOOT, RECOVERY_DRAIN_P2P, RECOVERY_DRAIN_AND_RESET,
@@ -574,9 +578,6 @@ NOT_READ: dict[str, str] = {
                                "fabric, the fabric state (the nvswitch_fabric row)",
     "gpu_nvlink_link_up": "a link down raises Xid 74 (the Xid rows) and, on a fabric, the "
                           "fabric state (the nvswitch_fabric row)",
-    "gpu_nvlink_errors_total": "NVLink CRC/replay counts: the driver raises Xid 74 when they "
-                               "cost the link (the Xid rows); the counts are for the dashboards",
-    "gpu_nvlink_errors_all_links_total": "as gpu_nvlink_errors_total",
     "gpu_remapped_rows_total": "rows already remapped are history; the pending and failed "
                                "flags (the memory_errors rows) are what needs action",
     "gpu_power_samples_watts": "the distribution of power readings the throttle rows read",

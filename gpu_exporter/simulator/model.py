@@ -231,6 +231,8 @@ class GpuCondition(_Strict):
     nvlink_crc_errors_per_s: float | None = Field(None, ge=0)
     nvlink_replay_errors_per_s: float | None = Field(None, ge=0)
     nvlink_recovery_errors_per_s: float | None = Field(None, ge=0)
+    # The links the error rates above climb on (unset: every link that is up).
+    nvlink_error_links: list[int] | None = None
     nvlink_bytes_per_s: float | None = Field(None, ge=0)  # per link and direction
     mig_instances: list[MigInstance] | None = None
     # Xid errors the driver reports for this GPU at the step's time (events,

@@ -650,6 +650,7 @@ class World:
         }
         links = p.nvlinks
         down = set(c.get("nvlink_down", []))
+        erring = None if c.get("nvlink_error_links") is None else set(c["nvlink_error_links"])
         link_rate = float(c.get("nvlink_bytes_per_s", _NVLINK_BUSY_BYTES_PER_S * util))
         mig_conf = [m for m in c.get("mig_instances", [])] if p.mig else []
         for name in gpm_rates:
@@ -663,6 +664,8 @@ class World:
                 for direction in ("tx", "rx"):
                     key = (link, direction)
                     cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + link_rate * dt
+                if erring is not None and link not in erring:
+                    continue
                 for cid, field_name in NVLINK_COUNTERS.items():
                     key = (link, f"err{cid}")
                     rate = float(c.get(field_name, 0.0))
