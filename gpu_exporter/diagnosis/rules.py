@@ -550,6 +550,8 @@ def _xid_rule(tier: XidTier,
     job's: on a MIG GPU an Xid NVML names an instance for is that instance's
     (and its owner's), one it names none for is the GPU's."""
     def judge(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+        if not s.xids_known:
+            return Verdict(None)  # no Xid reader: no Xid is no news
         recent = [(at, x) for at, x, gi in s.xids
                   if cfg.xid_tier(x) == tier and trend.now - at <= cfg.xid_hold
                   and (not per_instance or not s.mig or gi == s.gpu_instance)]

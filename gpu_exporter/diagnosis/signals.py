@@ -96,6 +96,9 @@ class GpuSignals:
     instance_memory: tuple[float, float] | None = read_from("mig", default=None)  # (used, total)
     # GPM is supported here but its first ratio has not come yet
     gpm_pending: bool = read_from("gpm_pending", default=False)
+    # The Xid reader ran: without it ``xids`` is empty for want of a reader,
+    # not for want of an Xid, and the Xid rows cannot be judged.
+    xids_known: bool = read_from("xid", default=False)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -177,6 +180,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         if util is not None:
             sig.util_samples = (util.min, util.mean, util.max)
         sig.xids = [(e.at, e.xid, e.gpu_instance) for e in xids if e.gpu == index]
+        sig.xids_known = readings.xid is not None
         if attribution is not None:
             sig.owners = attribution.owners.get(index, ())
             sig.workloads = attribution.workloads.get(index, ())
@@ -216,4 +220,5 @@ def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
                       gpu.processes_known, owners, workloads, gpu.allocations_known,
                       gpu.nvlink_links, mig=True, gpu_instance=m.gpu_instance,
                       instance_memory=(float(m.memory_used_bytes),
-                                       float(m.memory_total_bytes)))
+                                       float(m.memory_total_bytes)),
+                      xids_known=gpu.xids_known)
