@@ -69,7 +69,7 @@ def reader() -> Iterator[tuple[KernelUevents, Witness]]:
 
 
 def _answers_to(source: KernelUevents, witness: Witness, payload: bytes,
-                send: Callable[[], None]) -> tuple[list[object], list[tuple[bytes, Any]]]:
+                send: Callable[[], object]) -> tuple[list[object], list[tuple[bytes, Any]]]:
     """What the reader answered for each datagram until ``payload`` reached
     it (other datagrams, the kernel's, may come in between)."""
     send()
