@@ -97,8 +97,9 @@ class GpuSignals:
     # GPM is supported here but its first ratio has not come yet
     gpm_pending: bool = read_from("gpm_pending", default=False)
     # The Xid reader ran: without it ``xids`` is empty for want of a reader,
-    # not for want of an Xid, and the Xid rows cannot be judged.
-    xids_known: bool = read_from("xid", default=False)
+    # not for want of an Xid, and the Xid rows cannot be judged. gather()
+    # always says which; a place built by hand has its Xids given.
+    xids_known: bool = read_from("xid", default=True)
 
     @property
     def memory_used_ratio(self) -> float | None:
