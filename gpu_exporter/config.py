@@ -438,9 +438,12 @@ def _origin(loc: tuple[Any, ...], flags: dict[str, Any], file_values: dict[str, 
     def has(tree: dict[str, Any]) -> bool:
         node: Any = tree
         for part in loc:
-            if not isinstance(node, dict) or part not in node:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]  # an item of a list (diagnosis.hardware_xids.0)
+            else:
                 return False
-            node = node[part]
         return True
 
     if has(flags):
@@ -448,9 +451,11 @@ def _origin(loc: tuple[Any, ...], flags: dict[str, Any], file_values: dict[str, 
         if flag is None and loc[0] == "collectors" and len(loc) == 2:
             flag = f"--collector.{loc[1]}"
         return f"flag {flag or '--' + dotted.replace('_', '-')}"
-    env = ENV_PREFIX + "__".join(str(p) for p in loc).upper()
-    if env in os.environ:
-        return f"environment variable {env}"
+    # The variable of the value, or of the section or list (its JSON) that holds it.
+    for end in range(len(loc), 0, -1) if has(environment_values(os.environ)) else ():
+        env = ENV_PREFIX + "__".join(str(p) for p in loc[:end]).upper()
+        if env in os.environ:
+            return f"environment variable {env}"
     if config_file is not None and has(file_values):
         return f"config file {config_file}"
     return "configuration"

@@ -106,6 +106,10 @@ class GpuSignals:
     # Each NVLink link's error counters, (link, kind) -> count (None: the
     # nvlink reader did not run, or the GPU has no NVLink).
     nvlink_errors: dict[tuple[int, str], float] | None = read_from("nvlink", default=None)
+    # The Xid reader ran: without it ``xids`` is empty for want of a reader,
+    # not for want of an Xid, and the Xid rows cannot be judged. gather()
+    # always says which; a place built by hand has its Xids given.
+    xids_known: bool = read_from("xid", default=True)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -187,6 +191,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         if util is not None:
             sig.util_samples = (util.min, util.mean, util.max)
         sig.xids = [(e.at, e.xid, e.gpu_instance) for e in xids if e.gpu == index]
+        sig.xids_known = readings.xid is not None
         if attribution is not None:
             sig.owners = attribution.owners.get(index, ())
             sig.workloads = attribution.workloads.get(index, ())
@@ -229,4 +234,5 @@ def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
                       gpu.processes_known, owners, workloads, gpu.allocations_known,
                       gpu.nvlink_links, mig=True, gpu_instance=m.gpu_instance,
                       instance_memory=(float(m.memory_used_bytes),
-                                       float(m.memory_total_bytes)))
+                                       float(m.memory_total_bytes)),
+                      xids_known=gpu.xids_known)

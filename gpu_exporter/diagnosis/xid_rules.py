@@ -66,7 +66,10 @@ def _xid_rule(tier: XidTier,
         recent = [(at, x) for at, x, gi in s.xids if recent_enough(at, x)
                   and (not per_instance or not s.mig or gi == s.gpu_instance)]
         if not recent:
-            return Verdict(False)
+            # No Xid read is news only while the Xid reader runs; one that is
+            # off or failing leaves the row unjudged (an Xid remembered from
+            # before is still found).
+            return Verdict(False if s.xids_known else None)
         evidence: Evidence = {"xid": _codes({x for _, x in recent}),
                               "xid_events_recent": len(recent)}
         links = [(at, x, link) for at, x, link in s.xid_links if recent_enough(at, x)]
