@@ -17,7 +17,7 @@ import pytest
 
 from tests.procs import ROOT
 
-START = "494963303519ab74ed4c3e3705990ae8dece7b47"
+START = "ab8d762ebc3e1e2eed7eb2d8be8d703fa4d7981a"
 SUBJECT_MAX = 72
 
 
