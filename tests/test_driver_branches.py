@@ -29,7 +29,7 @@ _GPM = {"gpu_sm_active_ratio", "gpu_sm_occupancy_ratio", "gpu_tensor_active_rati
         "gpu_tensor_active_seconds_total", "gpu_dram_active_seconds_total"}
 _PCIE_BYTES = {"gpu_pcie_bytes_total"}
 # What each branch cannot give on an H100 node, against the newest branch.
-_FABRIC, _RECOVERY = {"gpu_fabric_state"}, {"gpu_recovery_action"}
+_FABRIC, _RECOVERY = {"gpu_fabric_state", "gpu_fabric_health_issue"}, {"gpu_recovery_action"}
 LOSES: dict[str, set[str]] = {
     # The NVLink link state field came in R525: R470 reads it link by link.
     "R470": _GPM | _PCIE_BYTES | _FABRIC | _RECOVERY | {"gpu_memory_reserved_bytes"},
