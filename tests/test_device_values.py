@@ -221,9 +221,20 @@ def test_every_series_and_reading_is_the_state_in_base_units(
         for key in want:
             if first and key[0] in SLOW_COUNTERS:
                 want[key] = first[key]  # read every 10 polls: the first poll's
-        assert exported(snap) == want
+        got = exported(snap)
+        # The fabric's health flags: each one the driver reports, and none
+        # raised on a healthy fabric (their names are the driver branch's).
+        flags = {k: v for k, v in got.items() if k[0] == "gpu_fabric_health_issue"}
+        assert set(flags.values()) <= {0.0}
+        assert bool(flags) == bool(one.node.world.profile.fabric)
+        assert {k: v for k, v in got.items() if k not in flags} == want
         first = first or want
-        assert reading == expected_reading(st, one)
+        # What the board or driver does not offer is the coverage's to check
+        # (tests/test_coverage.py, tests/test_health_events.py); here, that a
+        # board without a fabric says so.
+        assert ("fabric_state" in reading.unavailable) == (not one.node.world.profile.fabric)
+        assert dataclasses.replace(reading, unavailable=frozenset(), board_lacks=()) == \
+            expected_reading(st, one)
         assert collector.errors() == 0
 
 
