@@ -22,8 +22,9 @@ from gpu_exporter.config import RETIRED_COLLECTORS, ConfigError, Settings, flag_
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
-# Standard output refused a write: as for any command whose output failed.
-EXIT_OUTPUT = 1
+# Standard output refused a write: 2, as every refusal of these commands, and
+# never 1, which diagnose gives for warnings (a failed write is no verdict).
+EXIT_OUTPUT = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 log = logging.getLogger(PROG)
