@@ -4,7 +4,7 @@ reproducible."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.exposition import generate_latest
@@ -95,3 +95,15 @@ class DetailRun(SimRun):
                  synchronous: bool = True, **setting_overrides: Any) -> None:
         setting_overrides.setdefault("metrics", {"detail": True})
         super().__init__(scenario, clock, synchronous, **setting_overrides)
+
+
+def served(scenario: str, polls: int = 60) -> Iterator[str]:
+    """The exporter of a simulated scenario serving on 127.0.0.1 after
+    ``polls`` polls on the virtual clock: its base URL, for the commands
+    that read a running exporter (diagnose, slurm-health)."""
+    with SimRun(scenario) as run:
+        run.exporter.bind()
+        assert run.exporter.server is not None
+        run.exporter.server.start()
+        run.poll(polls)
+        yield f"http://127.0.0.1:{run.exporter.port}"

@@ -299,10 +299,10 @@ def _hostile(d: Path, kind: str) -> tuple[Path, str]:
     path = d / f"hostile-{kind}"
     if kind == "fifo":
         os.mkfifo(path)  # nobody ever writes: a blocking open or read hangs forever
-        return path, "is a FIFO, not a regular file"
+        return path, "is a pipe (FIFO), not a regular file"
     if kind == "directory":
         path.mkdir()
-        return path, "is a directory, not a regular file"
+        return path, "is a directory, not a file"
     if kind == "10 MB":
         path.write_bytes((PASSWORD + "\n").encode() * (10_000_000 // (len(PASSWORD) + 1)))
         return path, f"larger than the {MAX_PASSWORD_BYTES} bytes"
@@ -316,7 +316,7 @@ def _hostile(d: Path, kind: str) -> tuple[Path, str]:
         path.write_bytes(PASSWORD.encode() + b"\xff\n")
         return path, "not UTF-8 text"
     if kind == "device":
-        return Path("/dev/zero"), "is a device, not a regular file"
+        return Path("/dev/zero"), "is a character device, not a regular file"
     return path, "no such file"  # "missing"
 
 

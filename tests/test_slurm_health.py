@@ -15,7 +15,7 @@ import pytest
 
 from gpu_exporter.commands import slurm_health as sh
 from tests.procs import free_port, run_cli
-from tests.simnode import SimRun
+from tests.simnode import SimRun, served
 
 # scontrol as the program uses it: `show node N` prints Slurm's layout (the
 # reason on a line of its own, stamped), `update` changes the state file.
@@ -74,15 +74,6 @@ class FakeSlurm:
 
     def updates(self) -> list[list[str]]:
         return [c for c in self.calls() if c[0] == "update"]
-
-
-def served(scenario: str) -> Iterator[str]:
-    with SimRun(scenario) as run:
-        run.exporter.bind()
-        assert run.exporter.server is not None
-        run.exporter.server.start()
-        run.poll(60)
-        yield f"http://127.0.0.1:{run.exporter.port}"
 
 
 @pytest.fixture(scope="module")

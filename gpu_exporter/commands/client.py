@@ -22,10 +22,8 @@ import argparse
 import base64
 import errno
 import http.client
-import os
 import socket
 import ssl
-import stat
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -162,14 +160,12 @@ def exporter_url(url: str) -> str:
 
 # --- files ----------------------------------------------------------------------------------
 
-PASSWORD_FILE = safefile.FileKind("password file", MAX_PASSWORD_BYTES, 0, 0)
-CA_FILE = safefile.FileKind("--tls.ca-file", safefile.PEM_FILE.max_bytes, 0, 0)
-CERT_FILE = safefile.FileKind("--tls.cert-file", safefile.PEM_FILE.max_bytes, 0, 0)
-KEY_FILE = safefile.FileKind("--tls.key-file", safefile.PEM_FILE.max_bytes, 0, 0)
+PASSWORD_FILE = safefile.FileKind("password file", MAX_PASSWORD_BYTES, 0, 0, regular_only=True)
+_PEM_MAX = safefile.PEM_FILE.max_bytes
+CA_FILE = safefile.FileKind("--tls.ca-file", _PEM_MAX, 0, 0, regular_only=True)
+CERT_FILE = safefile.FileKind("--tls.cert-file", _PEM_MAX, 0, 0, regular_only=True)
+KEY_FILE = safefile.FileKind("--tls.key-file", _PEM_MAX, 0, 0, regular_only=True)
 
-_NOT_REGULAR = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO"),
-                (stat.S_ISSOCK, "is a socket"), (stat.S_ISCHR, "is a device"),
-                (stat.S_ISBLK, "is a device"))
 
 
 def _refuse(kind: safefile.FileKind, path: Path, problem: str) -> NoReturn:
@@ -177,37 +173,15 @@ def _refuse(kind: safefile.FileKind, path: Path, problem: str) -> NoReturn:
 
 
 def read_regular_file(path: Path, kind: safefile.FileKind) -> bytes:
-    """The bytes of a regular file, at most the kind's limit. Opened without
-    blocking and checked before a byte is read: a FIFO nobody writes to, a
-    directory or a device is refused at once instead of hanging the command
-    (NPD would kill it at its timeout) or reading without end. Errors name
-    the file, never what is in it."""
+    """The bytes of a regular file, at most the kind's limit (the safe
+    loader's read: opened without blocking and checked before a byte is
+    read, so a FIFO nobody writes to, a directory or a device is refused at
+    once instead of hanging the command, which NPD would kill at its
+    timeout). Errors name the file, never what is in it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-    except FileNotFoundError:
-        _refuse(kind, path, "no such file")
-    except OSError as exc:
-        _refuse(kind, path, f"cannot read: {(exc.strerror or str(exc)).lower()}")
-    try:
-        mode = os.fstat(fd).st_mode
-        for test, problem in _NOT_REGULAR:
-            if test(mode):
-                _refuse(kind, path, f"{problem}, not a regular file")
-        chunks, size = [], 0
-        while size <= kind.max_bytes:
-            try:
-                chunk = os.read(fd, kind.max_bytes + 1 - size)
-            except OSError as exc:
-                _refuse(kind, path, f"cannot read: {(exc.strerror or str(exc)).lower()}")
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > kind.max_bytes:
-        _refuse(kind, path, f"larger than the {kind.max_bytes} bytes a {kind.name} may be")
-    return b"".join(chunks)
+        return safefile.read_bytes(path, kind)
+    except safefile.FileRefused as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def read_password(path: Path) -> str:

@@ -45,7 +45,7 @@ import yaml
 from tests.exposition import samples
 from tests.kernel import workloads as wl
 from tests.procs import ROOT, free_port
-from tests.simnode import SimRun
+from tests.simnode import served
 
 SLURM = ROOT / ".tools" / "slurm"
 CGROUP = Path("/sys/fs/cgroup")
@@ -357,23 +357,14 @@ def test_every_job_is_named_from_the_cgroup_slurmd_made(cluster: Cluster, jobs: 
 # --- gpu-exporter slurm-health against the real slurmctld --------------------------------
 
 
-def _served(scenario: str) -> Iterator[str]:
-    with SimRun(scenario) as run:
-        run.exporter.bind()
-        assert run.exporter.server is not None
-        run.exporter.server.start()
-        run.poll(60)
-        yield f"http://127.0.0.1:{run.exporter.port}"
-
-
 @pytest.fixture(scope="module")
 def faulty() -> Iterator[str]:
-    yield from _served("ecc-uncorrectable")
+    yield from served("ecc-uncorrectable")
 
 
 @pytest.fixture(scope="module")
 def healthy() -> Iterator[str]:
-    yield from _served("healthy")
+    yield from served("healthy")
 
 
 def _health(c: Cluster, url: str) -> subprocess.CompletedProcess[str]:
