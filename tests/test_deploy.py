@@ -677,9 +677,14 @@ def test_daemonset_runs_on_gpu_nodes_with_the_hosts_processes_in_view() -> None:
     # Their submounts (cgroups, binfmt_misc, debugfs) belong to user 0: read-only too.
     for mount in (proc, sys_mount):
         assert mount["readOnly"] is True and mount["recursiveReadOnly"] == "IfPossible"
-    # Every hostPath is mounted read-only.
+    # Every hostPath is mounted read-only but the fault memory's own
+    # directory, the one place the exporter writes.
+    state = mounts["/var/lib/gpu-exporter"]
+    assert volumes[state["name"]]["hostPath"] == {"path": "/var/lib/gpu-exporter",
+                                                  "type": "DirectoryOrCreate"}
+    assert "--path.state-file=/var/lib/gpu-exporter/state.json" in container()["args"]
     for mount in container()["volumeMounts"]:
-        if "hostPath" in volumes[mount["name"]]:
+        if "hostPath" in volumes[mount["name"]] and mount["mountPath"] != state["mountPath"]:
             assert mount.get("readOnly") is True, mount
 
 

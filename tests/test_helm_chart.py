@@ -33,6 +33,7 @@ from tests.test_deploy import (
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "gpu-exporter"
+STATE_DIR = "/var/lib/gpu-exporter"
 RELEASE, NAMESPACE = "gpu-exporter", "gpu-exporter"
 # The newest Kubernetes the schemas know, as Helm's lint takes it.
 KUBE_VERSION = "v" + kubernetes_validate.latest_version()
@@ -405,7 +406,11 @@ def test_every_rendering_is_locked_down(chart: helm.Chart, option: str) -> None:
         assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
     for mount in c["volumeMounts"]:
         volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-        if "hostPath" in volume or "secret" in volume:
+        if mount["mountPath"] == STATE_DIR:
+            # The one place it writes: its fault memory, its own directory.
+            assert volume["hostPath"]["type"] == "DirectoryOrCreate", volume
+            assert "--path.state-file=/var/lib/gpu-exporter/state.json" in c["args"]
+        elif "hostPath" in volume or "secret" in volume:
             assert mount["readOnly"] is True, mount
 
 

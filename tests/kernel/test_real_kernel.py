@@ -359,7 +359,11 @@ def all_read(text: str) -> bool:
 
 @pytest.fixture(scope="module")
 def chart_pod(node: Node) -> PodRun:
-    return pod_run(daemonset(), {"/var/lib/kubelet/pod-resources": str(node.kubelet_dir)})
+    # The node's directories the chart names, here the test's own.
+    state = node.tmp / "state"
+    state.mkdir(mode=0o755, exist_ok=True)
+    return pod_run(daemonset(), {"/var/lib/kubelet/pod-resources": str(node.kubelet_dir),
+                                 "/var/lib/gpu-exporter": str(state)})
 
 
 def test_the_chart_runs_it_with_least_privilege_and_the_hosts_files(chart_pod: PodRun) -> None:
