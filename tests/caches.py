@@ -84,6 +84,15 @@ KEPT: dict[str, Kept] = {
         Kept(PER_GPU + " x the counters the rules take increases of", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._last_owners": Kept(PER_GPU, CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._failing": Kept("the table's rules", CHURN),
+    "gpu_exporter.diagnosis.engine:Diagnosis._row_at": Kept("the table's rows", CHURN),
+    "gpu_exporter.diagnosis.coverage:Reasons._held":
+        Kept(PER_GPU + " (a GPU gone is forgotten: Reasons.forget)", CHURN),
+    "gpu_exporter.diagnosis.memory:FaultMemory._gpus":
+        Kept("MAX_GPUS (64) GPUs, each MAX_FAULTS_PER_GPU (24) faults",
+             "test_fault_memory.py::test_the_memory_and_its_file_stay_within_their_bounds"),
+    "gpu_exporter.collectors.device:DeviceCollector._offers": Kept(PER_GPU, CHURN),
+    "gpu_exporter.daemon:Exporter._reloads_ok":
+        Kept("the two sources a reload reads (settings, web config)", CHURN),
     "gpu_exporter.nvml.session:MissingCapabilities._said": Kept("the capabilities read", CHURN),
     "gpu_exporter.nvml.session:MissingCapabilities._gpus":
         Kept("the capabilities read x the GPUs", CHURN),
