@@ -401,6 +401,8 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         if head == "memory_used_ratio":
             name = "memory_used_bytes"
         return _nvml_reason(name, words, gpu)
+    if head == "nvlink_errors" and ctx.sig.nvlink_links == 0:
+        return _Reason("NVML counts no NVLink on this GPU", Why.NO_NVLINK)
     return _Reason(f"no {path} reading", Why.OTHER_NOT_READ)
 
 
