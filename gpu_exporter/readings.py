@@ -82,6 +82,8 @@ class GpuReading:
     # The C2C link's error counters by type (intr, replay, replay_b2b); None
     # on a board without the link or a driver that does not count them.
     c2c_errors: dict[str, float] | None = None
+    # NVML's C2C mode: the link to a Grace CPU is on (None: not offered).
+    c2c_link: bool | None = None
     # The newest boards' readings and event types the board or its driver
     # does not offer, in a person's words (collectors/board.py).
     board_lacks: tuple[str, ...] = ()

@@ -106,6 +106,10 @@ class DiagnosisConfig(Section):
         1.0, ge=0, description="NVLink replay or recovery errors on one link within the "
         "window at or above which the link counts as failing (each is traffic resent or a "
         "link retrained; DCGM fails a link on any)")
+    c2c_errors_per_window: float = setting(
+        1.0, ge=0, description="Errors (error interrupts, replays, back-to-back replays) on "
+        "the GPU's C2C link to its Grace CPU within the window at or above which the link "
+        "counts as failing (an on-board link that is sound reports none)")
     memory_near_full_ratio: float = setting(
         0.95, gt=0, le=1, description="GPU memory used above this share counts as near full")
     inflated_utilization: float = setting(
@@ -128,9 +132,9 @@ class DiagnosisConfig(Section):
     # during the first minutes after boot: judged then, a link still training
     # would page someone for nothing.
     boot_grace: Duration = setting(
-        300.0, ge=0, description="How long after the node boots the PCIe and NVLink "
-        "link rows and the NVSwitch fabric row wait before they judge (links and the fabric "
-        "still train while the node boots); read from /proc/uptime")
+        300.0, ge=0, description="How long after the node boots the PCIe, NVLink "
+        "and C2C link rows and the NVSwitch fabric row wait before they judge (links and the "
+        "fabric still train while the node boots); read from /proc/uptime")
     expect_persistence: bool = setting(
         True, description="Report a GPU whose persistence mode is off")
     # Short dips keep the explanation; a cause that has stopped no longer

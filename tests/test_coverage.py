@@ -54,9 +54,11 @@ UNCHECKED_ON_H100: dict[str, set[str]] = {
     "R535": _RECOVERY | _FABRIC, "R550": _RECOVERY, "R570": set(), "R580": set(),
 }
 # Rows whose subject the simulated node lacks: no kubelet, no fan on an H100
-# SXM (cooled by the chassis). The starved rows, a CPU limit's included, are
-# judged on its busy GPUs: a GPU kept busy is fed, whatever its host.
-NOTHING_TO_CHECK = {"gpu_allocated_unused/no_process", "cooling_degraded/fan_stopped"}
+# SXM (cooled by the chassis), no C2C link (no Grace CPU). The starved rows, a
+# CPU limit's included, are judged on its busy GPUs: a GPU kept busy is fed,
+# whatever its host.
+NOTHING_TO_CHECK = {"gpu_allocated_unused/no_process", "cooling_degraded/fan_stopped",
+                    "c2c_errors/link_integrity"}
 
 
 def _scenario(tmp: Path, extends: str, **node: str) -> str:
@@ -393,6 +395,10 @@ def _board_and_driver(board: str) -> str:
 _MOCK_NOT_OFFERED = {"utilization_bursty/input_starvation", "clocks_capped/application_clocks",
                      *_RECOVERY}
 _PRE_HOPPER = {"a100", "l40s", "t4"}
+# The Grace boards: the mock answers their C2C mode (on) but not the C2C error
+# fields 231-233 (R575 and newer) its tables lack.
+_GRACE = {"gb200", "gb300"}
+_C2C = {"c2c_errors/link_integrity"}
 
 
 @needs_mock
@@ -415,7 +421,7 @@ def test_on_every_mock_board_a_healthy_node_is_healthy_and_says_what_it_lacks(
     # Before Hopper: no GPM, and no fabric state on a board with NVLink (the
     # A100's; the L40S and T4 have none, so no fabric to check).
     expected = (_MOCK_NOT_OFFERED | (_GPM if board in _PRE_HOPPER else set())
-                | (_FABRIC if board == "a100" else set()))
+                | (_FABRIC if board == "a100" else set()) | (_C2C if board in _GRACE else set()))
     assert _keys(cov["not_available"]) == expected
     assert {e["on"] for e in cov["not_available"]} == {on}
     # Nothing the verdict counts as a gap, so nothing gpu_diagnosis_not_judged counts.

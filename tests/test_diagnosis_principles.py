@@ -218,7 +218,8 @@ def test_every_row_judged_per_instance_is_one_a_workload_can_cause() -> None:
     # The rows of a job's own doing or its starvation are judged on each MIG
     # instance; the board's (heat, power, link, ECC, fans) on the physical GPU.
     board = {"throttled_under_load", "clocks_capped", "pcie_downtrained", "pcie_errors",
-             "nvlink_errors", "memory_errors", "gpu_lost", "persistence_off", "recovery_action",
+             "nvlink_errors", "c2c_errors", "memory_errors", "gpu_lost", "persistence_off",
+             "recovery_action",
              "fabric_degraded", "cooling_degraded", "utilization_inflated",
              "utilization_bursty"}
     for row in ROWS:

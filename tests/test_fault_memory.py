@@ -385,6 +385,7 @@ def test_the_came_back_rule_both_ways(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name, key", [
     ("pcie-downtrained-link-degraded", "pcie_downtrained/link_degraded"),
     ("fabric-degraded-nvswitch-fabric", "fabric_degraded/nvswitch_fabric"),
+    ("c2c-errors-link-integrity", "c2c_errors/link_integrity"),
 ])
 def test_link_rows_wait_the_boot_grace_and_coverage_says_so(name: str, key: str) -> None:
     symptom, cause = key.split("/")

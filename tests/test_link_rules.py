@@ -1,15 +1,22 @@
-"""The NVLink link-integrity row: which links it names and at what rates, on
-both sides of its thresholds, with counters that stop at their maximum, and
-on the simulator (its built-in scenario is checked by tests/test_diagnosis.py)."""
+"""The NVLink and C2C link-integrity rows: which links they name and at what
+rates, on both sides of their thresholds, with counters that stop at their
+maximum, and on the simulator (their built-in scenarios are checked by
+tests/test_diagnosis.py)."""
 
 from __future__ import annotations
 
+import pynvml
 import pytest
 
 from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.diagnosis.registry import Verdict
+from gpu_exporter.nvml import constants as k
+from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.thresholds import DiagnosisConfig
+from tests.onegpu import OneGpu
 from tests.rule_signals import CFG, busy_gpu, signals, verdict
+from tests.simnode import SimRun
 
 # The engine's increase over a 30 s window: 100 CRC errors a second is 3000.
 WINDOW = CFG.window
@@ -89,6 +96,126 @@ def test_the_row_waits_the_boot_grace_and_is_the_boards() -> None:
     assert t.NVLINK_ERRORS.boot_grace
     assert not t.NVLINK_ERRORS.per_instance
     assert "nvidia-smi nvlink -e -i GPU" in t.NVLINK_ERRORS.confirm
+
+
+# --- the C2C link to the Grace CPU ---------------------------------------------------
+# A Grace board's three counters, as the board reader hands them on.
+_C2C_SOUND = {"intr": 3.0, "replay": 12.0, "replay_b2b": 0.0}
+
+
+def _c2c(increases: dict[str, float], cfg: DiagnosisConfig = CFG,
+         **counters: float) -> Verdict:
+    gpu = busy_gpu(c2c_errors={**_C2C_SOUND, **counters})
+    return verdict(t.C2C_ERRORS, signals(gpu), cfg, increases)
+
+
+@pytest.mark.parametrize("kind", ["intr", "replay", "replay_b2b"])
+def test_one_c2c_error_of_any_kind_in_the_window_fails_the_link(kind: str) -> None:
+    got = _c2c({f"c2c_{kind}": 1.0})
+    assert got.holds is True
+    assert got.evidence[f"c2c_{kind}_errors_in_window"] == 1.0
+    # Every counter judged is in the evidence, the quiet ones at 0.
+    assert sum(float(v) for k, v in got.evidence.items()  # type: ignore[arg-type]
+               if k.endswith("_in_window")) == 1.0
+
+
+def test_counters_that_stand_still_are_a_sound_c2c_link() -> None:
+    # Counts from before the window (12 replays since the driver loaded) are history.
+    got = _c2c({})
+    assert got.holds is False
+    assert got.evidence == {"c2c_intr_errors_in_window": 0.0,
+                            "c2c_replay_errors_in_window": 0.0,
+                            "c2c_replay_b2b_errors_in_window": 0.0}
+
+
+def test_the_c2c_threshold_is_the_configured_one_summed_over_kinds() -> None:
+    cfg = CFG.model_copy(update={"c2c_errors_per_window": 5.0})
+    assert _c2c({"c2c_replay": 4.0}, cfg).holds is False
+    assert _c2c({"c2c_replay": 3.0, "c2c_intr": 1.0, "c2c_replay_b2b": 1.0}, cfg).holds is True
+    # A zero threshold still never fails a link that reported nothing.
+    zero = CFG.model_copy(update={"c2c_errors_per_window": 0.0})
+    assert _c2c({}, zero).holds is False
+
+
+@pytest.mark.parametrize("top", [float(2**32 - 1), float(2**64 - 1)])
+def test_a_c2c_counter_stopped_at_its_maximum_is_named_not_read(top: float) -> None:
+    # Were the pinned counter read, its huge "increase" would fail the link.
+    got = _c2c({"c2c_replay": 1e30}, replay=top)
+    assert got.holds is False
+    assert got.evidence["c2c_counters_at_maximum"] == "replay"
+    assert "c2c_replay_errors_in_window" not in got.evidence
+    everything_pinned = busy_gpu(c2c_errors=dict.fromkeys(_C2C_SOUND, top))
+    assert verdict(t.C2C_ERRORS, signals(everything_pinned)).holds is None
+
+
+def test_no_c2c_link_or_an_older_driver_is_not_judged() -> None:
+    assert verdict(t.C2C_ERRORS, signals(busy_gpu(c2c_errors=None))).holds is None
+    assert verdict(t.C2C_ERRORS, signals(busy_gpu(c2c_errors={}))).holds is None
+
+
+def test_the_c2c_row_waits_the_boot_grace_and_is_the_boards() -> None:
+    assert t.C2C_ERRORS.boot_grace
+    assert not t.C2C_ERRORS.per_instance
+    assert t.C2C_ERRORS.reads == ("gpu_c2c_errors_total",)
+
+
+def test_a_gb200_answers_its_c2c_mode_and_climbing_replays_through_nvml() -> None:
+    """The simulator's Grace board as NVIDIA's mock board file has it (C2C
+    on; the rest of the board in its profile), read through NVML's own calls:
+    the replays the scenario sets climb, the other kinds stay."""
+    fields = [k.FI_DEV_C2C_LINK_ERROR_INTR, k.FI_DEV_C2C_LINK_ERROR_REPLAY,
+              k.FI_DEV_C2C_LINK_ERROR_REPLAY_B2B]
+    with OneGpu(profile="gb200", utilization=0.9, c2c_replay_errors_per_s=2.0) as gpu:
+        gpu.clock.advance(1.0)
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        assert pynvml.nvmlDeviceGetC2cModeInfoV(h).isC2cEnabled == 1
+        first = [v.value.ullVal for v in pynvml.nvmlDeviceGetFieldValues(h, fields)]
+        gpu.clock.advance(10.0)
+        gpu.node.refresh()
+        later = [v.value.ullVal for v in pynvml.nvmlDeviceGetFieldValues(h, fields)]
+    assert later[0] == first[0] == 0 and later[2] == first[2] == 0
+    assert later[1] - first[1] == pytest.approx(20, abs=1)
+
+
+def test_a_board_without_c2c_answers_not_supported() -> None:
+    with OneGpu(profile="h100-sxm5-80gb", utilization=0.9) as gpu:
+        gpu.clock.advance(1.0)
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetC2cModeInfoV(h)
+        [value] = pynvml.nvmlDeviceGetFieldValues(h, [k.FI_DEV_C2C_LINK_ERROR_REPLAY])
+        assert value.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+
+
+def _c2c_coverage(profile: str, driver: str | None = None) -> dict[str, list[str]]:
+    """Each coverage section's reasons for the C2C row, on a one-GPU node."""
+    sc = Scenario(name="c2c-coverage", node={"gpus": 1, "profile": profile, "driver": driver},
+                  state={"utilization": 0.9, "memory_used_ratio": 0.5},
+                  host={"cpus": 32, "numa_nodes": 1, "uptime_s": 86400})
+    with SimRun(sc) as run:
+        cov = answer(run.poll(40.0, interval=2.0))
+    return {section: [g["reason"] for g in cov[section] if t.C2C_ERRORS.key in g["checks"]]
+            for section in ("not_checked", "not_available", "nothing_to_check")}
+
+
+def test_a_board_without_c2c_has_nothing_to_check_not_a_gap() -> None:
+    got = _c2c_coverage("h100-sxm5-80gb")
+    assert got["not_checked"] == [] and got["not_available"] == []
+    assert got["nothing_to_check"] == [
+        "the GPU has no C2C link to a Grace CPU (NVML's C2C mode is off or not offered)"]
+
+
+def test_a_grace_board_before_r575_lacks_the_counters_not_the_check() -> None:
+    # The C2C error fields came with R575: on R570 the link is there, its
+    # counts are not offered, and that is the board's and driver's fact.
+    got = _c2c_coverage("gb200", driver="R570")
+    assert got["not_checked"] == [] and got["nothing_to_check"] == []
+    assert len(got["not_available"]) == 1 and "C2C link error counts" in got["not_available"][0]
+    # On R580 the same board is judged.
+    assert _c2c_coverage("gb200") == {"not_checked": [], "not_available": [],
+                                      "nothing_to_check": []}
 
 
 # --- power smoothing's floor is not work ----------------------------------------------

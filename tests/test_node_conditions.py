@@ -269,7 +269,8 @@ def test_every_row_of_the_table_has_its_condition() -> None:
                                                 "fault_recurred"}
     assert by_condition[npd.THROTTLED] == {"throttled_under_load", "clocks_capped"}
     assert by_condition[npd.LINK_DEGRADED] == {"pcie_downtrained", "pcie_errors",
-                                               "nvlink_errors", "fabric_degraded"}
+                                               "nvlink_errors", "c2c_errors",
+                                               "fabric_degraded"}
     assert {"memory_held_sm_idle", "gpu_allocated_unused"} <= by_condition[None]
 
 

@@ -770,7 +770,7 @@ def test_every_row_has_evidence_cases() -> None:
     # The counter rules' cases are below, and in tests/test_link_rules.py; the
     # came-back row reads the fault memory, its cases are in
     # tests/test_fault_memory.py.
-    assert {c[0] for c in CASES} | {t.PCIE_ERRORS, t.NVLINK_ERRORS,
+    assert {c[0] for c in CASES} | {t.PCIE_ERRORS, t.NVLINK_ERRORS, t.C2C_ERRORS,
                                     t.FAULT_CAME_BACK} == set(ROWS)
 
 

@@ -66,6 +66,7 @@ def wanted(driver_version: str) -> Want:
 def export(gpu: Gpu, values: dict[Source, Any], out: Series, r: GpuReading) -> None:
     enabled = values.get(C2C_MODE)
     if enabled is not None:
+        r.c2c_link = bool(enabled)
         out.gauge(m.C2C_ENABLED, float(enabled))
     out.gauge(m.C2C_LINKS, values.get(C2C_LINKS))
     c2c: dict[str, float] = {}

@@ -275,6 +275,8 @@ _READ_AS: dict[str, tuple[Source, ...]] = {
     "remap_pending": (REMAP_PENDING,), "remap_failed": (REMAP_FAILED,),
     "persistence_mode": (PERSISTENCE,),
     "recovery_action": (RECOVERY_ACTION,), "fabric_state": (FABRIC,),
+    # A Grace board's C2C link error counters (R575 and newer).
+    "c2c_errors": tuple(board.C2C_ERRORS.values()),
 }
 # Other readers' capabilities of the GPU, as the session records them.
 _OTHER_READERS = {"sm_active": GPM_KEY, "util_samples": UTILIZATION_SAMPLES_KEY}

@@ -75,6 +75,7 @@ _NVML_WORDS: dict[str, str] = {
     "persistence_mode": "persistence mode",
     "fan_speeds": "fan speed",
     "recovery_action": "recovery action (drivers R565 and newer)",
+    "c2c_errors": "C2C link error counts (drivers R575 and newer)",
     "fabric_state": "NVSwitch fabric state (Hopper and newer in an NVSwitch system, drivers "
                     "R550 and newer)",
 }
@@ -146,6 +147,7 @@ class Why(Enum):
     NVML_NOT_READ = auto()
     NO_FAN = auto()
     NO_NVLINK = auto()
+    NO_C2C = auto()
     OTHER_NOT_READ = auto()
 
 
@@ -182,6 +184,7 @@ KIND_OF: dict[Why, Kind] = {
     Why.NVML_NOT_READ: Kind.GAP,
     Why.NO_FAN: Kind.NO_SUBJECT,
     Why.NO_NVLINK: Kind.NO_SUBJECT,
+    Why.NO_C2C: Kind.NO_SUBJECT,
     Why.OTHER_NOT_READ: Kind.GAP,
 }
 if set(KIND_OF) != set(Why):
@@ -397,10 +400,15 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         if field == "fabric_state" and ctx.sig.nvlink_links == 0:
             return _Reason("NVML counts no NVLink on this GPU, so it is in no NVSwitch fabric",
                            Why.NO_NVLINK)
+        if field == "c2c_errors" and not gpu.c2c_link:
+            return _Reason("the GPU has no C2C link to a Grace CPU (NVML's C2C mode is off "
+                           "or not offered)", Why.NO_C2C)
         words = _NVML_WORDS.get(field, field.replace("_", " "))
         if head == "memory_used_ratio":
             name = "memory_used_bytes"
         return _nvml_reason(name, words, gpu)
+    if head == "nvlink_errors" and ctx.sig.nvlink_links == 0:
+        return _Reason("NVML counts no NVLink on this GPU", Why.NO_NVLINK)
     return _Reason(f"no {path} reading", Why.OTHER_NOT_READ)
 
 

@@ -21,3 +21,17 @@ NVLINK_ERRORS = Row(
     ("nvidia-smi nvlink -e -i GPU", "nvidia-smi nvlink -s -i GPU"),
     "Escalate to hardware when the errors keep climbing after a reseat.",
     reads=("gpu_nvlink_errors_total", "gpu_nvlink_errors_all_links_total"), boot_grace=True)
+
+C2C_ERRORS = Row(
+    "c2c_errors", "link_integrity", "warning",
+    "Errors are climbing on the GPU's C2C link to its Grace CPU",
+    "The GPU's NVLink chip-to-chip (C2C) link to its Grace CPU reported "
+    "{c2c_errors_per_window} or more error interrupts, replays or back-to-back replays "
+    "within the diagnosis window ({window}). Every replay is memory traffic to the CPU "
+    "sent again. The link is on the superchip module, not a cable: a sound one reports "
+    "none. A counter stopped at its maximum is named, not read as a rate.",
+    "Drain the node and reset the GPU; when the errors return after the reset, RMA the "
+    "superchip module (the link cannot be reseated).",
+    ("nvidia-smi -q -i GPU", "dmesg -T | grep -i xid"),
+    "Escalate to hardware for an RMA when the errors return after a reset.",
+    reads=("gpu_c2c_errors_total",), boot_grace=True)

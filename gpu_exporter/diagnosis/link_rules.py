@@ -63,3 +63,32 @@ def _nvlink(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 
 
 rule(t.NVLINK_ERRORS)(_nvlink)
+
+
+def _c2c(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    counters = s.gpu.c2c_errors
+    if not counters:
+        return Verdict(None)  # no C2C link, or a driver before R575
+    ev: Evidence = {}
+    pinned: list[str] = []
+    total = 0.0
+    judged = False
+    for kind, value in sorted(counters.items()):
+        if value in SATURATED:
+            pinned.append(kind)
+            continue
+        rise = trend.increase(f"c2c_{kind}", value)
+        if rise is None:
+            continue
+        judged = True
+        total += rise
+        ev[f"c2c_{kind}_errors_in_window"] = rise
+    if pinned:
+        ev["c2c_counters_at_maximum"] = ", ".join(pinned)
+    if not judged:
+        return Verdict(None, ev)
+    # An error-free link never fails, whatever the threshold says.
+    return Verdict(bool(total) and total >= cfg.c2c_errors_per_window, ev)
+
+
+rule(t.C2C_ERRORS)(_c2c)

@@ -19,6 +19,7 @@ numbers the rules use.
 from __future__ import annotations
 
 # The link rows beside PCIe live in their own module (this one stays readable).
+from gpu_exporter.diagnosis.link_rows import C2C_ERRORS as C2C_ERRORS
 from gpu_exporter.diagnosis.link_rows import NVLINK_ERRORS as NVLINK_ERRORS
 
 # Row and Severity are what a row is; the table's readers import them from here too.
@@ -512,7 +513,7 @@ ROWS: tuple[Row, ...] = (
     IDLE_DATA_PIPELINE_IO, IDLE_CPU_CONTENTION, IDLE_HOST_SWAPPING, IDLE_PROCESS_STALLED,
     UNDERFED_DATA_PIPELINE_IO, UNDERFED_CPU_CONTENTION, UNDERFED_HOST_SWAPPING,
     BURSTY_INPUT, POWER_CAP, THERMAL, POWER_BRAKE, HW_SLOWDOWN, APPLICATION_CLOCKS,
-    PCIE_DOWNTRAINED, PCIE_ERRORS, NVLINK_ERRORS, ECC_UNCORRECTABLE,
+    PCIE_DOWNTRAINED, PCIE_ERRORS, NVLINK_ERRORS, C2C_ERRORS, ECC_UNCORRECTABLE,
     ROW_REMAP_PENDING, XID, XID_APPLICATION,
     XID_INFORMATIONAL, GPU_LOST, FAULT_CAME_BACK,
     MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
@@ -569,7 +570,6 @@ NOT_READ: dict[str, str] = {
     "gpu_nvlink_bytes_total": "NVLink traffic: how much a job talks, not a fault",
     "gpu_nvlink_bytes_all_links_total": "NVLink traffic: how much a job talks, not a fault",
     "gpu_nvlink_links": _IDENTITY, "gpu_c2c_enabled": _IDENTITY, "gpu_c2c_links": _IDENTITY,
-    "gpu_c2c_errors_total": "C2C link error counts, for the dashboards (no row judges them yet)",
     "gpu_power_smoothing_enabled": _IDENTITY, "gpu_power_floor_watts": "the floor the draw is "
     "held at: the power-draw rows read the draw against their own limits",
     "gpu_fabric_health_issue": "the flags behind the fabric's health summary, which the "

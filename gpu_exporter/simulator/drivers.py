@@ -79,6 +79,11 @@ FIELD_SINCE: dict[int, int] = {
     k.FI_DEV_POWER_AVERAGE: 535,
     k.FI_DEV_POWER_DEFAULT_LIMIT: 535,
     k.FI_DEV_POWER_CURRENT_LIMIT: 535,
+    # Not in the change log either: the C2C error fields 231-233 first appear
+    # in nvml.h of CUDA 12.9 (R575).
+    k.FI_DEV_C2C_LINK_ERROR_INTR: 575,
+    k.FI_DEV_C2C_LINK_ERROR_REPLAY: 575,
+    k.FI_DEV_C2C_LINK_ERROR_REPLAY_B2B: 575,
 }
 
 # nvmlEventType bit -> the first branch that offers it: an older branch leaves

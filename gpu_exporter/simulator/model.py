@@ -156,6 +156,10 @@ class DeviceProfile(_Strict):
     # Registers with an NVSwitch fabric (HGX/NVL systems): answers
     # nvmlDeviceGetGpuFabricInfoV; other boards answer NOT_SUPPORTED.
     fabric: bool = False
+    # A Grace superchip's GPU (GH200, GB200): its NVLink chip-to-chip (C2C)
+    # link to the CPU is on (nvmlDeviceGetC2cModeInfoV) and it answers the
+    # C2C error fields; other boards answer NOT_SUPPORTED for both.
+    c2c: bool = False
     # nvmlEventType* bits the board supports (Xid 0x8, ECC 0x1/0x2, power source
     # 0x80; the newer health types 0x200-0x8000 where its driver branch has them,
     # simulator/drivers.py EVENT_TYPE_SINCE)
@@ -234,6 +238,8 @@ class GpuCondition(_Strict):
     # The links the error rates above climb on (unset: every link that is up).
     nvlink_error_links: list[int] | None = None
     nvlink_bytes_per_s: float | None = Field(None, ge=0)  # per link and direction
+    # Replays on a Grace board's C2C link to its CPU (ignored on other boards).
+    c2c_replay_errors_per_s: float | None = Field(None, ge=0)
     mig_instances: list[MigInstance] | None = None
     # Xid errors the driver reports for this GPU at the step's time (events,
     # not state: each is delivered once): a code, or a code with the process

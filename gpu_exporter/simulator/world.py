@@ -15,7 +15,14 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
-from gpu_exporter.nvml.constants import EVENT_NAMES, REASON_BITS, THROTTLE_TIME_FIELDS
+from gpu_exporter.nvml.constants import (
+    EVENT_NAMES,
+    FI_DEV_C2C_LINK_ERROR_INTR,
+    FI_DEV_C2C_LINK_ERROR_REPLAY,
+    FI_DEV_C2C_LINK_ERROR_REPLAY_B2B,
+    REASON_BITS,
+    THROTTLE_TIME_FIELDS,
+)
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.model import (
     DeviceProfile,
@@ -212,6 +219,8 @@ class GpuState:
     nvlink_errors: list[dict[int, int]] = field(default_factory=list)  # counter id -> count
     nvlink_tx_kib: list[int] = field(default_factory=list)
     nvlink_rx_kib: list[int] = field(default_factory=list)
+    # A C2C board's error counters by field id (empty on other boards).
+    c2c_errors: dict[int, int] = field(default_factory=dict)
     mig: list[MigState] = field(default_factory=list)
     # Per-reason clock event time (ns since the driver loaded), for the reasons
     # NVML counts (THROTTLE_TIME_FIELDS) that the board supports.
@@ -243,6 +252,7 @@ class _Counters:
     tx: float = 0.0
     rx: float = 0.0
     replays: float = 0.0
+    c2c_replays: float = 0.0
     gpm: dict[str, float] = field(default_factory=dict)
     nvlink: dict[tuple[int, str], float] = field(default_factory=dict)
     mig_active: dict[int, float] = field(default_factory=dict)
@@ -641,6 +651,7 @@ class World:
             cnt.rx += rx_rate * dt
             cnt.replays += float(c.get("pcie_replays_per_s", 0.0)) * dt * \
                 self.jitter(f"gpu{i}/replays", t)
+            cnt.c2c_replays += float(c.get("c2c_replay_errors_per_s", 0.0)) * dt
 
         gpm_rates = {
             "sm_active": float(c.get("sm_active", 0.85 * util)),
@@ -767,6 +778,9 @@ class World:
                             for cid in NVLINK_COUNTERS} for link in range(links)],
             nvlink_tx_kib=[int(cnt.nvlink.get((link, "tx"), 0.0) / 1024) for link in range(links)],
             nvlink_rx_kib=[int(cnt.nvlink.get((link, "rx"), 0.0) / 1024) for link in range(links)],
+            c2c_errors={FI_DEV_C2C_LINK_ERROR_INTR: 0,
+                        FI_DEV_C2C_LINK_ERROR_REPLAY: int(cnt.c2c_replays),
+                        FI_DEV_C2C_LINK_ERROR_REPLAY_B2B: 0} if p.c2c else {},
             mig=mig_states,
             throttle_ns={r: int(ns) for r, ns in cnt.throttle_ns.items()},
             t=t,

@@ -350,6 +350,10 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
             fv.value.uiVal = (_RECOVERY_CODES[action] if action in _RECOVERY_CODES
                               else int(action.removeprefix("code_")))
             continue
+        if fid in st.c2c_errors and fid not in unsupported:
+            fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
+            fv.value.ullVal = st.c2c_errors[fid]
+            continue
         if fid in _ECC_VOLATILE_FIELDS:
             # As nvmlDeviceGetTotalEccErrors: not supported with ECC off (or
             # where a replayed recording holds no such counter).

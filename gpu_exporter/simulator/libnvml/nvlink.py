@@ -1,4 +1,4 @@
-"""NVLink per-link state and error counters."""
+"""NVLink per-link state and error counters, and a Grace board's C2C mode."""
 
 from __future__ import annotations
 
@@ -32,3 +32,12 @@ def _nvlink_errors(lib: FakeNvmlLibrary, st: GpuState, link: int, counter: int,
     if counter not in st.nvlink_errors[link]:
         return int(Return.NOT_SUPPORTED)
     return put(out, c_ulonglong, st.nvlink_errors[link][counter])
+
+
+# --- C2C --------------------------------------------------------------------------------
+@nvml_function("nvmlDeviceGetC2cModeInfoV", P)
+def _c2c_mode(lib: FakeNvmlLibrary, st: GpuState, out: int) -> int:
+    # nvmlC2cModeInfo_v1_t is one unsigned int, isC2cEnabled.
+    if not lib.world.profile.c2c:
+        return int(Return.NOT_SUPPORTED)
+    return put(out, c_uint, 1)

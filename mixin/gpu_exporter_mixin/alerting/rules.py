@@ -134,6 +134,13 @@ def owner_rule(x: Exprs) -> RecordingRule:
 # rate over the window, whole for a GPU with one owner, split by the owners'
 # SM shares on a GPU with several, and said to be unsplit where the exporter
 # has no shares for it. Over a range, joules = avg_over_time(record) * seconds.
+# Where power smoothing holds a floor (gpu_power_smoothing_enabled 1), the
+# draw the floor holds up is no owner's work, yet it is in the owners' split:
+# the energy counter cannot tell it apart. A GPU held at floor F while its
+# work draws W < F burns F - W for the floor, W for the work; the counter sees
+# F either way, and W is measured nowhere. Taking F x seconds off would take
+# the work's W with it (all of a busy GPU's F, when W > F and nothing is
+# held), so the rule does not; docs/attribution.md says how to read it.
 ENERGY_RATE_WINDOW = "5m"
 ENERGY_RECORD = f"gpu_owner:gpu_energy_joules:rate{ENERGY_RATE_WINDOW}"
 
