@@ -89,7 +89,7 @@ def test_the_exposition_parses_back_to_the_name(outputs: tuple[str, dict[str, st
 
 
 def test_the_node_page_shows_the_name_as_text(outputs: tuple[str, dict[str, str]]) -> None:
-    name, out = outputs
+    _, out = outputs
 
     class Tags(HTMLParser):
         def __init__(self) -> None:
