@@ -382,20 +382,22 @@ def _check_arrived(stack: Stack, alertname: str, labels: dict[str, str], value: 
 
 
 def scenario_for(stack: Stack, name: str) -> str:
-    """The built-in scenario, except that Xid events come later: the built-in
-    reports its Xid 5 s after start, and on a loaded 2-core machine the exporter
-    may register for events after that. Events before registration are lost, as
-    on real NVML, so the live test moves the event to 20 s."""
+    """The built-in scenario, except that its timeline starts later: the
+    built-in reports its first Xid 5 s after start, and on a loaded 2-core
+    machine the exporter may register for events after that. Events before
+    registration are lost, as on real NVML, so the live test moves the first
+    Xid to 20 s, and every step with it: a timeline whose order matters (a
+    fault, a reset, the fault again) keeps its order and its gaps."""
     scenario = load_scenario(name)
     steps = [step for step in scenario.timeline if step.set.xid]
     if not steps:
         return name
+    offset = max(0.0, 20.0 - min(step.at for step in steps))
     path = stack.workdir / "scenarios" / f"{name}-late-xid.yaml"
     path.write_text(yaml.safe_dump({
         "name": f"{name}-late-xid", "extends": name,
         "timeline": [step.model_dump(mode="json", exclude_defaults=True)
-                     | ({"at": max(step.at, 20.0)} if step.set.xid else {})
-                     for step in scenario.timeline]}))
+                     | {"at": step.at + offset} for step in scenario.timeline]}))
     return str(path)
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.attribution.cgroup_pressure import read_signals
+from gpu_exporter.attribution.cgroup_pressure import CgroupPaths, read_signals
+from gpu_exporter.attribution.cgroup_tree import discover
 from gpu_exporter.host import cpu, procs
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_placement
@@ -67,7 +68,7 @@ def test_a_container_at_its_memory_limit_shows_reclaim_in_its_own_files(
         pytest.approx(200e6 * 10 / 4096, abs=1)
     assert events_after["max"] - events_before["max"] == 500
     assert text(f"{base}/memory.swap.current") == "0"
-    signals = read_signals(tmp_path / "cg", path)
+    signals = read_signals(discover(tmp_path / "cg", "0::/\n", -1), CgroupPaths(unified=path))
     assert signals.memory is not None and signals.memory.full is not None
     assert signals.memory.full.avg10 == pytest.approx(0.2)
 
@@ -141,7 +142,8 @@ def test_a_kernel_without_psi_has_no_pressure_files_anywhere() -> None:
         place = pod_placement(Pod.model_validate(pod), Container.model_validate(
             pod["containers"][0]))  # type: ignore[index]
         assert place.cgroup is not None
-        signals = read_signals(node.sysfs / "fs" / "cgroup", place.cgroup)
+        signals = read_signals(discover(node.sysfs / "fs" / "cgroup", "0::/\n", -1),
+                               CgroupPaths(unified=place.cgroup))
         assert (signals.cpu, signals.io, signals.memory) == (None, None, None)
         assert signals.cpu_stat is not None  # the rest of the cgroup is there
     finally:

@@ -41,78 +41,26 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from typing import Any
 
 from gpu_exporter import safefile
+from gpu_exporter.diagnosis.memory_limits import (
+    MAX_FAULTS_PER_GPU,
+    MAX_FILE_BYTES,
+    MAX_GPUS,
+    MAX_OWNER_CHARS,
+    MAX_PROCESS_CHARS,
+    MAX_PROCESS_FAULTS_PER_GPU,
+    NO_BOOT_ID,
+    RETENTION_S,
+    STATE_FILE,
+    VERSION,
+    FaultKind,
+)
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.host.boot import BOOT_ID, boot_id
+from gpu_exporter.host.boot import boot_id
 
 log = logging.getLogger(__name__)
-
-FaultKind = Literal["xid", "ecc_uncorrectable", "row_remap_pending", "row_remap_failed",
-                    "gpu_lost"]
-# Bounds: a node has at most a few dozen GPUs over its life, and a GPU with
-# more than a couple of dozen distinct faults is long due for replacement.
-# A fault record is at most about 190 bytes of JSON, so the file stays far
-# below its size bound (64 x 24 x 190 = 292 KB < 512 KiB).
-MAX_GPUS = 64
-MAX_FAULTS_PER_GPU = 24
-# Of them, records of a process's application Xid: each is at most some 420
-# bytes (its name and owner as well), so a GPU's records stay under 7 KB
-# (16 x 190 + 8 x 420), the file under 440 KB.
-MAX_PROCESS_FAULTS_PER_GPU = 8
-MAX_PROCESS_CHARS = 80  # "name (pid N)": a 64-character name and the pid
-MAX_OWNER_CHARS = 160
-MAX_FILE_BYTES = 512 * 1024
-# Faults older than this are forgotten: the finding of a fault that came back
-# ends with them (or with the GPU, when it is replaced).
-RETENTION_S = 30 * 86400.0
-STATE_FILE = safefile.FileKind("state file", MAX_FILE_BYTES, 0, 8)
-VERSION = 1
-# What a GPU's life starts with when the kernel gives no boot id.
-NO_BOOT_ID = "00000000-0000-0000-0000-000000000000"
-
-_Uuid = Annotated[str, StringConstraints(pattern=r"^GPU-[0-9A-Za-z-]{1,64}$")]
-_BootId = Annotated[str, StringConstraints(pattern=f"^{BOOT_ID.pattern}$")]
-# Unix times between 2001 and 2286: a time outside is no time this file wrote.
-_Time = Annotated[float, Field(ge=1e9, le=1e10)]
-_Process = Annotated[str, StringConstraints(pattern=f"^[ -~]{{0,{MAX_PROCESS_CHARS}}}$")]
-_Owner = Annotated[str, StringConstraints(pattern=f"^[ -~]{{0,{MAX_OWNER_CHARS}}}$")]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class _FaultModel(_Strict):
-    kind: FaultKind
-    code: int = Field(ge=0, le=65535)  # the Xid; 0 for the other kinds
-    first: _Time
-    last: _Time
-    count: int = Field(ge=1, le=10**9)
-    boot_id: _BootId
-    resets: int = Field(ge=0, le=10**6)
-    # What the kernel log's line named (absent in a file from before it did).
-    link: int | None = Field(None, ge=0, le=63)
-    pid: int | None = Field(None, ge=0, le=2**22)
-    process: _Process = ""
-    owner: _Owner = ""
-
-
-class _GpuModel(_Strict):
-    seen: _Time
-    lost: bool
-    resets: int = Field(ge=0, le=10**6)
-    back: float = Field(ge=0, le=1e10)
-    faults: list[_FaultModel] = Field(max_length=MAX_FAULTS_PER_GPU)
-
-
-class _StateModel(_Strict):
-    version: Literal[1]
-    gpus: dict[_Uuid, _GpuModel] = Field(max_length=MAX_GPUS)
-
 
 @dataclass(frozen=True, slots=True)
 class Fault:
@@ -352,8 +300,12 @@ class FaultMemory:
         except safefile.FileRefused as exc:
             self._refuse(path, exc.problem)
             return {}
+        # pydantic loads with the first file read, not at start: a node that
+        # keeps no state file never pays for it.
+        from gpu_exporter.diagnosis.memory_file import StateModel, ValidationError
+
         try:
-            state = _StateModel.model_validate(data)
+            state = StateModel.model_validate(data)
         except ValidationError as exc:
             where, problem = safefile.validation_problem(exc, "unknown key")
             self._refuse(path, f"{safefile.dotted(where)}: {problem}" if where else problem)
