@@ -216,7 +216,10 @@ def load_yaml(path: Path | str, kind: FileKind, limit: int | None = None) -> Any
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) \
         or str(exc).split("\n", 1)[0] or "invalid YAML"
-    if isinstance(exc, ComposerError) and "expected a single document" in problem:
+    # PyYAML words a second document as its context ("expected a single
+    # document in the stream") and "but found another document" as the problem.
+    if isinstance(exc, ComposerError) \
+            and "expected a single document" in str(getattr(exc, "context", "")):
         problem = "more than one YAML document"
     return str(problem)
 
