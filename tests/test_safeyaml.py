@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from yaml import cyaml
 
+from gpu_exporter import safeyaml
 from gpu_exporter.safefile import FileKind, FileRefused
 from gpu_exporter.safeyaml import PurePythonParser, load_yaml, parse_yaml
 
@@ -122,3 +124,94 @@ def test_a_file_is_read_within_its_kind(tmp_path: Path) -> None:
     with pytest.raises(FileRefused) as err:
         load_yaml(path, SMALL)
     assert str(err.value).startswith(f"small file {path}: ")
+
+
+@pytest.fixture(autouse=True)
+def fresh_loaders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test builds its loaders (they are kept per kind and parser)."""
+    monkeypatch.setattr(safeyaml, "_LOADERS", {})
+
+
+def expanded(data: Any) -> tuple[int, int]:
+    """(values, depth) of data as PyYAML's own loader built it, aliases
+    expanded: the oracle for the bounded composer, which counts the same
+    while composing. A mapping's keys are values too."""
+    if isinstance(data, dict):
+        inner = [expanded(k) for k in data] + [expanded(v) for v in data.values()]
+    elif isinstance(data, list):
+        inner = [expanded(v) for v in data]
+    else:
+        return 1, 1
+    return 1 + sum(n for n, _ in inner), 1 + max((d for _, d in inner), default=0)
+
+
+ALIASED = [
+    "[&a [1, [2]], *a, [*a]]",
+    "{x: &a [1], y: &b [*a, *a], z: [[*b]]}",
+    "- &a {k: [1, 2]}\n- [*a, [*a]]\n- &b [*a]\n- *b\n",
+    "{a: &s x, b: [*s, [*s]], c: &m {d: *s}, e: [[*m]]}",
+    "[[&a [[1]]], [*a], *a]",
+    "{k: &a [&b [3], *b], l: [*a, [*b]]}",
+]
+
+
+@PARSERS
+@pytest.mark.parametrize("text", ALIASED)
+def test_values_and_depth_are_counted_as_the_expanded_data_holds_them(parser: Any,
+                                                                      text: str) -> None:
+    nodes, depth = expanded(yaml.safe_load(text))
+    roomy = 1000
+    assert parse_yaml(text, "f.yaml", FileKind("k", 4096, nodes, depth), parser) == \
+        yaml.safe_load(text)
+    with pytest.raises(FileRefused, match=f"nested deeper than {depth - 1} levels"):
+        parse_yaml(text, "f.yaml", FileKind("k", 4096, roomy, depth - 1), parser)
+    with pytest.raises(FileRefused, match=f"more than {nodes - 1:,} values"):
+        parse_yaml(text, "f.yaml", FileKind("k", 4096, nodes - 1, roomy), parser)
+
+
+@PARSERS
+def test_a_key_named_twice_after_a_merge_or_a_list_key_is_still_found(parser: Any) -> None:
+    big = FileKind("config file", 1 << 20, 1000, 8)
+    assert refused("b: &b {x: 1}\no:\n  <<: *b\n  a: 1\n  a: 2\n", parser, big) == (
+        "config file f.yaml: line 5, column 3: duplicate key 'a' (first on line 4)")
+    assert refused("? [1]\n: x\na: 1\na: 2\n", parser, big) == (
+        "config file f.yaml: line 4, column 1: duplicate key 'a' (first on line 3)")
+
+
+def test_a_column_counts_characters_whatever_each_parser_counts() -> None:
+    # four two-byte characters before the bell: character 7, byte 11, column 8
+    text = "k: éééé\x07\n"
+    assert refused(text, LIBYAML).startswith("small file f.yaml: line 1, column 8: ")
+    assert refused(text, PurePythonParser).startswith("small file f.yaml: line 1, column 8: ")
+
+
+def test_a_file_is_named_in_what_its_bounds_and_its_text_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"a: [1,\n")
+    with pytest.raises(FileRefused) as err:
+        load_yaml(path, SMALL)
+    assert str(err.value).startswith(f"small file {path}: line 2, column 1: ")
+    path.write_bytes(b"a: \xff\n")
+    with pytest.raises(FileRefused) as err:
+        load_yaml(path, SMALL)
+    assert str(err.value) == f"small file {path}: line 1, column 4: not UTF-8 text (byte 0xff)"
+    path.write_bytes(b"a: 12345\n")
+    assert load_yaml(path, SMALL, limit=9) == {"a": 12345}
+    with pytest.raises(FileRefused, match="8"):
+        load_yaml(path, SMALL, limit=8)
+
+
+def test_an_error_without_a_problem_or_a_place_is_still_one_line() -> None:
+    assert safeyaml._yaml_problem(yaml.YAMLError("first\nsecond")) == "first"
+    assert safeyaml._yaml_problem(yaml.YAMLError("")) == "invalid YAML"
+    reader = yaml.reader.ReaderError("f", 3, 7, "utf-8", "a reason")
+    assert safeyaml._yaml_problem(reader) == "a reason"
+    assert safeyaml._yaml_place(yaml.YAMLError("x")) is None
+    mark = yaml.Mark("f", 0, 4, 9, None, None)  # type: ignore[arg-type]
+    context_only = yaml.MarkedYAMLError(context="while here", context_mark=mark, problem="p")
+    assert safeyaml._yaml_place(context_only) == "line 5, column 10"
+    other = yaml.composer.ComposerError("expected a single document in the stream", mark,
+                                        "but found another document", None)
+    assert safeyaml._yaml_problem(other) == "more than one YAML document"
+    alias = yaml.composer.ComposerError(None, None, "found undefined alias 'x'", mark)
+    assert safeyaml._yaml_problem(alias) == "found undefined alias 'x'"

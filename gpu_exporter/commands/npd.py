@@ -135,8 +135,14 @@ def _in_part(data: Mapping[str, Any], condition: str) -> str | None:
         return "the exporter does not say which checks ran (an older version)"
     if not incomplete(data):
         return None
+    gaps = not_checked(data)
+    settling = cov.get("settling")
+    if not gaps and not isinstance(settling, Mapping):
+        # In part, yet naming no check and no GPU: nothing says this
+        # condition was checked, so it is not OK.
+        return "checked only in part; the exporter does not say which checks"
     parts = []
-    for entry in not_checked(data):
+    for entry in gaps:
         keys = [str(k) for k in entry.get("checks") or ()]
         if condition != CANNOT_SEE and EVERY_CHECK not in keys:
             keys = [k for k in keys if _BY_KEY.get(k) == condition]
@@ -145,7 +151,6 @@ def _in_part(data: Mapping[str, Any], condition: str) -> str | None:
             checks = checks_text(keys) if len(keys) == 1 else f"{len(keys)} checks"
             parts.append(f"{gpu_list(entry.get('gpus') or ())}: {checks} not run: "
                          f"{entry.get('reason')}")
-    settling = cov.get("settling")
     if isinstance(settling, Mapping):
         parts.insert(0, f"{gpu_list(settling.get('gpus') or ())}: still settling")
     return "; ".join(parts) if parts else None
