@@ -177,8 +177,11 @@ class NvlinkReading:
     links: int  # NVLink links the GPU has
     up: int  # of them, active this poll
     # (link, "crc" | "replay" | "recovery") -> the link's error counter, as
-    # read this poll (a link whose read failed is left out).
+    # read this poll (a link whose read failed is left out); on NVLink 5 also
+    # "effective" and "symbol", its FEC counts.
     errors: dict[tuple[int, str], float] = field(default_factory=dict)
+    # (link, "effective" | "symbol") -> the link's bit-error rate this poll.
+    bit_error_rates: dict[tuple[int, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,9 @@ class GpuSignals:
     # Each NVLink link's error counters, (link, kind) -> count (None: the
     # nvlink reader did not run, or the GPU has no NVLink).
     nvlink_errors: dict[tuple[int, str], float] | None = read_from("nvlink", default=None)
+    # NVLink 5: each link's bit-error rates, (link, "effective" | "symbol") -> rate.
+    nvlink_bit_error_rates: dict[tuple[int, str], float] = read_from(
+        "nvlink", default_factory=dict)
     # The Xid reader ran: without it ``xids`` is empty for want of a reader,
     # not for want of an Xid, and the Xid rows cannot be judged. gather()
     # always says which; a place built by hand has its Xids given.
@@ -206,6 +209,8 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             links = nvlink.get(index)
             sig.nvlink_links = 0 if links is None else links.links
             sig.nvlink_errors = None if links is None else links.errors
+            if links is not None:
+                sig.nvlink_bit_error_rates = links.bit_error_rates
         out.append(sig)
         instances = mig.get(index)
         if instances:
