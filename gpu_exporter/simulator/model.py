@@ -235,6 +235,10 @@ class GpuCondition(_Strict):
     nvlink_crc_errors_per_s: float | None = Field(None, ge=0)
     nvlink_replay_errors_per_s: float | None = Field(None, ge=0)
     nvlink_recovery_errors_per_s: float | None = Field(None, ge=0)
+    # NVLink 5 (Blackwell boards): errors FEC could not correct, and symbol
+    # errors it corrected, per second on each erring link.
+    nvlink_effective_errors_per_s: float | None = Field(None, ge=0)
+    nvlink_symbol_errors_per_s: float | None = Field(None, ge=0)
     # The links the error rates above climb on (unset: every link that is up).
     nvlink_error_links: list[int] | None = None
     nvlink_bytes_per_s: float | None = Field(None, ge=0)  # per link and direction

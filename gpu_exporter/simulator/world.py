@@ -217,6 +217,10 @@ class GpuState:
     gpm_pcie: tuple[int, int] = (0, 0)
     nvlink_up: list[bool] = field(default_factory=list)
     nvlink_errors: list[dict[int, int]] = field(default_factory=list)  # counter id -> count
+    # NVLink 5's FEC, per link: "effective" | "symbol" -> its count, and the
+    # bit-error rate of each now (empty on older boards and in replays).
+    nvlink_fec: list[dict[str, int]] = field(default_factory=list)
+    nvlink_ber: list[dict[str, float]] = field(default_factory=list)
     nvlink_tx_kib: list[int] = field(default_factory=list)
     nvlink_rx_kib: list[int] = field(default_factory=list)
     # A C2C board's error counters by field id (empty on other boards).
@@ -282,6 +286,13 @@ def _mig_gpm_rates(m: dict[str, Any]) -> dict[str, float]:
 # NVLink error counter ids (nvmlNvLinkErrorCounter_t) and the condition rate that drives each.
 NVLINK_COUNTERS = {0: "nvlink_replay_errors_per_s", 1: "nvlink_recovery_errors_per_s",
                    2: "nvlink_crc_errors_per_s"}
+# NVLink 5's FEC counts (Blackwell boards) and the condition rate that drives each.
+NVLINK_FEC_COUNTERS = {"effective": "nvlink_effective_errors_per_s",
+                       "symbol": "nvlink_symbol_errors_per_s"}
+# An NVLink 5 link's bits a second in each direction, over which its BER is
+# counted: 53.125 GB/s (NVIDIA's GB200 board file, as `nvidia-smi nvlink -s`).
+NVLINK5_BITS_PER_S = 53.125e9 * 8
+_BLACKWELL = 10
 # Per direction and link, a busy NVLink 4 link moves a share of its 25 GB/s.
 _NVLINK_BUSY_BYTES_PER_S = 0.3 * 25e9
 # The driver's sample ring buffers, as measured on an H100 80GB HBM3 (driver
@@ -681,6 +692,10 @@ class World:
                     key = (link, f"err{cid}")
                     rate = float(c.get(field_name, 0.0))
                     cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + rate * dt
+                for kind, field_name in NVLINK_FEC_COUNTERS.items():
+                    key = (link, kind)
+                    cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + float(
+                        c.get(field_name, 0.0)) * dt
             for m in mig_conf:
                 gi = int(m["gpu_instance"])
                 cnt.mig_active[gi] = cnt.mig_active.get(gi, 0.0) + float(m["sm_active"]) * dt
@@ -776,6 +791,13 @@ class World:
             nvlink_up=[link not in down for link in range(links)],
             nvlink_errors=[{cid: int(cnt.nvlink.get((link, f"err{cid}"), 0.0))
                             for cid in NVLINK_COUNTERS} for link in range(links)],
+            nvlink_fec=[{kind: int(cnt.nvlink.get((link, kind), 0.0)) for kind in
+                         NVLINK_FEC_COUNTERS} for link in range(links)]
+            if p.architecture >= _BLACKWELL else [],
+            nvlink_ber=[{kind: float(c.get(name, 0.0)) / NVLINK5_BITS_PER_S
+                         if link not in down and (erring is None or link in erring) else 0.0
+                         for kind, name in NVLINK_FEC_COUNTERS.items()}
+                        for link in range(links)] if p.architecture >= _BLACKWELL else [],
             nvlink_tx_kib=[int(cnt.nvlink.get((link, "tx"), 0.0) / 1024) for link in range(links)],
             nvlink_rx_kib=[int(cnt.nvlink.get((link, "rx"), 0.0) / 1024) for link in range(links)],
             c2c_errors={FI_DEV_C2C_LINK_ERROR_INTR: 0,
