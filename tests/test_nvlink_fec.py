@@ -8,6 +8,9 @@ never offer."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -219,3 +222,26 @@ def test_the_class_follows_nvml_h_for_each_call() -> None:
     names = {v: n for n, v in k.ARCHITECTURES.items()}
     assert (names["ampere"], names["hopper"], names["blackwell"]) == (
         board.AMPERE, board.HOPPER, board.BLACKWELL)
+
+
+# --- a healthy GB200 node ------------------------------------------------------------------
+_HEALTHY_GB200 = """\
+name: gb200-healthy
+node: {gpus: 4, profile: gb200}
+state: {utilization: 0.95, memory_used_ratio: 0.7, nvlink_symbol_errors_per_s: 50.0}
+host: {cpus: 144, numa_nodes: 2}
+processes:
+""" + "".join(f"  - {{pid: {5100 + i}, comm: python, gpus: [{i}], gpu_memory_ratio: 0.68, "
+              "sm_utilization: 0.93, cpu_ratio: 1.2, state: R, "
+              "voluntary_ctxt_switches_per_s: 900}\n" for i in range(4))
+
+
+def test_diagnose_finds_a_healthy_gb200_healthy_on_the_simulator(tmp_path: Path) -> None:
+    # Its links see symbol errors, which FEC corrects: no fault.
+    scenario = tmp_path / "gb200-healthy.yaml"
+    scenario.write_text(_HEALTHY_GB200)
+    done = subprocess.run([sys.executable, "-m", "gpu_exporter", "diagnose", "--simulate",
+                           str(scenario)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "No problems found" in done.stdout
