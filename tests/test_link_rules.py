@@ -11,11 +11,13 @@ import pytest
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.diagnosis.registry import Verdict
+from gpu_exporter.diagnosis.row import Row
+from gpu_exporter.readings import GpuReading
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.thresholds import DiagnosisConfig
 from tests.onegpu import OneGpu
-from tests.rule_signals import CFG, busy_gpu, signals, verdict
+from tests.rule_signals import CFG, POD, busy_gpu, signals, verdict
 from tests.simnode import SimRun
 
 # The engine's increase over a 30 s window: 100 CRC errors a second is 3000.
@@ -303,3 +305,46 @@ def test_a_floor_with_smoothing_off_holds_nothing() -> None:
     got = verdict(t.POWER_CAP, signals(off))
     assert got.holds is True
     assert "power_floor_watts" not in got.evidence
+
+
+# No row takes an idle GPU's draw at power smoothing's floor for work: the
+# under-use rows judge work by NVML's gpu_idle reason and utilization, and
+# the power-cap row (above) subtracts the floor where it reads draw. Each
+# verdict below must be the one the same GPU gets at its idle draw.
+_IDLE_DRAW_W, _FLOOR_W = 145.0, 600.0
+
+
+def _idle_at(draw: float, **gpu: object) -> GpuReading:
+    return busy_gpu(utilization=0.0, memory_used_bytes=0.0, power_watts=draw,
+                    power_smoothing=True, power_floor_watts=_FLOOR_W, **gpu)
+
+
+def test_an_allocated_gpu_idling_at_its_smoothing_floor_is_still_unused() -> None:
+    def judged(draw: float) -> bool | None:
+        sig = signals(_idle_at(draw), procs=[], owners=(POD,), allocations_known=True)
+        return verdict(t.ALLOCATED_UNUSED, sig).holds
+
+    assert judged(_FLOOR_W) is True
+    assert judged(_FLOOR_W) == judged(_IDLE_DRAW_W)
+
+
+@pytest.mark.parametrize("row,bit", [(t.HW_SLOWDOWN, "hw_slowdown"),
+                                     (t.POWER_BRAKE, "hw_power_brake")])
+def test_a_gpu_idling_at_its_smoothing_floor_is_not_slowed_under_load(row: Row,
+                                                                     bit: str) -> None:
+    def judged(draw: float) -> bool | None:
+        gpu = _idle_at(draw, throttle_reasons=frozenset({"gpu_idle", bit}),
+                       clocks_hz={"sm": 0.4e9})
+        return verdict(row, signals(gpu)).holds
+
+    assert judged(_FLOOR_W) is False
+    assert judged(_FLOOR_W) == judged(_IDLE_DRAW_W)
+
+
+def test_a_gpu_idling_at_its_smoothing_floor_is_not_power_capped() -> None:
+    # The floor at the lowered limit: were the floor's draw work, the cap binds.
+    capped = dict(_CAPPED, utilization=0.0, power_limit_watts=_FLOOR_W)
+    at_floor = busy_gpu(**capped, power_watts=_FLOOR_W, power_smoothing=True,
+                        power_floor_watts=_FLOOR_W)
+    assert verdict(t.POWER_CAP, signals(at_floor)).holds is False
+

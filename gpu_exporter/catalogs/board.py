@@ -49,8 +49,10 @@ POWER_SMOOTHING_ENABLED = _m(
 POWER_FLOOR_WATTS = _m(
     "gpu_power_floor_watts", "gauge",
     "The power floor power smoothing holds the GPU's draw at (its primary floor, "
-    "NVML_FI_PWR_SMOOTHING_PRIMARY_POWER_FLOOR, R590 and newer): draw up to it is "
-    "the smoothing's, not work. " + _SLOW, GPU, "device", bounds=Bounds(0.0, 5000.0))
+    "NVML_FI_PWR_SMOOTHING_PRIMARY_POWER_FLOOR, R590 and newer): draw up to it may be "
+    "the smoothing's rather than work, so no row reads it as work and an owner's joules "
+    "while the draw is at or under it are an upper bound; every watt above it is work. "
+    + _SLOW, GPU, "device", bounds=Bounds(0.0, 5000.0))
 
 FABRIC_HEALTH_ISSUE = _m(
     "gpu_fabric_health_issue", "gauge",
