@@ -107,6 +107,8 @@ class _LinkPlan:
         if not self.labels:
             base = (str(self.index), self.uuid)
             for fid, (kind, detail) in _ALL_FIELDS.items():
+                if fid in _FEC and fid not in self.fec:
+                    continue  # not asked of this GPU
                 for link in range(self.links):
                     self.labels[fid, link] = (*base, str(link)) if kind == "state" \
                         else (*base, str(link), detail)
