@@ -12,8 +12,8 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.diagnosis.registry import Verdict
 from gpu_exporter.diagnosis.row import Row
-from gpu_exporter.readings import GpuReading
 from gpu_exporter.nvml import constants as k
+from gpu_exporter.readings import GpuReading
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.thresholds import DiagnosisConfig
 from tests.onegpu import OneGpu
