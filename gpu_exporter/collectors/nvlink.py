@@ -261,7 +261,10 @@ class NvlinkCollector(NvmlCollector):
                 kind = _ERROR_KIND.get(fid)
                 if kind is not None:
                     errors[link, kind] = value
-        self._forget_absent_fec(gpu, fec_absent, fec_read)
+        if self._forget_absent_fec(gpu, fec_absent, fec_read):
+            # The next poll's request, told to the device reader now: its one
+            # call then holds it, and this reader makes no call of its own.
+            gpu.shared_fields[_READER] = _plan(gpu, links, self.session.driver_version).request
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
             gpu.unsupported.add(_STATE_FIELD)
@@ -291,15 +294,19 @@ class NvlinkCollector(NvmlCollector):
         found[gpu.index] = NvlinkReading(links, up, errors, rates)
 
     @staticmethod
-    def _forget_absent_fec(gpu: Gpu, absent: dict[int, NvmlError], read: set[int]) -> None:
+    def _forget_absent_fec(gpu: Gpu, absent: dict[int, NvmlError], read: set[int]) -> bool:
         """A FEC field no link answered, NOT_SUPPORTED: the board or driver
-        lacks it; it is not asked again on this GPU (the plan is made anew)."""
+        lacks it; it is not asked again on this GPU (the plan is made anew).
+        Whether one was."""
+        forgot = False
         for fid, error in absent.items():
             if fid in read:
                 continue
+            forgot = True
             gpu.unsupported.add(FEC_KEYS[fid])
             gpu.missing.note(gpu.index, FEC_KEYS[fid], NvmlError(
                 error.code, f"nvmlDeviceGetFieldValues(field {fid})"))
+        return forgot
 
     def _counters(self, plan: _LinkPlan) -> dict[int, list[float | None]]:
         """The GPU's last good counter readings, one per link of the plan
