@@ -581,7 +581,9 @@ def board_lacks(snap: Snapshot) -> list[dict[str, Any]]:
     """The newest boards' readings and NVML event types the GPUs' boards or
     drivers do not offer, grouped by GPUs and board as :func:`group` groups
     the checks: facts of the hardware, never a reason for "checked only in
-    part"."""
+    part". Each GPU's list names only what a board of its class could offer
+    (collectors/board.py): a T4 lists no Grace C2C link, an H100 no power
+    smoothing."""
     by_what: dict[tuple[str, str], list[int]] = {}
     for index, r in sorted((snap.readings.gpus or {}).items()):
         for what in r.board_lacks:
