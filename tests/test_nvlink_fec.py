@@ -245,3 +245,18 @@ def test_diagnose_finds_a_healthy_gb200_healthy_on_the_simulator(tmp_path: Path)
                           check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "No problems found" in done.stdout
+
+
+@pytest.mark.parametrize("name,grace", [
+    ("NVIDIA GH200 480GB", True), ("NVIDIA GB200", True), ("NVIDIA GB300 NVL", True),
+    ("NVIDIA GB10", True), ("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", False),
+    ("NVIDIA B200", False), ("NVIDIA GeForce RTX 4090", False), ("NVIDIA T4", False)])
+def test_a_grace_superchip_is_known_by_its_name(name: str, grace: bool) -> None:
+    # Where NVML answers no C2C mode (a driver without the call), the name says
+    # whether the board has a Grace CPU beside it.
+    with SimRun(_node("h100-sxm5-80gb")) as run:
+        run.poll()
+        gpu = run.exporter.session.gpus[0]
+        gpu.identity.name = name
+        assert board.board_class(gpu, None).grace is grace
+        assert board.board_class(gpu, True).grace  # the C2C mode on says so too

@@ -74,8 +74,8 @@ FEC_WORDS = "NVLink FEC error counts and bit-error rates"
 _ARCHITECTURE = {name: code for code, name in c.ARCHITECTURES.items()}
 AMPERE, HOPPER, BLACKWELL = _ARCHITECTURE["ampere"], _ARCHITECTURE["hopper"], \
     _ARCHITECTURE["blackwell"]
-# Grace superchips: GH200 (Grace Hopper), GB200 and GB300 (Grace Blackwell).
-_GRACE_NAME = re.compile(r"\bG[HB]\d{3}\b")
+# Grace superchips: GH200 (Grace Hopper); GB200, GB300 and GB10 (Grace Blackwell).
+_GRACE_NAME = re.compile(r"\bG[HB]\d{2,3}\b")
 
 
 @dataclass(frozen=True, slots=True)
