@@ -22,15 +22,18 @@ Bugs tried, each failing this file:
 * the host reader taking the ``full`` line for ``some`` (``read_pressure``
   returning ``Pressure(lines.get("full") or lines["some"], lines["some"])``):
   ``test_the_exposition_keeps_each_pressure_apart[*]`` fail;
-* the host signal the rows read for memory taken from ``some``
-  (``_signals``: ``mem_p.some.avg10``): the host-swapping scenarios'
-  ``test_each_evidence_quotes_its_own_pressure`` fail;
-* the workload's memory ``full`` evidence taken from the host (``rules.py``'s
-  workload key filled with the host's value): the memory-limit scenario's
-  evidence check fails;
-* the GPU cards' facts drawn from the GPU after it (``doctor.py``'s card given
-  ``gpus[(r.index + 1) % n]``): ``test_each_gpu_card_shows_its_own_readings``
-  fails.
+* the host signal the swapping rows read taken from memory's ``some``
+  (``collectors/host.py``'s ``_signals``: ``mem_p.some.avg10``):
+  ``test_each_evidence_quotes_its_own_pressure`` fails for the three
+  host-swapping cases;
+* a workload's I/O signal read from its ``full`` line
+  (``collectors/attribution.py``: ``sig.io.full.avg10``): the evidence check
+  of ``memory-held-sm-idle-data-pipeline-io+pod`` fails;
+* the swapping rule reading the workload's memory ``some`` for ``full`` and
+  back (``rules._swapping``): the evidence check of
+  ``memory-held-sm-idle-host-swapping+pod`` fails;
+* each GPU card's facts drawn from the GPU after it (``doctor.py``'s
+  ``_facts``): ``test_each_gpu_card_shows_its_own_readings`` fails.
 """
 
 from __future__ import annotations
@@ -247,3 +250,88 @@ def test_each_evidence_quotes_its_own_pressure(pressure_case: tuple[str, Fixture
             assert value == pytest.approx(want, abs=0.0005), (f["gpu"], f["cause"], key)
             quoted.add(key)
     assert quoted == QUOTES[name]
+
+
+# --- one GPU and its neighbour ------------------------------------------------
+
+def _own_readings(gpu: int) -> dict[str, float]:
+    """GPU ``gpu``'s readings, each different from every other GPU's."""
+    return {"temperature_c": 41 + 3 * gpu, "power_w": 301 + 17 * gpu,
+            "utilization": 0.51 + 0.05 * gpu, "sm_clock_mhz": 1501 + 23 * gpu}
+
+
+def _neighbours() -> Scenario:
+    d = load_scenario("healthy").model_dump()
+    d["jitter"], d["noise"] = 0.0, False  # each reading as written
+    d["gpus"] = {i: {**d["gpus"].get(i, {}), **_own_readings(i)} for i in range(d["node"]["gpus"])}
+    d["gpus"] = {i: {k: v for k, v in g.items() if v is not None} for i, g in d["gpus"].items()}
+    return Scenario.model_validate(d)
+
+
+@pytest.fixture(scope="module")
+def neighbours() -> Iterator[tuple[str, str, Scenario]]:
+    sc = _neighbours()
+    logging.disable(logging.ERROR)
+    try:
+        with DetailRun(sc) as run:
+            run.poll(40)
+            app = run.exporter.app
+            yield (app.handle(Request("/metrics", "", {})).body.decode(),
+                   app.handle(Request("/", "", {})).body.decode(), sc)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_each_gpu_series_carries_its_own_reading(neighbours: tuple[str, str, Scenario]) -> None:
+    metrics, _, sc = neighbours
+    series = {"gpu_temperature_celsius": ("temperature_c", 1.0),
+              "gpu_power_watts": ("power_w", 1.0),
+              "gpu_utilization_ratio": ("utilization", 1.0),
+              "gpu_clock_hertz": ("sm_clock_mhz", 1e6)}
+    for name, (field, scale) in series.items():
+        got = {int(labels["gpu"]): value for labels, value in _samples(metrics, name)
+               if labels.get("clock", "sm") == "sm" and labels.get("sensor", "gpu") == "gpu"}
+        want = {i: _own_readings(i)[field] * scale for i in range(sc.node.gpus)}
+        assert got == pytest.approx(want, abs=1e-6), name
+    # Each process is exported on the GPU it runs on, and each GPU's uuid is its own.
+    uuids = {int(labels["gpu"]): labels["uuid"] for labels, _ in _samples(metrics, "gpu_info")}
+    assert len(set(uuids.values())) == sc.node.gpus
+    placed = {int(labels["pid"]): int(labels["gpu"])
+              for labels, _ in _samples(metrics, "gpu_process_memory_used_bytes")}
+    assert placed == {p.pid: p.gpus[0] for p in sc.processes if p.gpus}
+    for labels, _ in _samples(metrics, "gpu_process_memory_used_bytes"):
+        assert labels["uuid"] == uuids[int(labels["gpu"])]
+
+
+def test_each_gpu_card_shows_its_own_readings(neighbours: tuple[str, str, Scenario]) -> None:
+    _, page, sc = neighbours
+    cards = re.findall(r"<h2>GPU (\d+)</h2>.*?<p class=\"facts\">(.*?)</p>", page, re.S)
+    assert [int(i) for i, _ in cards] == list(range(sc.node.gpus))
+    for index, facts in cards:
+        own = _own_readings(int(index))
+        assert f"utilization {round(own['utilization'] * 100)} %" in facts, facts
+        assert f"power {own['power_w']:.0f} W" in facts, facts
+        assert f"{own['temperature_c']:.0f} °C" in facts, facts
+        assert f"SM clock {own['sm_clock_mhz']:.0f} of" in facts, facts
+
+
+def test_each_finding_lands_on_its_own_gpu() -> None:
+    """``mixed`` puts one fault on each of six GPUs: each finding names the GPU
+    the scenario broke and that GPU's uuid, never a neighbour's."""
+    logging.disable(logging.ERROR)
+    try:
+        with DetailRun("mixed") as run:
+            run.poll(40)
+            app = run.exporter.app
+            metrics = app.handle(Request("/metrics", "", {})).body.decode()
+            findings = json.loads(app.handle(Request("/diagnosis", "", {})).body)["findings"]
+    finally:
+        logging.disable(logging.NOTSET)
+    uuids = {labels["gpu"]: labels["uuid"] for labels, _ in _samples(metrics, "gpu_info")}
+    expected = {(e.gpu, e.symptom, e.cause) for e in load_scenario("mixed").expect}
+    assert {(int(f["gpu"]), f["symptom"], f["cause"]) for f in findings} == expected
+    for f in findings:
+        assert f["uuid"] == uuids[f["gpu"]], f
+    active = {(int(labels["gpu"]), labels["symptom"], labels["cause"])
+              for labels, value in _samples(metrics, "gpu_diagnosis_active") if value == 1}
+    assert active == expected
