@@ -328,7 +328,7 @@ def test_each_finding_lands_on_its_own_gpu() -> None:
     finally:
         logging.disable(logging.NOTSET)
     uuids = {labels["gpu"]: labels["uuid"] for labels, _ in _samples(metrics, "gpu_info")}
-    expected = {(e.gpu, e.symptom, e.cause) for e in load_scenario("mixed").expect}
+    expected = {(e.gpu, e.symptom, e.cause) for e in load_scenario("mixed").expect or ()}
     assert {(int(f["gpu"]), f["symptom"], f["cause"]) for f in findings} == expected
     for f in findings:
         assert f["uuid"] == uuids[f["gpu"]], f
