@@ -41,7 +41,7 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
     is complete (None: the answer did not say, so it is not). ``runbook``:
     where a finding's runbook entry is read (default: as the answer says)."""
     items = sorted(findings, key=lambda f: (SEVERITY_ORDER.get(str(f["severity"]), 99),
-                                            str(f["gpu"]), str(f["symptom"])))
+                                            _gpu_order(f["gpu"]), str(f["symptom"])))
     drift_list = list(drifts)
     complete = coverage is not None and coverage.get("complete") is True
     lines = []
@@ -85,6 +85,13 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         lines.append("")
         lines.append(_facts(coverage).rstrip("\n"))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _gpu_order(gpu: object) -> tuple[int, str]:
+    """GPUs by their number, as the node page lists them: /diagnosis says
+    "10" and "2", which as text would put GPU 10 before GPU 2."""
+    text = str(gpu)
+    return (int(text), "") if text.isdigit() else (1 << 30, text)
 
 
 _PID = re.compile(r"\bPID\b")
