@@ -313,12 +313,16 @@ def judge_jobs(findings: Sequence[Finding], views: Sequence[GpuView],
         f = ids[fid]
         explained.setdefault(id(cause_f), []).append(Consequence(f.gpu, f.row, f.evidence, why))
     kept: list[Finding] = []
+    # Each cause as reported, with its consequences: the job names the same.
+    reported: dict[int, Finding] = {}
     for f in findings:
         if id(f) in under or id(f) in silenced:
             continue
         more = explained.get(id(f), []) + seen_waiting.get(id(f), [])
-        kept.append(replace(f, consequences=tuple(sorted(more, key=_order))) if more else f)
-    return kept, tuple(jobs)
+        reported[id(f)] = replace(f, consequences=tuple(sorted(more, key=_order))) if more else f
+        kept.append(reported[id(f)])
+    return kept, tuple(j if j.cause is None else replace(j, cause=reported[id(j.cause)])
+                       for j in jobs)
 
 
 def _first_cause(f: Finding) -> tuple[bool, int, int]:
