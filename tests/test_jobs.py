@@ -17,6 +17,7 @@ careful engineer would read the node; the built-in scenarios
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TypedDict
 
@@ -33,6 +34,7 @@ from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.readings import GpuOwner, GpuReading
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.web.app import Request
 from gpu_exporter.xids import BY_CODE
 from tests.simnode import DetailRun
 
@@ -310,6 +312,15 @@ def test_an_xid_no_line_names_a_process_for_belongs_to_every_tenant() -> None:
 def test_the_straggler_scenario_reports_the_throttled_rank_only() -> None:
     with DetailRun(load_scenario("job-straggler-cpu-limit-throttled")) as run:
         snap = run.poll(45)
+        answer = json.loads(run.exporter.app.handle(Request("/diagnosis", "", {})).body)
+        page = run.exporter.app.handle(Request("/", "", {})).body.decode()
+    (shown,) = answer["jobs"]
+    assert shown["job"] == "pod ml/ddp" and shown["straggler"] == "3"
+    assert shown["root_cause"]["cause"] == "cpu_limit_throttled"
+    assert [(f["gpu"], f["cause"]) for f in answer["findings"]] == [("3", "cpu_limit_throttled")]
+    assert {c["gpu"] for c in answer["findings"][0]["consequences"]} == {
+        "0", "1", "2", "4", "5", "6", "7"}
+    assert 'id="jobs"' in page and "This GPU waits on GPU 3" in page
     (job,) = snap.derived(JOBS) or ()
     assert job.straggler == 3 and job.cause is not None
     assert job.cause.row is t.UNDERFED_CPU_LIMIT_THROTTLED

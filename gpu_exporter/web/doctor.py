@@ -134,6 +134,25 @@ def _consequence_text(c: Consequence) -> str:
     return f"{what}" + (f" ({seen})" if seen else "") + f": {c.why}"
 
 
+def _waiting_notes(findings: Sequence[Finding], jobs: Sequence[Job]) -> dict[int, str]:
+    """GPU -> what it waits on, for the GPUs whose rows a cause on another GPU
+    explains: their card points at that cause instead of saying nothing."""
+    notes: dict[int, str] = {}
+    for f in findings:
+        for c in f.consequences:
+            if c.gpu != f.gpu:
+                notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on GPU {f.gpu}: '
+                                 f'<a href="#gpu-{f.gpu}-{f.row.anchor}">'
+                                 f"{html_escape(f.row.summary)}</a>.</p>")
+    for j in jobs:
+        if j.cause is None and j.straggler is not None:
+            for c in j.consequences:
+                notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on GPU {j.straggler}, '
+                                 f"the straggler of {_text(j.name)}: "
+                                 '<a href="#jobs">cause not seen</a>.</p>')
+    return notes
+
+
 def _jobs(jobs: Sequence[Job]) -> str:
     """Each job's GPUs with their ranks' states, and the one cause that
     explains the rest where one does (a straggler, a fault across GPUs)."""
@@ -283,7 +302,8 @@ class NodePage:
                 f"{html_escape(f.row.summary)}</li>" for f in findings)
             parts.append(f'<section class="wrong"><h2>What is wrong</h2><ul>{items}</ul>'
                          "</section>")
-        jobs = [j for j in snap.derived(JOBS) or () if len(j.ranks) > 1 or j.root_cause()]
+        all_jobs: tuple[Job, ...] = snap.derived(JOBS) or ()
+        jobs = [j for j in all_jobs if len(j.ranks) > 1 or j.root_cause()]
         if jobs:
             parts.append(_jobs(jobs))
         if not blind and gpus:
@@ -315,10 +335,11 @@ class NodePage:
         for entry in cov["not_checked"]:
             for gpu in entry["gpus"]:
                 unchecked[gpu] = unchecked.get(gpu, 0) + len(entry["checks"])
+        notes = _waiting_notes(findings, all_jobs)
         for r in sorted((gpus or {}).values(), key=lambda g: g.index):
             parts.append(self._card(snap, r, by_gpu.get(r.index, []),
                                     None if procs is None else procs.get(r.index, []),
-                                    unchecked.get(str(r.index), 0)))
+                                    unchecked.get(str(r.index), 0), notes.get(r.index, "")))
         return "".join(parts)
 
     def _summary(self, snap: Snapshot, vis: Mapping[str, Any],
@@ -355,7 +376,7 @@ class NodePage:
         return f'<dl class="summary">{body}</dl>'
 
     def _card(self, snap: Snapshot, r: GpuReading, findings: Sequence[Finding],
-              procs: Sequence[ProcessReading] | None, unchecked: int) -> str:
+              procs: Sequence[ProcessReading] | None, unchecked: int, waits: str = "") -> str:
         state = '<span class="ok">up</span>' if r.up else '<span class="bad">lost</span>'
         worst = ", ".join(f'<span class="{_SEVERITY_CLASS[f.row.severity]}">'
                           f"{f.row.severity}</span>" for f in findings[:1])
@@ -376,6 +397,8 @@ class NodePage:
         if findings:
             found = "".join(self._finding(snap, f, _placeholders(f, r, procs))
                             for f in findings)
+        elif waits:
+            found = ""
         elif r.up and unchecked:
             found = ('<p class="warn">No finding in the checks that ran; '
                      f'<a href="#coverage">{_plural(unchecked, "check")} could not run</a> on '
@@ -384,7 +407,7 @@ class NodePage:
             found = '<p class="ok">No finding: nothing on this GPU matches the table.</p>'
         else:
             found = ""
-        return (f'<section class="gpu" id="gpu-{r.index}">{head}{facts}{found}'
+        return (f'<section class="gpu" id="gpu-{r.index}">{head}{facts}{waits}{found}'
                 f"{self._processes(r, procs)}{self._charts(r)}</section>")
 
     @staticmethod
