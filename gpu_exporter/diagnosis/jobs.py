@@ -241,7 +241,7 @@ def judge_jobs(findings: Sequence[Finding], views: Sequence[GpuView],
     for name, (_, gpus) in members.items():
         for g in gpus:
             jobs_of_gpu.setdefault(g, []).append(name)
-    # A finding absorbed: (its cause, why); and what each cause explains.
+    # A waiting row listed under a cause (by the row's id): (that cause, why).
     under: dict[int, tuple[Finding, str]] = {}
     ids = {id(f): f for f in findings}
 
@@ -253,8 +253,6 @@ def judge_jobs(findings: Sequence[Finding], views: Sequence[GpuView],
     # Causes across GPUs, node-wide ones first, then the most severe.
     crossing = sorted((f for f in findings if _crossing(f) is not None), key=_first_cause)
     for f in crossing:
-        if id(f) in under:
-            continue
         scope, why = CROSSING[f.row]
         if scope == "node":
             reach: set[int] = set(by_gpu)
@@ -291,8 +289,8 @@ def judge_jobs(findings: Sequence[Finding], views: Sequence[GpuView],
                     if r not in WAITING_ROWS and r not in PACE_NEUTRAL))
         else:
             # Without a straggler, the job's cause is a fault across its GPUs.
-            cause = min((f for f in crossing if id(f) not in under
-                         and (f.gpu in gpus or CROSSING[f.row][0] == "node")),
+            cause = min((f for f in crossing
+                         if f.gpu in gpus or CROSSING[f.row][0] == "node"),
                         key=_first_cause, default=None)
         if cause is not None:
             consequences += [Consequence(f.gpu, f.row, f.evidence, under[id(f)][1])
