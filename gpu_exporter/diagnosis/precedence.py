@@ -186,9 +186,9 @@ def _edges() -> tuple[Explains, ...]:
                         "queues its row for remapping; the same reset retires it",
                         ("row_remap_pending",), ("ecc_uncorrected_volatile_errors",)))
     for recording, codes in XIDS_RECORDED_BY.items():
-        out.append(Explains(recording, t.XID, "the driver's Xid "
+        out.append(Explains(recording, t.XID, "the driver logs this same event as Xid "
                             + "/".join(str(x) for x in sorted(codes))
-                            + " records the same event as this row", ("xid",),
+                            + " (NVIDIA's Xid catalog): one event, reported once", ("xid",),
                             _RECORDING_CITES.get(recording, ("recovery_action",)),
                             independent=_xids_beyond(codes)))
     # A lost GPU answers nothing: whatever else was on for it is stale. What
