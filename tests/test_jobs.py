@@ -179,6 +179,7 @@ def test_a_straggler_without_a_cause_of_its_own_says_so_with_what_was_checked() 
     answer = [j.as_dict() for j in jobs]
     text = render_text([], False, coverage={"complete": True}, jobs=answer)
     assert "root cause: GPU 3 straggler -> not_seen" in text
+    assert "waiting:    GPUs 0-2, 4-7 utilization_inflated -> small_kernels" in text
     assert exit_status([root]) == 1
 
 

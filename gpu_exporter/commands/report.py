@@ -76,9 +76,9 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         for key, e in explained.items():
             lines.append(f"  explains: {safe(e['symptom'])} -> {safe(e['cause'])}: "
                          f"{safe(evidence.get(key) or e['why'])}")
-        for c in f.get("consequences") or ():
-            lines.append(f"  explains: GPU {safe(c['gpu'])} {safe(c['symptom'])} -> "
-                         f"{safe(c['cause'])}: {safe(c['why'])}")
+        for gpus, symptom, cause, why in _grouped(f.get("consequences") or ()):
+            lines.append(f"  explains: {safe(gpus)} {safe(symptom)} -> {safe(cause)}: "
+                         f"{safe(why)}")
         lines.append(f"  fix:      {safe(_named_process(str(f['fix']), evidence))}")
         lines.append(f"  runbook:  {safe(runbook(f) if runbook else f['runbook'])}")
         lines.append("")
@@ -94,6 +94,16 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         lines.append("")
         lines.append(_facts(coverage).rstrip("\n"))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _grouped(consequences: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """(``GPUs 0-4, 6-7``, symptom, cause, why): one line for the GPUs a cause
+    does the same to, in the order of their first GPU."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for c in consequences:
+        key = (str(c["symptom"]), str(c["cause"]), str(c["why"]))
+        groups.setdefault(key, []).append(str(c["gpu"]))
+    return [(gpu_list(gpus), *key) for key, gpus in groups.items()]
 
 
 def _jobs_text(jobs: list[Mapping[str, Any]]) -> list[str]:
@@ -112,9 +122,8 @@ def _jobs_text(jobs: list[Mapping[str, Any]]) -> list[str]:
                          f"{safe(root['cause'])}: {safe(root['summary'])}")
             if root.get("checked"):
                 lines.append(f"    checked:    {safe(', '.join(map(str, root['checked'])))}")
-        for c in j.get("consequences") or ():
-            lines.append(f"    explains:   GPU {safe(c['gpu'])} {safe(c['symptom'])} -> "
-                         f"{safe(c['cause'])}: {safe(c['why'])}")
+        for gpus, symptom, cause, _ in _grouped(j.get("consequences") or ()):
+            lines.append(f"    waiting:    {safe(gpus)} {safe(symptom)} -> {safe(cause)}")
     lines.append("")
     return lines
 
