@@ -116,13 +116,15 @@ def _remembered_xids(sig: GpuSignals, past: GpuPast) -> None:
 def _xid_owners(row: Row, evidence: Evidence, sig: GpuSignals,
                 owners: tuple[GpuOwner, ...]) -> tuple[GpuOwner, ...]:
     """An Xid's owners: where the kernel log names the process that raised
-    it, that process's owner alone (none for a host process), not every
-    tenant of the GPU; the GPU's owners where no line names one."""
+    it and whose it is, that process's owner alone, not every tenant of the
+    GPU; the GPU's owners where no line names one, or where the process
+    named had exited (or was another by then) before its owner was read."""
     process = evidence.get("xid_process") if row.xid_tier is not None else None
     if process is None:
         return owners
-    raised = [b for b in sig.xid_blames if b.process == process]
-    return tuple(dict.fromkeys(b.owner for b in raised if b.owner is not None))
+    raised = dict.fromkeys(b.owner for b in sig.xid_blames
+                           if b.process == process and b.owner is not None)
+    return tuple(raised) or owners
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

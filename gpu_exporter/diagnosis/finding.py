@@ -40,7 +40,8 @@ class Finding:
     explains: tuple[Explained, ...] = ()
     # Whose the GPU (or instance) is: the containers it is allocated to, its
     # Slurm jobs. For an Xid whose kernel log line names the process, that
-    # process's owner only (None of the GPU's other tenants raised it).
+    # process's owner only where it is known (the GPU's other tenants did
+    # not raise it).
     owners: tuple[GpuOwner, ...] = ()
     # The MIG instance the finding is about (None: the whole GPU).
     gpu_instance: int | None = None
