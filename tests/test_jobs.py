@@ -124,6 +124,20 @@ def test_a_fault_of_the_node_explains_every_gpu_idle_beside_it(cause: Row) -> No
         assert job.cause is not None and job.cause.row is cause
 
 
+@pytest.mark.parametrize("beside", [t.IDLE_PROCESS_STALLED, t.UTILIZATION_INFLATED])
+def test_on_its_own_gpu_a_fault_explains_only_the_job_it_ended(beside: Row) -> None:
+    """A stalled process or busy, idle SMs beside a fault on the same GPU say
+    more than the fault does: both are reported. The GPU left allocated with
+    nothing on it is the job the fault ended."""
+    for cause in (t.XID, t.RECOVERY_GPU_RESET, t.FABRIC_DEGRADED, t.ECC_UNCORRECTABLE):
+        kept, _ = judge_jobs([finding(0, cause, xid="119"), finding(0, beside)],
+                             [view(0)], CFG)
+        assert keys(kept) == {(0, cause.key), (0, beside.key)}
+        kept, _ = judge_jobs([finding(0, cause, xid="119"), finding(0, t.ALLOCATED_UNUSED)],
+                             [view(0, utilization=0.0, processes=0)], CFG)
+        assert keys(kept) == {(0, cause.key)}
+
+
 def test_an_xid_that_stops_no_work_explains_no_other_gpu() -> None:
     """A row remap recorded (Xid 63) leaves the job running: a peer that is
     allocated but unused is a finding of its own."""

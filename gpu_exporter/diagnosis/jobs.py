@@ -10,9 +10,11 @@ fix. Judged as a job, three principles hold (docs/diagnosis.md):
 
 - A consequence is listed under its cause across GPUs. A cause that stops a
   GPU's work (the GPU lost, a driver or memory fault that ends the job on
-  it) explains the waiting rows of the GPUs of its job; one of the node (the
-  fabric not up, the driver asking for a reboot) explains those of every GPU
-  of the node. The waiting rows are listed under the cause, not reported.
+  it) explains the waiting rows of the other GPUs of its job; one of the
+  node (the fabric not up, the driver asking for a reboot) explains those of
+  every other GPU of the node. On its own GPU it explains the job it ended
+  (allocated but unused) only. The waiting rows are listed under the cause,
+  not reported.
 - A job's straggler is named with its own cause. In a job of two or more
   GPUs, the one rank that does not wait while all its peers do (it works,
   idles or is lost while they spin; it works or is lost while they idle in
@@ -261,7 +263,13 @@ def judge_jobs(findings: Sequence[Finding], views: Sequence[GpuView],
             for name in jobs_of_gpu.get(f.gpu, ()):
                 reach.update(members[name][1])
         for w in waiting_on(reach):
-            under[id(w)] = (f, why if w.gpu != f.gpu else "the fault on the GPU ended its work")
+            if w.gpu != f.gpu:
+                under[id(w)] = (f, why)
+            elif w.row is t.ALLOCATED_UNUSED:
+                # On its own GPU a fault explains only the job it ended: a
+                # stalled process or busy, idle SMs beside it say more than it.
+                under[id(w)] = (f, "the fault ended the job on the GPU: its pod keeps the "
+                                   "GPU with nothing running on it")
     jobs: list[Job] = []
     # A straggler's waiting peers when its own cause is not seen: reported
     # under the job's straggler, not as findings of their own.
