@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gpu_exporter.host.cpu import LoadAverage
 from gpu_exporter.host.pressure import Pressure
+from gpu_exporter.host.thermal import ThermalThrottle
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +26,5 @@ class HostReading:
     context_switches_per_s: float | None = None
     load: LoadAverage | None = None
     disk_busy_ratio: dict[str, float] = field(default_factory=dict)
+    # The CPUs' thermal throttle totals; None where the CPUs keep none.
+    cpu_thermal: ThermalThrottle | None = None
