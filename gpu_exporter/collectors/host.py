@@ -101,6 +101,7 @@ class HostCollector(Collector):
         self.procfs = procfs
         # None: the CPUs' thermal counters are not read (a caller with only /proc).
         self.sysfs = sysfs
+        self._cpu_topology: dict[int, tuple[int, int]] = {}
         self._mono = monotonic
         self._max = max_devices
         self._page_size = page_size
@@ -307,7 +308,8 @@ class HostCollector(Collector):
         if sysfs is None:
             return None
         found = self._src.read("/sys/devices/system/cpu/*/thermal_throttle",
-                               lambda _procfs: thermal.read_thermal_throttle(sysfs))
+                               lambda _procfs: thermal.read_thermal_throttle(
+                                   sysfs, self._cpu_topology))
         if found is None:
             return None
         events: dict[str, int] = {}

@@ -1,11 +1,14 @@
 """The rules of the rows in workload_rows.py, registered on their rows as
 rules.py registers its own.
 
-Growth is judged by how a level moved across the whole window, not only by
-how far it rose: the engine keeps each reading of the window
-(``Trend.series``), and a steady climb is one that rose in many steps, none
-of them most of the rise, and barely fell back. One allocation (a step) rises
-as far as an hour of leaking does, and is no leak. Likewise a counter of
+Growth is judged by how a level moved across the window, not only by how far
+it rose: the engine keeps each reading of the window (``Trend.series``), and
+a steady climb is one that rose in many steps, none of them most of the rise,
+in both halves of what was read, and barely fell back. One allocation (a
+step) rises as far as an hour of leaking does, and is no leak; a model loaded
+in a few chunks that then holds still stops climbing in the second half. The
+engine holds the row to the whole window (the condition must hold at nearly
+every poll of it), so a climb is one that went on for the window. Likewise a counter of
 events that rose once is a one-off; one that rose in both halves of the
 window is recurring."""
 
@@ -24,6 +27,8 @@ from gpu_exporter.thresholds import DiagnosisConfig
 MIN_RISES = 3
 LARGEST_STEP_SHARE = 0.5
 FALLBACK_SHARE = 0.25
+# Each half of the readings climbs by at least this share of the net rise.
+HALF_SHARE = 0.25
 # Memory-bound work keeps the SMs at least this busy, and its tensor pipes
 # (where GPM reads them) below this: the row's prose says "half" and "a third".
 BOUND_SM_ACTIVE = 0.5
@@ -32,15 +37,19 @@ BOUND_TENSOR_ACTIVE = 1 / 3
 NAMED_PROCESSES = 3
 
 
-def steady_climb(samples: Sequence[tuple[float, float]], window: float) -> float | None:
-    """The rate per second of a level that climbed steadily across the whole
-    ``window`` (readings as (time, value), oldest first); None otherwise."""
+def steady_climb(samples: Sequence[tuple[float, float]]) -> float | None:
+    """The rate per second of a level that climbed steadily across the
+    readings (as (time, value), oldest first); None otherwise."""
     if len(samples) < MIN_RISES + 1:
         return None
     (t0, v0), (t1, v1) = samples[0], samples[-1]
     span = t1 - t0
     net = v1 - v0
-    if span <= 0 or span < window or net <= 0:
+    if span <= 0 or net <= 0:
+        return None
+    middle = t0 + span / 2
+    v_mid = max(((at, v) for at, v in samples if at <= middle), default=(t0, v0))[1]
+    if min(v_mid - v0, v1 - v_mid) < HALF_SHARE * net:
         return None
     moves = [b - a for (_, a), (_, b) in itertools.pairwise(samples)]
     rises = [m for m in moves if m > 0]
@@ -72,7 +81,7 @@ def _memory_filling(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdic
     name = f"memory_used_bytes_{s.gpu_instance}"
     trend.increase(name, used)
     ev: Evidence = {"gpu_memory_used_bytes": used, "gpu_memory_usable_bytes": usable}
-    rate = steady_climb(trend.series(name), cfg.window)
+    rate = steady_climb(trend.series(name))
     if rate is None:
         return Verdict(False, ev)
     to_full = max(0.0, usable - used) / rate
@@ -90,12 +99,12 @@ def _memory_filling(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdic
 rule(t.MEMORY_FILLING)(_memory_filling)
 
 
-def _recurring(samples: Sequence[tuple[float, float]], window: float) -> bool:
-    """The count rose in the first half of the window and in the second."""
+def _recurring(samples: Sequence[tuple[float, float]]) -> bool:
+    """The count rose in the first half of the readings and in the second."""
     if len(samples) < 3:
         return False
     (t0, v0), (t1, v1) = samples[0], samples[-1]
-    if t1 - t0 < window or t1 <= t0:
+    if t1 <= t0:
         return False
     middle = t0 + (t1 - t0) / 2
     vm = max((v for at, v in samples if at <= middle), default=v0)
@@ -125,10 +134,11 @@ def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     job = _holds_job(s, cfg)
     if job is None:
         return Verdict(None, ev)
-    recurring = _recurring(samples, cfg.window)
-    holds = job and recurring
-    if holds and throttled is not None and cfg.window > 0:
-        share = throttled / cfg.window
+    holds = job and _recurring(samples)
+    span = samples[-1][0] - samples[0][0] if samples else 0.0
+    if holds and throttled is not None and span > 0:
+        # The time summed over the cores: one core throttled counts its own.
+        share = throttled / span
         ev["cpu_thermal_throttled_ratio"] = round(share, 4)
         holds = share >= cfg.cpu_thermal_throttled_ratio
     return Verdict(holds, ev)

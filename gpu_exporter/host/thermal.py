@@ -58,9 +58,14 @@ def _id(path: str, fallback: int) -> int:
     return fallback if value is None else value
 
 
-def read_thermal_throttle(sysfs: Path | str) -> ThermalThrottle | None:
+def read_thermal_throttle(sysfs: Path | str,
+                          topology: dict[int, tuple[int, int]] | None = None
+                          ) -> ThermalThrottle | None:
     """The host's thermal throttle totals; None where no CPU keeps them.
-    A counter file that is not a count raises MalformedFile (one line)."""
+    A counter file that is not a count raises MalformedFile (one line).
+    ``topology`` keeps each CPU's (package, core) between calls: it changes
+    only with the CPUs, and reading it again would double a poll's reads."""
+    topology = {} if topology is None else topology
     base = os.path.join(sysfs, "devices", "system", "cpu")
     try:
         names = os.listdir(base)
@@ -76,10 +81,16 @@ def read_thermal_throttle(sysfs: Path | str) -> ThermalThrottle | None:
         if not os.path.isdir(throttle):
             continue
         found = True
-        package = _id(os.path.join(directory, "topology", "physical_package_id"), cpu)
-        core = _id(os.path.join(directory, "topology", "core_id"), cpu)
+        place = topology.get(cpu)
+        if place is None:
+            place = topology[cpu] = (
+                _id(os.path.join(directory, "topology", "physical_package_id"), cpu),
+                _id(os.path.join(directory, "topology", "core_id"), cpu))
+        package, core = place
         keys = {"core": (package, core), "package": (package, -1)}
         for kind in KINDS:
+            if keys[kind] in events[kind]:
+                continue  # a sibling of a CPU read already shows the same counter
             count = _counter(os.path.join(throttle, f"{kind}_throttle_count"))
             if count is not None:
                 events[kind][keys[kind]] = count
