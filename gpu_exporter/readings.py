@@ -129,6 +129,7 @@ class HostSignals:
     # Thermal throttle events of the host's cores and packages since boot,
     # and seconds throttled (kernels 5.7+); None where the CPUs keep none.
     cpu_thermal_throttles: float | None = None
+    cpu_thermal_kept: bool | None = None  # False: the CPUs keep no such counters
     cpu_thermal_throttled_seconds: float | None = None
 
 

@@ -136,7 +136,7 @@ class HostCollector(Collector):
         busy = src.read("/proc/diskstats", disks.read_diskstats)
         busy_ratios = self._disks(out, busy, now)
         self._network(out, src.read("/proc/net/dev", network.read_netdev), now)
-        throttles = self._thermal(out)
+        throttles, thermal_kept = self._thermal(out)
 
         if src.read_ok == 0 and src.first_error is not None:
             # Nothing at all could be read: the root is wrong or not mounted.
@@ -149,7 +149,7 @@ class HostCollector(Collector):
             swap_used_bytes=swap_used,
             swap_in_bytes_per_s=swap_in, swap_out_bytes_per_s=swap_out,
             context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios,
-            cpu_thermal=throttles)
+            cpu_thermal=throttles, cpu_thermal_kept=thermal_kept)
         out.readings.host = reading
         out.readings.host_signals = _signals(reading)
 
@@ -301,17 +301,20 @@ class HostCollector(Collector):
                           name)
             self._counter(out, m.HOST_NETWORK_RECEIVE_DROPS_TOTAL, net[name].drops, now, name)
 
-    def _thermal(self, out: SnapshotBuilder) -> thermal.ThermalThrottle | None:
-        """The CPUs' thermal throttle totals, each exported where accepted;
-        what was accepted is what the diagnosis reads."""
+    def _thermal(self, out: SnapshotBuilder
+                 ) -> tuple[thermal.ThermalThrottle | None, bool | None]:
+        """The CPUs' thermal throttle totals, each exported where accepted
+        (what was accepted is what the diagnosis reads), and whether the CPUs
+        keep them: False where they keep none, None where they could not be
+        read."""
         sysfs = self.sysfs
         if sysfs is None:
-            return None
-        found = self._src.read("/sys/devices/system/cpu/*/thermal_throttle",
-                               lambda _procfs: thermal.read_thermal_throttle(
-                                   sysfs, self._cpu_topology))
+            return None, None
+        source = "/sys/devices/system/cpu/*/thermal_throttle"
+        found = self._src.read(source, lambda _procfs: thermal.read_thermal_throttle(
+            sysfs, self._cpu_topology))
         if found is None:
-            return None
+            return None, (None if source in self._src.failing else False)
         events: dict[str, int] = {}
         seconds: dict[str, float] = {}
         for kind, count in found.events.items():
@@ -323,7 +326,7 @@ class HostCollector(Collector):
             if accept_counter(self._src, metric, secs, kind):
                 out.add_values(metric, (kind,), secs)
                 seconds[kind] = secs
-        return thermal.ThermalThrottle(events, seconds)
+        return thermal.ThermalThrottle(events, seconds), True
 
     def _cap(self, what: str, by_name: dict[str, T]) -> list[str]:
         names = sorted(by_name)
@@ -346,6 +349,7 @@ def _signals(f: HostReading) -> HostSignals:
         cpu_pressure_some=cpu_p.some.avg10 if cpu_p else None,
         memory_pressure_full=mem_p.full.avg10 if mem_p and mem_p.full else None,
         swap_bytes_per_s=swap, steal_ratio=f.steal_ratio,
+        cpu_thermal_kept=f.cpu_thermal_kept,
         cpu_thermal_throttles=(None if f.cpu_thermal is None or not f.cpu_thermal.events
                                else float(sum(f.cpu_thermal.events.values()))),
         cpu_thermal_throttled_seconds=(

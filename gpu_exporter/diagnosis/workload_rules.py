@@ -121,9 +121,11 @@ def _holds_job(s: GpuSignals, cfg: DiagnosisConfig) -> bool | None:
 
 def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     host = s.host
-    count = None if host is None else host.cpu_thermal_throttles
-    if host is None or count is None:
-        return Verdict(None)  # no counters: not an x86 host that keeps them
+    if host is None or host.cpu_thermal_kept is False:
+        return Verdict(None)  # CPUs that keep no counters: nothing to check
+    count = host.cpu_thermal_throttles
+    if count is None:
+        return Verdict(None)
     trend.increase("cpu_thermal_throttles", count)
     seconds = host.cpu_thermal_throttled_seconds
     throttled = trend.increase("cpu_thermal_throttled_seconds", seconds)

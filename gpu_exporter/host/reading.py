@@ -28,3 +28,6 @@ class HostReading:
     disk_busy_ratio: dict[str, float] = field(default_factory=dict)
     # The CPUs' thermal throttle totals; None where the CPUs keep none.
     cpu_thermal: ThermalThrottle | None = None
+    # Whether the CPUs keep thermal throttle counters (False: none, as on AMD,
+    # Arm and most VMs; None: not known, the read failed).
+    cpu_thermal_kept: bool | None = None
