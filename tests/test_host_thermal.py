@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.collectors.host import HostCollector
+from gpu_exporter.collectors.host import THERMAL_EVERY_S, HostCollector
 from gpu_exporter.host.files import MalformedFile
 from gpu_exporter.host.thermal import read_thermal_throttle
 from gpu_exporter.simulator.clock import VirtualClock
@@ -90,7 +90,8 @@ class Host:
         shutil.copytree(PROC_FIXTURE, self.procfs, symlinks=True)
         self.sysfs = tmp_path / "sys"
         self.sysfs.mkdir()
-        self.collector = HostCollector(self.procfs, VirtualClock(1000.0), sysfs=self.sysfs)
+        self.clock = VirtualClock(1000.0)
+        self.collector = HostCollector(self.procfs, self.clock, sysfs=self.sysfs)
 
     def collect(self) -> tuple[Snapshot, SnapshotBuilder]:
         out = SnapshotBuilder(0.0)
@@ -140,6 +141,24 @@ def test_a_counter_going_back_without_a_reboot_is_taken_as_a_reset(tmp_path: Pat
     host.collect()
     for n in (0, 2):
         cpu(host.sysfs, n, 0, 0, {"core": 0, "package": 0})
+    host.clock.advance(THERMAL_EVERY_S)
     snap, _ = host.collect()
     # A CPU taken offline and back restarts its counters: documented resets.
     assert snap.get("gpu_host_cpu_thermal_throttles_total", kind="core") == 7
+
+
+def test_the_counters_are_read_every_few_seconds_and_exported_every_poll(
+        tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    two_sockets(host.sysfs)
+    host.collect()
+    cpu(host.sysfs, 1, 1, 0, {"core": 9, "package": 60})
+    host.clock.advance(THERMAL_EVERY_S / 2)
+    snap, out = host.collect()
+    # Not read again yet: the last reading stands, on the page and for the rules.
+    assert snap.get("gpu_host_cpu_thermal_throttles_total", kind="core") == 12
+    assert out.readings.host_signals is not None
+    assert out.readings.host_signals.cpu_thermal_throttles == 112
+    host.clock.advance(THERMAL_EVERY_S / 2)
+    snap, _ = host.collect()
+    assert snap.get("gpu_host_cpu_thermal_throttles_total", kind="core") == 5 + 9

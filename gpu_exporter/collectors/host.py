@@ -29,6 +29,11 @@ from gpu_exporter.snapshot import SnapshotBuilder
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The CPUs' thermal counters are one file per core: on a node of a hundred
+# cores most of a poll's reads. They only count up, so reading them this
+# seldom loses no event, only when within these seconds it came.
+THERMAL_EVERY_S = 5.0
+
 # Bounds the label cardinality of per-device series: a node with hundreds of
 # block devices or interfaces exports the first ones by name.
 MAX_DEVICES = 64
@@ -102,6 +107,9 @@ class HostCollector(Collector):
         # None: the CPUs' thermal counters are not read (a caller with only /proc).
         self.sysfs = sysfs
         self._cpu_topology: dict[int, tuple[int, int]] = {}
+        # The last thermal reading, its time, and whether the CPUs keep counters.
+        self._thermal_read: tuple[float, thermal.ThermalThrottle | None, bool | None] | None = \
+            None
         self._mono = monotonic
         self._max = max_devices
         self._page_size = page_size
@@ -136,7 +144,7 @@ class HostCollector(Collector):
         busy = src.read("/proc/diskstats", disks.read_diskstats)
         busy_ratios = self._disks(out, busy, now)
         self._network(out, src.read("/proc/net/dev", network.read_netdev), now)
-        throttles, thermal_kept = self._thermal(out)
+        throttles, thermal_kept = self._thermal(out, now)
 
         if src.read_ok == 0 and src.first_error is not None:
             # Nothing at all could be read: the root is wrong or not mounted.
@@ -301,8 +309,25 @@ class HostCollector(Collector):
                           name)
             self._counter(out, m.HOST_NETWORK_RECEIVE_DROPS_TOTAL, net[name].drops, now, name)
 
-    def _thermal(self, out: SnapshotBuilder
+    def _thermal(self, out: SnapshotBuilder, now: float
                  ) -> tuple[thermal.ThermalThrottle | None, bool | None]:
+        """The CPUs' thermal throttle totals, read every THERMAL_EVERY_S and
+        exported as last read in between."""
+        last = self._thermal_read
+        if last is not None and 0 <= now - last[0] < THERMAL_EVERY_S:
+            _, found, kept = last
+            if found is not None:
+                for kind, count in found.events.items():
+                    out.add_values(m.HOST_CPU_THERMAL_THROTTLES_TOTAL, (kind,), count)
+                for kind, secs in found.seconds.items():
+                    out.add_values(m.HOST_CPU_THERMAL_THROTTLED_SECONDS_TOTAL, (kind,), secs)
+            return found, kept
+        found, kept = self._read_thermal(out)
+        self._thermal_read = (now, found, kept)
+        return found, kept
+
+    def _read_thermal(self, out: SnapshotBuilder
+                      ) -> tuple[thermal.ThermalThrottle | None, bool | None]:
         """The CPUs' thermal throttle totals, each exported where accepted
         (what was accepted is what the diagnosis reads), and whether the CPUs
         keep them: False where they keep none, None where they could not be
