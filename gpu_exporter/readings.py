@@ -126,6 +126,11 @@ class HostSignals:
     memory_pressure_full: float | None = None
     swap_bytes_per_s: float | None = None  # swap-in plus swap-out
     steal_ratio: float | None = None  # CPU time the hypervisor took (a VM)
+    # Thermal throttle events of the host's cores and packages since boot,
+    # and seconds throttled (kernels 5.7+); None where the CPUs keep none.
+    cpu_thermal_throttles: float | None = None
+    cpu_thermal_kept: bool | None = None  # False: the CPUs keep no such counters
+    cpu_thermal_throttled_seconds: float | None = None
 
 
 @dataclass(slots=True)

@@ -42,6 +42,9 @@
       "nvlink_replays_per_window": 1.0,
       "c2c_errors_per_window": 1.0,
       "memory_near_full_ratio": 0.95,
+      "memory_full_within": "1h",
+      "memory_bound_dram_active": 0.7,
+      "cpu_thermal_throttled_ratio": 0.01,
       "inflated_utilization": 0.8,
       "inflated_sm_active": 0.3,
       "hardware_xids": [

@@ -466,6 +466,16 @@ def small_kernels(b: NodeBuilder) -> list[Expected]:
     return _at_gpu(b, "small_kernels")
 
 
+def memory_bound(b: NodeBuilder) -> list[Expected]:
+    """Kernels that stream memory: GPM reads the DRAM bandwidth well used (78 %
+    or more; 60-78 % left out) while the SMs work (60 % or more) and the
+    tensor pipes mostly wait (a quarter at most)."""
+    b.tgt.condition["sm_active"] = round(b.u(0.6, 0.95), 3)
+    b.tgt.condition["dram_active"] = round(b.u(0.78, 0.97), 3)
+    b.tgt.condition["tensor_active"] = round(b.u(0.0, 0.25), 3)
+    return _at_gpu(b, "dram_bandwidth")
+
+
 def persistence_off(b: NodeBuilder) -> list[Expected]:
     b.tgt.condition["persistence_mode"] = False
     return _at_gpu(b, "configuration")
@@ -768,6 +778,8 @@ CAUSES: tuple[Cause, ...] = (
        tenants=_WHOLE_GPU),
     _c("oom_risk", "oom_risk", (0, 100), {"memory"}, oom_risk),
     _c("small_kernels", "small_kernels", (90, 100), {"gpm"}, small_kernels,
+       boards=_has(_GPM)),
+    _c("memory_bound", "dram_bandwidth", (70, 100), {"gpm"}, memory_bound,
        boards=_has(_GPM)),
     _c("persistence_off", "configuration", (0, 100), {"persistence"}, persistence_off,
        tenants=_WHOLE_GPU),

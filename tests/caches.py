@@ -56,6 +56,8 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.collectors.host:_Sources.counters": Kept("the host's counter series", CHURN),
     "gpu_exporter.collectors.host:HostCollector._counted": Kept("the host's series", CHURN),
     "gpu_exporter.collectors.host:HostCollector._capped": Kept("the host's series", CHURN),
+    "gpu_exporter.collectors.host:HostCollector._cpu_topology":
+        Kept("the host's CPUs, at most host.thermal.MAX_CPUS", CHURN),
     "gpu_exporter.collectors.nvlink:NvlinkCollector._last":
         Kept("per GPU UUID listed: its links x counter fields", CHURN),
     "gpu_exporter.collectors.pcie:PcieCollector._warned": Kept("the GPUs' sysfs files", CHURN),

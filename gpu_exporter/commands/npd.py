@@ -95,6 +95,13 @@ ROW_CONDITION: dict[t.Row, str | None] = {
     t.UNDERFED_CPU_STEAL: None,
     # A fan that stopped is a board to repair: its GPU throttles under load.
     t.FAN_STOPPED: HARDWARE_FAULT,
+    # A job's own memory, and what its kernels wait on, are the job's.
+    t.MEMORY_FILLING: None,
+    t.MEMORY_BOUND: None,
+    # The host CPUs' heat is the node's cooling, not its GPUs': the conditions
+    # here speak of the GPUs, and the row's alert goes to whoever runs the
+    # datacenter.
+    t.HOST_CPU_THERMAL: None,
 }
 _BY_KEY = {row.key: condition for row, condition in ROW_CONDITION.items()}
 if set(ROW_CONDITION) != set(t.ROWS):

@@ -148,6 +148,7 @@ class Why(Enum):
     NO_FAN = auto()
     NO_NVLINK = auto()
     NO_C2C = auto()
+    NO_CPU_THERMAL_COUNTERS = auto()
     OTHER_NOT_READ = auto()
 
 
@@ -185,6 +186,7 @@ KIND_OF: dict[Why, Kind] = {
     Why.NO_FAN: Kind.NO_SUBJECT,
     Why.NO_NVLINK: Kind.NO_SUBJECT,
     Why.NO_C2C: Kind.NO_SUBJECT,
+    Why.NO_CPU_THERMAL_COUNTERS: Kind.NO_SUBJECT,
     Why.OTHER_NOT_READ: Kind.GAP,
 }
 if set(KIND_OF) != set(Why):
@@ -341,6 +343,10 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
     if reader is not None and reader in ctx.missing:
         return _reader_gap(reader, ctx)
     if value is False:
+        if path == "host.cpu_thermal_kept":
+            return _Reason("the host's CPUs keep no thermal throttle counters (no "
+                           "/sys/devices/system/cpu/cpu*/thermal_throttle: AMD, Arm and most "
+                           "virtual machines)", Why.NO_CPU_THERMAL_COUNTERS)
         if path == "allocations_known":
             return _Reason("no kubelet allocates this GPU (not a Kubernetes node, or its pod "
                            "resources socket is not mounted)", Why.NO_KUBELET)

@@ -343,7 +343,8 @@ class Diagnosis(Derivation):
         the steady state, then keep the root causes among the rows that are on.
         A row an instance cannot judge is not the GPU's unjudged row."""
         place = (sig.index, sig.gpu_instance)
-        trend = Trend(self._increase_fn(sig.index, now), wall, past)
+        trend = Trend(self._increase_fn(sig.index, now), wall, past,
+                      lambda name: tuple(self._counters.get((sig.index, name), ())))
         timeline = self._timelines.get(place)
         if timeline is None:
             timeline = self._timelines[place] = _Timeline(now)

@@ -113,6 +113,10 @@ class GpuSignals:
     # not for want of an Xid, and the Xid rows cannot be judged. gather()
     # always says which; a place built by hand has its Xids given.
     xids_known: bool = read_from("xid", default=True)
+    # GPM's DRAM bandwidth use and tensor pipe activity, beside sm_active
+    # (None without GPM): what the place's kernels wait on.
+    dram_active: float | None = read_from("gpm", "gpm_instances", default=None)
+    tensor_active: float | None = read_from("gpm", "gpm_instances", default=None)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -189,6 +193,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         g = gpm.get(index)
         if g is not None:
             sig.sm_active = g.sm_active
+            sig.dram_active, sig.tensor_active = g.dram_active, g.tensor_active
         sig.gpm_pending = index in gpm_pending
         util = samples.get(index, {}).get("gpu_utilization_samples_ratio")
         if util is not None:
@@ -240,4 +245,6 @@ def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
                       gpu.nvlink_links, mig=True, gpu_instance=m.gpu_instance,
                       instance_memory=(float(m.memory_used_bytes),
                                        float(m.memory_total_bytes)),
-                      xids_known=gpu.xids_known)
+                      xids_known=gpu.xids_known,
+                      dram_active=None if activity is None else activity.dram_active,
+                      tensor_active=None if activity is None else activity.tensor_active)

@@ -25,6 +25,11 @@ from gpu_exporter.diagnosis.link_rows import NVLINK_ERRORS as NVLINK_ERRORS
 # Row and Severity are what a row is; the table's readers import them from here too.
 from gpu_exporter.diagnosis.row import Row as Row
 from gpu_exporter.diagnosis.row import Severity as Severity
+
+# The rows of a workload's growth, its host CPUs' heat and memory-bound work.
+from gpu_exporter.diagnosis.workload_rows import HOST_CPU_THERMAL as HOST_CPU_THERMAL
+from gpu_exporter.diagnosis.workload_rows import MEMORY_BOUND as MEMORY_BOUND
+from gpu_exporter.diagnosis.workload_rows import MEMORY_FILLING as MEMORY_FILLING
 from gpu_exporter.thresholds import DiagnosisConfig
 
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
@@ -522,6 +527,7 @@ ROWS: tuple[Row, ...] = (
     IDLE_CPU_LIMIT_THROTTLED, ALLOCATED_UNUSED,
     UNDERFED_CPU_LIMIT_THROTTLED, IDLE_MEMORY_LIMIT_RECLAIM, UNDERFED_MEMORY_LIMIT_RECLAIM,
     IDLE_CPU_STEAL, UNDERFED_CPU_STEAL, FAN_STOPPED,
+    MEMORY_FILLING, HOST_CPU_THERMAL, MEMORY_BOUND,
 )
 
 BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}
@@ -542,6 +548,7 @@ SAME_SIGNAL: dict[str, str] = {
     "gpu_busy_seconds_total": "gpu_utilization_ratio",
     "gpu_sm_active_seconds_total": "gpu_sm_active_ratio",
     "gpu_xid_errors_all_total": "gpu_xid_errors_total",
+    "gpu_dram_active_seconds_total": "gpu_dram_active_ratio",
 }
 
 _CHARACTER = ("what the workload's kernels are like (occupancy, tensor or DRAM use), "
@@ -553,9 +560,8 @@ NOT_READ: dict[str, str] = {
     "gpu_process_info": _IDENTITY, "gpu_mig_mode_enabled": _IDENTITY,
     "gpu_ecc_enabled": _IDENTITY,
     "gpu_memory_controller_utilization_ratio": _CHARACTER,
-    "gpu_sm_occupancy_ratio": _CHARACTER, "gpu_tensor_active_ratio": _CHARACTER,
-    "gpu_dram_active_ratio": _CHARACTER, "gpu_tensor_active_seconds_total": _CHARACTER,
-    "gpu_dram_active_seconds_total": _CHARACTER, "gpu_mig_sm_occupancy_ratio": _CHARACTER,
+    "gpu_sm_occupancy_ratio": _CHARACTER,
+    "gpu_tensor_active_seconds_total": _CHARACTER, "gpu_mig_sm_occupancy_ratio": _CHARACTER,
     "gpu_mig_tensor_active_ratio": _CHARACTER, "gpu_mig_dram_active_ratio": _CHARACTER,
     "gpu_energy_joules_total": "energy over time; the throttle rows read the power it "
                                "integrates against its limit",

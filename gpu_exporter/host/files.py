@@ -48,3 +48,16 @@ def to_float(path: Path | str, text: str) -> float:
         return float(text)
     except ValueError:
         raise MalformedFile(path, f"{text!r} is not a number") from None
+
+
+def read_bounded(path: Path | str, limit: int) -> str:
+    """At most ``limit`` bytes of a small file (a sysfs counter): one longer
+    than that is not the file it should be, and is refused in one line."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise MalformedFile(path, f"longer than {limit} bytes")
+    return data.decode("utf-8", errors="replace")

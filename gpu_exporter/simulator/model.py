@@ -335,6 +335,13 @@ class HostCondition(_Strict):
     # interface name -> receive drops per second / receive errors per second
     net_rx_drops_per_s: dict[str, float] | None = None
     net_rx_errors_per_s: dict[str, float] | None = None
+    # The CPUs' thermal throttle counters (/sys/devices/system/cpu/cpu*/
+    # thermal_throttle): False for CPUs that keep none (AMD, Arm, most VMs);
+    # throttle events per second on each core and each package, and the share
+    # of time each core spends throttled (*_throttle_total_time_ms).
+    cpu_thermal_counters: bool | None = None
+    cpu_thermal_throttles_per_s: float | None = Field(None, ge=0)
+    cpu_thermal_throttled_ratio: float | None = Field(None, ge=0, le=1)
     # /proc/uptime when the scenario starts (it grows with the scenario's
     # time; read from the scenario's host only, a timeline step does not
     # reboot), and /proc/sys/kernel/random/boot_id: another id is another boot.
@@ -352,6 +359,9 @@ class ProcessCondition(_Strict):
     gpus: list[int] = Field(default_factory=list)
     type: Literal["compute", "graphics"] = "compute"
     gpu_memory_ratio: float = Field(0.0, ge=0, le=1)  # share of each GPU's memory it holds
+    # Share of each GPU's memory it adds per second from the scenario's start
+    # (a leak, a cache without bound), up to all of it.
+    gpu_memory_growth_ratio_per_s: float = Field(0.0, ge=0, le=1)
     sm_utilization: float | None = Field(None, ge=0, le=1)  # None: no samples from NVML
     cpu_ratio: float = Field(0.0, ge=0)  # CPUs' worth of time it burns (1.5 = 1.5 cores)
     # R running or runnable, S asleep until an event, D blocked in the kernel

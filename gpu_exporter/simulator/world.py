@@ -132,6 +132,9 @@ HOST_DEFAULTS: dict[str, Any] = {
     "disks": {"nvme0n1": 0.05, "nvme1n1": 0.04},
     "net_rx_drops_per_s": {"eth0": 0.0, "ib0": 0.0},
     "net_rx_errors_per_s": {"eth0": 0.0, "ib0": 0.0},
+    "cpu_thermal_counters": True,
+    "cpu_thermal_throttles_per_s": 0.0,
+    "cpu_thermal_throttled_ratio": 0.0,
     # One fixed boot (the uptime is the scenario's, see hostfs.boot_uptime).
     "boot_id": "5e1f0a9c-2b3d-4c8e-9f6a-0d1e2f3a4b5c",
 }
@@ -629,7 +632,8 @@ class World:
         reserved = p.memory_reserved_mib * MIB
         usable = total - reserved
         procs = [GpuProcess(
-            pid=pc.pid, used_bytes=int(pc.gpu_memory_ratio * usable),
+            pid=pc.pid, used_bytes=int(min(1.0, pc.gpu_memory_ratio
+                                           + pc.gpu_memory_growth_ratio_per_s * t) * usable),
             gpu_instance=pc.mig[0] if pc.mig else NO_MIG,
             compute_instance=pc.mig[1] if pc.mig else NO_MIG,
             graphics=pc.type == "graphics",
