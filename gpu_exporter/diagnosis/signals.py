@@ -11,6 +11,7 @@ from gpu_exporter.readings import (
     READER_OF_FIELD,
     AttributionReading,
     GpmReading,
+    GpuNetwork,
     GpuOwner,
     GpuReading,
     HostSignals,
@@ -110,6 +111,9 @@ class GpuSignals:
     # not for want of an Xid, and the Xid rows cannot be judged. gather()
     # always says which; a place built by hand has its Xids given.
     xids_known: bool = read_from("xid", default=True)
+    # The node's RDMA ports and the GPU's distance to each RDMA device (None:
+    # the network reader did not run, or the GPU's PCI place is not known).
+    network: GpuNetwork | None = read_from("network", default=None)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -177,6 +181,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
     attribution = readings.attribution
     nvlink = readings.nvlink
     mig = readings.mig or {}
+    network = readings.network
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))
@@ -206,6 +211,8 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             links = nvlink.get(index)
             sig.nvlink_links = 0 if links is None else links.links
             sig.nvlink_errors = None if links is None else links.errors
+        if network is not None:
+            sig.network = network.gpus.get(index)
         out.append(sig)
         instances = mig.get(index)
         if instances:
