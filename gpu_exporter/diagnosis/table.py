@@ -561,6 +561,8 @@ NOT_READ: dict[str, str] = {
     "gpu_rdma_port_hw_counter_total": "the driver's congestion and retransmit counters: "
                                       "traffic the fabric slowed, not a fault of the node's",
     "gpu_network_devices_left_out": _OURS,
+    "gpu_nic_kernel_events_total": "the NIC driver's log lines, for the on-call engineer; "
+                                   "the port rows read the ports' own state and counters",
     "gpu_info": _IDENTITY, "gpu_mig_info": _IDENTITY, "gpu_job_info": _IDENTITY,
     "gpu_process_info": _IDENTITY, "gpu_mig_mode_enabled": _IDENTITY,
     "gpu_ecc_enabled": _IDENTITY,
