@@ -58,7 +58,7 @@ def test_ports_rate_and_saturation_exported(tmp_path: Path) -> None:
              for lb, v in snap.series("gpu_rdma_port_state")}
     assert state["mlx5_1"] == ("DOWN", "Polling", 1.0)
     saturated = {(lb["nic"], lb["counter"]): v
-                 for lb, v in snap.series("gpu_rdma_port_counter_saturated")}
+                 for lb, v in snap.series("gpu_rdma_port_errors_saturated")}
     assert saturated[("mlx5_1", "symbol_error")] == 1.0
     assert saturated[("mlx5_1", "link_downed")] == 0.0
     assert saturated[("mlx5_0", "symbol_error")] == 0.0

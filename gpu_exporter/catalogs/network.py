@@ -48,11 +48,11 @@ RDMA_PORT_ERRORS_TOTAL = _m(
     "The RDMA port's InfiniBand PortCounters (counters/ in sysfs: symbol_error, link_downed, "
     "link_error_recovery, port_rcv_errors, port_xmit_discards, port_xmit_wait...) since the "
     "driver loaded. Each is 4 to 32 bits wide and stops at its maximum instead of wrapping: "
-    "see gpu_rdma_port_counter_saturated.", (*_PORT, "counter"), "network",
+    "see gpu_rdma_port_errors_saturated.", (*_PORT, "counter"), "network",
     bounds=_COUNT)
 
-RDMA_PORT_COUNTER_SATURATED = _m(
-    "gpu_rdma_port_counter_saturated", "gauge",
+RDMA_PORT_ERRORS_SATURATED = _m(
+    "gpu_rdma_port_errors_saturated", "gauge",
     "1 when the port counter stands at the maximum of its field (65535 for a 16-bit one) "
     "and can rise no more: its rate reads 0 whatever happens on the link until the counter "
     "is cleared (perfquery -x -R); 0 while it still counts.", (*_PORT, "counter"),

@@ -107,7 +107,7 @@ class NetworkCollector(NvmlCollector):
                 out.add(m.RDMA_PORT_RATE_BYTES, port.rate_gbps * 1e9 / _BITS_PER_BYTE, **labels)
             for counter, value in port.counters.items():
                 out.add(m.RDMA_PORT_ERRORS_TOTAL, value, **labels, counter=counter)
-                out.add(m.RDMA_PORT_COUNTER_SATURATED, counter in port.saturated, **labels,
+                out.add(m.RDMA_PORT_ERRORS_SATURATED, counter in port.saturated, **labels,
                         counter=counter)
             for counter, value in port.hw_counters.items():
                 out.add(m.RDMA_PORT_HW_COUNTER_TOTAL, value, **labels, counter=counter)

@@ -52,4 +52,4 @@ RDMA_ERRORS = Row(
     "port; clear the counters (perfquery -x -R) to see whether they climb again. " + _OWNER,
     ("perfquery -x", "ibqueryerrors", "mlxlink -d <device> -c"),
     "Escalate to the network team when the errors climb again after a reseat.",
-    reads=("gpu_rdma_port_errors_total", "gpu_rdma_port_counter_saturated"), boot_grace=True)
+    reads=("gpu_rdma_port_errors_total", "gpu_rdma_port_errors_saturated"), boot_grace=True)
