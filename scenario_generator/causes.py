@@ -379,6 +379,47 @@ def link_integrity(b: NodeBuilder) -> list[Expected]:
     return _at_gpu(b, "link_integrity")
 
 
+def _rails(b: NodeBuilder) -> list[dict[str, Any]]:
+    """One InfiniBand HCA behind each GPU's PCIe switch (the simulator's
+    default node), written out so a cause can change one of them, and a
+    spare on a host bridge of its own: a port is judged against its peers,
+    and a one-GPU node has one rail."""
+    rails = b.host.get("rdma")
+    if rails is None:
+        rails = b.host["rdma"] = [{"name": f"mlx5_{i}", "beside_gpu": i}
+                                  for i in range(min(b.count, 8))]
+        rails.append({"name": "mlx5_9", "numa_node": 0})
+    return rails
+
+
+def rdma_link_integrity(b: NodeBuilder) -> list[Expected]:
+    """The target's nearest HCA counts symbol errors (and sometimes receive
+    errors or link downs) every few seconds: a dirty fibre."""
+    rail = _rails(b)[b.target]
+    rail["errors_per_s"] = {"symbol_error": round(b.u(1.0, 20.0), 2)}
+    if b.rng.random() < 0.5:
+        rail["errors_per_s"]["port_rcv_errors"] = round(b.u(0.5, 5.0), 2)
+    return _at_gpu(b, "rdma_link_integrity")
+
+
+def rdma_port(b: NodeBuilder) -> list[Expected]:
+    """The target's nearest HCA's port is down, or trained at half its peers'
+    rate."""
+    rail = _rails(b)[b.target]
+    if b.rng.random() < 0.5:
+        rail["state"] = "DOWN"
+    else:
+        rail["rate_gbps"] = b.rng.choice([100.0, 200.0])
+    return _at_gpu(b, "rdma_port")
+
+
+def saturated_symbol_errors(b: NodeBuilder) -> list[Expected]:
+    """A confounder: the target's HCA counted symbol errors long ago until its
+    16-bit counter stopped at 65535; it rises no more, so nothing climbs."""
+    _rails(b)[b.target]["counters"] = {"symbol_error": 65535}
+    return []
+
+
 # --- memory and the driver's reports -----------------------------------------------
 def _ecc_on(board: DeviceProfile) -> bool:
     return board.ecc and "nvmlDeviceGetTotalEccErrors" not in board.unsupported_calls
@@ -778,6 +819,10 @@ CAUSES: tuple[Cause, ...] = (
     _c("gpu_reset", "gpu_reset", (0, 100), {"recovery"}, gpu_reset, tenants=_WHOLE_GPU),
     _c("nvswitch_fabric", "nvswitch_fabric", (0, 100), {"fabric"}, nvswitch_fabric,
        boards=_has("fabric"), tenants=_WHOLE_GPU),
+    # The simulated node has an HCA beside each of its first eight GPUs.
+    _c("rdma_link_integrity", "rdma_link_integrity", (0, 100), {"rdma"}, rdma_link_integrity,
+       tenants=_WHOLE_GPU),
+    _c("rdma_port", "rdma_port", (0, 100), {"rdma"}, rdma_port, tenants=_WHOLE_GPU),
     _c("mig_oom_risk", "oom_risk", (0, 100), {"instance"}, mig_oom_risk,
        boards=_has("mig"), tenants=_MIG),
     _c("mig_process_stalled", "process_stalled", (0, 5), {"instance"}, mig_process_stalled,
@@ -807,5 +852,6 @@ CONFOUNDERS: tuple[Cause, ...] = (
     _c("corrected_ecc", None, (0, 100), {"ecc"}, corrected_ecc, boards=_has("ecc")),
     _c("small_throttle", None, (85, 100), {"workload_cpu"}, small_throttle, tenants=_PODS),
     _c("moderate_load", None, (15, 65), STARVE, moderate_load),
+    _c("saturated_symbol_errors", None, (0, 100), {"rdma"}, saturated_symbol_errors),
 )
 BY_NAME = {c.name: c for c in (*CAUSES, *CONFOUNDERS)}
