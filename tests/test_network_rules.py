@@ -13,16 +13,18 @@ import pytest
 
 from gpu_exporter.collectors.network import NetworkCollector
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.coverage import KIND_OF, Kind, Why
+from gpu_exporter.diagnosis.coverage import KIND_OF, Kind, Why, answer
 from gpu_exporter.diagnosis.registry import Trend, Verdict
 from gpu_exporter.diagnosis.rules import RULES
 from gpu_exporter.host.nics import PciLocation, RdmaPort
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
 from gpu_exporter.readings import GpuNetwork
+from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.snapshot import SnapshotBuilder
 from gpu_exporter.thresholds import DiagnosisConfig
 from tests import nic_tree
 from tests.rule_signals import CFG, signals, verdict
+from tests.simnode import SimRun
 
 
 def _port(hca: str, state: int = 4, rate: float = 400.0, number: int = 1,
@@ -185,3 +187,44 @@ def test_on_the_node_a_port_down_blames_its_own_gpus_only(tmp_path: Path) -> Non
     gpus = _reading(sys, nic_tree.GPUS)
     held = [i for i in range(8) if _judge(t.RDMA_PORT_DEGRADED, gpus[i]).holds]
     assert held == [4, 5]
+
+
+# --- on the simulated node -------------------------------------------------------
+def _coverage(rdma: list[dict[str, object]]) -> dict[str, list[tuple[str, ...]]]:
+    sc = Scenario(name="rdma-coverage", node={"gpus": 2},
+                  state={"utilization": 0.9, "memory_used_ratio": 0.5},
+                  host={"cpus": 32, "numa_nodes": 1, "uptime_s": 86400, "rdma": rdma})
+    with SimRun(sc) as run:
+        cov = answer(run.poll(40.0, interval=2.0))
+    rows = {t.NIC_ACROSS_SOCKETS.key, t.RDMA_PORT_DEGRADED.key, t.RDMA_ERRORS.key}
+    return {section: [(g["reason"], *sorted(rows & set(g["checks"]))) for g in cov[section]
+                      if rows & set(g["checks"])]
+            for section in ("not_checked", "not_available", "nothing_to_check")}
+
+
+def test_a_node_without_rdma_has_nothing_to_check_and_says_nccl_is_not_read() -> None:
+    got = _coverage([])
+    assert got["not_checked"] == [] and got["not_available"] == []
+    [(reason, *rows)] = got["nothing_to_check"]
+    assert len(rows) == 3
+    assert "no RDMA port near this GPU" in reason
+    assert "NCCL_IB_HCA" in reason and "not read" in reason
+
+
+def test_a_node_with_its_rails_judges_every_row() -> None:
+    got = _coverage([{"name": "mlx5_0", "beside_gpu": 0}, {"name": "mlx5_1", "beside_gpu": 1}])
+    assert got == {"not_checked": [], "not_available": [], "nothing_to_check": []}
+
+
+def test_a_simulated_counter_stops_at_the_top_of_its_field() -> None:
+    sc = Scenario(name="rdma-saturates", node={"gpus": 1},
+                  host={"rdma": [{"name": "mlx5_0", "beside_gpu": 0,
+                                  "counters": {"symbol_error": 65500, "link_downed": 250},
+                                  "errors_per_s": {"symbol_error": 10.0, "link_downed": 1.0}}]})
+    with SimRun(sc) as run:
+        snap = run.poll(20.0)
+    errors = {lb["counter"]: v for lb, v in snap.series("gpu_rdma_port_errors_total")}
+    saturated = {lb["counter"]: v for lb, v in snap.series("gpu_rdma_port_errors_saturated")}
+    assert errors["symbol_error"] == 65535 and saturated["symbol_error"] == 1.0
+    assert errors["link_downed"] == 255 and saturated["link_downed"] == 1.0
+    assert saturated["port_rcv_errors"] == 0.0
