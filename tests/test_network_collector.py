@@ -73,11 +73,19 @@ def test_a_garbled_file_counts_one_error_and_warns_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     sys = nic_tree.build(tmp_path / "sys")
     (sys / "class/infiniband/mlx5_0/ports/1/counters/symbol_error").write_text("x\n")
+    bad = sys / "class/infiniband/mlx5_0/ports/1/counters/symbol_error"
     c = NetworkCollector(_session(), sys)
     _collect(c)
     assert c.errors() == 1
-    _collect(c)
+    # Another garbage each poll is the same file's problem: said once.
+    for garbage in ("y\n", "z\n", "-5\n"):
+        bad.write_text(garbage)
+        _collect(c)
+        assert c.errors() == 1
     assert sum("symbol_error" in r.message for r in caplog.records) == 1
+    bad.write_text("7\n")
+    _collect(c)
+    assert c.errors() == 0
 
 
 def test_a_node_without_rdma_exports_no_distance(tmp_path: Path) -> None:

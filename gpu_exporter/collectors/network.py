@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # Where a GPU sits moves only when it is re-enumerated: read again this often.
 PLACEMENT_REFRESH_POLLS = 60
 _BITS_PER_BYTE = 8
+# Files whose problem was said: the NICs' and ports' attribute files, a few
+# dozen per device, within the caps of host/nics.py.
+MAX_WARNED = 4096
 
 
 class NetworkCollector(NvmlCollector):
@@ -114,10 +117,15 @@ class NetworkCollector(NvmlCollector):
         out.add(m.NETWORK_DEVICES_LEFT_OUT, view.left_out)
 
     def _note(self, problems: tuple[str, ...]) -> None:
+        """Count each problem; say it once per file (a problem begins with its
+        file's path, and what follows can change every poll)."""
         self._errors += len(problems)
         for problem in problems:
-            if problem not in self._warned:
-                self._warned.add(problem)
+            path = problem.split(": ", 1)[0]
+            if path not in self._warned:
+                if len(self._warned) >= MAX_WARNED:
+                    self._warned.clear()  # said again, at worst, never grown without bound
+                self._warned.add(path)
                 log.warning("sysfs: %s", problem)
 
 
