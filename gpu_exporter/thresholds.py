@@ -110,6 +110,12 @@ class DiagnosisConfig(Section):
         1.0, ge=0, description="Errors (error interrupts, replays, back-to-back replays) on "
         "the GPU's C2C link to its Grace CPU within the window at or above which the link "
         "counts as failing (an on-board link that is sound reports none)")
+    # A sound link can count a stray symbol error now and then: the default
+    # asks for more than a few within the window.
+    rdma_errors_per_window: float = setting(
+        10.0, ge=0, description="Symbol errors, link-downed events, link error recoveries, "
+        "local link integrity and receive errors on one port of the GPU's nearest RDMA "
+        "device within the window at or above which the port counts as failing")
     memory_near_full_ratio: float = setting(
         0.95, gt=0, le=1, description="GPU memory used above this share counts as near full")
     memory_full_within: Duration = setting(

@@ -41,6 +41,7 @@
       "nvlink_crc_errors_per_s": 100.0,
       "nvlink_replays_per_window": 1.0,
       "c2c_errors_per_window": 1.0,
+      "rdma_errors_per_window": 10.0,
       "memory_near_full_ratio": 0.95,
       "memory_full_within": "1h",
       "memory_bound_dram_active": 0.7,

@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_exporter.simulator.model import DeviceProfile
+from scenario_generator.network_causes import (
+    rdma_link_integrity,
+    rdma_port,
+    saturated_symbol_errors,
+)
 from scenario_generator.node import GIB, MIB, HostShape, NodeBuilder, Tenant
 from scenario_generator.truth import Expected
 
@@ -790,6 +795,10 @@ CAUSES: tuple[Cause, ...] = (
     _c("gpu_reset", "gpu_reset", (0, 100), {"recovery"}, gpu_reset, tenants=_WHOLE_GPU),
     _c("nvswitch_fabric", "nvswitch_fabric", (0, 100), {"fabric"}, nvswitch_fabric,
        boards=_has("fabric"), tenants=_WHOLE_GPU),
+    # The simulated node has an HCA beside each of its first eight GPUs.
+    _c("rdma_link_integrity", "rdma_link_integrity", (0, 100), {"rdma"}, rdma_link_integrity,
+       tenants=_WHOLE_GPU),
+    _c("rdma_port", "rdma_port", (0, 100), {"rdma"}, rdma_port, tenants=_WHOLE_GPU),
     _c("mig_oom_risk", "oom_risk", (0, 100), {"instance"}, mig_oom_risk,
        boards=_has("mig"), tenants=_MIG),
     _c("mig_process_stalled", "process_stalled", (0, 5), {"instance"}, mig_process_stalled,
@@ -819,5 +828,6 @@ CONFOUNDERS: tuple[Cause, ...] = (
     _c("corrected_ecc", None, (0, 100), {"ecc"}, corrected_ecc, boards=_has("ecc")),
     _c("small_throttle", None, (85, 100), {"workload_cpu"}, small_throttle, tenants=_PODS),
     _c("moderate_load", None, (15, 65), STARVE, moderate_load),
+    _c("saturated_symbol_errors", None, (0, 100), {"rdma"}, saturated_symbol_errors),
 )
 BY_NAME = {c.name: c for c in (*CAUSES, *CONFOUNDERS)}

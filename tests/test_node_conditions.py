@@ -270,7 +270,8 @@ def test_every_row_of_the_table_has_its_condition() -> None:
     assert by_condition[npd.THROTTLED] == {"throttled_under_load", "clocks_capped"}
     assert by_condition[npd.LINK_DEGRADED] == {"pcie_downtrained", "pcie_errors",
                                                "nvlink_errors", "c2c_errors",
-                                               "fabric_degraded"}
+                                               "fabric_degraded", "network_degraded",
+                                               "network_errors"}
     assert {"memory_held_sm_idle", "gpu_allocated_unused"} <= by_condition[None]
 
 

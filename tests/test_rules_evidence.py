@@ -779,10 +779,12 @@ def test_every_row_has_evidence_cases() -> None:
     # The counter rules' cases are below, and in tests/test_link_rules.py; the
     # came-back row reads the fault memory, its cases are in
     # tests/test_fault_memory.py; the rows judged on the window's readings
-    # have theirs in tests/test_workload_rules.py.
+    # have theirs in tests/test_workload_rules.py, the network rows' in
+    # tests/test_network_rules.py.
     assert {c[0] for c in CASES} | {t.PCIE_ERRORS, t.NVLINK_ERRORS, t.C2C_ERRORS,
                                     t.FAULT_CAME_BACK, t.MEMORY_FILLING,
-                                    t.HOST_CPU_THERMAL} == set(ROWS)
+                                    t.HOST_CPU_THERMAL, t.NIC_ACROSS_SOCKETS,
+                                    t.RDMA_PORT_DEGRADED, t.RDMA_ERRORS} == set(ROWS)
 
 
 # --- counters over the window ------------------------------------------------------------

@@ -102,6 +102,12 @@ ROW_CONDITION: dict[t.Row, str | None] = {
     # here speak of the GPUs, and the row's alert goes to whoever runs the
     # datacenter.
     t.HOST_CPU_THERMAL: None,
+    # The RDMA link the GPU's collectives go out through is down, slow or
+    # losing traffic: a degraded link of the GPU's, as a degraded NVLink is.
+    t.RDMA_PORT_DEGRADED: LINK_DEGRADED,
+    t.RDMA_ERRORS: LINK_DEGRADED,
+    # Where the slots are is the board's layout: no reason to stop jobs.
+    t.NIC_ACROSS_SOCKETS: None,
 }
 _BY_KEY = {row.key: condition for row, condition in ROW_CONDITION.items()}
 if set(ROW_CONDITION) != set(t.ROWS):

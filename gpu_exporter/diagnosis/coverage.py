@@ -149,6 +149,7 @@ class Why(Enum):
     NO_NVLINK = auto()
     NO_C2C = auto()
     NO_CPU_THERMAL_COUNTERS = auto()
+    NO_RDMA = auto()
     OTHER_NOT_READ = auto()
 
 
@@ -187,6 +188,7 @@ KIND_OF: dict[Why, Kind] = {
     Why.NO_NVLINK: Kind.NO_SUBJECT,
     Why.NO_C2C: Kind.NO_SUBJECT,
     Why.NO_CPU_THERMAL_COUNTERS: Kind.NO_SUBJECT,
+    Why.NO_RDMA: Kind.NO_SUBJECT,
     Why.OTHER_NOT_READ: Kind.GAP,
 }
 if set(KIND_OF) != set(Why):
@@ -371,6 +373,14 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         field = path.rsplit(".", 1)[-1]
         return _Reason(f"its workload's {field.replace('_', ' ')} is not read yet",
                        Why.WORKLOAD_NOT_READ)
+    if head == "network":
+        # NCCL_SOCKET_IFNAME and NCCL_IB_HCA are not read either: they are in
+        # the job's environment, and /proc/<pid>/environ needs privilege the
+        # exporter does not take. The rows judge the GPU's nearest device.
+        return _Reason("no RDMA port near this GPU to judge (no RDMA device on the node, none "
+                       "whose distance from the GPU sysfs tells, or no port of the node "
+                       "ACTIVE to compare with; what NCCL was told to use, NCCL_IB_HCA, is "
+                       "in the job's environment, which is not read)", Why.NO_RDMA)
     if isinstance(value, list | tuple):
         return None  # an empty list that is not a missing subject (no owner, no Xid)
     if head == "host":

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from gpu_exporter.diagnosis import (
     fault_rules,  # noqa: F401
     link_rules,  # noqa: F401
+    network_rules,  # noqa: F401
     workload_rules,  # noqa: F401
     xid_rules,  # noqa: F401
 )

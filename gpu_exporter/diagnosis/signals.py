@@ -11,6 +11,7 @@ from gpu_exporter.readings import (
     READER_OF_FIELD,
     AttributionReading,
     GpmReading,
+    GpuNetwork,
     GpuOwner,
     GpuReading,
     HostSignals,
@@ -117,6 +118,9 @@ class GpuSignals:
     # (None without GPM): what the place's kernels wait on.
     dram_active: float | None = read_from("gpm", "gpm_instances", default=None)
     tensor_active: float | None = read_from("gpm", "gpm_instances", default=None)
+    # The node's RDMA ports and the GPU's distance to each RDMA device (None:
+    # the network reader did not run, or the GPU's PCI place is not known).
+    network: GpuNetwork | None = read_from("network", default=None)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -184,6 +188,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
     attribution = readings.attribution
     nvlink = readings.nvlink
     mig = readings.mig or {}
+    network = readings.network
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))
@@ -216,6 +221,8 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             sig.nvlink_errors = None if links is None else links.errors
             if links is not None:
                 sig.nvlink_bit_error_rates = links.bit_error_rates
+        if network is not None:
+            sig.network = network.gpus.get(index)
         out.append(sig)
         instances = mig.get(index)
         if instances:

@@ -21,6 +21,9 @@ from __future__ import annotations
 # The link rows beside PCIe live in their own module (this one stays readable).
 from gpu_exporter.diagnosis.link_rows import C2C_ERRORS as C2C_ERRORS
 from gpu_exporter.diagnosis.link_rows import NVLINK_ERRORS as NVLINK_ERRORS
+from gpu_exporter.diagnosis.network_rows import NIC_ACROSS_SOCKETS as NIC_ACROSS_SOCKETS
+from gpu_exporter.diagnosis.network_rows import RDMA_ERRORS as RDMA_ERRORS
+from gpu_exporter.diagnosis.network_rows import RDMA_PORT_DEGRADED as RDMA_PORT_DEGRADED
 
 # Row and Severity are what a row is; the table's readers import them from here too.
 from gpu_exporter.diagnosis.row import Row as Row
@@ -528,6 +531,7 @@ ROWS: tuple[Row, ...] = (
     UNDERFED_CPU_LIMIT_THROTTLED, IDLE_MEMORY_LIMIT_RECLAIM, UNDERFED_MEMORY_LIMIT_RECLAIM,
     IDLE_CPU_STEAL, UNDERFED_CPU_STEAL, FAN_STOPPED,
     MEMORY_FILLING, HOST_CPU_THERMAL, MEMORY_BOUND,
+    NIC_ACROSS_SOCKETS, RDMA_PORT_DEGRADED, RDMA_ERRORS,
 )
 
 BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}
@@ -556,6 +560,16 @@ _CHARACTER = ("what the workload's kernels are like (occupancy, tensor or DRAM u
 _IDENTITY = "identity or configuration of the node, the GPU or its owner, not a measurement"
 _OURS = "the exporter's own health or its verdicts, not a signal of the node's"
 NOT_READ: dict[str, str] = {
+    "gpu_nic_info": _IDENTITY,
+    "gpu_nic_up": "a NIC that is not an RDMA device (the rows judge the RDMA ports' own "
+                  "state: gpu_rdma_port_state)",
+    "gpu_nic_speed_bytes_per_second": "a NIC's speed (the rows judge the RDMA ports' own "
+                                      "rate: gpu_rdma_port_rate_bytes_per_second)",
+    "gpu_rdma_port_hw_counter_total": "the driver's congestion and retransmit counters: "
+                                      "traffic the fabric slowed, not a fault of the node's",
+    "gpu_network_devices_left_out": _OURS,
+    "gpu_nic_kernel_events_total": "the NIC driver's log lines, for the on-call engineer; "
+                                   "the port rows read the ports' own state and counters",
     "gpu_info": _IDENTITY, "gpu_mig_info": _IDENTITY, "gpu_job_info": _IDENTITY,
     "gpu_process_info": _IDENTITY, "gpu_mig_mode_enabled": _IDENTITY,
     "gpu_ecc_enabled": _IDENTITY,

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter.host.files import MalformedFile, read_bounded, to_int
+from gpu_exporter.host.files import MalformedFile, read_small, to_int
 
 # The kinds of counter the kernel keeps: the core's own, and its package's.
 KINDS = ("core", "package")
@@ -43,7 +43,7 @@ class ThermalThrottle:
 
 def _counter(path: str) -> int | None:
     try:
-        text = read_bounded(path, _COUNTER_BYTES)
+        text = read_small(path, _COUNTER_BYTES)
     except FileNotFoundError:
         return None
     value = to_int(path, text.strip())

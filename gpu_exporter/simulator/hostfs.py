@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_exporter.simulator.model import ProcessCondition
+from gpu_exporter.simulator.nicfs import NicRenderer
 from gpu_exporter.simulator.world import GpuState, World
 
 # The readers convert with this machine's values, so the files use them too.
@@ -173,6 +174,7 @@ class HostFs:
         self._proc = str(self.procfs)
         self._sys = str(self.sysfs)
         self._files = _Files()
+        self._nics = NicRenderer(self._files, self._sys)
         self._last_t: float | None = None
         self._host = _HostCounters()
         self._procs: dict[int, _ProcCounters] = {}
@@ -213,6 +215,10 @@ class HostFs:
         self._render_processes(self.world.processes(when), host, numa, when,
                                0.0 if first else dt)
         self._render_sysfs(states, host, numa, 0.0 if first else dt)
+        self._nics.render({st.index: (_sysfs_bdf(st.bus_id), _bridge_chain(_sysfs_bdf(st.bus_id)))
+                           for st in states},
+                          host.get("rdma"), {st.index: numa[st.index] for st in states},
+                          0.0 if first else dt)
 
     def _jittered(self, h: dict[str, Any], t: float) -> dict[str, Any]:
         """The host condition with the scenario's jitter on its rates and

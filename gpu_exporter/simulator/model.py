@@ -303,6 +303,31 @@ class Pressure(_Strict):
     full: float = Field(0.0, ge=0, le=1)
 
 
+# The PortCounters the simulated HCAs keep (simulator/nicfs.py COUNTER_BITS).
+PortCounter = Literal["symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                      "port_xmit_discards", "local_link_integrity_errors",
+                      "excessive_buffer_overrun_errors", "port_xmit_wait"]
+
+
+class RdmaNic(_Strict):
+    """An RDMA device of the host (a ConnectX HCA, one port), simulator/nicfs.py."""
+
+    name: str = Field(pattern=r"^mlx5_[0-9]{1,2}$")
+    netdev: str | None = Field(None, pattern=r"^[a-z][a-z0-9]{1,14}$")
+    # Behind this GPU's PCIe switch (PIX to it); None: on a host bridge of its
+    # own on ``numa_node``.
+    beside_gpu: int | None = Field(None, ge=0, le=63)
+    numa_node: int = Field(0, ge=0, le=63)
+    state: Literal["ACTIVE", "DOWN", "INIT", "ARMED"] = "ACTIVE"
+    rate_gbps: float = Field(400.0, gt=0, le=3200)
+    link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
+    # PortCounters' values at the start, and how fast each climbs (per second);
+    # each stops at the top of its field (symbol_error 65535).
+    counters: dict[PortCounter, int] = Field(default_factory=dict)
+    errors_per_s: dict[PortCounter, float] = Field(
+            default_factory=dict)
+
+
 class HostCondition(_Strict):
     """The host around the GPUs. Like GpuCondition, a timeline step changes only
     the fields it names. Rates are per second; ratios 0-1."""
@@ -342,6 +367,9 @@ class HostCondition(_Strict):
     cpu_thermal_counters: bool | None = None
     cpu_thermal_throttles_per_s: float | None = Field(None, ge=0)
     cpu_thermal_throttled_ratio: float | None = Field(None, ge=0, le=1)
+    # The RDMA devices (None: one 400 Gb/s HCA behind each of the first eight
+    # GPUs' switches, as on an HGX board; []: none, a node without RDMA).
+    rdma: list[RdmaNic] | None = None
     # /proc/uptime when the scenario starts (it grows with the scenario's
     # time; read from the scenario's host only, a timeline step does not
     # reboot), and /proc/sys/kernel/random/boot_id: another id is another boot.
