@@ -432,8 +432,9 @@ def test_on_every_mock_board_a_healthy_node_is_healthy_and_says_what_it_lacks(
         checks = checks_text(e["checks"])
         assert e["reason"] and f"{gpu_list(e['gpus'])}: " + (f"{checks}: " if checks else "") \
             + reason_text(e) in out
-    # An 8-GPU node reads in a few lines.
-    assert len(entries) <= 12
+    # An 8-GPU node reads in a few lines (one per reason, whatever the GPUs:
+    # a pre-Hopper board without RDMA or thermal counters has the most).
+    assert len(entries) <= 14
     # Every node condition is OK: exit 0 in NPD's protocol, the condition False.
     for condition in npd.CONDITIONS:
         verdict = run_cli(["diagnose", "--url", url, "--format", "npd", "--condition",
