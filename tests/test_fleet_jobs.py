@@ -8,7 +8,9 @@ holds the rules' test build: every ``for:`` capped at seconds).
 Proven against the central store: GpuJobStragglerNode fires for each
 straggler job's slow node, and for no other, within five minutes of the
 fleet's start; the straggler recording rule never held a node of a balanced
-job, nor a fast node of the straggler job, at any evaluation.
+job, nor a fast node of the straggler job, at any evaluation; the fleet
+dashboard's "Jobs over nodes" panels, as Grafana sends them, show every job's
+nodes with the job's median and name the slow nodes only.
 
 What bounds the time is Prometheus, not the rule: the utilization record is a
 rate over 2m, and the rate of a series younger than its window reads low in
@@ -21,6 +23,7 @@ nodes of 8 GPUs in two clusters (32 jobs, 4 of them straggling).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.request
@@ -34,7 +37,10 @@ import yaml
 from benchmarks.central_store import CentralStore
 from gpu_exporter.commands.fleet import FleetNode, parse_jobs, parse_mix, place_jobs, plan
 from gpu_exporter_mixin.alerting.rules import JOB_STRAGGLER_RECORD
-from tests.test_fleet_stack import TEST_BUILD
+from gpu_exporter_mixin.dashboards.build import JOB_STRAGGLER_NODES, JOBS_OVER_NODES
+from gpu_exporter_mixin.dashboards.generate import FLEET
+from gpu_exporter_mixin.dashboards.queries import panels, substitute
+from tests.test_fleet_stack import CONFIG, ROOT, TEST_BUILD
 from tests.test_live_stack import EXPORTER_CONFIG, wait_for
 from tests.tools import tool
 
@@ -135,3 +141,56 @@ def test_the_slow_node_is_named_within_five_minutes_and_no_other(run: Run) -> No
     judged = {s["metric"]["owner"]
               for s in store.query("owner:gpu_utilization_ratio:median_abs_deviation")}
     assert len(judged) == sum(parse_jobs(JOBS).values()) * len(CLUSTERS)
+
+
+def test_the_job_panels_show_each_jobs_nodes_and_name_the_slow_one(run: Run) -> None:
+    """The fleet dashboard's job panels, as Grafana sends them with every node
+    chosen: each job node's row carries its Slurm job and a median; the slow
+    node's share sits below its job's median by more than the rule's floor,
+    the others' within it; the
+    straggler panel lists the slow nodes only."""
+    dashboard = json.loads((ROOT / FLEET).read_text())
+    targets = {p["title"]: {t["refId"]: t["expr"] for t in p["targets"]}
+               for p in panels(dashboard)}
+    want = slow_nodes(run.nodes)
+    job_of = {n.name: f"slurm job {n.kind.overrides['tenants']['slurm_jobs'][0]['job_id']}"
+              for n in run.nodes}
+    for cluster in CLUSTERS:
+        values = {"cluster": cluster, "job": "gpu-exporter", "instance": ".+", "gpu": ".+",
+                  "namespace": ".*", "datasource": "prometheus"}
+
+        def table(title: str, cluster: str = cluster,
+                  values: dict[str, str] = values) -> dict[str, dict[str, float]]:
+            rows: dict[str, dict[str, float]] = {}
+            for ref, expr in targets[title].items():
+                for series in run.store.query(substitute(expr, values)):
+                    m = series["metric"]
+                    assert m["cluster"] == cluster and m["owner"] == job_of[m["instance"]]
+                    rows.setdefault(m["instance"], {})[ref] = float(series["value"][1])
+            return rows
+
+        mine = {n.name for n in run.nodes if n.cluster == cluster}
+        slow_here = {w for w in want if w[0] == cluster}
+
+        def shown(mine: set[str] = mine, slow_here: set[tuple[str, str]] = slow_here,
+                  cluster: str = cluster) -> dict[str, dict[str, float]] | None:
+            rows = table(JOBS_OVER_NODES)
+            named = {(cluster, n) for n in table(JOB_STRAGGLER_NODES)}
+            return rows if set(rows) == mine and named == slow_here else None
+
+        # In any test order: the slow nodes are named once the rates have data.
+        nodes = wait_for(f"{cluster}: every job node and the slow ones in the job panels",
+                         shown, max(60.0, run.started + NAMED_WITHIN_S - time.time()),
+                         interval=2)
+        # Far below: by at least the rule's floor; the fast nodes within it.
+        gap = CONFIG.fleet.job_straggler.min_gap
+        for name, row in nodes.items():
+            share, median = row["A"], row["B"]
+            if (cluster, name) in want:
+                assert share < median - gap, (name, row)
+            else:
+                assert abs(share - median) < gap, (name, row)
+        stragglers = table(JOB_STRAGGLER_NODES)
+        assert {(cluster, n) for n in stragglers} == slow_here
+        for row in stragglers.values():
+            assert row["A"] < row["B"] - gap

@@ -17,7 +17,7 @@ from gpu_exporter_mixin.alerting.case_model import (
 from gpu_exporter_mixin.alerting.config import AlertConfig
 from gpu_exporter_mixin.alerting.rules import AlertRule
 
-GPUS_PER_NODE = 2
+GPUS_PER_NODE = 1
 
 
 def job_straggler_case(rule: AlertRule, config: AlertConfig) -> Case:

@@ -630,10 +630,14 @@ def _job_straggler_alert(config: AlertConfig) -> AlertRule:
                      f"its nodes, and by at least {js.min_gap:.0%}), for "
                      f"{prose_duration(js.for_)}. Every other node of a synchronous job "
                      "waits for it."),
-        likely_cause="Something on this node slows its ranks: its data loading (a slow "
-                     "local disk or filesystem mount), its CPUs (contention, a CPU limit, "
-                     "steal), its GPUs' clocks (power or thermal throttling), its network "
-                     "link to the others, or a rank that died while the others wait.",
+        likely_cause="Something on this node slows its ranks, and the node's own "
+                     "diagnosis usually names it on its GPUs: its data reads stall "
+                     "(memory_held_sm_underfed or _idle -> data_pipeline_io), its CPUs "
+                     "starve the ranks (-> cpu_contention, cpu_limit_throttled, cpu_steal, "
+                     "host_swapping, memory_limit_reclaim), its clocks are held back "
+                     "(throttled_under_load -> power_cap, thermal, power_brake, hw_slowdown), "
+                     "or its link is degraded (pcie_downtrained); with no diagnosis, its "
+                     "network to the other nodes or a rank that died while the others wait.",
         fix="Ask the node's exporter why: gpu-exporter diagnose on the node (or its node "
             "dashboard, or the diagnosis alerts on the same instance) names the cause on "
             "its GPUs; fix that, or drain the node and requeue the job on healthy ones.",
