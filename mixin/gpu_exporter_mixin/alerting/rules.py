@@ -444,7 +444,8 @@ def job_rules(config: AlertConfig, x: Exprs) -> list[RecordingRule]:
     only where the same owner holds GPUs on several): each node's share of the
     job, and the node far below the job's median by a robust spread. PromQL
     has quantile() but no median absolute deviation: the deviations from the
-    median are recorded per node, and their median taken over them."""
+    median are recorded per node, and the median of their absolute values
+    taken over them."""
     js = config.fleet.job_straggler
     owner_key = f"{x.cluster}, owner"
     node_in_job = f"{x.cluster}, owner, {', '.join(NODE_LABELS)}"
@@ -465,12 +466,12 @@ def job_rules(config: AlertConfig, x: Exprs) -> list[RecordingRule]:
             f"The median node's utilization of each job over {js.min_nodes} nodes or more."),
         RecordingRule(
             JOB_DEVIATION_RECORD,
-            f"abs(\n  {JOB_NODE_RECORD}\n"
-            f"  - on ({owner_key}) group_left () {JOB_MEDIAN_RECORD}\n)",
-            "How far each node of a job over nodes is from the job's median node."),
+            f"{JOB_NODE_RECORD}\n  - on ({owner_key}) group_left () {JOB_MEDIAN_RECORD}",
+            "How far each node of a job over nodes is from the job's median node (below it: "
+            "negative); the share less this is the median, with the node's labels."),
         RecordingRule(
             JOB_MAD_RECORD,
-            f"quantile by ({owner_key}) (0.5, {JOB_DEVIATION_RECORD})",
+            f"quantile by ({owner_key}) (0.5, abs({JOB_DEVIATION_RECORD}))",
             "The median absolute deviation of each job's nodes from its median node."),
         RecordingRule(
             JOB_STRAGGLER_RECORD,

@@ -14,7 +14,7 @@ from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter_mixin.alerting.config import AlertConfig
 from gpu_exporter_mixin.alerting.rules import (
     ENERGY_RECORD,
-    JOB_MEDIAN_RECORD,
+    JOB_DEVIATION_RECORD,
     JOB_NODE_RECORD,
     JOB_STRAGGLER_RECORD,
 )
@@ -541,13 +541,15 @@ JOB_PANELS = (JOBS_OVER_NODES, JOB_STRAGGLER_NODES)
 
 def _jobs_over_nodes(b: db.Dashboard, config: AlertConfig, f: Filters) -> db.Dashboard:
     """Each job over nodes with each node's share of it, and the nodes that
-    straggle (GpuJobStragglerNode's); owners are cluster-wide, so only the
-    node-level series take the instance and job filters."""
+    straggle (GpuJobStragglerNode's)."""
     js = config.fleet.job_straggler
-    job_key = f"{f.cluster}, owner"
-    median = f'{JOB_MEDIAN_RECORD}{{{f.cluster}=~"$cluster"}}'
+    # The node-level records only, so every selector carries the dashboard's
+    # filters: the job's median is a node's share less its deviation from it.
+    node_in_job = f"{f.cluster}, owner, instance, job"
     nodes = f"{JOB_NODE_RECORD}{{{f.node}}}"
-    in_a_job = f"{nodes} and on ({job_key}) {median}"
+    deviation = f"{JOB_DEVIATION_RECORD}{{{f.node}}}"
+    median = f"{nodes} - {deviation}"
+    in_a_job = f"{nodes} and on ({node_in_job}) {deviation}"
     columns = {f.cluster: "cluster", "owner": "owner", "instance": "node",
                "Value #A": "node's utilization", "Value #B": "job's median node"}
     hide = ("Time", "__name__", "job")
@@ -562,8 +564,7 @@ def _jobs_over_nodes(b: db.Dashboard, config: AlertConfig, f: Filters) -> db.Das
         "job's median slows every other node of a synchronous job.",
         "percentunit", [
             Q(in_a_job, instant=True, table=True),
-            Q(f"{nodes} * 0 + on ({job_key}) group_left () {median}", instant=True,
-              table=True),
+            Q(median, instant=True, table=True),
         ], colours, Layout(14, 9)),
         columns=columns, units={"Value #A": "percentunit", "Value #B": "percentunit"},
         hide=hide))
@@ -577,8 +578,7 @@ def _jobs_over_nodes(b: db.Dashboard, config: AlertConfig, f: Filters) -> db.Das
         "(its node dashboard, gpu-exporter diagnose) says why.",
         "percentunit", [
             Q(straggler, instant=True, table=True),
-            Q(f"{straggler} * 0 + on ({job_key}) group_left () {median}", instant=True,
-              table=True),
+            Q(f"{median}\nand on ({node_in_job}) {straggler}", instant=True, table=True),
         ], colours, Layout(10, 9)),
         columns=columns, units={"Value #A": "percentunit", "Value #B": "percentunit"},
         hide=hide))
