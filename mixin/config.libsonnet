@@ -102,6 +102,13 @@
         "siblings_busy": 0.7,
         "for": "15m"
       },
+      "job_straggler": {
+        "min_nodes": 3,
+        "mad_multiplier": 3.0,
+        "min_gap": 0.2,
+        "job_busy": 0.5,
+        "for": "10m"
+      },
       "driver_drift": {
         "for": "1h"
       },

@@ -8,6 +8,7 @@ function(cfg)
   assert cfg["diagnosis"]["application_xids"] == [13, 31, 43, 45, 68, 69] : "diagnosis.application_xids is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg["diagnosis"]["informational_xids"] == [160] : "diagnosis.informational_xids is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg["diagnosis"]["expect_persistence"] == true : "diagnosis.expect_persistence is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
+  assert cfg["fleet"]["job_straggler"]["min_nodes"] == 3 : "fleet.job_straggler.min_nodes is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg.selector != '' : 'selector must not be empty';
   {
     groups: [
@@ -170,6 +171,26 @@ function(cfg)
             "labels": {
               "split": "unowned"
             }
+          },
+          {
+            "record": "owner_instance:gpu_utilization_ratio:avg",
+            "expr": "avg by (" + cfg["cluster_label"] + ", owner, instance, job) (\n  gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left () gpu:gpu_utilization_ratio:rate2m\n)"
+          },
+          {
+            "record": "owner:gpu_utilization_ratio:median_node",
+            "expr": "quantile by (" + cfg["cluster_label"] + ", owner) (0.5, owner_instance:gpu_utilization_ratio:avg)\nand on (" + cfg["cluster_label"] + ", owner)\n  count by (" + cfg["cluster_label"] + ", owner) (owner_instance:gpu_utilization_ratio:avg) >= 3"
+          },
+          {
+            "record": "owner_instance:gpu_utilization_ratio:median_deviation",
+            "expr": "owner_instance:gpu_utilization_ratio:avg\n  - on (" + cfg["cluster_label"] + ", owner) group_left () owner:gpu_utilization_ratio:median_node"
+          },
+          {
+            "record": "owner:gpu_utilization_ratio:median_abs_deviation",
+            "expr": "quantile by (" + cfg["cluster_label"] + ", owner) (0.5, abs(owner_instance:gpu_utilization_ratio:median_deviation))"
+          },
+          {
+            "record": "owner_instance:gpu_utilization_ratio:job_straggler",
+            "expr": "owner_instance:gpu_utilization_ratio:avg\n  < on (" + cfg["cluster_label"] + ", owner) group_left ()\n    (owner:gpu_utilization_ratio:median_node - clamp_min(owner:gpu_utilization_ratio:median_abs_deviation * " + lib.g15(cfg["fleet"]["job_straggler"]["mad_multiplier"]) + ", " + lib.g15(cfg["fleet"]["job_straggler"]["min_gap"]) + "))\nand on (" + cfg["cluster_label"] + ", owner) owner:gpu_utilization_ratio:median_node > " + lib.g15(cfg["fleet"]["job_straggler"]["job_busy"])
           }
         ],
       },
@@ -918,6 +939,20 @@ function(cfg)
               "fix": "Compare this GPU with its siblings on the node dashboard: throttle reasons, clocks, PCIe link, its process's CPU and run-queue wait; fix what differs (the matching diagnosis alert usually names it).",
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#straggler",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuJobStragglerNode",
+            expr: "owner_instance:gpu_utilization_ratio:job_straggler",
+            [if lib.seconds(lib.override(cfg.for_overrides, "GpuJobStragglerNode", cfg["fleet"]["job_straggler"]["for"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "GpuJobStragglerNode", cfg["fleet"]["job_straggler"]["for"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "GpuJobStragglerNode", "warning") } + {},
+            annotations: {
+              "summary": "One node of a job spread over nodes works far less than the job's others",
+              "description": "{{ $labels.instance }} runs {{ $labels.owner }}'s GPUs at {{ $value | humanizePercentage }} utilization on average, far below the job's median node (by more than " + lib.g15(cfg["fleet"]["job_straggler"]["mad_multiplier"]) + " times the median absolute deviation of its nodes, and by at least " + lib.pct0(cfg["fleet"]["job_straggler"]["min_gap"]) + "), for " + lib.proseDuration(lib.seconds(cfg["fleet"]["job_straggler"]["for"])) + ". Every other node of a synchronous job waits for it.",
+              "likely_cause": "Something on this node slows its ranks, and the node's own diagnosis usually names it on its GPUs: its data reads stall (memory_held_sm_underfed or _idle -> data_pipeline_io), its CPUs starve the ranks (-> cpu_contention, cpu_limit_throttled, cpu_steal, host_swapping, memory_limit_reclaim), its clocks are held back (throttled_under_load -> power_cap, thermal, power_brake, hw_slowdown), or its link is degraded (pcie_downtrained); with no diagnosis, its network to the other nodes or a rank that died while the others wait.",
+              "fix": "Ask the node's exporter why: gpu-exporter diagnose on the node (or its node dashboard, or the diagnosis alerts on the same instance) names the cause on its GPUs; fix that, or drain the node and requeue the job on healthy ones.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#job-straggler-node",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}"
             }
           },
           {
@@ -4333,7 +4368,7 @@ function(cfg)
             "collapsed": false,
             "id": 15,
             "panels": [],
-            "title": "Fleet",
+            "title": "Jobs over nodes",
             "gridPos": {
               "h": 1,
               "w": 24,
@@ -4344,6 +4379,251 @@ function(cfg)
           {
             "type": "table",
             "id": 16,
+            "targets": [
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"} and on (" + cfg["cluster_label"] + ", owner, instance, job) owner_instance:gpu_utilization_ratio:median_deviation{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "A",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              },
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"} - owner_instance:gpu_utilization_ratio:median_deviation{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "B",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              }
+            ],
+            "title": "Jobs over nodes",
+            "description": "Each job holding GPUs on 3 nodes or more (one Slurm job id, or one pod owner, on every node): each node's share of the job, the mean utilization of the job's GPUs on it, beside the job's median node. A node far below its job's median slows every other node of a synchronous job.",
+            "transparent": false,
+            "datasource": {
+              "type": "prometheus",
+              "uid": "${datasource}"
+            },
+            "gridPos": {
+              "h": 9,
+              "w": 14,
+              "x": 0,
+              "y": 44
+            },
+            "repeatDirection": "h",
+            "transformations": [
+              {
+                "id": "merge",
+                "options": {}
+              },
+              {
+                "id": "organize",
+                "options": {
+                  "excludeByName": {
+                    "Time": true,
+                    "__name__": true,
+                    "job": true
+                  },
+                  "renameByName": {
+                    [cfg["cluster_label"]]: "cluster",
+                    "owner": "owner",
+                    "instance": "node",
+                    "Value #A": "node's utilization",
+                    "Value #B": "job's median node"
+                  }
+                }
+              }
+            ],
+            "fieldConfig": {
+              "defaults": {
+                "unit": "percentunit",
+                "thresholds": {
+                  "mode": "absolute",
+                  "steps": [
+                    {
+                      "value": null,
+                      "color": "orange"
+                    },
+                    {
+                      "value": cfg["fleet"]["job_straggler"]["job_busy"],
+                      "color": "green"
+                    }
+                  ]
+                },
+                "custom": {
+                  "align": "auto",
+                  "inspect": false,
+                  "filterable": true
+                }
+              },
+              "overrides": [
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #A"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                },
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #B"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                }
+              ]
+            }
+          },
+          {
+            "type": "table",
+            "id": 17,
+            "targets": [
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:job_straggler{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "A",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              },
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"} - owner_instance:gpu_utilization_ratio:median_deviation{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}\nand on (" + cfg["cluster_label"] + ", owner, instance, job) owner_instance:gpu_utilization_ratio:job_straggler{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "B",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              }
+            ],
+            "title": "Straggler nodes of jobs",
+            "description": "The node of each job over nodes whose share is far below the job's median node (by more than " + lib.g15(cfg["fleet"]["job_straggler"]["mad_multiplier"]) + " times the median absolute deviation of the job's nodes, and by at least " + lib.pct0(cfg["fleet"]["job_straggler"]["min_gap"]) + ", while the median node is busier than " + lib.pct0(cfg["fleet"]["job_straggler"]["job_busy"]) + "): alert GpuJobStragglerNode. The node's own exporter (its node dashboard, gpu-exporter diagnose) says why.",
+            "transparent": false,
+            "datasource": {
+              "type": "prometheus",
+              "uid": "${datasource}"
+            },
+            "gridPos": {
+              "h": 9,
+              "w": 10,
+              "x": 14,
+              "y": 44
+            },
+            "repeatDirection": "h",
+            "transformations": [
+              {
+                "id": "merge",
+                "options": {}
+              },
+              {
+                "id": "organize",
+                "options": {
+                  "excludeByName": {
+                    "Time": true,
+                    "__name__": true,
+                    "job": true
+                  },
+                  "renameByName": {
+                    [cfg["cluster_label"]]: "cluster",
+                    "owner": "owner",
+                    "instance": "node",
+                    "Value #A": "node's utilization",
+                    "Value #B": "job's median node"
+                  }
+                }
+              }
+            ],
+            "fieldConfig": {
+              "defaults": {
+                "unit": "percentunit",
+                "thresholds": {
+                  "mode": "absolute",
+                  "steps": [
+                    {
+                      "value": null,
+                      "color": "orange"
+                    },
+                    {
+                      "value": cfg["fleet"]["job_straggler"]["job_busy"],
+                      "color": "green"
+                    }
+                  ]
+                },
+                "custom": {
+                  "align": "auto",
+                  "inspect": false,
+                  "filterable": true
+                }
+              },
+              "overrides": [
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #A"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                },
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #B"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                }
+              ]
+            }
+          },
+          {
+            "type": "row",
+            "collapsed": false,
+            "id": 18,
+            "panels": [],
+            "title": "Fleet",
+            "gridPos": {
+              "h": 1,
+              "w": 24,
+              "x": 0,
+              "y": 53
+            }
+          },
+          {
+            "type": "table",
+            "id": 19,
             "targets": [
               {
                 "expr": "count by (" + cfg["cluster_label"] + ", driver_version) (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"})",
@@ -4369,7 +4649,7 @@ function(cfg)
               "h": 8,
               "w": 6,
               "x": 0,
-              "y": 44
+              "y": 54
             },
             "repeatDirection": "h",
             "transformations": [
@@ -4414,7 +4694,7 @@ function(cfg)
           },
           {
             "type": "timeseries",
-            "id": 17,
+            "id": 20,
             "targets": [
               {
                 "expr": "instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
@@ -4439,7 +4719,7 @@ function(cfg)
               "h": 8,
               "w": 10,
               "x": 6,
-              "y": 44
+              "y": 54
             },
             "repeatDirection": "h",
             "options": {
@@ -4489,7 +4769,7 @@ function(cfg)
           },
           {
             "type": "table",
-            "id": 18,
+            "id": 21,
             "targets": [
               {
                 "expr": "count by (" + cfg["cluster_label"] + ", symptom, cause) (\n(gpu_diagnosis_active{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} == 1)\nand on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, namespace, pod, container) (gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", namespace=~\"$namespace\"}), \"held_by\", \"pod\", \"\", \"\")\nor (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, slurm_job_id) (gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"held_by\", \"slurm job\", \"\", \"\")\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\"))\nor (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} or gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"held_by\", \"nobody\", \"\", \"\")\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\")))\n)",
@@ -4515,7 +4795,7 @@ function(cfg)
               "h": 8,
               "w": 8,
               "x": 16,
-              "y": 44
+              "y": 54
             },
             "repeatDirection": "h",
             "transformations": [
