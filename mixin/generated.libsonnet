@@ -173,6 +173,10 @@ function(cfg)
             }
           },
           {
+            "record": "gpu:gpu_energy_joules:rate5m_at_floor",
+            "expr": "rate(gpu_energy_joules_total{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}[5m])\n  <= on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left ()\n    (gpu_power_floor_watts{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "} * 1.02\n      and on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu_power_smoothing_enabled{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "} == 1)"
+          },
+          {
             "record": "owner_instance:gpu_utilization_ratio:avg",
             "expr": "avg by (" + cfg["cluster_label"] + ", owner, instance, job) (\n  gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left () gpu:gpu_utilization_ratio:rate2m\n)"
           },

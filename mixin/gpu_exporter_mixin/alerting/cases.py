@@ -236,17 +236,31 @@ def _energy_cases() -> list[Case]:
     # counter's own increase (6000 - 0 ... 12000 - 6000).
     joules = ("sum by (owner, split) "
               "(avg_over_time(gpu_owner:gpu_energy_joules:rate5m[10m]) * 600)")
+    # Power smoothing on GPUs 4 and 5 (floor 800 W): GPU 4 draws 800 J/s, at its
+    # floor, so all of it may be the floor's; GPU 5 draws 1200 J/s, above it:
+    # nothing held. GPU 6 draws 800 J/s with smoothing off: no floor.
+    g4, g5, g6 = (gpu("node-a", i) for i in range(4, 7))
+    for g, per_minute, smoothing in ((g4, 48000, 1), (g5, 72000, 1), (g6, 48000, 0)):
+        series += [Series("gpu_energy_joules_total", g, f"0+{per_minute}x30"),
+                   Series("gpu_power_smoothing_enabled", g, f"{smoothing}x30"),
+                   Series("gpu_power_floor_watts", g, "800x30")]
+    at_floor = ExprCheck(600.0, "sum by (gpu) (gpu:gpu_energy_joules:rate5m_at_floor)",
+                         (Sample({"gpu": "4"}, 800),))
+    rates = (*rates, Sample({"gpu": "4", "split": "unowned"}, 800),
+             Sample({"gpu": "5", "split": "unowned"}, 1200),
+             Sample({"gpu": "6", "split": "unowned"}, 800))
     return [Case("energy per owner: a GPU's one owner takes it whole, several owners split it "
                  "by SM share, without shares it is reported unsplit, and a GPU no one holds "
                  "as no one's",
                  iv, series, [],
-                 [ExprCheck(600.0, per_owner, rates), ExprCheck(1200.0, per_owner, rates),
+                 [at_floor, ExprCheck(600.0, per_owner, rates),
+                  ExprCheck(1200.0, per_owner, rates),
                   ExprCheck(1200.0, joules, (
                       Sample({"owner": "ml/train-a/trainer", "split": "whole"}, 6000),
                       Sample({"owner": "slurm job 4242", "split": "sm_share"}, 9000),
                       Sample({"owner": "slurm job 4243", "split": "sm_share"}, 3000),
                       Sample({"split": "unknown"}, 4800),
-                      Sample({"split": "unowned"}, 3000)))])]
+                      Sample({"split": "unowned"}, 3000 + (800 + 1200 + 800) * 600)))])]
 
 
 # --- the exporter's health ---------------------------------------------------

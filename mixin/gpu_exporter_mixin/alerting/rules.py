@@ -143,6 +143,12 @@ def owner_rule(x: Exprs) -> RecordingRule:
 # held), so the rule does not; docs/attribution.md says how to read it.
 ENERGY_RATE_WINDOW = "5m"
 ENERGY_RECORD = f"gpu_owner:gpu_energy_joules:rate{ENERGY_RATE_WINDOW}"
+# What the split cannot subtract it can still say: the energy rate of a GPU
+# whose draw stayed at power smoothing's floor over the window (within the
+# power reading's noise), all of which may be the floor's rather than work.
+ENERGY_AT_FLOOR_RECORD = f"gpu:gpu_energy_joules:rate{ENERGY_RATE_WINDOW}_at_floor"
+# The draw the driver holds at the floor reads a little above it.
+FLOOR_NOISE = 1.02
 
 
 def energy_rules(x: Exprs) -> list[RecordingRule]:
@@ -178,6 +184,14 @@ def energy_rules(x: Exprs) -> list[RecordingRule]:
             f"{rate}\n  unless on ({x.gpu_key}) {OWNER_RECORD}",
             "Energy (J/s) of GPUs no one holds: the GPU's whole rate, no owner.",
             {"split": "unowned"}),
+        RecordingRule(
+            ENERGY_AT_FLOOR_RECORD,
+            f"{rate}\n  <= on ({x.gpu_key}) group_left ()\n"
+            f"    ({x.m('gpu_power_floor_watts')} * {FLOOR_NOISE:g}\n"
+            f"      and on ({x.gpu_key}) {x.m('gpu_power_smoothing_enabled')} == 1)",
+            "Energy (J/s) of GPUs whose draw stayed at power smoothing's floor over the "
+            "window: all of it may be the floor's, not its owners' work (an upper bound; "
+            "absent where the GPU drew above its floor or smoothing is off)."),
     ]
 
 
