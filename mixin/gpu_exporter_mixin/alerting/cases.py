@@ -226,11 +226,12 @@ def _energy_cases() -> list[Case]:
         Series("gpu_energy_joules_total", g3, "0+300x30"),
     ]
     per_owner = "sum by (gpu, owner, split) (gpu_owner:gpu_energy_joules:rate5m)"
-    rates = (Sample({"gpu": "0", "owner": "ml/train-a/trainer", "split": "whole"}, 10),
-             Sample({"gpu": "1", "owner": "slurm job 4242", "split": "sm_share"}, 15),
-             Sample({"gpu": "1", "owner": "slurm job 4243", "split": "sm_share"}, 5),
-             Sample({"gpu": "2", "split": "unknown"}, 8),
-             Sample({"gpu": "3", "split": "unowned"}, 5))
+    rates: tuple[Sample, ...] = (
+        Sample({"gpu": "0", "owner": "ml/train-a/trainer", "split": "whole"}, 10),
+        Sample({"gpu": "1", "owner": "slurm job 4242", "split": "sm_share"}, 15),
+        Sample({"gpu": "1", "owner": "slurm job 4243", "split": "sm_share"}, 5),
+        Sample({"gpu": "2", "split": "unknown"}, 8),
+        Sample({"gpu": "3", "split": "unowned"}, 5))
     # Over a range, joules = the rate's average times the seconds: over the
     # 10 minutes to 20 min, GPU 0's owner used 10 J/s x 600 s = 6000 J, the
     # counter's own increase (6000 - 0 ... 12000 - 6000).
