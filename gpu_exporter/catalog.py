@@ -18,6 +18,7 @@ from gpu_exporter.catalogs import (
     exporter,
     host,
     kernel,
+    network,
     pcie,
     processes,
 )
@@ -30,6 +31,7 @@ CATALOG: tuple[Metric, ...] = (
     *processes.METRICS,
     *attribution.METRICS,
     *pcie.METRICS,
+    *network.METRICS,
     *host.METRICS,
     *diagnosis.METRICS,
     *exporter.METRICS,

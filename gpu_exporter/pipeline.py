@@ -21,6 +21,7 @@ from gpu_exporter.collectors.gpm import GpmCollector
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.kmsg import KmsgCollector
 from gpu_exporter.collectors.mig import MigCollector
+from gpu_exporter.collectors.network import NetworkCollector
 from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.collectors.pcie import PcieCollector
 from gpu_exporter.collectors.process_series import ProcessSeriesCollector
@@ -34,7 +35,7 @@ from gpu_exporter.stage import Derivation, Stage
 READERS: tuple[type[Collector], ...] = (
     DeviceCollector, MigCollector, GpmCollector, SamplesCollector, NvlinkCollector,
     KmsgCollector, XidCollector, ProcessesCollector, ProcessSeriesCollector,
-    AttributionCollector, HostCollector, PcieCollector,
+    AttributionCollector, HostCollector, PcieCollector, NetworkCollector,
 )
 DERIVATIONS: tuple[type[Derivation], ...] = (Diagnosis, BaselineCheck)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from gpu_exporter.host.nic_topology import DISTANCE
+from gpu_exporter.host.nics import NetworkView, RdmaPort
 from gpu_exporter.host.pci import PciDevice
 from gpu_exporter.host.reading import HostReading
 
@@ -126,6 +128,11 @@ class HostSignals:
     memory_pressure_full: float | None = None
     swap_bytes_per_s: float | None = None  # swap-in plus swap-out
     steal_ratio: float | None = None  # CPU time the hypervisor took (a VM)
+    # Thermal throttle events of the host's cores and packages since boot,
+    # and seconds throttled (kernels 5.7+); None where the CPUs keep none.
+    cpu_thermal_throttles: float | None = None
+    cpu_thermal_kept: bool | None = None  # False: the CPUs keep no such counters
+    cpu_thermal_throttled_seconds: float | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +146,36 @@ class PcieKernelView:
     upstream_width: int | None = None
     upstream_width_max: int | None = None
     aer_correctable: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNetwork:
+    """The node's RDMA ports as one GPU sees them: each port, and how far the
+    GPU is from the device behind it (nic_topology.RELATIONS: PIX nearest,
+    SYS across the sockets). A GPU's own ports are those nearest it: the
+    ones its collectives go out through."""
+
+    ports: tuple[RdmaPort, ...]
+    relations: dict[str, str]  # RDMA device (hca) -> relation; absent: not told
+
+    @property
+    def nearest(self) -> str | None:
+        """The relation of the nearest RDMA device; None: none told."""
+        return min(self.relations.values(), key=DISTANCE.__getitem__, default=None)
+
+    @property
+    def own_ports(self) -> tuple[RdmaPort, ...]:
+        """The ports of the RDMA devices nearest the GPU."""
+        nearest = self.nearest
+        if nearest is None:
+            return ()
+        return tuple(p for p in self.ports if self.relations.get(p.hca) == nearest)
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkReading:
+    view: NetworkView
+    gpus: dict[int, GpuNetwork]  # per GPU index with a known PCI place
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +214,11 @@ class NvlinkReading:
     links: int  # NVLink links the GPU has
     up: int  # of them, active this poll
     # (link, "crc" | "replay" | "recovery") -> the link's error counter, as
-    # read this poll (a link whose read failed is left out).
+    # read this poll (a link whose read failed is left out); on NVLink 5 also
+    # "effective" and "symbol", its FEC counts.
     errors: dict[tuple[int, str], float] = field(default_factory=dict)
+    # (link, "effective" | "symbol") -> the link's bit-error rate this poll.
+    bit_error_rates: dict[tuple[int, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +326,8 @@ class PollReadings:
     # per GPU index, the GPU's PCI device in sysfs, and the kernel's view of it
     pcie: dict[int, PciDevice] | None = filled_by("pcie")
     pcie_view: dict[int, PcieKernelView] | None = filled_by("pcie")
+    # the node's NICs and RDMA ports, and each GPU's distance to them
+    network: NetworkReading | None = filled_by("network")
     # who holds each GPU, and its workloads' own signals
     attribution: AttributionReading | None = filled_by("attribution")
 

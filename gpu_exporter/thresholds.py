@@ -110,8 +110,24 @@ class DiagnosisConfig(Section):
         1.0, ge=0, description="Errors (error interrupts, replays, back-to-back replays) on "
         "the GPU's C2C link to its Grace CPU within the window at or above which the link "
         "counts as failing (an on-board link that is sound reports none)")
+    # A sound link can count a stray symbol error now and then: the default
+    # asks for more than a few within the window.
+    rdma_errors_per_window: float = setting(
+        10.0, ge=0, description="Symbol errors, link-downed events, link error recoveries, "
+        "local link integrity and receive errors on one port of the GPU's nearest RDMA "
+        "device within the window at or above which the port counts as failing")
     memory_near_full_ratio: float = setting(
         0.95, gt=0, le=1, description="GPU memory used above this share counts as near full")
+    memory_full_within: Duration = setting(
+        3600.0, gt=0, description="GPU memory that grows steadily over the window and, at "
+        "that rate, fills what processes can allocate within this long counts as filling")
+    memory_bound_dram_active: float = setting(
+        0.70, gt=0, le=1, description="GPM's DRAM bandwidth use at or above which, on a GPU "
+        "whose SMs are active and whose tensor pipes are not, its work counts as memory-bound")
+    cpu_thermal_throttled_ratio: float = setting(
+        0.01, gt=0, le=1, description="Share of the window the host's cores spent throttled "
+        "for heat (where the kernel counts the time) at or above which the CPUs count as "
+        "throttled")
     inflated_utilization: float = setting(
         0.80, ge=0, le=1, description="NVML utilization above this, with GPM's SM activity "
         "below inflated_sm_active, counts as inflated")
@@ -189,7 +205,7 @@ class DiagnosisConfig(Section):
 
 
 _DURATIONS = frozenset({"window", "clear_after", "xid_hold", "explained_within",
-                        "boot_grace"})
+                        "boot_grace", "memory_full_within"})
 
 
 def _duration(seconds: float) -> str:

@@ -41,7 +41,11 @@
       "nvlink_crc_errors_per_s": 100.0,
       "nvlink_replays_per_window": 1.0,
       "c2c_errors_per_window": 1.0,
+      "rdma_errors_per_window": 10.0,
       "memory_near_full_ratio": 0.95,
+      "memory_full_within": "1h",
+      "memory_bound_dram_active": 0.7,
+      "cpu_thermal_throttled_ratio": 0.01,
       "inflated_utilization": 0.8,
       "inflated_sm_active": 0.3,
       "hardware_xids": [
@@ -97,6 +101,13 @@
         "below_ratio": 0.5,
         "siblings_busy": 0.7,
         "for": "15m"
+      },
+      "job_straggler": {
+        "min_nodes": 3,
+        "mad_multiplier": 3.0,
+        "min_gap": 0.2,
+        "job_busy": 0.5,
+        "for": "10m"
       },
       "driver_drift": {
         "for": "1h"

@@ -8,6 +8,7 @@ function(cfg)
   assert cfg["diagnosis"]["application_xids"] == [13, 31, 43, 45, 68, 69] : "diagnosis.application_xids is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg["diagnosis"]["informational_xids"] == [160] : "diagnosis.informational_xids is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg["diagnosis"]["expect_persistence"] == true : "diagnosis.expect_persistence is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
+  assert cfg["fleet"]["job_straggler"]["min_nodes"] == 3 : "fleet.job_straggler.min_nodes is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg.selector != '' : 'selector must not be empty';
   {
     groups: [
@@ -77,7 +78,13 @@ function(cfg)
               ["memory_held_sm_underfed/memory_limit_reclaim", "info", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_held_sm_underfed\", cause=\"memory_limit_reclaim\"}"],
               ["memory_held_sm_idle/cpu_steal", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_held_sm_idle\", cause=\"cpu_steal\"}"],
               ["memory_held_sm_underfed/cpu_steal", "info", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_held_sm_underfed\", cause=\"cpu_steal\"}"],
-              ["cooling_degraded/fan_stopped", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"cooling_degraded\", cause=\"fan_stopped\"}"]
+              ["cooling_degraded/fan_stopped", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"cooling_degraded\", cause=\"fan_stopped\"}"],
+              ["memory_filling/memory_growth", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_filling\", cause=\"memory_growth\"}"],
+              ["slowing_over_time/host_cpu_thermal", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"slowing_over_time\", cause=\"host_cpu_thermal\"}"],
+              ["memory_bound/dram_bandwidth", "info", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_bound\", cause=\"dram_bandwidth\"}"],
+              ["network_placement/nic_across_sockets", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_placement\", cause=\"nic_across_sockets\"}"],
+              ["network_degraded/rdma_port", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_degraded\", cause=\"rdma_port\"}"],
+              ["network_errors/rdma_link_integrity", "warning", "gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_errors\", cause=\"rdma_link_integrity\"}"]
             ];
             local weight = { critical: 3, warning: 2, info: 1 };
             "max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (\n  " + std.join('\n  or ', [t[2] + ' * ' + weight[s] for s in ['critical', 'warning', 'info'] for t in terms if lib.override(cfg.severity_overrides, t[0], t[1]) == s]) + "\n)\nor max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_info{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}) * 0",
@@ -164,6 +171,30 @@ function(cfg)
             "labels": {
               "split": "unowned"
             }
+          },
+          {
+            "record": "gpu:gpu_energy_joules:rate5m_at_floor",
+            "expr": "rate(gpu_energy_joules_total{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}[5m])\n  <= on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left ()\n    (gpu_power_floor_watts{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "} * 1.02\n      and on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu_power_smoothing_enabled{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "} == 1)"
+          },
+          {
+            "record": "owner_instance:gpu_utilization_ratio:avg",
+            "expr": "avg by (" + cfg["cluster_label"] + ", owner, instance, job) (\n  gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left () gpu:gpu_utilization_ratio:rate2m\n)"
+          },
+          {
+            "record": "owner:gpu_utilization_ratio:median_node",
+            "expr": "quantile by (" + cfg["cluster_label"] + ", owner) (0.5, owner_instance:gpu_utilization_ratio:avg)\nand on (" + cfg["cluster_label"] + ", owner)\n  count by (" + cfg["cluster_label"] + ", owner) (owner_instance:gpu_utilization_ratio:avg) >= 3"
+          },
+          {
+            "record": "owner_instance:gpu_utilization_ratio:median_deviation",
+            "expr": "owner_instance:gpu_utilization_ratio:avg\n  - on (" + cfg["cluster_label"] + ", owner) group_left () owner:gpu_utilization_ratio:median_node"
+          },
+          {
+            "record": "owner:gpu_utilization_ratio:median_abs_deviation",
+            "expr": "quantile by (" + cfg["cluster_label"] + ", owner) (0.5, abs(owner_instance:gpu_utilization_ratio:median_deviation))"
+          },
+          {
+            "record": "owner_instance:gpu_utilization_ratio:job_straggler",
+            "expr": "owner_instance:gpu_utilization_ratio:avg\n  < on (" + cfg["cluster_label"] + ", owner) group_left ()\n    (owner:gpu_utilization_ratio:median_node - clamp_min(owner:gpu_utilization_ratio:median_abs_deviation * " + lib.g15(cfg["fleet"]["job_straggler"]["mad_multiplier"]) + ", " + lib.g15(cfg["fleet"]["job_straggler"]["min_gap"]) + "))\nand on (" + cfg["cluster_label"] + ", owner) owner:gpu_utilization_ratio:median_node > " + lib.g15(cfg["fleet"]["job_straggler"]["job_busy"])
           }
         ],
       },
@@ -386,9 +417,9 @@ function(cfg)
             [if lib.seconds(lib.override(cfg.for_overrides, "nvlink_errors/link_integrity", cfg["diagnosis_for"]["warning"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "nvlink_errors/link_integrity", cfg["diagnosis_for"]["warning"]))),
             labels: { severity: lib.override(cfg.severity_overrides, "nvlink_errors/link_integrity", "warning") } + {},
             annotations: {
-              "summary": "NVLink CRC, replay or recovery errors are climbing on the GPU's links",
-              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: On one of the GPU's NVLink links, within the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): CRC errors at " + lib.g(cfg["diagnosis"]["nvlink_crc_errors_per_s"]) + " per second or more, or " + lib.g(cfg["diagnosis"]["nvlink_replays_per_window"]) + " or more replay or recovery errors (a replay resends what a CRC error spoiled; a recovery retrains the link). Every replay is bandwidth the job's collectives lose. The evidence names the links and their rates; a counter stopped at its maximum is named, not read as a rate. The exporter's diagnosis gpu_diagnosis_active{symptom=\"nvlink_errors\", cause=\"link_integrity\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "nvlink_errors/link_integrity", cfg["diagnosis_for"]["warning"]))) + " here.",
-              "likely_cause": "link integrity: On one of the GPU's NVLink links, within the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): CRC errors at " + lib.g(cfg["diagnosis"]["nvlink_crc_errors_per_s"]) + " per second or more, or " + lib.g(cfg["diagnosis"]["nvlink_replays_per_window"]) + " or more replay or recovery errors (a replay resends what a CRC error spoiled; a recovery retrains the link). Every replay is bandwidth the job's collectives lose. The evidence names the links and their rates; a counter stopped at its maximum is named, not read as a rate.",
+              "summary": "NVLink CRC, replay, recovery or uncorrected errors are climbing on the GPU's links",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: On one of the GPU's NVLink links, within the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): CRC errors at " + lib.g(cfg["diagnosis"]["nvlink_crc_errors_per_s"]) + " per second or more, or " + lib.g(cfg["diagnosis"]["nvlink_replays_per_window"]) + " or more replay or recovery errors (a replay resends what a CRC error spoiled; a recovery retrains the link). On NVLink 5 (Blackwell), whose links correct errors with FEC and count them instead: " + lib.g(cfg["diagnosis"]["nvlink_replays_per_window"]) + " or more effective errors, those FEC could not correct, which the link sends again; symbol errors FEC corrected cost nothing and are only named in the evidence. Every replay is bandwidth the job's collectives lose. The evidence names the links and their rates; a counter stopped at its maximum is named, not read as a rate. The exporter's diagnosis gpu_diagnosis_active{symptom=\"nvlink_errors\", cause=\"link_integrity\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "nvlink_errors/link_integrity", cfg["diagnosis_for"]["warning"]))) + " here.",
+              "likely_cause": "link integrity: On one of the GPU's NVLink links, within the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): CRC errors at " + lib.g(cfg["diagnosis"]["nvlink_crc_errors_per_s"]) + " per second or more, or " + lib.g(cfg["diagnosis"]["nvlink_replays_per_window"]) + " or more replay or recovery errors (a replay resends what a CRC error spoiled; a recovery retrains the link). On NVLink 5 (Blackwell), whose links correct errors with FEC and count them instead: " + lib.g(cfg["diagnosis"]["nvlink_replays_per_window"]) + " or more effective errors, those FEC could not correct, which the link sends again; symbol errors FEC corrected cost nothing and are only named in the evidence. Every replay is bandwidth the job's collectives lose. The evidence names the links and their rates; a counter stopped at its maximum is named, not read as a rate.",
               "fix": "Drain the node, then reseat or replace the NVLink bridge or the cable tray the named links run through, and check the NVSwitch tray they reach; RMA the GPU or the baseboard when the errors persist.",
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#nvlink-errors-link-integrity",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
@@ -749,6 +780,90 @@ function(cfg)
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#cooling-degraded-fan-stopped",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
             }
+          },
+          {
+            alert: "GpuMemoryFillingMemoryGrowth",
+            expr: "gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (symptom, cause) (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_filling\", cause=\"memory_growth\"} == 1\n)\nor (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_filling\", cause=\"memory_growth\"} == 1\n) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            [if lib.seconds(lib.override(cfg.for_overrides, "memory_filling/memory_growth", cfg["diagnosis_for"]["warning"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "memory_filling/memory_growth", cfg["diagnosis_for"]["warning"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "memory_filling/memory_growth", "warning") } + {},
+            annotations: {
+              "summary": "GPU memory climbs steadily and will run out: out-of-memory errors ahead",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: The GPU's (or MIG instance's) used memory rose over the whole diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + ") in many small steps, never in one allocation, and at that rate fills what processes can allocate within " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["memory_full_within"])) + ": a job that fails with out-of-memory while memory looks free is one that kept growing. The evidence gives the growth rate, the time to full and the processes holding the most. Memory that holds still, shrinks or rose in one step is no climb. The exporter's diagnosis gpu_diagnosis_active{symptom=\"memory_filling\", cause=\"memory_growth\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "memory_filling/memory_growth", cfg["diagnosis_for"]["warning"]))) + " here.",
+              "likely_cause": "memory growth: The GPU's (or MIG instance's) used memory rose over the whole diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + ") in many small steps, never in one allocation, and at that rate fills what processes can allocate within " + lib.tableDuration(lib.seconds(cfg["diagnosis"]["memory_full_within"])) + ": a job that fails with out-of-memory while memory looks free is one that kept growing. The evidence gives the growth rate, the time to full and the processes holding the most. Memory that holds still, shrinks or rose in one step is no climb.",
+              "fix": "Look for what the job keeps: tensors held in lists (losses kept with their graphs), caches without a bound, growing sequence lengths or batch shapes; call torch.cuda.memory_summary() at intervals, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#memory-filling-memory-growth",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuSlowingOverTimeHostCpuThermal",
+            expr: "gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (symptom, cause) (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"slowing_over_time\", cause=\"host_cpu_thermal\"} == 1\n)\nor (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"slowing_over_time\", cause=\"host_cpu_thermal\"} == 1\n) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            [if lib.seconds(lib.override(cfg.for_overrides, "slowing_over_time/host_cpu_thermal", cfg["diagnosis_for"]["warning"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "slowing_over_time/host_cpu_thermal", cfg["diagnosis_for"]["warning"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "slowing_over_time/host_cpu_thermal", "warning") } + {},
+            annotations: {
+              "summary": "The host's CPUs are throttled for heat: the job feeding the GPU slows down",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: A job holds the GPU and the host's CPU cores or packages went over their temperature limit again and again across the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): their thermal throttle counters rose in its first half and in its second, and where the kernel counts the time, the cores spent at least " + lib.g(cfg["diagnosis"]["cpu_thermal_throttled_ratio"] * 100) + ' %' + " of the window throttled. Every CPU-side step of the job (data loading, kernel launches) runs slower, and a job that was fast gets slower as the node heats up. One throttle event is no slowdown. The exporter's diagnosis gpu_diagnosis_active{symptom=\"slowing_over_time\", cause=\"host_cpu_thermal\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "slowing_over_time/host_cpu_thermal", cfg["diagnosis_for"]["warning"]))) + " here.",
+              "likely_cause": "host cpu thermal: A job holds the GPU and the host's CPU cores or packages went over their temperature limit again and again across the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): their thermal throttle counters rose in its first half and in its second, and where the kernel counts the time, the cores spent at least " + lib.g(cfg["diagnosis"]["cpu_thermal_throttled_ratio"] * 100) + ' %' + " of the window throttled. Every CPU-side step of the job (data loading, kernel launches) runs slower, and a job that was fast gets slower as the node heats up. One throttle event is no slowdown.",
+              "fix": "Check the node's cooling: fans and airflow (blanking panels, cable blockage), the inlet temperature, the CPU heatsinks and their thermal paste; check the BIOS power profile. Drain the node while its CPUs keep throttling.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#slowing-over-time-host-cpu-thermal",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuMemoryBoundDramBandwidth",
+            expr: "gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (symptom, cause) (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_bound\", cause=\"dram_bandwidth\"} == 1\n)\nor (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"memory_bound\", cause=\"dram_bandwidth\"} == 1\n) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            [if lib.seconds(lib.override(cfg.for_overrides, "memory_bound/dram_bandwidth", cfg["diagnosis_for"]["info"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "memory_bound/dram_bandwidth", cfg["diagnosis_for"]["info"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "memory_bound/dram_bandwidth", "info") } + {},
+            annotations: {
+              "summary": "The GPU's work is bound by its memory bandwidth, not its compute",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: GPM reads the GPU's DRAM bandwidth at least " + lib.g(cfg["diagnosis"]["memory_bound_dram_active"] * 100) + ' %' + " used while its SMs are active at least half the time and, where GPM reads them, its tensor pipes less than a third: the kernels wait on memory, not on arithmetic. A newer GPU with more compute speeds such work up only as far as its memory bandwidth grew. Where GPM is not read (before Hopper) this is not judged. The exporter's diagnosis gpu_diagnosis_active{symptom=\"memory_bound\", cause=\"dram_bandwidth\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "memory_bound/dram_bandwidth", cfg["diagnosis_for"]["info"]))) + " here.",
+              "likely_cause": "dram bandwidth: GPM reads the GPU's DRAM bandwidth at least " + lib.g(cfg["diagnosis"]["memory_bound_dram_active"] * 100) + ' %' + " used while its SMs are active at least half the time and, where GPM reads them, its tensor pipes less than a third: the kernels wait on memory, not on arithmetic. A newer GPU with more compute speeds such work up only as far as its memory bandwidth grew. Where GPM is not read (before Hopper) this is not judged.",
+              "fix": "Profile the kernels (Nsight Compute's memory workload analysis): fuse element-wise operations, use lower-precision activations (bf16/fp8), larger batches or FlashAttention-style kernels that reuse what they load.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#memory-bound-dram-bandwidth",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuNetworkPlacementNicAcrossSockets",
+            expr: "gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (symptom, cause) (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_placement\", cause=\"nic_across_sockets\"} == 1\n)\nor (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_placement\", cause=\"nic_across_sockets\"} == 1\n) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            [if lib.seconds(lib.override(cfg.for_overrides, "network_placement/nic_across_sockets", cfg["diagnosis_for"]["warning"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "network_placement/nic_across_sockets", cfg["diagnosis_for"]["warning"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "network_placement/nic_across_sockets", "warning") } + {},
+            annotations: {
+              "summary": "The GPU's nearest RDMA NIC is on the other socket",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: The node has RDMA devices (InfiniBand or RoCE), and the nearest of them to the GPU is across the sockets (SYS in nvidia-smi topo -m, told from the PCI paths in sysfs): its GPUDirect RDMA traffic crosses the CPUs' interconnect, slower than through a NIC behind the GPU's own PCIe switch, and NCCL may switch GPUDirect off for it. The exporter's diagnosis gpu_diagnosis_active{symptom=\"network_placement\", cause=\"nic_across_sockets\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "network_placement/nic_across_sockets", cfg["diagnosis_for"]["warning"]))) + " here.",
+              "likely_cause": "nic across sockets: The node has RDMA devices (InfiniBand or RoCE), and the nearest of them to the GPU is across the sockets (SYS in nvidia-smi topo -m, told from the PCI paths in sysfs): its GPUDirect RDMA traffic crosses the CPUs' interconnect, slower than through a NIC behind the GPU's own PCIe switch, and NCCL may switch GPUDirect off for it.",
+              "fix": "Put a NIC in a slot of the GPU's socket (or the GPU in a slot beside a NIC), or check that the NIC near it is not disabled in the BIOS or unbound from its driver; until then schedule jobs on the GPUs near a NIC. Owner: the platform and network team.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#network-placement-nic-across-sockets",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuNetworkDegradedRdmaPort",
+            expr: "gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (symptom, cause) (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_degraded\", cause=\"rdma_port\"} == 1\n)\nor (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_degraded\", cause=\"rdma_port\"} == 1\n) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            [if lib.seconds(lib.override(cfg.for_overrides, "network_degraded/rdma_port", cfg["diagnosis_for"]["warning"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "network_degraded/rdma_port", cfg["diagnosis_for"]["warning"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "network_degraded/rdma_port", "warning") } + {},
+            annotations: {
+              "summary": "A port of the GPU's nearest RDMA NIC is down or trained below its peers",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: A port of the RDMA device nearest the GPU is not ACTIVE while the same port of another RDMA device of the node is, or is ACTIVE at a rate below the fastest active port of its link layer on the node (a cable or transceiver trained at a lower speed, lanes lost). The GPU's collectives then go out through a far NIC, or at the slow port's rate. The exporter's diagnosis gpu_diagnosis_active{symptom=\"network_degraded\", cause=\"rdma_port\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "network_degraded/rdma_port", cfg["diagnosis_for"]["warning"]))) + " here.",
+              "likely_cause": "rdma port: A port of the RDMA device nearest the GPU is not ACTIVE while the same port of another RDMA device of the node is, or is ACTIVE at a rate below the fastest active port of its link layer on the node (a cable or transceiver trained at a lower speed, lanes lost). The GPU's collectives then go out through a far NIC, or at the slow port's rate.",
+              "fix": "Check the named port's cable and transceiver (reseat, then replace) and the switch port it lands on; a port the subnet manager left in INIT or ARMED needs the fabric's subnet manager. Owner: the platform and network team.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#network-degraded-rdma-port",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuNetworkErrorsRdmaLinkIntegrity",
+            expr: "gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left (symptom, cause) (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_errors\", cause=\"rdma_link_integrity\"} == 1\n)\nor (\n  gpu_diagnosis_active{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + ", symptom=\"network_errors\", cause=\"rdma_link_integrity\"} == 1\n) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu:gpu_owner:info",
+            [if lib.seconds(lib.override(cfg.for_overrides, "network_errors/rdma_link_integrity", cfg["diagnosis_for"]["warning"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "network_errors/rdma_link_integrity", cfg["diagnosis_for"]["warning"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "network_errors/rdma_link_integrity", "warning") } + {},
+            annotations: {
+              "summary": "Errors are climbing on a port of the GPU's nearest RDMA NIC",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}{{ with $labels.owner }} (allocated to {{ . }}){{ end }}: On a port of the RDMA device nearest the GPU, " + lib.g(cfg["diagnosis"]["rdma_errors_per_window"]) + " or more symbol errors, link-downed events, link error recoveries, local link integrity errors or receive errors within the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): traffic lost and resent, or the link retrained. These counters are 4 to 16 bits wide and stop at their maximum: one stopped there is named, not read as a rate. The exporter's diagnosis gpu_diagnosis_active{symptom=\"network_errors\", cause=\"rdma_link_integrity\"} is {{ printf \"%.0f\" $value }}: held for the exporter's diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "), then for " + lib.proseDuration(lib.seconds(lib.override(cfg.for_overrides, "network_errors/rdma_link_integrity", cfg["diagnosis_for"]["warning"]))) + " here.",
+              "likely_cause": "rdma link integrity: On a port of the RDMA device nearest the GPU, " + lib.g(cfg["diagnosis"]["rdma_errors_per_window"]) + " or more symbol errors, link-downed events, link error recoveries, local link integrity errors or receive errors within the diagnosis window (" + lib.tableDuration(lib.seconds(cfg["diagnosis"]["window"])) + "): traffic lost and resent, or the link retrained. These counters are 4 to 16 bits wide and stop at their maximum: one stopped there is named, not read as a rate.",
+              "fix": "Reseat or replace the cable and transceiver of the named port and check the switch port; clear the counters (perfquery -x -R) to see whether they climb again. Owner: the platform and network team.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#network-errors-rdma-link-integrity",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
           }
         ],
       },
@@ -828,6 +943,20 @@ function(cfg)
               "fix": "Compare this GPU with its siblings on the node dashboard: throttle reasons, clocks, PCIe link, its process's CPU and run-queue wait; fix what differs (the matching diagnosis alert usually names it).",
               "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#straggler",
               "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}&var-gpu={{ $labels.gpu }}"
+            }
+          },
+          {
+            alert: "GpuJobStragglerNode",
+            expr: "owner_instance:gpu_utilization_ratio:job_straggler",
+            [if lib.seconds(lib.override(cfg.for_overrides, "GpuJobStragglerNode", cfg["fleet"]["job_straggler"]["for"])) > 0 then 'for']: lib.promDuration(lib.seconds(lib.override(cfg.for_overrides, "GpuJobStragglerNode", cfg["fleet"]["job_straggler"]["for"]))),
+            labels: { severity: lib.override(cfg.severity_overrides, "GpuJobStragglerNode", "warning") } + {},
+            annotations: {
+              "summary": "One node of a job spread over nodes works far less than the job's others",
+              "description": "{{ $labels.instance }} runs {{ $labels.owner }}'s GPUs at {{ $value | humanizePercentage }} utilization on average, far below the job's median node (by more than " + lib.g15(cfg["fleet"]["job_straggler"]["mad_multiplier"]) + " times the median absolute deviation of its nodes, and by at least " + lib.pct0(cfg["fleet"]["job_straggler"]["min_gap"]) + "), for " + lib.proseDuration(lib.seconds(cfg["fleet"]["job_straggler"]["for"])) + ". Every other node of a synchronous job waits for it.",
+              "likely_cause": "Something on this node slows its ranks, and the node's own diagnosis usually names it on its GPUs: its data reads stall (memory_held_sm_underfed or _idle -> data_pipeline_io), its CPUs starve the ranks (-> cpu_contention, cpu_limit_throttled, cpu_steal, host_swapping, memory_limit_reclaim), its clocks are held back (throttled_under_load -> power_cap, thermal, power_brake, hw_slowdown), or its link is degraded (pcie_downtrained); with no diagnosis, its network to the other nodes or a rank that died while the others wait.",
+              "fix": "Ask the node's exporter why: gpu-exporter diagnose on the node (or its node dashboard, or the diagnosis alerts on the same instance) names the cause on its GPUs; fix that, or drain the node and requeue the job on healthy ones.",
+              "runbook_url": std.rstripChars(cfg["runbook_url_base"], '/') + "/docs/runbook.md#job-straggler-node",
+              "dashboard_url": std.rstripChars(cfg["dashboard_url_base"], '/') + "/d/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "/" + std.rstripChars(cfg["node_dashboard_uid"], '/') + "?var-job={{ $labels.job }}&var-instance={{ $labels.instance }}"
             }
           },
           {
@@ -4243,7 +4372,7 @@ function(cfg)
             "collapsed": false,
             "id": 15,
             "panels": [],
-            "title": "Fleet",
+            "title": "Jobs over nodes",
             "gridPos": {
               "h": 1,
               "w": 24,
@@ -4254,6 +4383,251 @@ function(cfg)
           {
             "type": "table",
             "id": 16,
+            "targets": [
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"} and on (" + cfg["cluster_label"] + ", owner, instance, job) owner_instance:gpu_utilization_ratio:median_deviation{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "A",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              },
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"} - owner_instance:gpu_utilization_ratio:median_deviation{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "B",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              }
+            ],
+            "title": "Jobs over nodes",
+            "description": "Each job holding GPUs on 3 nodes or more (one Slurm job id, or one pod owner, on every node): each node's share of the job, the mean utilization of the job's GPUs on it, beside the job's median node. A node far below its job's median slows every other node of a synchronous job.",
+            "transparent": false,
+            "datasource": {
+              "type": "prometheus",
+              "uid": "${datasource}"
+            },
+            "gridPos": {
+              "h": 9,
+              "w": 14,
+              "x": 0,
+              "y": 44
+            },
+            "repeatDirection": "h",
+            "transformations": [
+              {
+                "id": "merge",
+                "options": {}
+              },
+              {
+                "id": "organize",
+                "options": {
+                  "excludeByName": {
+                    "Time": true,
+                    "__name__": true,
+                    "job": true
+                  },
+                  "renameByName": {
+                    [cfg["cluster_label"]]: "cluster",
+                    "owner": "owner",
+                    "instance": "node",
+                    "Value #A": "node's utilization",
+                    "Value #B": "job's median node"
+                  }
+                }
+              }
+            ],
+            "fieldConfig": {
+              "defaults": {
+                "unit": "percentunit",
+                "thresholds": {
+                  "mode": "absolute",
+                  "steps": [
+                    {
+                      "value": null,
+                      "color": "orange"
+                    },
+                    {
+                      "value": cfg["fleet"]["job_straggler"]["job_busy"],
+                      "color": "green"
+                    }
+                  ]
+                },
+                "custom": {
+                  "align": "auto",
+                  "inspect": false,
+                  "filterable": true
+                }
+              },
+              "overrides": [
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #A"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                },
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #B"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                }
+              ]
+            }
+          },
+          {
+            "type": "table",
+            "id": 17,
+            "targets": [
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:job_straggler{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "A",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              },
+              {
+                "expr": "owner_instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"} - owner_instance:gpu_utilization_ratio:median_deviation{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}\nand on (" + cfg["cluster_label"] + ", owner, instance, job) owner_instance:gpu_utilization_ratio:job_straggler{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
+                "refId": "B",
+                "instant": true,
+                "range": false,
+                "format": "table",
+                "legendFormat": "__auto",
+                "datasource": {
+                  "type": "prometheus",
+                  "uid": "${datasource}"
+                }
+              }
+            ],
+            "title": "Straggler nodes of jobs",
+            "description": "The node of each job over nodes whose share is far below the job's median node (by more than " + lib.g15(cfg["fleet"]["job_straggler"]["mad_multiplier"]) + " times the median absolute deviation of the job's nodes, and by at least " + lib.pct0(cfg["fleet"]["job_straggler"]["min_gap"]) + ", while the median node is busier than " + lib.pct0(cfg["fleet"]["job_straggler"]["job_busy"]) + "): alert GpuJobStragglerNode. The node's own exporter (its node dashboard, gpu-exporter diagnose) says why.",
+            "transparent": false,
+            "datasource": {
+              "type": "prometheus",
+              "uid": "${datasource}"
+            },
+            "gridPos": {
+              "h": 9,
+              "w": 10,
+              "x": 14,
+              "y": 44
+            },
+            "repeatDirection": "h",
+            "transformations": [
+              {
+                "id": "merge",
+                "options": {}
+              },
+              {
+                "id": "organize",
+                "options": {
+                  "excludeByName": {
+                    "Time": true,
+                    "__name__": true,
+                    "job": true
+                  },
+                  "renameByName": {
+                    [cfg["cluster_label"]]: "cluster",
+                    "owner": "owner",
+                    "instance": "node",
+                    "Value #A": "node's utilization",
+                    "Value #B": "job's median node"
+                  }
+                }
+              }
+            ],
+            "fieldConfig": {
+              "defaults": {
+                "unit": "percentunit",
+                "thresholds": {
+                  "mode": "absolute",
+                  "steps": [
+                    {
+                      "value": null,
+                      "color": "orange"
+                    },
+                    {
+                      "value": cfg["fleet"]["job_straggler"]["job_busy"],
+                      "color": "green"
+                    }
+                  ]
+                },
+                "custom": {
+                  "align": "auto",
+                  "inspect": false,
+                  "filterable": true
+                }
+              },
+              "overrides": [
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #A"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                },
+                {
+                  "matcher": {
+                    "id": "byName",
+                    "options": "Value #B"
+                  },
+                  "properties": [
+                    {
+                      "id": "unit",
+                      "value": "percentunit"
+                    }
+                  ]
+                }
+              ]
+            }
+          },
+          {
+            "type": "row",
+            "collapsed": false,
+            "id": 18,
+            "panels": [],
+            "title": "Fleet",
+            "gridPos": {
+              "h": 1,
+              "w": 24,
+              "x": 0,
+              "y": 53
+            }
+          },
+          {
+            "type": "table",
+            "id": 19,
             "targets": [
               {
                 "expr": "count by (" + cfg["cluster_label"] + ", driver_version) (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"})",
@@ -4279,7 +4653,7 @@ function(cfg)
               "h": 8,
               "w": 6,
               "x": 0,
-              "y": 44
+              "y": 54
             },
             "repeatDirection": "h",
             "transformations": [
@@ -4324,7 +4698,7 @@ function(cfg)
           },
           {
             "type": "timeseries",
-            "id": 17,
+            "id": 20,
             "targets": [
               {
                 "expr": "instance:gpu_utilization_ratio:avg{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\"}",
@@ -4349,7 +4723,7 @@ function(cfg)
               "h": 8,
               "w": 10,
               "x": 6,
-              "y": 44
+              "y": 54
             },
             "repeatDirection": "h",
             "options": {
@@ -4399,7 +4773,7 @@ function(cfg)
           },
           {
             "type": "table",
-            "id": 18,
+            "id": 21,
             "targets": [
               {
                 "expr": "count by (" + cfg["cluster_label"] + ", symptom, cause) (\n(gpu_diagnosis_active{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} == 1)\nand on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, namespace, pod, container) (gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\", namespace=~\"$namespace\"}), \"held_by\", \"pod\", \"\", \"\")\nor (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, slurm_job_id) (gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"held_by\", \"slurm job\", \"\", \"\")\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\"))\nor (label_replace(max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}) unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) (gpu_allocation_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"} or gpu_job_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"held_by\", \"nobody\", \"\", \"\")\nunless on (" + cfg["cluster_label"] + ", namespace) label_replace(group by (" + cfg["cluster_label"] + ") (gpu_info{" + cfg["cluster_label"] + "=~\"$cluster\", job=~\"$job\", instance=~\"$instance\", gpu=~\"$gpu\"}), \"namespace\", \"all\", \"\", \"$namespace\")))\n)",
@@ -4425,7 +4799,7 @@ function(cfg)
               "h": 8,
               "w": 8,
               "x": 16,
-              "y": 44
+              "y": 54
             },
             "repeatDirection": "h",
             "transformations": [

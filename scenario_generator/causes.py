@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_exporter.simulator.model import DeviceProfile
+from scenario_generator.network_causes import (
+    rdma_link_integrity,
+    rdma_port,
+    saturated_symbol_errors,
+)
 from scenario_generator.node import GIB, MIB, HostShape, NodeBuilder, Tenant
 from scenario_generator.truth import Expected
 
@@ -466,6 +471,16 @@ def small_kernels(b: NodeBuilder) -> list[Expected]:
     return _at_gpu(b, "small_kernels")
 
 
+def memory_bound(b: NodeBuilder) -> list[Expected]:
+    """Kernels that stream memory: GPM reads the DRAM bandwidth well used (78 %
+    or more; 60-78 % left out) while the SMs work (60 % or more) and the
+    tensor pipes mostly wait (a quarter at most)."""
+    b.tgt.condition["sm_active"] = round(b.u(0.6, 0.95), 3)
+    b.tgt.condition["dram_active"] = round(b.u(0.78, 0.97), 3)
+    b.tgt.condition["tensor_active"] = round(b.u(0.0, 0.25), 3)
+    return _at_gpu(b, "dram_bandwidth")
+
+
 def persistence_off(b: NodeBuilder) -> list[Expected]:
     b.tgt.condition["persistence_mode"] = False
     return _at_gpu(b, "configuration")
@@ -769,6 +784,8 @@ CAUSES: tuple[Cause, ...] = (
     _c("oom_risk", "oom_risk", (0, 100), {"memory"}, oom_risk),
     _c("small_kernels", "small_kernels", (90, 100), {"gpm"}, small_kernels,
        boards=_has(_GPM)),
+    _c("memory_bound", "dram_bandwidth", (70, 100), {"gpm"}, memory_bound,
+       boards=_has(_GPM)),
     _c("persistence_off", "configuration", (0, 100), {"persistence"}, persistence_off,
        tenants=_WHOLE_GPU),
     _c("cpu_affinity", "cpu_affinity", (0, 100), {"affinity"}, cpu_affinity,
@@ -778,6 +795,10 @@ CAUSES: tuple[Cause, ...] = (
     _c("gpu_reset", "gpu_reset", (0, 100), {"recovery"}, gpu_reset, tenants=_WHOLE_GPU),
     _c("nvswitch_fabric", "nvswitch_fabric", (0, 100), {"fabric"}, nvswitch_fabric,
        boards=_has("fabric"), tenants=_WHOLE_GPU),
+    # The simulated node has an HCA beside each of its first eight GPUs.
+    _c("rdma_link_integrity", "rdma_link_integrity", (0, 100), {"rdma"}, rdma_link_integrity,
+       tenants=_WHOLE_GPU),
+    _c("rdma_port", "rdma_port", (0, 100), {"rdma"}, rdma_port, tenants=_WHOLE_GPU),
     _c("mig_oom_risk", "oom_risk", (0, 100), {"instance"}, mig_oom_risk,
        boards=_has("mig"), tenants=_MIG),
     _c("mig_process_stalled", "process_stalled", (0, 5), {"instance"}, mig_process_stalled,
@@ -807,5 +828,6 @@ CONFOUNDERS: tuple[Cause, ...] = (
     _c("corrected_ecc", None, (0, 100), {"ecc"}, corrected_ecc, boards=_has("ecc")),
     _c("small_throttle", None, (85, 100), {"workload_cpu"}, small_throttle, tenants=_PODS),
     _c("moderate_load", None, (15, 65), STARVE, moderate_load),
+    _c("saturated_symbol_errors", None, (0, 100), {"rdma"}, saturated_symbol_errors),
 )
 BY_NAME = {c.name: c for c in (*CAUSES, *CONFOUNDERS)}

@@ -56,9 +56,15 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.collectors.host:_Sources.counters": Kept("the host's counter series", CHURN),
     "gpu_exporter.collectors.host:HostCollector._counted": Kept("the host's series", CHURN),
     "gpu_exporter.collectors.host:HostCollector._capped": Kept("the host's series", CHURN),
+    "gpu_exporter.collectors.host:HostCollector._cpu_topology":
+        Kept("the host's CPUs, at most host.thermal.MAX_CPUS", CHURN),
     "gpu_exporter.collectors.nvlink:NvlinkCollector._last":
         Kept("per GPU UUID listed: its links x counter fields", CHURN),
     "gpu_exporter.collectors.pcie:PcieCollector._warned": Kept("the GPUs' sysfs files", CHURN),
+    "gpu_exporter.collectors.network:NetworkCollector._warned":
+        Kept("the NICs' and ports' sysfs files (one per file said), at most MAX_WARNED",
+             "test_network_collector.py::test_a_garbled_file_counts_one_error_and_warns_once"),
+    "gpu_exporter.collectors.network:NetworkCollector._places": Kept(PER_GPU, CHURN),
     "gpu_exporter.collectors.pcie:PcieCollector._placements":
         Kept("one per GPU bus id (cleared when the GPUs change)", CHURN),
     "gpu_exporter.collectors.samples:SamplesCollector._last_seen": Kept(PER_GPU, CHURN),
@@ -186,6 +192,7 @@ NOT_KEPT: dict[str, str] = {
     "gpu_exporter.collectors.device:_GpuPass._due": "one GPU's pass of one poll",
     "gpu_exporter.diagnosis.coverage:_Reads.absent": "one coverage report",
     "gpu_exporter.host.pci:_Reader.problems": "one read of a device's sysfs files",
+    "gpu_exporter.host.nics:_Notes.problems": "one read of the NICs' and ports' sysfs files",
     "gpu_exporter.safeyaml:_BoundedComposer._heights": "one file's load",
     "gpu_exporter.safeyaml:_BoundedComposer._anchored": "one file's load",
     "gpu_exporter.sections:_Problem.items": "one validation error",

@@ -212,7 +212,8 @@ def test_colours_change_where_the_diagnosis_judges(name: str) -> None:
         for key, want in judged(name).items():
             first = exprs[0] if exprs else ""  # the series the panel is about
             if not (first.startswith(key) if key.startswith(("1 -", "rate("))
-                    else key in first and not first.startswith("count(")):
+                    else re.search(rf"(?<![\w:]){re.escape(key)}", first)
+                    and not first.startswith("count(")):
                 continue
             found += 1
             for value in want:

@@ -221,7 +221,8 @@ def test_every_row_judged_per_instance_is_one_a_workload_can_cause() -> None:
              "nvlink_errors", "c2c_errors", "memory_errors", "gpu_lost", "persistence_off",
              "recovery_action",
              "fabric_degraded", "cooling_degraded", "utilization_inflated",
-             "utilization_bursty"}
+             "utilization_bursty", "network_placement", "network_degraded",
+             "network_errors"}
     for row in ROWS:
         if row.symptom in board:
             assert not row.per_instance, row.key

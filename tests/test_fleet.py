@@ -24,7 +24,9 @@ from gpu_exporter.commands.fleet import (
     KINDS,
     OLD_DRIVER,
     FleetError,
+    parse_jobs,
     parse_mix,
+    place_jobs,
     plan,
     scenario_doc,
 )
@@ -95,13 +97,67 @@ def load_scenario_from(doc: dict[str, Any], tmp_path: Path) -> Scenario:
 
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path) -> None:
     for args in (["--nodes", "0"], ["--scenario-mix", "bogus=1"], ["--gpus", "0"],
-                 ["--clusters", "a,../b"], ["--clusters", "a,a"]):
+                 ["--clusters", "a,../b"], ["--clusters", "a,a"], ["--jobs", "bogus=1"],
+                 ["--jobs", "straggler=x"], ["--jobs", "straggler=1"],
+                 ["--jobs", "balanced=1", "--job-nodes", "2"]):
         result = subprocess.run(
             [sys.executable, "-m", "gpu_exporter", "fleet", *args,
              "--targets-dir", str(tmp_path), "--duration", "0"],
             capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 2, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# --- jobs spread over nodes ---------------------------------------------------
+
+
+def _job_of(doc: dict[str, Any]) -> int | None:
+    jobs = doc.get("tenants", {}).get("slurm_jobs", [])
+    return int(jobs[0]["job_id"]) if jobs else None
+
+
+def test_jobs_span_their_nodes_with_one_slow_node_per_straggler_job(tmp_path: Path) -> None:
+    """Per cluster, each job's nodes hold every GPU for one Slurm job id; a
+    straggler job has exactly one slow node (its GPUs' utilization a third of
+    the others'), a balanced job none; the rest of the plan is untouched."""
+    base = plan(24, ["a", "b"], parse_mix("healthy=4,mixed=1"), gpus=2)
+    nodes = place_jobs(base, parse_jobs("straggler=1,balanced=1"))
+    assert [n.name for n in nodes] == [n.name for n in base]
+    changed = [(b, n) for b, n in zip(base, nodes, strict=True) if b.kind != n.kind]
+    assert all(b.kind.name == "healthy" for b, _ in changed)
+    members: dict[int, list[tuple[str, Scenario]]] = {}
+    for _, node in changed:
+        path = tmp_path / f"{node.name}.yaml"
+        doc = scenario_doc(node)
+        path.write_text(yaml.safe_dump(doc))
+        scenario = load_scenario(str(path))  # as the node's exporter reads it
+        job_id = _job_of(doc)
+        assert job_id is not None
+        [job] = scenario.tenants.slurm_jobs
+        assert job.gpus == list(range(scenario.node.gpus)) == [0, 1]
+        assert sorted(job.pids) == sorted(p.pid for p in scenario.processes)
+        members.setdefault(job_id, []).append((node.cluster, scenario))
+    assert len(members) == 4  # two jobs in each cluster, ids unique across the fleet
+    slow_per_job = []
+    for job_id, held in members.items():
+        assert len(held) == 4 and len({c for c, _ in held}) == 1, job_id
+        utils = sorted(s.state.utilization or 0.0 for _, s in held)
+        slow_per_job.append(sum(u < utils[-1] / 2 for u in utils))
+    assert sorted(slow_per_job) == [0, 0, 1, 1]
+    # The slow nodes, and only they, expect the job straggler alert.
+    expecting = [n for n in nodes
+                 if any(e.alert == "GpuJobStragglerNode" for e in n.kind.expects)]
+    assert sorted(n.kind.name for n in expecting) == ["job-slow", "job-slow"]
+    assert {n.cluster for n in expecting} == {"a", "b"}
+
+
+def test_jobs_that_do_not_fit_the_healthy_nodes_are_refused() -> None:
+    base = plan(8, ["a"], parse_mix("healthy=1,idle=1"), gpus=2)  # 4 healthy
+    assert len(place_jobs(base, parse_jobs("straggler=1"))) == 8
+    with pytest.raises(FleetError, match=r"a has 4 healthy node.*need 8"):
+        place_jobs(base, parse_jobs("straggler=1,balanced=1"))
+    with pytest.raises(FleetError, match="unknown job shape"):
+        parse_jobs("lopsided=1")
 
 
 # --- the shipped multi-cluster configs ----------------------------------------------

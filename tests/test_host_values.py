@@ -22,6 +22,7 @@ from gpu_exporter.collectors import values as p
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.snapshot import Snapshot
 from tests.test_host_collector import PAGE, Host, values
+from tests.test_host_thermal import two_sockets
 
 
 def write(host: Host, name: str, text: str) -> None:
@@ -44,6 +45,9 @@ def rejected(caplog: pytest.LogCaptureFixture) -> list[str]:
 # --- every host series has a range -----------------------------------------------------------
 def test_every_host_series_the_collector_exports_has_a_range(tmp_path: Path) -> None:
     host = Host(tmp_path)
+    # The CPUs' thermal counters live in sysfs, beside the /proc fixture.
+    host.collector.sysfs = tmp_path / "sys"
+    two_sockets(host.collector.sysfs)
     host.collect()
     snap = host.one_second_later()
     names = {m.name for m in CATALOG if m.bounds is not None and m.name.startswith("gpu_host_")}

@@ -40,6 +40,8 @@ CHANGED: dict[str, Any] = {
     "severity_overrides": {"pcie_downtrained/link_degraded": "critical",
                            "GpuStraggler": "info"},
     "fleet": {"idle_utilization": 0.05, "straggler": {"siblings_busy": 0.8, "for": "30m"},
+              "job_straggler": {"mad_multiplier": 2.5, "min_gap": 0.25, "job_busy": 0.6,
+                                "for": "20m"},
               "memory_leak": {"horizon": "12h"}},
     "exporter": {"stale_poll_seconds": 90},
 }

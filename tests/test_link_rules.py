@@ -11,11 +11,13 @@ import pytest
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.diagnosis.registry import Verdict
+from gpu_exporter.diagnosis.row import Row
 from gpu_exporter.nvml import constants as k
+from gpu_exporter.readings import GpuReading
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.thresholds import DiagnosisConfig
 from tests.onegpu import OneGpu
-from tests.rule_signals import CFG, busy_gpu, signals, verdict
+from tests.rule_signals import CFG, POD, busy_gpu, signals, verdict
 from tests.simnode import SimRun
 
 # The engine's increase over a 30 s window: 100 CRC errors a second is 3000.
@@ -96,6 +98,64 @@ def test_the_row_waits_the_boot_grace_and_is_the_boards() -> None:
     assert t.NVLINK_ERRORS.boot_grace
     assert not t.NVLINK_ERRORS.per_instance
     assert "nvidia-smi nvlink -e -i GPU" in t.NVLINK_ERRORS.confirm
+
+
+# --- NVLink 5: FEC's counts -------------------------------------------------------------
+def _fec_links(**counts: float) -> dict[tuple[int, str], float]:
+    """An 18-link Blackwell GPU from R565 on: FEC's counts only (NVML answers
+    the CRC, replay and recovery fields NOT_SUPPORTED there), all at 7."""
+    out = {(link, kind): 7.0 for link in range(18) for kind in ("effective", "symbol")}
+    for name, value in counts.items():
+        kind, link = name.split("_")
+        out[int(link), kind] = value
+    return out
+
+
+def _judge_fec(increases: dict[str, float], cfg: DiagnosisConfig = CFG,
+               rates: dict[tuple[int, str], float] | None = None) -> Verdict:
+    sig = signals(nvlink_errors=_fec_links(), nvlink_bit_error_rates=rates or {})
+    return verdict(t.NVLINK_ERRORS, sig, cfg, increases)
+
+
+def test_effective_errors_climbing_fail_the_link_with_its_ber() -> None:
+    limit = CFG.nvlink_replays_per_window
+    got = _judge_fec({"nvlink_9_effective": limit, "nvlink_9_symbol": 5e4},
+                     rates={(9, "effective"): 2e-9, (9, "symbol"): 3e-7})
+    assert got.holds is True
+    assert got.evidence["nvlink_failing_links"] == "9"
+    assert got.evidence["nvlink_link_9_errors"] == (
+        f"effective (uncorrected) {limit:g}, symbol (corrected) 50000, effective BER 2e-09 "
+        "in the window")
+    # The threshold is the replays' (an effective error is a packet sent again).
+    cfg = CFG.model_copy(update={"nvlink_replays_per_window": 5.0})
+    assert _judge_fec({"nvlink_9_effective": 4.0}, cfg).holds is False
+    assert _judge_fec({"nvlink_9_effective": 5.0}, cfg).holds is True
+
+
+def test_symbol_errors_fec_corrected_never_fail_a_link_however_many() -> None:
+    # FEC corrects symbol errors in place, no packet resent: evidence, not a fault.
+    got = _judge_fec({"nvlink_3_symbol": 1e9})
+    assert got.holds is False
+    assert got.evidence["nvlink_failing_links"] == "none"
+    assert got.evidence["nvlink_link_3_corrected_by_fec"] == (
+        "1e+09 symbol errors in the window, all corrected")
+    zero = CFG.model_copy(update={"nvlink_replays_per_window": 0.0,
+                                  "nvlink_crc_errors_per_s": 0.0})
+    assert _judge_fec({"nvlink_3_symbol": 1e9}, zero).holds is False
+    assert _judge_fec({"nvlink_3_effective": 1.0}, zero).holds is True
+
+
+def test_a_pinned_effective_counter_is_named_not_read() -> None:
+    top = float(2**64 - 1)
+    sig = signals(nvlink_errors={**_fec_links(), (4, "effective"): top})
+    got = verdict(t.NVLINK_ERRORS, sig, CFG, {"nvlink_4_effective": 1e30})
+    assert got.holds is False
+    assert got.evidence["nvlink_counters_at_maximum"] == "4 (effective)"
+
+
+def test_the_nvlink_row_reads_the_fec_families() -> None:
+    assert {"gpu_nvlink_fec_errors_total", "gpu_nvlink_fec_errors_all_links_total",
+            "gpu_nvlink_bit_error_rate"} <= set(t.NVLINK_ERRORS.reads)
 
 
 # --- the C2C link to the Grace CPU ---------------------------------------------------
@@ -245,3 +305,46 @@ def test_a_floor_with_smoothing_off_holds_nothing() -> None:
     got = verdict(t.POWER_CAP, signals(off))
     assert got.holds is True
     assert "power_floor_watts" not in got.evidence
+
+
+# No row takes an idle GPU's draw at power smoothing's floor for work: the
+# under-use rows judge work by NVML's gpu_idle reason and utilization, and
+# the power-cap row (above) subtracts the floor where it reads draw. Each
+# verdict below must be the one the same GPU gets at its idle draw.
+_IDLE_DRAW_W, _FLOOR_W = 145.0, 600.0
+
+
+def _idle_at(draw: float, **gpu: object) -> GpuReading:
+    return busy_gpu(utilization=0.0, memory_used_bytes=0.0, power_watts=draw,
+                    power_smoothing=True, power_floor_watts=_FLOOR_W, **gpu)
+
+
+def test_an_allocated_gpu_idling_at_its_smoothing_floor_is_still_unused() -> None:
+    def judged(draw: float) -> bool | None:
+        sig = signals(_idle_at(draw), procs=[], owners=(POD,), allocations_known=True)
+        return verdict(t.ALLOCATED_UNUSED, sig).holds
+
+    assert judged(_FLOOR_W) is True
+    assert judged(_FLOOR_W) == judged(_IDLE_DRAW_W)
+
+
+@pytest.mark.parametrize("row,bit", [(t.HW_SLOWDOWN, "hw_slowdown"),
+                                     (t.POWER_BRAKE, "hw_power_brake")])
+def test_a_gpu_idling_at_its_smoothing_floor_is_not_slowed_under_load(row: Row,
+                                                                     bit: str) -> None:
+    def judged(draw: float) -> bool | None:
+        gpu = _idle_at(draw, throttle_reasons=frozenset({"gpu_idle", bit}),
+                       clocks_hz={"sm": 0.4e9})
+        return verdict(row, signals(gpu)).holds
+
+    assert judged(_FLOOR_W) is False
+    assert judged(_FLOOR_W) == judged(_IDLE_DRAW_W)
+
+
+def test_a_gpu_idling_at_its_smoothing_floor_is_not_power_capped() -> None:
+    # The floor at the lowered limit: were the floor's draw work, the cap binds.
+    capped = dict(_CAPPED, utilization=0.0, power_limit_watts=_FLOOR_W)
+    at_floor = busy_gpu(**capped, power_watts=_FLOOR_W, power_smoothing=True,
+                        power_floor_watts=_FLOOR_W)
+    assert verdict(t.POWER_CAP, signals(at_floor)).holds is False
+

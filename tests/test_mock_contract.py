@@ -28,6 +28,7 @@ from benchmarks.daemon_probe import Board, Daemon, board, free_port, get, mock_b
 from gpu_exporter import pipeline
 from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S, SAMPLES_EVERY_S
 from gpu_exporter.catalog import BY_NAME, CATALOG
+from gpu_exporter.collectors import board as board_words
 
 ROOT = Path(__file__).resolve().parent.parent
 MISSING = mock_missing()
@@ -61,6 +62,15 @@ C2C = ("gpu_c2c_enabled",)
 # Power smoothing's switch: a field whose id means it from R580 on (the board
 # file's driver_version); the mock answers it 0 (off) on every board.
 SMOOTHING = ("gpu_power_smoothing_enabled",)
+# NVLink 5's FEC counts and bit-error rates: fields of R565 and newer (NVML's
+# change log), asked on a GPU with NVLink links; the mock answers them there.
+FEC = ("gpu_nvlink_fec_errors_all_links_total", "gpu_nvlink_bit_error_rate_worst_link")
+# The coverage's words for the readings only a Grace superchip has, and for
+# those only a Blackwell board has (nvml.h: power smoothing and the platform
+# info "For Blackwell or newer"; the FEC counts are NVLink 5's).
+GRACE_ONLY = ("the Grace C2C link", "C2C link errors")
+BLACKWELL_ONLY = ("power smoothing", "the power-smoothing floor", "the rack location",
+                  board_words.FEC_WORDS)
 # Default families absent here by nature, not by failure.
 ABSENT_HERE = {
     "gpu_xid_errors_total": "per Xid code: appears at a GPU's first Xid",
@@ -108,11 +118,15 @@ def _capabilities(b: Board) -> set[str]:
     driver = str((doc.get("system") or {}).get("driver_version", "0"))
     if int(driver.partition(".")[0]) >= 580:
         found.add("smoothing")
+    if "nvlink" in found and int(driver.partition(".")[0]) >= board_words.FEC_SINCE:
+        found.add("fec")
+    if str(defaults.get("architecture", "")).lower() == "blackwell":
+        found.add("blackwell")
     return found
 
 
 _OPTIONAL = (("nvlink", NVLINK), ("gpm", GPM), ("fabric", FABRIC), ("c2c", C2C),
-             ("smoothing", SMOOTHING))
+             ("smoothing", SMOOTHING), ("fec", FEC))
 
 
 def _families(body: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -167,6 +181,30 @@ def _polled_enough(d: Daemon, timeout: float = 60.0) -> bytes:
         time.sleep(0.2)
 
 
+def _lists_only_what_the_board_could_offer(
+        capabilities: set[str], families: dict[str, list[tuple[dict[str, str], float]]],
+        answer: dict[str, object], gpus: set[str]) -> None:
+    """The coverage's not-available readings name nothing a board of this
+    class could never offer, and do name what it could and did not."""
+    coverage = answer["coverage"]
+    assert isinstance(coverage, dict)
+    listed: dict[str, set[str]] = defaultdict(set)
+    for group in coverage["not_available"]:
+        for reading in group.get("readings") or ():
+            listed[reading] |= set(group["gpus"])
+    if "c2c" not in capabilities:
+        assert not set(GRACE_ONLY) & set(listed), sorted(listed)
+    if "blackwell" not in capabilities:
+        assert not set(BLACKWELL_ONLY) & set(listed), sorted(listed)
+    # A Grace board whose C2C counts the mock does not answer lists them, on every GPU.
+    if "c2c" in capabilities and "gpu_c2c_errors_total" not in families:
+        assert listed["C2C link errors"] == gpus
+    # The FEC counts: exported, or listed where a board of the class could have them.
+    fec_absent = not set(FEC) & set(families)
+    could = {"blackwell", "fec"} <= capabilities
+    assert (board_words.FEC_WORDS in listed) == (could and fec_absent), sorted(listed)
+
+
 @pytest.mark.parametrize("name", BOARDS)
 def test_the_daemon_on_each_board_of_nvidias_mock(name: str) -> None:
     b = board(name)
@@ -218,7 +256,7 @@ def test_the_daemon_on_each_board_of_nvidias_mock(name: str) -> None:
     unexplained = [m.name for m in CATALOG
                    if m.collector in default_on and not m.detail and m.name not in families
                    and m.name not in required and m.name not in ABSENT_HERE
-                   and m.name not in NVLINK + GPM + FABRIC + C2C + SMOOTHING + UTILIZATION
+                   and m.name not in NVLINK + GPM + FABRIC + C2C + SMOOTHING + FEC + UTILIZATION
                    and not m.name.startswith(tuple(ABSENT_PREFIXES))]
     assert unexplained == [], name
     assert [n for n in families if n not in BY_NAME] == []  # nothing outside the catalog
@@ -232,7 +270,39 @@ def test_the_daemon_on_each_board_of_nvidias_mock(name: str) -> None:
     # 2 critical, 5 nothing found but some checks could not run yet (a window
     # not yet full); never 3 (unreachable) or 4 (blind) with the GPUs in view.
     assert diagnose.returncode in (0, 1, 2, 5), diagnose.stderr[-2000:]
-    seen = json.loads(diagnose.stdout)["visibility"]
+    answer = json.loads(diagnose.stdout)
+    seen = answer["visibility"]
     assert (seen["nvml_up"], seen["gpus"], seen["gpus_answering"], seen["blind"]) == (
         True, b.gpus, b.gpus, None), seen
+    _lists_only_what_the_board_could_offer(capabilities, families, answer, gpus)
     assert stop_s < 5
+
+
+# A window short enough for every check to have run within a test's seconds.
+_SHORT_WINDOWS = "diagnosis: {window: 2s, clear_after: 2s}\n"
+
+
+@pytest.mark.skipif("gb200" not in BOARDS, reason="the mock has no GB200 board file")
+def test_diagnose_finds_a_healthy_gb200_healthy_on_the_mock(tmp_path: Path) -> None:
+    """Every check judged on every GPU (coverage complete), nothing found:
+    `diagnose` exits 0, not 5 (checked only in part) or a finding's status."""
+    config = tmp_path / "config.yaml"
+    config.write_text(_SHORT_WINDOWS)
+    b = board("gb200")
+    port = free_port()
+    d = Daemon("gpu-exporter", [sys.executable, "-m", "gpu_exporter", "--web.listen-address",
+                                f"127.0.0.1:{port}", "--config.file", str(config)], port, b.env())
+    try:
+        d.wait_ready()
+        deadline = time.monotonic() + 60
+        while not json.loads(get(port, "/diagnosis")[1])["coverage"]["complete"]:
+            assert time.monotonic() < deadline, d.stderr_tail()
+            time.sleep(0.5)
+        done = subprocess.run(
+            [sys.executable, "-m", "gpu_exporter", "diagnose", "--url",
+             f"http://127.0.0.1:{port}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        d.stop()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "No problems found" in done.stdout

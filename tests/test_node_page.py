@@ -210,9 +210,9 @@ def test_a_node_checked_only_in_part_is_not_called_healthy() -> None:
         text = parse(get(run, "/").body).visible().replace(" : ", ": ")
     assert "healthy" not in text.replace("not known to be healthy", "")
     assert "Findings none in the checks that ran · checked only in part" in text
-    assert ("GPUs 0-7: utilization_inflated/small_kernels: the gpm reader is switched off "
-            "(--no-collector.gpm)") in text
-    assert text.count("No finding in the checks that ran; 1 check could not run on this "
+    assert ("GPUs 0-7: utilization_inflated/small_kernels, memory_bound/dram_bandwidth: the "
+            "gpm reader is switched off (--no-collector.gpm)") in text
+    assert text.count("No finding in the checks that ran; 2 checks could not run on this "
                       "GPU.") == 8
     assert "nothing on this GPU matches the table" not in text
 

@@ -49,7 +49,8 @@ def test_an_old_drivers_missing_verdict_is_a_fact_not_a_mark() -> None:
 def test_a_reader_switched_off_marks_exactly_its_rows() -> None:
     text = scrape("healthy", settings={"collectors": {"gpm": False}})
     for gpu in "01234567":
-        assert not_judged(text, gpu) == {"utilization_inflated/small_kernels"}
+        assert not_judged(text, gpu) == {"utilization_inflated/small_kernels",
+                                         "memory_bound/dram_bandwidth"}
 
 
 def test_a_row_the_gpu_judges_is_never_marked() -> None:

@@ -242,6 +242,13 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
     (t.UTILIZATION_INFLATED, signals(sm_active=0.1), True, "busy by NVML, SMs mostly idle"),
     (t.UTILIZATION_INFLATED, signals(sm_active=None), None, "no GPM: not judged"),
     (t.UTILIZATION_INFLATED, signals(sm_active=0.8), False, "busy and the SMs are busy"),
+    (t.MEMORY_BOUND, signals(sm_active=0.8, dram_active=0.9, tensor_active=0.05), True,
+     "DRAM near saturation while the SMs work and the tensor pipes wait"),
+    (t.MEMORY_BOUND, signals(sm_active=0.8, dram_active=0.9), True,
+     "no tensor figure: DRAM and SMs decide"),
+    (t.MEMORY_BOUND, signals(sm_active=0.8, dram_active=0.4, tensor_active=0.05), False,
+     "DRAM bandwidth to spare"),
+    (t.MEMORY_BOUND, signals(sm_active=None, dram_active=None), None, "no GPM: not judged"),
     (t.PERSISTENCE_OFF, signals(busy_gpu(persistence_mode=False)), True, "off"),
     (t.PERSISTENCE_OFF, signals(), False, "on"),
     (t.NUMA_MISPLACED, signals(procs=[proc(affinity_local=False, cpus_allowed="32-63")]), True,
@@ -395,6 +402,10 @@ def test_every_row_has_direct_cases_both_ways() -> None:
             continue  # counter rules: tests/test_link_rules.py
         if row is t.FAULT_CAME_BACK:
             continue  # judged on the fault memory: tests/test_fault_memory.py
+        if row in (t.MEMORY_FILLING, t.HOST_CPU_THERMAL):
+            continue  # judged on the window's readings: tests/test_workload_rules.py
+        if row in (t.NIC_ACROSS_SOCKETS, t.RDMA_PORT_DEGRADED, t.RDMA_ERRORS):
+            continue  # judged on the RDMA ports: tests/test_network_rules.py
         assert {True, False} <= seen.get(row, set()), f"{row.key} lacks a holding or a clear case"
 
 

@@ -740,6 +740,15 @@ CASES: list[Case] = [
      CFG, Verdict(False, {**held_ev(0.5), "host_cpu_steal_ratio": round(CFG.steal_high - 0.001,
                                                                         3)}),
      "just under the steal threshold"),
+    (t.MEMORY_BOUND, signals(sm_active=0.81234, dram_active=CFG.memory_bound_dram_active,
+                             tensor_active=0.0504), CFG,
+     Verdict(True, {"dram_active_ratio": CFG.memory_bound_dram_active,
+                    "sm_active_ratio": 0.812, "tensor_active_ratio": 0.05}),
+     "DRAM at the threshold holds; figures rounded to 3 places"),
+    (t.MEMORY_BOUND, signals(sm_active=0.8, dram_active=CFG.memory_bound_dram_active - 0.001),
+     CFG, Verdict(False, {"dram_active_ratio": round(CFG.memory_bound_dram_active - 0.001, 3),
+                          "sm_active_ratio": 0.8}),
+     "just under the DRAM threshold; no tensor figure, none shown"),
     (t.FAN_STOPPED, signals(busy_gpu(fan_speeds={0: 0.8512, 1: 0.0})), CFG,
      Verdict(True, {"fan_0_speed_ratio": 0.851, "fan_1_speed_ratio": 0.0, **TEMP_EV}),
      "one fan stopped, the other spinning: each fan shown"),
@@ -769,9 +778,13 @@ def test_rule_verdict_and_evidence(row: Row, sig: GpuSignals, cfg: DiagnosisConf
 def test_every_row_has_evidence_cases() -> None:
     # The counter rules' cases are below, and in tests/test_link_rules.py; the
     # came-back row reads the fault memory, its cases are in
-    # tests/test_fault_memory.py.
+    # tests/test_fault_memory.py; the rows judged on the window's readings
+    # have theirs in tests/test_workload_rules.py, the network rows' in
+    # tests/test_network_rules.py.
     assert {c[0] for c in CASES} | {t.PCIE_ERRORS, t.NVLINK_ERRORS, t.C2C_ERRORS,
-                                    t.FAULT_CAME_BACK} == set(ROWS)
+                                    t.FAULT_CAME_BACK, t.MEMORY_FILLING,
+                                    t.HOST_CPU_THERMAL, t.NIC_ACROSS_SOCKETS,
+                                    t.RDMA_PORT_DEGRADED, t.RDMA_ERRORS} == set(ROWS)
 
 
 # --- counters over the window ------------------------------------------------------------

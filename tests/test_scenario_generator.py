@@ -28,7 +28,8 @@ from tests.tools import ROOT
 
 # The modules that decide what a case is and what it must produce.
 TRUTH_MODULES = ("scenario_generator.truth", "scenario_generator.node",
-                 "scenario_generator.causes", "scenario_generator.compose")
+                 "scenario_generator.causes", "scenario_generator.network_causes",
+                 "scenario_generator.compose")
 
 
 def test_the_truth_is_written_without_the_diagnosis() -> None:

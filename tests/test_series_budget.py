@@ -85,8 +85,10 @@ def test_detail_adds_exactly_the_detail_families(texts: tuple[str, str]) -> None
     assert "gpu_diagnosis_active" in added
     # Every detail family the idle H100 node can have is there with the flag
     # (SM clock samples: the H100 driver keeps none; workload pressure: the
-    # idle node runs no workload).
-    missing = base - added - {"gpu_sm_clock_samples_hertz", "gpu_workload_pressure_ratio"}
+    # idle node runs no workload; NVLink's FEC counts and bit-error rates are
+    # NVLink 5's, which an H100 does not have).
+    missing = base - added - {"gpu_sm_clock_samples_hertz", "gpu_workload_pressure_ratio",
+                              "gpu_nvlink_fec_errors", "gpu_nvlink_bit_error_rate"}
     assert not missing, missing
 
 

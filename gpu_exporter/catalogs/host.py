@@ -149,4 +149,23 @@ HOST_NETWORK_RECEIVE_DROPS_TOTAL = _m(
     detail=True,
     bounds=Bounds(0.0, 2.0**63, resets=True))
 
+# The kernel's thermal throttle counters (x86 CPUs that keep them; absent
+# elsewhere). They restart at 0 only with a boot, or a CPU taken offline and
+# back.
+HOST_CPU_THERMAL_THROTTLES_TOTAL = _m(
+    "gpu_host_cpu_thermal_throttles_total", "counter",
+    "Times the host's CPU cores (kind=core) or packages (kind=package) went above their "
+    "temperature limit and were slowed since boot, from "
+    "/sys/devices/system/cpu/cpu*/thermal_throttle/*_throttle_count, each core and package "
+    "counted once. Absent on CPUs that keep no such counters.", ("kind",), "host",
+    bounds=Bounds(0.0, 2.0**63, resets=True))
+
+HOST_CPU_THERMAL_THROTTLED_SECONDS_TOTAL = _m(
+    "gpu_host_cpu_thermal_throttled_seconds_total", "counter",
+    "Time the host's CPU cores (kind=core) or packages (kind=package) spent throttled for "
+    "heat since boot, summed over each core and package once, from "
+    "*_throttle_total_time_ms (kernel 5.7 and newer).", ("kind",), "host",
+    detail=True,
+    bounds=Bounds(0.0, 2.0**63 / 1000, resets=True))
+
 METRICS: tuple[Metric, ...] = declared(globals())

@@ -1,5 +1,6 @@
 """Metrics of the kernel log (``/dev/kmsg``): whether the exporter can read it,
-what it lost, and the NVSwitch driver's SXids. The driver's Xid lines are not
+what it lost, the NVSwitch driver's SXids and the NIC driver's link, PCIe and
+firmware lines. The driver's Xid lines are not
 a family of their own: they are counted in ``gpu_xid_errors_total`` with
 NVML's events, each Xid once (docs/kernel-log.md says how)."""
 
@@ -33,5 +34,14 @@ NVSWITCH_SXID_ERRORS_TOTAL = _m(
     "SXid errors the NVSwitch driver logged since boot, by switch and SXid code, from the "
     "kernel log (fatal: \"true\", \"false\" or \"\" as the line says).",
     ("nvswitch", "pci_bus_id", "sxid", "fatal"), SOURCE)
+
+NIC_KERNEL_EVENTS_TOTAL = _m(
+    "gpu_nic_kernel_events_total", "counter",
+    "Lines the NIC driver (mlx5_core) logged since boot, by NIC (its PCI address) and "
+    "event: link_down and link_up (\"Link down\"), pcie_correctable and "
+    "pcie_uncorrectable (the AER driver's \"PCIe Bus Error\" on the NIC), "
+    "health_compromised (\"health compromised - reached miss count\": the firmware stopped "
+    "answering) and firmware_fatal (\"Fatal error N detected\"). At most 256 (NIC, event) "
+    "pairs are kept apart.", ("pci_bus_id", "event"), SOURCE)
 
 METRICS: tuple[Metric, ...] = declared(globals())

@@ -13,6 +13,8 @@ as not available on that board (``unavailable``)."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from gpu_exporter.cadence import Every
@@ -44,12 +46,62 @@ _ALWAYS: Want = ((C2C_MODE, Every.ONCE), (C2C_LINKS, Every.ONCE),
 _SMOOTHING: Want = ((SMOOTHING, Every.SLOW), (FLOOR, Every.SLOW))
 SMOOTHING_SINCE = 580
 
+# NVLink 5's FEC counters and bit-error rates (NVML fields 219-222), read by
+# the NVLink reader (collectors/nvlink.py) in the same call as its own: NVML's
+# change log adds the effective-error fields in "Changes between v560 and
+# v565" ("Added new counters for Nvlink5", again under v570); the symbol-error
+# fields 221-222 sit beside them in nvml.h and are taken as the same branch.
+FEC_SINCE = 565
+FEC_KEYS = {fid: f"nvlink_field_{fid}" for fid in (
+    c.FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS, c.FI_DEV_NVLINK_COUNT_EFFECTIVE_BER,
+    c.FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS, c.FI_DEV_NVLINK_COUNT_SYMBOL_BER)}
+
 # What a person calls each reading that a board may lack (the coverage's words).
 _WORDS: dict[Source, str] = {
     C2C_MODE: "the Grace C2C link", C2C_ERRORS["intr"]: "C2C link errors",
     REPAIR: "memory channel and TPC repair status", UNREPAIRABLE: "the unrepairable-memory flag",
     SMOOTHING: "power smoothing", FLOOR: "the power-smoothing floor",
 }
+FEC_WORDS = "NVLink FEC error counts and bit-error rates"
+
+# The coverage names a reading "not available" only where the GPU's class of
+# board could offer it: one no board of its kind has (a Grace C2C link on an
+# H100 PCIe, power smoothing on a T4) is no gap in what was checked, and
+# listing it buries the gaps that are. The class is the GPU's architecture,
+# as nvml.h gives each call's "For <architecture> or newer fully supported
+# devices"; whether it sits on a Grace superchip (the only boards with a C2C
+# link); and whether it has NVLink links (the FEC counts are NVLink 5's).
+_ARCHITECTURE = {name: code for code, name in c.ARCHITECTURES.items()}
+AMPERE, HOPPER, BLACKWELL = _ARCHITECTURE["ampere"], _ARCHITECTURE["hopper"], \
+    _ARCHITECTURE["blackwell"]
+# Grace superchips: GH200 (Grace Hopper); GB200, GB300 and GB10 (Grace Blackwell).
+_GRACE_NAME = re.compile(r"\bG[HB]\d{2,3}\b")
+
+
+@dataclass(frozen=True, slots=True)
+class BoardClass:
+    architecture: int  # NVML's code; one NVML names that this exporter does not know: newest
+    grace: bool
+    nvlink: bool
+
+    def offers(self, source: Source) -> bool:
+        if source in (C2C_MODE, C2C_ERRORS["intr"]):
+            return self.grace
+        if source in (SMOOTHING, FLOOR):  # nvmlDevicePowerSmoothing*: Blackwell
+            return self.architecture >= BLACKWELL
+        if source is UNREPAIRABLE:  # nvmlDeviceGetUnrepairableMemoryFlag_v1: Hopper
+            return self.architecture >= HOPPER
+        return self.architecture >= AMPERE  # nvmlDeviceGetRepairStatus: Ampere
+
+
+def board_class(gpu: Gpu, c2c_link: bool | None) -> BoardClass:
+    """The class of ``gpu``'s board, as far as NVML has said."""
+    # "unknown" (a code this exporter has no name for) and "" (not read) count
+    # as the newest: a reading is then named rather than hidden.
+    arch = _ARCHITECTURE.get(gpu.identity.architecture, max(_ARCHITECTURE.values()) + 1)
+    links = gpu.static.get("nvlink_count")
+    return BoardClass(arch, bool(c2c_link) or bool(_GRACE_NAME.search(gpu.identity.name)),
+                      isinstance(links, int) and links > 0)
 
 
 def branch(driver_version: str) -> int:
@@ -89,7 +141,7 @@ def export(gpu: Gpu, values: dict[Source, Any], out: Series, r: GpuReading) -> N
         r.power_smoothing = bool(smoothing)
         if smoothing:
             r.power_floor_watts = out.gauge(m.POWER_FLOOR_WATTS, values.get(FLOOR))
-    r.board_lacks = unavailable(gpu)
+    r.board_lacks = unavailable(gpu, board_class(gpu, r.c2c_link))
 
 
 def export_fabric_issues(fabric: Any, out: Series) -> None:
@@ -107,15 +159,22 @@ def place(gpu: Gpu, device: Device) -> tuple[str, str, str, str]:
     return chassis, slot, tray, cc or ""
 
 
-def unavailable(gpu: Gpu) -> tuple[str, ...]:
-    """What this GPU's board or driver does not offer of the above, and the
-    health event types it does not offer, in a person's words."""
-    missing = [words for source, words in _WORDS.items()
-               if source.field_key in gpu.unsupported
-               or any(source.call_key(i) in gpu.unsupported for i in range(len(source.calls)))]
-    if "platform_info" in gpu.unsupported and "platform_info_v1" in gpu.unsupported:
+def unavailable(gpu: Gpu, kind: BoardClass) -> tuple[str, ...]:
+    """What this GPU's board or driver does not offer of the above that a
+    board of its class could, and the health event types it does not offer,
+    in a person's words."""
+    unsupported = gpu.unsupported
+    missing = [words for source, words in _WORDS.items() if kind.offers(source) and (
+        source.field_key in unsupported
+        or any(source.call_key(i) in unsupported for i in range(len(source.calls))))]
+    if kind.nvlink and kind.architecture >= BLACKWELL and any(
+            key in unsupported for key in FEC_KEYS.values()):
+        missing.append(FEC_WORDS)
+    # nvmlDeviceGetPlatformInfo: Blackwell; nvmlSystemGetConfComputeState: Ampere.
+    if kind.architecture >= BLACKWELL and "platform_info" in unsupported \
+            and "platform_info_v1" in unsupported:
         missing.append("the rack location")
-    if "cc_mode" in gpu.unsupported:
+    if kind.architecture >= AMPERE and "cc_mode" in unsupported:
         missing.append("the confidential-computing mode")
     mask = gpu.static.get("event_types")
     if isinstance(mask, int):

@@ -20,7 +20,7 @@ from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import host as m
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.collectors.values import accept, accept_counter, accept_share, series_key
-from gpu_exporter.host import cpu, disks, memory, network, pressure
+from gpu_exporter.host import cpu, disks, memory, network, pressure, thermal
 from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
 from gpu_exporter.runtime import Runtime
@@ -28,6 +28,11 @@ from gpu_exporter.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# The CPUs' thermal counters are one file per core: on a node of a hundred
+# cores most of a poll's reads. They only count up, so reading them this
+# seldom loses no event, only when within these seconds it came.
+THERMAL_EVERY_S = 5.0
 
 # Bounds the label cardinality of per-device series: a node with hundreds of
 # block devices or interfaces exports the first ones by name.
@@ -92,12 +97,19 @@ class HostCollector(Collector):
 
     name = "host"
     description = ("host CPU iowait/steal, pressure stalls, memory, swap, load, disks, "
-                   "network")
-    settings = (lambda s: s.path.procfs,)
+                   "network, CPU thermal throttling")
+    settings = (lambda s: s.path.procfs, lambda s: s.path.sysfs)
 
     def __init__(self, procfs: Path, monotonic: Callable[[], float] = time.monotonic,
-                 max_devices: int = MAX_DEVICES, page_size: int = memory.PAGE_SIZE) -> None:
+                 max_devices: int = MAX_DEVICES, page_size: int = memory.PAGE_SIZE,
+                 sysfs: Path | None = None) -> None:
         self.procfs = procfs
+        # None: the CPUs' thermal counters are not read (a caller with only /proc).
+        self.sysfs = sysfs
+        self._cpu_topology: dict[int, tuple[int, int]] = {}
+        # The last thermal reading, its time, and whether the CPUs keep counters.
+        self._thermal_read: tuple[float, thermal.ThermalThrottle | None, bool | None] | None = \
+            None
         self._mono = monotonic
         self._max = max_devices
         self._page_size = page_size
@@ -111,7 +123,7 @@ class HostCollector(Collector):
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
-        return cls(rt.settings.path.procfs, rt.monotonic)
+        return cls(rt.settings.path.procfs, rt.monotonic, sysfs=rt.settings.path.sysfs)
 
     def errors(self) -> int:
         return self._src.errors
@@ -132,6 +144,7 @@ class HostCollector(Collector):
         busy = src.read("/proc/diskstats", disks.read_diskstats)
         busy_ratios = self._disks(out, busy, now)
         self._network(out, src.read("/proc/net/dev", network.read_netdev), now)
+        throttles, thermal_kept = self._thermal(out, now)
 
         if src.read_ok == 0 and src.first_error is not None:
             # Nothing at all could be read: the root is wrong or not mounted.
@@ -143,7 +156,8 @@ class HostCollector(Collector):
             memory_total_bytes=total, memory_available_bytes=available,
             swap_used_bytes=swap_used,
             swap_in_bytes_per_s=swap_in, swap_out_bytes_per_s=swap_out,
-            context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios)
+            context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios,
+            cpu_thermal=throttles, cpu_thermal_kept=thermal_kept)
         out.readings.host = reading
         out.readings.host_signals = _signals(reading)
 
@@ -295,6 +309,50 @@ class HostCollector(Collector):
                           name)
             self._counter(out, m.HOST_NETWORK_RECEIVE_DROPS_TOTAL, net[name].drops, now, name)
 
+    def _thermal(self, out: SnapshotBuilder, now: float
+                 ) -> tuple[thermal.ThermalThrottle | None, bool | None]:
+        """The CPUs' thermal throttle totals, read every THERMAL_EVERY_S and
+        exported as last read in between."""
+        last = self._thermal_read
+        if last is not None and 0 <= now - last[0] < THERMAL_EVERY_S:
+            _, found, kept = last
+            if found is not None:
+                for kind, count in found.events.items():
+                    out.add_values(m.HOST_CPU_THERMAL_THROTTLES_TOTAL, (kind,), count)
+                for kind, secs in found.seconds.items():
+                    out.add_values(m.HOST_CPU_THERMAL_THROTTLED_SECONDS_TOTAL, (kind,), secs)
+            return found, kept
+        found, kept = self._read_thermal(out)
+        self._thermal_read = (now, found, kept)
+        return found, kept
+
+    def _read_thermal(self, out: SnapshotBuilder
+                      ) -> tuple[thermal.ThermalThrottle | None, bool | None]:
+        """The CPUs' thermal throttle totals, each exported where accepted
+        (what was accepted is what the diagnosis reads), and whether the CPUs
+        keep them: False where they keep none, None where they could not be
+        read."""
+        sysfs = self.sysfs
+        if sysfs is None:
+            return None, None
+        source = "/sys/devices/system/cpu/*/thermal_throttle"
+        found = self._src.read(source, lambda _procfs: thermal.read_thermal_throttle(
+            sysfs, self._cpu_topology))
+        if found is None:
+            return None, (None if source in self._src.failing else False)
+        events: dict[str, int] = {}
+        seconds: dict[str, float] = {}
+        for kind, count in found.events.items():
+            if accept_counter(self._src, m.HOST_CPU_THERMAL_THROTTLES_TOTAL, count, kind):
+                out.add_values(m.HOST_CPU_THERMAL_THROTTLES_TOTAL, (kind,), count)
+                events[kind] = count
+        for kind, secs in found.seconds.items():
+            metric = m.HOST_CPU_THERMAL_THROTTLED_SECONDS_TOTAL
+            if accept_counter(self._src, metric, secs, kind):
+                out.add_values(metric, (kind,), secs)
+                seconds[kind] = secs
+        return thermal.ThermalThrottle(events, seconds), True
+
     def _cap(self, what: str, by_name: dict[str, T]) -> list[str]:
         names = sorted(by_name)
         if len(names) > self._max and what not in self._capped:
@@ -315,4 +373,10 @@ def _signals(f: HostReading) -> HostSignals:
         io_pressure_some=io_p.some.avg10 if io_p else None,
         cpu_pressure_some=cpu_p.some.avg10 if cpu_p else None,
         memory_pressure_full=mem_p.full.avg10 if mem_p and mem_p.full else None,
-        swap_bytes_per_s=swap, steal_ratio=f.steal_ratio)
+        swap_bytes_per_s=swap, steal_ratio=f.steal_ratio,
+        cpu_thermal_kept=f.cpu_thermal_kept,
+        cpu_thermal_throttles=(None if f.cpu_thermal is None or not f.cpu_thermal.events
+                               else float(sum(f.cpu_thermal.events.values()))),
+        cpu_thermal_throttled_seconds=(
+            None if f.cpu_thermal is None or not f.cpu_thermal.seconds
+            else sum(f.cpu_thermal.seconds.values())))

@@ -46,6 +46,7 @@ from gpu_exporter.catalogs.kernel import (
     EXPORTER_KERNEL_LOG_OVERFLOW_TOTAL,
     EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL,
     EXPORTER_KERNEL_LOG_STATE,
+    NIC_KERNEL_EVENTS_TOTAL,
     NVSWITCH_SXID_ERRORS_TOTAL,
 )
 from gpu_exporter.collectors.base import Collector
@@ -290,6 +291,8 @@ class KmsgCollector(Collector):
                 out.add(NVSWITCH_SXID_ERRORS_TOTAL, e.count, nvswitch=e.switch,
                         pci_bus_id=e.bus, sxid=str(e.code),
                         fatal="" if e.fatal is None else str(e.fatal).lower())
+            for (bdf, event), count in sorted(self.store.nics.counts.items()):
+                out.add(NIC_KERNEL_EVENTS_TOTAL, count, pci_bus_id=bdf, event=event)
             if not first:
                 # The first poll's counters stand at 0, as every GPU's Xid total
                 # does: the Xids from before start are an increase at the next.

@@ -7,15 +7,27 @@ the per-link series are one flag away (``--metrics.detail``).
 
 The link state is a field value from R525 on; a driver that does not know the
 field (R470) answers it NOT_SUPPORTED, and the state is read link by link with
-nvmlDeviceGetNvLinkState, which every branch has (said in the log once)."""
+nvmlDeviceGetNvLinkState, which every branch has (said in the log once).
+
+On NVLink 5 (Blackwell) the links correct errors with FEC, and NVML counts
+what FEC saw per link: effective errors (left in packets after FEC), symbol
+errors (received symbols in error, corrected) and a bit-error rate for each
+(fields 219-222). They are asked in the same call, from the branch that
+defines them on; a field a board answers NOT_SUPPORTED on every link is not
+asked again on that GPU (the coverage names it, collectors/board.py). From
+that branch on, Blackwell answers the CRC, replay and recovery fields
+NOT_SUPPORTED ("Changes between v560 and v565"): there, the FEC counts are
+the links' error counts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from gpu_exporter.catalog_types import Metric
+from gpu_exporter.catalogs import board as fec_m
 from gpu_exporter.catalogs import deep as m
 from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.collectors.board import FEC_KEYS, FEC_SINCE, branch
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
@@ -34,8 +46,19 @@ _PER_LINK = {
     c.FI_DEV_NVLINK_THROUGHPUT_DATA_RX: ("bytes", "rx"),
 }
 
+# NVLink 5's FEC counters and bit-error rates, per link, asked where the GPU
+# has not answered them NOT_SUPPORTED (FEC_KEYS).
+_FEC = {
+    c.FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS: ("fec", "effective"),
+    c.FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: ("fec", "symbol"),
+    c.FI_DEV_NVLINK_COUNT_EFFECTIVE_BER: ("ber", "effective"),
+    c.FI_DEV_NVLINK_COUNT_SYMBOL_BER: ("ber", "symbol"),
+}
+_ALL_FIELDS = {**_PER_LINK, **_FEC}
+
 # The error counters' field ids -> the kind the diagnosis names each by.
-_ERROR_KIND = {fid: detail for fid, (kind, detail) in _PER_LINK.items() if kind == "errors"}
+_ERROR_KIND = {fid: detail for fid, (kind, detail) in _ALL_FIELDS.items()
+               if kind in ("errors", "fec")}
 
 
 def link_count(gpu: Gpu, d: Device) -> int:
@@ -67,6 +90,7 @@ class _LinkPlan:
     index: int
     uuid: str
     links: int
+    fec: frozenset[int]  # the FEC field ids asked
     request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
     # field id of a counter -> (the all-links metric, its label values)
     totals: dict[int, tuple[Metric, tuple[str, ...]]]
@@ -82,44 +106,60 @@ class _LinkPlan:
     def link_labels(self) -> dict[tuple[int, int], tuple[str, ...]]:
         if not self.labels:
             base = (str(self.index), self.uuid)
-            for fid, (kind, detail) in _PER_LINK.items():
+            for fid, (kind, detail) in _ALL_FIELDS.items():
+                if fid in _FEC and fid not in self.fec:
+                    continue  # not asked of this GPU
                 for link in range(self.links):
                     self.labels[fid, link] = (*base, str(link)) if kind == "state" \
                         else (*base, str(link), detail)
         return self.labels
 
 
+# The scale that marks a packed bit-error rate in a plan's entries.
+_PACKED = 0.0
+
 # The key under which a GPU whose driver lacks the state field is remembered
 # (Gpu.unsupported): its state is read with the per-link call from then on.
 _STATE_FIELD = "nvlink_state_field"
 
 
-def _plan(gpu: Gpu, links: int) -> _LinkPlan:
+def _plan(gpu: Gpu, links: int, driver: str) -> _LinkPlan:
     plan = gpu.static.get("nvlink_plan")
     state_field = _STATE_FIELD not in gpu.unsupported
+    fec = frozenset(fid for fid, key in FEC_KEYS.items() if key not in gpu.unsupported
+                    and branch(driver) >= FEC_SINCE)
     if (isinstance(plan, _LinkPlan) and plan.index == gpu.index
             and plan.uuid == gpu.identity.uuid and plan.links == links
-            and plan.state_field == state_field):
+            and plan.state_field == state_field and plan.fec == fec):
         return plan
     base = (str(gpu.index), gpu.identity.uuid)
-    request = tuple((fid, link) for fid in _PER_LINK for link in range(links)
-                    if state_field or fid != c.FI_DEV_NVLINK_GET_STATE)
-    # NVML counts NVLink throughput in KiB.
+    request = tuple((fid, link) for fid in _ALL_FIELDS for link in range(links)
+                    if (state_field or fid != c.FI_DEV_NVLINK_GET_STATE)
+                    and (fid not in _FEC or fid in fec))
+    # NVML counts NVLink throughput in KiB. A BER's scale is 0: its answer is
+    # packed, decoded rather than scaled.
     target: dict[str, tuple[Metric, float | None]] = {
         "state": (m.NVLINK_LINK_UP, None), "errors": (m.NVLINK_ERRORS_TOTAL, 1.0),
-        "bytes": (m.NVLINK_BYTES_TOTAL, 1024.0)}
+        "bytes": (m.NVLINK_BYTES_TOTAL, 1024.0), "fec": (fec_m.NVLINK_FEC_ERRORS_TOTAL, 1.0),
+        "ber": (fec_m.NVLINK_BIT_ERROR_RATE, _PACKED)}
     totals: dict[int, tuple[Metric, tuple[str, ...]]] = {}
-    for fid, (kind, detail) in _PER_LINK.items():
+    for fid, (kind, detail) in _ALL_FIELDS.items():
         if kind == "errors":
             totals[fid] = (m.NVLINK_ERRORS_ALL_LINKS_TOTAL, (*base, detail))
         elif kind == "bytes":
             totals[fid] = (m.NVLINK_BYTES_ALL_LINKS_TOTAL, (*base, detail))
-    entries = tuple((key, key[0], key[1], *target[_PER_LINK[key[0]][0]]) for key in request)
-    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, request, totals, state_field,
+        elif kind == "fec" and fid in fec:
+            totals[fid] = (fec_m.NVLINK_FEC_ERRORS_ALL_LINKS_TOTAL, (*base, detail))
+    entries = tuple((key, key[0], key[1], *target[_ALL_FIELDS[key[0]][0]]) for key in request)
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fec, request, totals, state_field,
                      entries, {})
     gpu.static["nvlink_plan"] = plan
     return plan
 
+
+# The per-link families: the per-link label tuples are made where one is kept.
+_PER_LINK_FAMILIES = (m.NVLINK_ERRORS_TOTAL, m.NVLINK_BYTES_TOTAL, fec_m.NVLINK_FEC_ERRORS_TOTAL,
+                      fec_m.NVLINK_BIT_ERROR_RATE)
 
 # How the device reader knows the fields this reader wants of a GPU
 # (Gpu.shared_fields).
@@ -170,19 +210,23 @@ class NvlinkCollector(NvmlCollector):
         links = link_count(gpu, d)
         if not links:
             return
-        plan = _plan(gpu, links)
+        plan = _plan(gpu, links, self.session.driver_version)
         values = _answers(gpu, d, plan.request)
         add = out.add_values
         # The per-link series are made only where they are exported
         # (--metrics.detail): 108 of them on an 18-link GPU. The totals and the
         # reading come from the same answers either way.
-        per_link = plan.link_labels() if (out.keeps(m.NVLINK_ERRORS_TOTAL)
-                                          or out.keeps(m.NVLINK_BYTES_TOTAL)) else None
+        per_link = plan.link_labels() if any(out.keeps(f) for f in _PER_LINK_FAMILIES) \
+            else None
         states: dict[int, bool] = {}
         state_absent: NvmlError | None = None
         answers = values or {}
         last = self._counters(plan)
         errors: dict[tuple[int, str], float] = {}
+        rates: dict[tuple[int, str], float] = {}
+        # FEC field id -> its NOT_SUPPORTED answer, and the ids some link answered.
+        fec_absent: dict[int, NvmlError] = {}
+        fec_read: set[int] = set()
         for key, fid, link, metric, scale in plan.entries:
             value = answers.get(key)
             if value is None:
@@ -194,9 +238,21 @@ class NvlinkCollector(NvmlCollector):
                     gpu.errors += 1
                 elif fid == c.FI_DEV_NVLINK_GET_STATE:
                     state_absent = value
+                elif fid in _FEC:
+                    fec_absent[fid] = value
                 continue
+            if fid in _FEC:
+                fec_read.add(fid)
             if scale is None:
                 states[link] = value == c.NVLINK_STATE_ACTIVE
+            elif scale == _PACKED:
+                if not value.is_integer() or value < 0:
+                    gpu.errors += 1  # not the packed form nvml.h describes
+                    continue
+                rate = c.nvlink_ber(int(value))
+                if per_link is not None:
+                    add(metric, per_link[key], rate)
+                rates[link, _FEC[fid][1]] = rate
             else:
                 value *= scale
                 if per_link is not None:
@@ -205,6 +261,10 @@ class NvlinkCollector(NvmlCollector):
                 kind = _ERROR_KIND.get(fid)
                 if kind is not None:
                     errors[link, kind] = value
+        if self._forget_absent_fec(gpu, fec_absent, fec_read):
+            # The next poll's request, told to the device reader now: its one
+            # call then holds it, and this reader makes no call of its own.
+            gpu.shared_fields[_READER] = _plan(gpu, links, self.session.driver_version).request
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
             gpu.unsupported.add(_STATE_FIELD)
@@ -226,7 +286,27 @@ class NvlinkCollector(NvmlCollector):
             read = [v for v in (held if len(held) == links else held[:links]) if v is not None]
             if read:
                 add(metric, labels, sum(read))
-        found[gpu.index] = NvlinkReading(links, up, errors)
+        worst: dict[str, float] = {}
+        for (_link, kind), rate in rates.items():
+            worst[kind] = max(rate, worst.get(kind, 0.0))
+        for kind, rate in worst.items():
+            add(fec_m.NVLINK_BIT_ERROR_RATE_WORST_LINK, (*base, kind), rate)
+        found[gpu.index] = NvlinkReading(links, up, errors, rates)
+
+    @staticmethod
+    def _forget_absent_fec(gpu: Gpu, absent: dict[int, NvmlError], read: set[int]) -> bool:
+        """A FEC field no link answered, NOT_SUPPORTED: the board or driver
+        lacks it; it is not asked again on this GPU (the plan is made anew).
+        Whether one was."""
+        forgot = False
+        for fid, error in absent.items():
+            if fid in read:
+                continue
+            forgot = True
+            gpu.unsupported.add(FEC_KEYS[fid])
+            gpu.missing.note(gpu.index, FEC_KEYS[fid], NvmlError(
+                error.code, f"nvmlDeviceGetFieldValues(field {fid})"))
+        return forgot
 
     def _counters(self, plan: _LinkPlan) -> dict[int, list[float | None]]:
         """The GPU's last good counter readings, one per link of the plan

@@ -238,18 +238,23 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     drifts = data.get("baseline_drifts", [])
     blind = blind_reason(data)
     coverage = data.get("coverage")
+    jobs = data.get("jobs") or []
     if args.json or args.format == "json":
-        print(json.dumps({"findings": findings, "baseline_drifts": drifts,
+        print(json.dumps({"findings": findings, "jobs": jobs, "baseline_drifts": drifts,
                           "visibility": data.get("visibility"), "coverage": coverage},
                          indent=2))
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_text(findings, color, drifts, blind,
                                      coverage if isinstance(coverage, dict) else None,
-                                     runbook))
+                                     runbook, jobs))
     if blind is not None and (args.json or args.format == "json"):
         # The JSON says it too; a script that reads only the status and stderr
         # still learns why.
         print(f"gpu-exporter diagnose: could not see the GPUs: {terminal_safe(blind)}",
               file=sys.stderr)
-    return exit_status(findings, blind, incomplete(data))
+    # A job's straggler whose cause is not seen is a warning of its own: its
+    # peers' waiting is listed under it, not among the findings.
+    straggling = [j["root_cause"] for j in jobs if (j.get("root_cause") or {}).get("cause")
+                  == "not_seen"]
+    return exit_status([*findings, *straggling], blind, incomplete(data))

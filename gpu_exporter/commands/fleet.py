@@ -7,8 +7,11 @@ on its own 127.0.0.1 port: NVML is one library per process, so one process is
 one node. The nodes' faults come from the node kinds below, spread over the
 fleet so every fleet panel and fleet alert has something to show; a few nodes
 change during the run (a GPU leaks memory, a node comes back from a reboot with
-a GPU missing). The targets go to one Prometheus file_sd file per cluster, with
-the cluster label and the node's name as ``instance``.
+a GPU missing). With ``--jobs``, some healthy nodes of each cluster run Slurm
+jobs spread over several nodes (one job id on all of a job's nodes): a job with
+one slow node, whose GPUs work at a third of the others' pace while its data
+reads stall, or a balanced one. The targets go to one Prometheus file_sd file
+per cluster, with the cluster label and the node's name as ``instance``.
 """
 
 from __future__ import annotations
@@ -84,6 +87,94 @@ KINDS: dict[str, NodeKind] = {k.name: k for k in (
     NodeKind("gpu-vanishes", "healthy", "reboots at the change time with one GPU missing",
              min_gpus=2, loses_gpus=1, expects=(Expect("GpuCountDropped"),)),
 )}
+
+# Jobs spread over nodes (--jobs): each job's shape, and how many nodes each
+# job spans. A shape's nodes are healthy nodes of the plan taken over by it.
+JOB_SHAPES = {
+    "straggler": "one node of the job works at a third of the others' pace, its data "
+                 "reads stalling (GpuJobStragglerNode names it)",
+    "balanced": "every node of the job works at the same pace (nothing fires)",
+}
+JOB_NODES = 4
+# The first Slurm job id the fleet's jobs take, one more for each job.
+FIRST_JOB_ID = 8001
+_JOB_PID = 24100
+
+
+def job_kind(job_id: int, gpus: int, slow: bool) -> NodeKind:
+    """A healthy node whose every GPU a training rank of Slurm job ``job_id``
+    holds; ``slow``: its ranks wait on their data (I/O-bound reads), so its
+    GPUs work at about 30 % while the job's other nodes stay busy."""
+    pids = [_JOB_PID + i for i in range(gpus)]
+    busy = 0.3 if slow else 0.91
+    proc = {"comm": "python", "gpu_memory_ratio": 0.74, "sm_utilization": busy,
+            "cpu_ratio": 0.3 if slow else 1.2, "state": "D" if slow else "R"}
+    job: dict[str, Any] = {"job_id": job_id, "gpus": list(range(gpus)), "pids": pids}
+    overrides: dict[str, Any] = {
+        "processes": [{"pid": pid, "gpus": [i], **proc} for i, pid in enumerate(pids)],
+        "tenants": {"slurm_jobs": [job]}}
+    if not slow:
+        return NodeKind("job", "healthy", f"a node of Slurm job {job_id}, busy",
+                        overrides=overrides)
+    # The job's own cgroup stalls on I/O: the node's diagnosis reads it first
+    # and names the cause (memory_held_sm_underfed/data_pipeline_io).
+    job["cgroup"] = {"io_some": 0.38, "io_full": 0.2}
+    overrides["state"] = {"utilization": 0.3}
+    overrides["host"] = {"iowait_ratio": 0.31, "pressure_io": {"some": 0.38, "full": 0.2},
+                         "cpu_busy_ratio": 0.25}
+    return NodeKind("job-slow", "healthy",
+                    f"the slow node of Slurm job {job_id}: its data reads stall",
+                    overrides=overrides, expects=(Expect("GpuJobStragglerNode"),))
+
+
+def parse_jobs(text: str) -> dict[str, int]:
+    """``straggler=1,balanced=2`` -> jobs of each shape, per cluster."""
+    jobs: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, count = part.partition("=")
+        if name not in JOB_SHAPES:
+            raise FleetError(f"--jobs: unknown job shape {name!r} "
+                             f"(known: {', '.join(JOB_SHAPES)})")
+        try:
+            jobs[name] = int(count) if count else 1
+        except ValueError:
+            raise FleetError(f"--jobs: {part!r}: the count must be a whole number") from None
+        if jobs[name] < 0:
+            raise FleetError(f"--jobs: {part!r}: the count must not be negative")
+    return jobs
+
+
+def place_jobs(nodes: list[FleetNode], jobs: dict[str, int],
+               job_nodes: int = JOB_NODES) -> list[FleetNode]:
+    """The plan with ``jobs`` (per cluster) spread over its healthy nodes,
+    ``job_nodes`` nodes each, in plan order; a straggler job's last node is
+    its slow one. A FleetError where a cluster has too few healthy nodes."""
+    if job_nodes < 3:
+        raise FleetError("--job-nodes must be at least 3: of two nodes, neither stands "
+                         "out from the job's median")
+    wanted = sum(jobs.values()) * job_nodes
+    out = list(nodes)
+    job_id = FIRST_JOB_ID
+    for cluster in dict.fromkeys(n.cluster for n in nodes):
+        healthy = [i for i, n in enumerate(out)
+                   if n.cluster == cluster and n.kind.name == "healthy"]
+        if len(healthy) < wanted:
+            raise FleetError(f"--jobs: {cluster} has {len(healthy)} healthy node(s), the "
+                             f"jobs need {wanted}: raise --nodes or the healthy weight of "
+                             "--scenario-mix")
+        free = iter(healthy)
+        for shape, count in jobs.items():
+            for _ in range(count):
+                members = [next(free) for _ in range(job_nodes)]
+                for k, i in enumerate(members):
+                    node = out[i]
+                    gpus = node.gpus or load_scenario(node.kind.scenario).node.gpus
+                    slow = shape == "straggler" and k == job_nodes - 1
+                    out[i] = FleetNode(node.name, node.cluster,
+                                       job_kind(job_id, gpus, slow), node.gpus)
+                job_id += 1
+    return out
+
 
 # Every kind, so every fleet panel and alert shows something; mostly healthy.
 DEFAULT_MIX = "healthy=3,idle=1,mixed=1,old-driver=1,leak=1,gpu-vanishes=1"
@@ -397,6 +488,13 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     p.add_argument("--scenario-mix", default=DEFAULT_MIX,
                    help="node kinds and their weights (default " + DEFAULT_MIX + "); kinds: "
                         + "; ".join(f"{k.name}: {k.description}" for k in KINDS.values()))
+    p.add_argument("--jobs", default="",
+                   help="Slurm jobs spread over nodes, per cluster, by shape (e.g. "
+                        "straggler=1,balanced=1; default none), each on --job-nodes of the "
+                        "cluster's healthy nodes; shapes: "
+                        + "; ".join(f"{k}: {v}" for k, v in JOB_SHAPES.items()))
+    p.add_argument("--job-nodes", type=int, default=JOB_NODES,
+                   help=f"nodes each job spans (default {JOB_NODES})")
     p.add_argument("--gpus", type=int, default=None,
                    help="GPUs per node (default: each scenario's own, 8); mixed keeps 8")
     p.add_argument("--cluster-label", default="cluster",
@@ -422,10 +520,11 @@ def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     args = p.parse_args(argv)
     extra = [a for a in args.exporter_args if a != "--"]
     try:
-        nodes = plan(args.nodes, [c.strip() for c in args.clusters.split(",") if c.strip()],
-                     parse_mix(args.scenario_mix), args.gpus)
         if args.gpus is not None and args.gpus < 1:
             raise FleetError("--gpus must be at least 1")
+        nodes = plan(args.nodes, [c.strip() for c in args.clusters.split(",") if c.strip()],
+                     parse_mix(args.scenario_mix), args.gpus)
+        nodes = place_jobs(nodes, parse_jobs(args.jobs), args.job_nodes)
     except FleetError as exc:
         p.error(str(exc))
     workdir = args.workdir or args.targets_dir / "nodes"

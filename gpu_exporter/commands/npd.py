@@ -95,6 +95,19 @@ ROW_CONDITION: dict[t.Row, str | None] = {
     t.UNDERFED_CPU_STEAL: None,
     # A fan that stopped is a board to repair: its GPU throttles under load.
     t.FAN_STOPPED: HARDWARE_FAULT,
+    # A job's own memory, and what its kernels wait on, are the job's.
+    t.MEMORY_FILLING: None,
+    t.MEMORY_BOUND: None,
+    # The host CPUs' heat is the node's cooling, not its GPUs': the conditions
+    # here speak of the GPUs, and the row's alert goes to whoever runs the
+    # datacenter.
+    t.HOST_CPU_THERMAL: None,
+    # The RDMA link the GPU's collectives go out through is down, slow or
+    # losing traffic: a degraded link of the GPU's, as a degraded NVLink is.
+    t.RDMA_PORT_DEGRADED: LINK_DEGRADED,
+    t.RDMA_ERRORS: LINK_DEGRADED,
+    # Where the slots are is the board's layout: no reason to stop jobs.
+    t.NIC_ACROSS_SOCKETS: None,
 }
 _BY_KEY = {row.key: condition for row, condition in ROW_CONDITION.items()}
 if set(ROW_CONDITION) != set(t.ROWS):

@@ -34,21 +34,26 @@ HEALTHY = "No problems found: every GPU on this node looks healthy."
 def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
                 drifts: Iterable[Mapping[str, Any]] = (), blind: str | None = None,
                 coverage: Mapping[str, Any] | None = None,
-                runbook: Callable[[Mapping[str, Any]], str] | None = None) -> str:
+                runbook: Callable[[Mapping[str, Any]], str] | None = None,
+                jobs: Iterable[Mapping[str, Any]] = ()) -> str:
     """The findings for a person. ``blind``: why the GPUs could not be read,
     said first and instead of any "healthy". ``coverage``: /diagnosis's
     account of the checks that could not run; "healthy" is said only when it
     is complete (None: the answer did not say, so it is not). ``runbook``:
-    where a finding's runbook entry is read (default: as the answer says)."""
+    where a finding's runbook entry is read (default: as the answer says).
+    ``jobs``: the node's jobs; those of several GPUs, or with a root cause,
+    are listed with their ranks and that cause."""
     items = sorted(findings, key=lambda f: (SEVERITY_ORDER.get(str(f["severity"]), 99),
-                                            str(f["gpu"]), str(f["symptom"])))
+                                            _gpu_order(f["gpu"]), str(f["symptom"])))
     drift_list = list(drifts)
+    job_list = [j for j in jobs if len(j.get("ranks") or ()) > 1 or j.get("root_cause")]
     complete = coverage is not None and coverage.get("complete") is True
     lines = []
     if blind is not None:
         lines.append(f"Could not see the GPUs: {terminal_safe(blind)}.")
         lines.append("")
-    elif not items and not drift_list and complete:
+    elif not items and not drift_list and complete and not any(
+            j.get("root_cause") for j in job_list):
         return HEALTHY + "\n" + _facts(coverage)
     safe = terminal_safe
     for f in items:
@@ -71,9 +76,13 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         for key, e in explained.items():
             lines.append(f"  explains: {safe(e['symptom'])} -> {safe(e['cause'])}: "
                          f"{safe(evidence.get(key) or e['why'])}")
+        for gpus, symptom, cause, why in _grouped(f.get("consequences") or ()):
+            lines.append(f"  explains: {safe(gpus)} {safe(symptom)} -> {safe(cause)}: "
+                         f"{safe(why)}")
         lines.append(f"  fix:      {safe(_named_process(str(f['fix']), evidence))}")
         lines.append(f"  runbook:  {safe(runbook(f) if runbook else f['runbook'])}")
         lines.append("")
+    lines += _jobs_text(job_list)
     if drift_list:
         lines.append("Drift from the node baseline:")
         for d in drift_list:
@@ -85,6 +94,45 @@ def render_text(findings: Iterable[Mapping[str, Any]], color: bool,
         lines.append("")
         lines.append(_facts(coverage).rstrip("\n"))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _gpu_order(gpu: object) -> tuple[int, str]:
+    """GPUs by their number, as the node page lists them: /diagnosis says
+    "10" and "2", which as text would put GPU 10 before GPU 2."""
+    text = str(gpu)
+    return (int(text), "") if text.isdigit() else (1 << 30, text)
+
+
+def _grouped(consequences: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """(``GPUs 0-4, 6-7``, symptom, cause, why): one line for the GPUs a cause
+    does the same to, in the order of their first GPU."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for c in consequences:
+        key = (str(c["symptom"]), str(c["cause"]), str(c["why"]))
+        groups.setdefault(key, []).append(str(c["gpu"]))
+    return [(gpu_list(gpus), *key) for key, gpus in groups.items()]
+
+
+def _jobs_text(jobs: list[Mapping[str, Any]]) -> list[str]:
+    """``Job pod ml/train: GPU 0 waiting, GPU 3 working``, its root cause,
+    and what that cause does to the job's other GPUs."""
+    if not jobs:
+        return []
+    safe = terminal_safe
+    lines = ["Jobs (each owner's GPUs judged together):"]
+    for j in jobs:
+        ranks = ", ".join(f"GPU {r['gpu']} {r['state']}" for r in j.get("ranks") or ())
+        lines.append(f"  {safe(j['job'])}: {safe(ranks)}")
+        root = j.get("root_cause")
+        if root:
+            lines.append(f"    root cause: GPU {safe(root['gpu'])} {safe(root['symptom'])} -> "
+                         f"{safe(root['cause'])}: {safe(root['summary'])}")
+            if root.get("checked"):
+                lines.append(f"    checked:    {safe(', '.join(map(str, root['checked'])))}")
+        for gpus, symptom, cause, _ in _grouped(j.get("consequences") or ()):
+            lines.append(f"    waiting:    {safe(gpus)} {safe(symptom)} -> {safe(cause)}")
+    lines.append("")
+    return lines
 
 
 _PID = re.compile(r"\bPID\b")

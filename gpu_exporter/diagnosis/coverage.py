@@ -148,6 +148,8 @@ class Why(Enum):
     NO_FAN = auto()
     NO_NVLINK = auto()
     NO_C2C = auto()
+    NO_CPU_THERMAL_COUNTERS = auto()
+    NO_RDMA = auto()
     OTHER_NOT_READ = auto()
 
 
@@ -185,6 +187,8 @@ KIND_OF: dict[Why, Kind] = {
     Why.NO_FAN: Kind.NO_SUBJECT,
     Why.NO_NVLINK: Kind.NO_SUBJECT,
     Why.NO_C2C: Kind.NO_SUBJECT,
+    Why.NO_CPU_THERMAL_COUNTERS: Kind.NO_SUBJECT,
+    Why.NO_RDMA: Kind.NO_SUBJECT,
     Why.OTHER_NOT_READ: Kind.GAP,
 }
 if set(KIND_OF) != set(Why):
@@ -341,6 +345,10 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
     if reader is not None and reader in ctx.missing:
         return _reader_gap(reader, ctx)
     if value is False:
+        if path == "host.cpu_thermal_kept":
+            return _Reason("the host's CPUs keep no thermal throttle counters (no "
+                           "/sys/devices/system/cpu/cpu*/thermal_throttle: AMD, Arm and most "
+                           "virtual machines)", Why.NO_CPU_THERMAL_COUNTERS)
         if path == "allocations_known":
             return _Reason("no kubelet allocates this GPU (not a Kubernetes node, or its pod "
                            "resources socket is not mounted)", Why.NO_KUBELET)
@@ -365,6 +373,14 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         field = path.rsplit(".", 1)[-1]
         return _Reason(f"its workload's {field.replace('_', ' ')} is not read yet",
                        Why.WORKLOAD_NOT_READ)
+    if head == "network":
+        # NCCL_SOCKET_IFNAME and NCCL_IB_HCA are not read either: they are in
+        # the job's environment, and /proc/<pid>/environ needs privilege the
+        # exporter does not take. The rows judge the GPU's nearest device.
+        return _Reason("no RDMA port near this GPU to judge (no RDMA device on the node, none "
+                       "whose distance from the GPU sysfs tells, or no port of the node "
+                       "ACTIVE to compare with; what NCCL was told to use, NCCL_IB_HCA, is "
+                       "in the job's environment, which is not read)", Why.NO_RDMA)
     if isinstance(value, list | tuple):
         return None  # an empty list that is not a missing subject (no owner, no Xid)
     if head == "host":
@@ -581,7 +597,9 @@ def board_lacks(snap: Snapshot) -> list[dict[str, Any]]:
     """The newest boards' readings and NVML event types the GPUs' boards or
     drivers do not offer, grouped by GPUs and board as :func:`group` groups
     the checks: facts of the hardware, never a reason for "checked only in
-    part"."""
+    part". Each GPU's list names only what a board of its class could offer
+    (collectors/board.py): a T4 lists no Grace C2C link, an H100 no power
+    smoothing."""
     by_what: dict[tuple[str, str], list[int]] = {}
     for index, r in sorted((snap.readings.gpus or {}).items()):
         for what in r.board_lacks:

@@ -22,6 +22,8 @@ from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage, Gap, Kind, Reasons
 from gpu_exporter.diagnosis.evidence import evidence_line
+from gpu_exporter.diagnosis.finding import Finding
+from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.memory import FaultMemory, GpuPast
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Rule, Trend, Verdict
@@ -56,46 +58,14 @@ def _judged(rows: tuple[Row, ...]) -> tuple[_Judged, ...]:
     return tuple(_Judged(row, RULES[row], row.key, row.immediate) for row in rows)
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A root cause on one GPU, with the consequences it explains."""
-
-    gpu: int
-    uuid: str
-    row: Row
-    evidence: Evidence
-    since: float  # unix time the row turned on
-    explains: tuple[Explained, ...] = ()
-    # Whose the GPU (or instance) is: the containers it is allocated to, its
-    # Slurm jobs.
-    owners: tuple[GpuOwner, ...] = ()
-    # The MIG instance the finding is about (None: the whole GPU).
-    gpu_instance: int | None = None
-
-    def as_dict(self, runbook_base: str = "docs/runbook.md") -> dict[str, object]:
-        """The chain for /diagnosis and ``diagnose --json``: symptom <- cause <-
-        evidence; ``explained`` lists the rows whose signals this cause
-        produces (each with its own evidence and why), and the evidence holds
-        one ``explains_<cause>`` line per such row for readers of evidence only;
-        ``owners`` names the pods' containers (namespace, pod, container) or
-        the Slurm jobs the GPU belongs to, where known; ``gpu_instance`` the
-        MIG instance a finding about one is about."""
-        place = {} if self.gpu_instance is None else {"gpu_instance": str(self.gpu_instance)}
-        return {"gpu": str(self.gpu), **place, "uuid": self.uuid, "symptom": self.row.symptom,
-                "cause": self.row.cause, "severity": self.row.severity,
-                "summary": self.row.summary, "evidence": dict(self.evidence),
-                "explained": [{"symptom": e.row.symptom, "cause": e.row.cause,
-                               "evidence": dict(e.evidence), "why": e.by.why}
-                              for e in self.explains],
-                "owners": [o.as_dict() for o in self.owners],
-                "fix": self.row.fix, "runbook": f"{runbook_base}#{self.row.anchor}",
-                "since": self.since}
-
-
 # What the diagnosis publishes in each snapshot: the rows on now, and the
 # readers it went without (their rows were not judged).
 FINDINGS: Slot[tuple[Finding, ...]] = Slot("findings")
 INPUTS_MISSING: Slot[tuple[str, ...]] = Slot("diagnosis_inputs_missing")
+# The node's jobs (jobs.py): each owner's GPUs, judged together.
+JOBS: Slot[tuple[Job, ...]] = Slot("diagnosis_jobs")
+
+__all__ = ["FINDINGS", "INPUTS_MISSING", "JOBS", "Diagnosis", "Finding", "explanation"]
 
 
 def explanation(item: Explained, cause_evidence: Evidence) -> str:
@@ -141,6 +111,20 @@ def _remembered_xids(sig: GpuSignals, past: GpuPast) -> None:
             sig.xids.extend((at, f.code, None) for at in times)
             if f.link is not None:
                 sig.xid_links.extend((at, f.code, f.link) for at in times)
+
+
+def _xid_owners(row: Row, evidence: Evidence, sig: GpuSignals,
+                owners: tuple[GpuOwner, ...]) -> tuple[GpuOwner, ...]:
+    """An Xid's owners: where the kernel log names the process that raised
+    it and whose it is, that process's owner alone, not every tenant of the
+    GPU; the GPU's owners where no line names one, or where the process
+    named had exited (or was another by then) before its owner was read."""
+    process = evidence.get("xid_process") if row.xid_tier is not None else None
+    if process is None:
+        return owners
+    raised = dict.fromkeys(b.owner for b in sig.xid_blames
+                           if b.process == process and b.owner is not None)
+    return tuple(raised) or owners
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -293,18 +277,23 @@ class Diagnosis(Derivation):
         grace_left = self._boot_grace_left()
         unjudged: dict[int, list[Row]] = {}
         settling: dict[int, float] = {}
-        # The keys of the rows that are a root cause on each GPU or any of
-        # its MIG instances.
-        active: dict[int, set[str]] = {}
         labels: dict[int, str] = {}
+        views: list[GpuView] = []
         for sig in signals:
             labels[sig.index] = sig.uuid
-            found = self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
-                                   settling, pasts.get(sig.uuid), grace_left > 0)
-            keys = active.setdefault(sig.index, set())
-            for f in found:
-                keys.add(f.row.key)
-            findings += found
+            findings += self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
+                                       settling, pasts.get(sig.uuid), grace_left > 0)
+            if sig.gpu_instance is None and not sig.mig:
+                views.append(self._view(sig, unjudged[sig.index]))
+        # The GPUs of each job judged together: what a cause on one GPU does
+        # to the others is listed under it, not reported on each (jobs.py).
+        findings, jobs = judge_jobs(findings, views, self.cfg)
+        out.publish(JOBS, jobs)
+        # The keys of the rows that are a root cause on each GPU or any of
+        # its MIG instances.
+        active: dict[int, set[str]] = {index: set() for index in labels}
+        for f in findings:
+            active[f.gpu].add(f.row.key)
         # One gpu_diagnosis_active series per GPU and row: on while the row is
         # a root cause on the GPU or any of its MIG instances (the rows that
         # are off only with --metrics.detail).
@@ -354,7 +343,8 @@ class Diagnosis(Derivation):
         the steady state, then keep the root causes among the rows that are on.
         A row an instance cannot judge is not the GPU's unjudged row."""
         place = (sig.index, sig.gpu_instance)
-        trend = Trend(self._increase_fn(sig.index, now), wall, past)
+        trend = Trend(self._increase_fn(sig.index, now), wall, past,
+                      lambda name: tuple(self._counters.get((sig.index, name), ())))
         timeline = self._timelines.get(place)
         if timeline is None:
             timeline = self._timelines[place] = _Timeline(now)
@@ -428,8 +418,15 @@ class Diagnosis(Derivation):
                     key = f"explains_{item.row.symptom}_{item.row.cause}"
                     evidence[key] = explanation(item, state.evidence)
                 findings.append(Finding(sig.index, sig.uuid, row, evidence, state.since,
-                                        tuple(explained), owners, sig.gpu_instance))
+                                        tuple(explained), _xid_owners(row, part, sig, owners),
+                                        sig.gpu_instance))
         return findings
+
+    def _view(self, sig: GpuSignals, unjudged: list[Row]) -> GpuView:
+        left_out = set(unjudged)
+        return GpuView(sig.index, sig.uuid, sig.gpu.up, sig.gpu.utilization, sig.sm_active,
+                       len(sig.processes), self._owners(sig),
+                       tuple(j.row for j in self._gpu_rows if j.row not in left_out))
 
     def _owners(self, sig: GpuSignals) -> tuple[GpuOwner, ...]:
         """The place's owners; for a GPU that is lost, those it had."""

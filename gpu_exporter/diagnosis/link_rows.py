@@ -8,19 +8,24 @@ from gpu_exporter.diagnosis.row import Row
 
 NVLINK_ERRORS = Row(
     "nvlink_errors", "link_integrity", "warning",
-    "NVLink CRC, replay or recovery errors are climbing on the GPU's links",
+    "NVLink CRC, replay, recovery or uncorrected errors are climbing on the GPU's links",
     "On one of the GPU's NVLink links, within the diagnosis window ({window}): CRC errors "
     "at {nvlink_crc_errors_per_s} per second or more, or {nvlink_replays_per_window} or "
     "more replay or recovery errors (a replay resends what a CRC error spoiled; a recovery "
-    "retrains the link). Every replay is bandwidth the job's collectives lose. The evidence "
-    "names the links and their rates; a counter stopped at its maximum is named, not read "
-    "as a rate.",
+    "retrains the link). On NVLink 5 (Blackwell), whose links correct errors with FEC and "
+    "count them instead: {nvlink_replays_per_window} or more effective errors, those FEC "
+    "could not correct, which the link sends again; symbol errors FEC corrected cost "
+    "nothing and are only named in the evidence. Every replay is bandwidth the job's "
+    "collectives lose. The evidence names the links and their rates; a counter stopped at "
+    "its maximum is named, not read as a rate.",
     "Drain the node, then reseat or replace the NVLink bridge or the cable tray the named "
     "links run through, and check the NVSwitch tray they reach; RMA the GPU or the baseboard "
     "when the errors persist.",
     ("nvidia-smi nvlink -e -i GPU", "nvidia-smi nvlink -s -i GPU"),
     "Escalate to hardware when the errors keep climbing after a reseat.",
-    reads=("gpu_nvlink_errors_total", "gpu_nvlink_errors_all_links_total"), boot_grace=True)
+    reads=("gpu_nvlink_errors_total", "gpu_nvlink_errors_all_links_total",
+           "gpu_nvlink_fec_errors_total", "gpu_nvlink_fec_errors_all_links_total",
+           "gpu_nvlink_bit_error_rate"), boot_grace=True)
 
 C2C_ERRORS = Row(
     "c2c_errors", "link_integrity", "warning",

@@ -17,7 +17,17 @@ from gpu_exporter.thresholds import DiagnosisConfig
 # The values a saturating counter stops at: NVML hands counters out as 32-
 # or 64-bit unsigned integers (the exporter reads them as floats).
 SATURATED = frozenset({float(2**32 - 1), float(2**64 - 1)})
-_KINDS = ("crc", "replay", "recovery")
+# On NVLink 5 (Blackwell) the links correct errors with FEC, and from R565 on
+# NVML answers the CRC, replay and recovery fields NOT_SUPPORTED there: the
+# FEC counts are its links' error counts. NVML's change log names them
+# "counters for Nvlink5": effective errors, "the sum of the number of errors
+# in each Nvlink packet" after correction, and symbol errors, "errors in rx
+# symbols" whose history counts "symbol errors that are corrected". An
+# effective error is a packet FEC could not make whole, which the link sends
+# again like a replay: it counts against the same threshold. A symbol error
+# is one FEC corrected, in place, with no packet resent: a high-speed link
+# sees some on every healthy run, so they are evidence only, never a fault.
+_KINDS = ("crc", "replay", "recovery", "effective", "symbol")
 
 
 def _nvlink(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
@@ -47,13 +57,16 @@ def _nvlink(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         # never more than the link's own.
         crc_per_s = seen.get("crc", 0.0) / cfg.window if cfg.window > 0 else 0.0
         resent = seen.get("replay", 0.0) + seen.get("recovery", 0.0)
+        effective = seen.get("effective", 0.0)
         # An error-free link never fails, whatever the thresholds say.
         if (crc_per_s and crc_per_s >= cfg.nvlink_crc_errors_per_s) or (
-                resent and resent >= cfg.nvlink_replays_per_window):
+                resent and resent >= cfg.nvlink_replays_per_window) or (
+                effective and effective >= cfg.nvlink_replays_per_window):
             failing.append(link)
-            ev[f"nvlink_link_{link}_errors"] = (
-                f"crc {crc_per_s:.3g}/s, replay {seen.get('replay', 0.0):g}, "
-                f"recovery {seen.get('recovery', 0.0):g} in the window")
+            ev[f"nvlink_link_{link}_errors"] = _link_errors(s, link, seen, crc_per_s)
+        elif seen.get("symbol"):
+            ev[f"nvlink_link_{link}_corrected_by_fec"] = (
+                f"{seen['symbol']:g} symbol errors in the window, all corrected")
     if pinned:
         ev["nvlink_counters_at_maximum"] = ", ".join(pinned)
     if not judged:
@@ -63,6 +76,21 @@ def _nvlink(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 
 
 rule(t.NVLINK_ERRORS)(_nvlink)
+
+
+def _link_errors(s: GpuSignals, link: int, seen: dict[str, float], crc_per_s: float) -> str:
+    """A failing link's errors in the window, in the counters it has: CRC,
+    replay and recovery, or (NVLink 5) FEC's with the link's bit-error rate."""
+    parts = []
+    if any(kind in seen for kind in ("crc", "replay", "recovery")):
+        parts.append(f"crc {crc_per_s:.3g}/s, replay {seen.get('replay', 0.0):g}, "
+                     f"recovery {seen.get('recovery', 0.0):g}")
+    if "effective" in seen or "symbol" in seen:
+        fec = (f"effective (uncorrected) {seen.get('effective', 0.0):g}, "
+               f"symbol (corrected) {seen.get('symbol', 0.0):g}")
+        rate = s.nvlink_bit_error_rates.get((link, "effective"))
+        parts.append(fec if rate is None else f"{fec}, effective BER {rate:.3g}")
+    return "; ".join(parts) + " in the window"
 
 
 def _c2c(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

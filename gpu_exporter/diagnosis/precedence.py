@@ -73,7 +73,27 @@ _STEAL_CITES = ("host_cpu_steal_ratio",)
 _CITES = {"data_pipeline_io": _IO_CITES, "cpu_contention": _CPU_CITES,
           "host_swapping": _SWAP_CITES, "cpu_limit_throttled": _LIMIT_CITES,
           "memory_limit_reclaim": _MEMORY_LIMIT_CITES, "cpu_steal": _STEAL_CITES}
-_ECC_XIDS = frozenset({48, 63, 64, 92, 94, 95})
+# The Xids that record the same event as a row: reported once, under the
+# row that owns it (docs/diagnosis.md). From NVIDIA's Xid catalog (xids.py)
+# and its memory error guides: 48 "an uncorrectable double bit error (DBE)
+# has been detected", 94 and 95 contained and uncontained ECC errors, 63
+# "Row Remapper: New row marked for remapping, reset gpu to activate" (a page
+# retired, before row remapping), 64 "unable to retire page" (recording a
+# remap failed, which the ECC row reads as a failed remap), 154 "GPU recovery
+# action changed" (the recovery action rows read the action itself). 92, a
+# high single-bit (corrected) error rate, is recorded by no row.
+XIDS_RECORDED_BY: dict[Row, frozenset[int]] = {
+    t.ECC_UNCORRECTABLE: frozenset({48, 63, 64, 94, 95}),
+    t.ROW_REMAP_PENDING: frozenset({63, 64}),
+    t.RECOVERY_GPU_RESET: frozenset({154}),
+    t.RECOVERY_NODE_REBOOT: frozenset({154}),
+    t.RECOVERY_DRAIN_P2P: frozenset({154}),
+    t.RECOVERY_DRAIN_AND_RESET: frozenset({154}),
+}
+_RECORDING_CITES: dict[Row, tuple[str, ...]] = {
+    t.ECC_UNCORRECTABLE: ("ecc_uncorrected_volatile_errors", "row_remap_failed"),
+    t.ROW_REMAP_PENDING: ("row_remap_pending",),
+}
 
 
 def _run_queue_measured(ev: Evidence) -> bool:
@@ -82,9 +102,13 @@ def _run_queue_measured(ev: Evidence) -> bool:
     return "process_run_queue_wait_seconds_per_second" in ev
 
 
-def _non_ecc_xid(ev: Evidence) -> bool:
-    xids = {int(x) for x in str(ev.get("xid", "")).split(",") if x.strip()}
-    return bool(xids - _ECC_XIDS)
+def _xids_beyond(recorded: frozenset[int]) -> Callable[[Evidence], bool]:
+    """An Xid row whose codes are not all recorded by the row: an event of
+    its own besides."""
+    def beyond(ev: Evidence) -> bool:
+        xids = {int(x) for x in str(ev.get("xid", "")).split(",") if x.strip()}
+        return bool(xids - recorded)
+    return beyond
 
 
 def _edges() -> tuple[Explains, ...]:
@@ -161,10 +185,12 @@ def _edges() -> tuple[Explains, ...]:
     out.append(Explains(t.ECC_UNCORRECTABLE, t.ROW_REMAP_PENDING, "an uncorrectable error "
                         "queues its row for remapping; the same reset retires it",
                         ("row_remap_pending",), ("ecc_uncorrected_volatile_errors",)))
-    out.append(Explains(t.ECC_UNCORRECTABLE, t.XID, "the driver reports ECC errors as Xid "
-                        + "/".join(str(x) for x in sorted(_ECC_XIDS)), ("xid",),
-                        ("ecc_uncorrected_volatile_errors",),
-                        independent=_non_ecc_xid))
+    for recording, codes in XIDS_RECORDED_BY.items():
+        out.append(Explains(recording, t.XID, "the driver logs this same event as Xid "
+                            + "/".join(str(x) for x in sorted(codes))
+                            + " (NVIDIA's Xid catalog): one event, reported once", ("xid",),
+                            _RECORDING_CITES.get(recording, ("recovery_action",)),
+                            independent=_xids_beyond(codes)))
     # A lost GPU answers nothing: whatever else was on for it is stale. What
     # the exporter remembers of it (a fault back after a reset) is not read
     # from it, and is a finding of its own beside the loss.

@@ -5,7 +5,7 @@ row has one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpu_exporter.diagnosis.memory import GpuPast
@@ -35,10 +35,18 @@ class Trend:
     (memory.py), supplied by the engine."""
 
     def __init__(self, increase: Callable[[str, float | None], float | None],
-                 now: float, past: GpuPast | None = None) -> None:
+                 now: float, past: GpuPast | None = None,
+                 series: Callable[[str], Sequence[tuple[float, float]]] | None = None) -> None:
         self.increase = increase
         self.now = now  # unix time
         self.past = past
+        # The (monotonic time, value) readings ``increase`` kept of a name within
+        # the window, oldest first: how a level moved, not only how far (a
+        # steady climb and one step rise as far). Empty where not kept.
+        self._series = series
+
+    def series(self, name: str) -> Sequence[tuple[float, float]]:
+        return () if self._series is None else self._series(name)
 
 
 Rule = Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from gpu_exporter.diagnosis import (
     fault_rules,  # noqa: F401
     link_rules,  # noqa: F401
+    network_rules,  # noqa: F401
+    workload_rules,  # noqa: F401
     xid_rules,  # noqa: F401
 )
 from gpu_exporter.diagnosis import table as t
@@ -54,7 +56,11 @@ SPECIFIC_SLOWDOWN_REASONS = THERMAL_REASONS | {"hw_power_brake"}
 
 def _has_work(s: GpuSignals) -> tuple[bool | None, Evidence]:
     """Whether the GPU has work: NVML's own gpu_idle reason says it has none;
-    where NVML gives no reasons, a utilization above zero says it has some."""
+    where NVML gives no reasons, a utilization above zero says it has some.
+
+    Never its power draw: power smoothing (Blackwell) holds an idle GPU's draw
+    up to its floor, so a draw there says nothing of work. The rows that read
+    draw (the power cap) count only what is above the floor."""
     reasons, util = s.gpu.throttle_reasons, s.gpu.utilization
     ev: Evidence = {} if util is None else {"gpu_utilization_ratio": util}
     if reasons is not None:

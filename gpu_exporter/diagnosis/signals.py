@@ -11,6 +11,7 @@ from gpu_exporter.readings import (
     READER_OF_FIELD,
     AttributionReading,
     GpmReading,
+    GpuNetwork,
     GpuOwner,
     GpuReading,
     HostSignals,
@@ -106,10 +107,20 @@ class GpuSignals:
     # Each NVLink link's error counters, (link, kind) -> count (None: the
     # nvlink reader did not run, or the GPU has no NVLink).
     nvlink_errors: dict[tuple[int, str], float] | None = read_from("nvlink", default=None)
+    # NVLink 5: each link's bit-error rates, (link, "effective" | "symbol") -> rate.
+    nvlink_bit_error_rates: dict[tuple[int, str], float] = read_from(
+        "nvlink", default_factory=dict)
     # The Xid reader ran: without it ``xids`` is empty for want of a reader,
     # not for want of an Xid, and the Xid rows cannot be judged. gather()
     # always says which; a place built by hand has its Xids given.
     xids_known: bool = read_from("xid", default=True)
+    # GPM's DRAM bandwidth use and tensor pipe activity, beside sm_active
+    # (None without GPM): what the place's kernels wait on.
+    dram_active: float | None = read_from("gpm", "gpm_instances", default=None)
+    tensor_active: float | None = read_from("gpm", "gpm_instances", default=None)
+    # The node's RDMA ports and the GPU's distance to each RDMA device (None:
+    # the network reader did not run, or the GPU's PCI place is not known).
+    network: GpuNetwork | None = read_from("network", default=None)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -177,6 +188,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
     attribution = readings.attribution
     nvlink = readings.nvlink
     mig = readings.mig or {}
+    network = readings.network
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))
@@ -186,6 +198,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
         g = gpm.get(index)
         if g is not None:
             sig.sm_active = g.sm_active
+            sig.dram_active, sig.tensor_active = g.dram_active, g.tensor_active
         sig.gpm_pending = index in gpm_pending
         util = samples.get(index, {}).get("gpu_utilization_samples_ratio")
         if util is not None:
@@ -206,6 +219,10 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             links = nvlink.get(index)
             sig.nvlink_links = 0 if links is None else links.links
             sig.nvlink_errors = None if links is None else links.errors
+            if links is not None:
+                sig.nvlink_bit_error_rates = links.bit_error_rates
+        if network is not None:
+            sig.network = network.gpus.get(index)
         out.append(sig)
         instances = mig.get(index)
         if instances:
@@ -235,4 +252,6 @@ def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
                       gpu.nvlink_links, mig=True, gpu_instance=m.gpu_instance,
                       instance_memory=(float(m.memory_used_bytes),
                                        float(m.memory_total_bytes)),
-                      xids_known=gpu.xids_known)
+                      xids_known=gpu.xids_known,
+                      dram_active=None if activity is None else activity.dram_active,
+                      tensor_active=None if activity is None else activity.tensor_active)

@@ -21,10 +21,18 @@ from __future__ import annotations
 # The link rows beside PCIe live in their own module (this one stays readable).
 from gpu_exporter.diagnosis.link_rows import C2C_ERRORS as C2C_ERRORS
 from gpu_exporter.diagnosis.link_rows import NVLINK_ERRORS as NVLINK_ERRORS
+from gpu_exporter.diagnosis.network_rows import NIC_ACROSS_SOCKETS as NIC_ACROSS_SOCKETS
+from gpu_exporter.diagnosis.network_rows import RDMA_ERRORS as RDMA_ERRORS
+from gpu_exporter.diagnosis.network_rows import RDMA_PORT_DEGRADED as RDMA_PORT_DEGRADED
 
 # Row and Severity are what a row is; the table's readers import them from here too.
 from gpu_exporter.diagnosis.row import Row as Row
 from gpu_exporter.diagnosis.row import Severity as Severity
+
+# The rows of a workload's growth, its host CPUs' heat and memory-bound work.
+from gpu_exporter.diagnosis.workload_rows import HOST_CPU_THERMAL as HOST_CPU_THERMAL
+from gpu_exporter.diagnosis.workload_rows import MEMORY_BOUND as MEMORY_BOUND
+from gpu_exporter.diagnosis.workload_rows import MEMORY_FILLING as MEMORY_FILLING
 from gpu_exporter.thresholds import DiagnosisConfig
 
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
@@ -522,6 +530,8 @@ ROWS: tuple[Row, ...] = (
     IDLE_CPU_LIMIT_THROTTLED, ALLOCATED_UNUSED,
     UNDERFED_CPU_LIMIT_THROTTLED, IDLE_MEMORY_LIMIT_RECLAIM, UNDERFED_MEMORY_LIMIT_RECLAIM,
     IDLE_CPU_STEAL, UNDERFED_CPU_STEAL, FAN_STOPPED,
+    MEMORY_FILLING, HOST_CPU_THERMAL, MEMORY_BOUND,
+    NIC_ACROSS_SOCKETS, RDMA_PORT_DEGRADED, RDMA_ERRORS,
 )
 
 BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}
@@ -542,6 +552,7 @@ SAME_SIGNAL: dict[str, str] = {
     "gpu_busy_seconds_total": "gpu_utilization_ratio",
     "gpu_sm_active_seconds_total": "gpu_sm_active_ratio",
     "gpu_xid_errors_all_total": "gpu_xid_errors_total",
+    "gpu_dram_active_seconds_total": "gpu_dram_active_ratio",
 }
 
 _CHARACTER = ("what the workload's kernels are like (occupancy, tensor or DRAM use), "
@@ -549,13 +560,22 @@ _CHARACTER = ("what the workload's kernels are like (occupancy, tensor or DRAM u
 _IDENTITY = "identity or configuration of the node, the GPU or its owner, not a measurement"
 _OURS = "the exporter's own health or its verdicts, not a signal of the node's"
 NOT_READ: dict[str, str] = {
+    "gpu_nic_info": _IDENTITY,
+    "gpu_nic_up": "a NIC that is not an RDMA device (the rows judge the RDMA ports' own "
+                  "state: gpu_rdma_port_state)",
+    "gpu_nic_speed_bytes_per_second": "a NIC's speed (the rows judge the RDMA ports' own "
+                                      "rate: gpu_rdma_port_rate_bytes_per_second)",
+    "gpu_rdma_port_hw_counter_total": "the driver's congestion and retransmit counters: "
+                                      "traffic the fabric slowed, not a fault of the node's",
+    "gpu_network_devices_left_out": _OURS,
+    "gpu_nic_kernel_events_total": "the NIC driver's log lines, for the on-call engineer; "
+                                   "the port rows read the ports' own state and counters",
     "gpu_info": _IDENTITY, "gpu_mig_info": _IDENTITY, "gpu_job_info": _IDENTITY,
     "gpu_process_info": _IDENTITY, "gpu_mig_mode_enabled": _IDENTITY,
     "gpu_ecc_enabled": _IDENTITY,
     "gpu_memory_controller_utilization_ratio": _CHARACTER,
-    "gpu_sm_occupancy_ratio": _CHARACTER, "gpu_tensor_active_ratio": _CHARACTER,
-    "gpu_dram_active_ratio": _CHARACTER, "gpu_tensor_active_seconds_total": _CHARACTER,
-    "gpu_dram_active_seconds_total": _CHARACTER, "gpu_mig_sm_occupancy_ratio": _CHARACTER,
+    "gpu_sm_occupancy_ratio": _CHARACTER,
+    "gpu_tensor_active_seconds_total": _CHARACTER, "gpu_mig_sm_occupancy_ratio": _CHARACTER,
     "gpu_mig_tensor_active_ratio": _CHARACTER, "gpu_mig_dram_active_ratio": _CHARACTER,
     "gpu_energy_joules_total": "energy over time; the throttle rows read the power it "
                                "integrates against its limit",

@@ -3,7 +3,8 @@
 No findings from a node whose GPUs cannot be read says nothing about the GPUs:
 ``diagnose`` must say "could not see", never "healthy". Three ways to be blind:
 NVML down (no driver, no library, a driver upgraded underneath), NVML up with no
-GPU, and a newest poll too old to speak for now."""
+GPU, and a newest poll too old to speak for now; a fourth by choice: the
+device reader switched off."""
 
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ def visibility(snap: Snapshot | None, now: float, stale_after: float) -> dict[st
     answering = sum(1 for g in gpus.values() if g.up)
     age = max(0.0, now - snap.timestamp)
     blind: str | None = None
-    if not nvml_up:
+    if snap.readings.gpus is None:
+        # The exporter never asks NVML then, so "NVML is not available" would
+        # send the reader of this sentence after a driver that is fine.
+        blind = "the device reader is switched off (collectors.device): no GPU is read"
+    elif not nvml_up:
         blind = "NVML is not available" + (f": {nvml_problem}" if nvml_problem else
                                            " (see gpu_exporter_nvml_up and the exporter's log)")
     elif not gpus:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpu_exporter.host.kmsg import KERNEL_FACILITY, Record
+from gpu_exporter.host.nic_log import NicLog
 from gpu_exporter.host.nvrm import DriverLine, GpuUuidLine, SxidLine, XidLine, parse_line
 
 # Distinct (GPU, code, pid) and (switch, code) keys kept; a node sees a few
@@ -75,6 +76,8 @@ class DriverLog:
         self.started = False
         self.records = 0  # records seen
         self.overflow = 0  # lines whose key found the table full
+        # The NIC driver's link, PCIe and firmware lines (nic_log.py).
+        self.nics = NicLog()
         self._cache: dict[str, DriverLine | None] = {}
 
     def mark_started(self) -> None:
@@ -85,6 +88,9 @@ class DriverLog:
         key), so the caller can look up its process while it may still run."""
         self.records += 1
         if record.facility != KERNEL_FACILITY:
+            return None
+        if record.message.startswith("mlx5_core "):
+            self.nics.add(record.message)
             return None
         line = self._parse(record.message)
         if line is None:

@@ -48,3 +48,21 @@ def to_float(path: Path | str, text: str) -> float:
         return float(text)
     except ValueError:
         raise MalformedFile(path, f"{text!r} is not a number") from None
+
+
+# A sysfs attribute is one short value; the kernel's page is 4096 bytes.
+SMALL_FILE_LIMIT = 4096
+
+
+def read_small(path: Path | str, limit: int = SMALL_FILE_LIMIT) -> str:
+    """A one-value attribute file, stripped; a file longer than ``limit`` is
+    not one (a fixture gone wrong, something mounted over sysfs) and is
+    refused unread past the limit rather than held in memory."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise MalformedFile(path, f"longer than {limit} bytes")
+    return data.decode("utf-8", errors="replace").strip()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gpu_exporter.host.cpu import LoadAverage
 from gpu_exporter.host.pressure import Pressure
+from gpu_exporter.host.thermal import ThermalThrottle
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +26,8 @@ class HostReading:
     context_switches_per_s: float | None = None
     load: LoadAverage | None = None
     disk_busy_ratio: dict[str, float] = field(default_factory=dict)
+    # The CPUs' thermal throttle totals; None where the CPUs keep none.
+    cpu_thermal: ThermalThrottle | None = None
+    # Whether the CPUs keep thermal throttle counters (False: none, as on AMD,
+    # Arm and most VMs; None: not known, the read failed).
+    cpu_thermal_kept: bool | None = None

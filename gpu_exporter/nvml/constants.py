@@ -177,6 +177,21 @@ FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS = 219  # per link: errors left after FEC
 FI_DEV_NVLINK_COUNT_EFFECTIVE_BER = 220  # per link: their bit-error rate
 FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS = 221  # per link: symbol errors FEC corrected
 FI_DEV_NVLINK_COUNT_SYMBOL_BER = 222  # per link: their bit-error rate
+# nvml.h packs each BER into one value: "Bit [0:7]: BER Exponent value, Bit
+# [8:11]: BER MANTISSA value" (NVML_NVLINK_BER_EXP_SHIFT 0 / _WIDTH 0xff,
+# NVML_NVLINK_BER_MANTISSA_SHIFT 8 / _WIDTH 0xf); the rate is mantissa x 10^-exponent.
+NVLINK_BER_MANTISSA_SHIFT, NVLINK_BER_MANTISSA_WIDTH = 8, 0xF
+NVLINK_BER_EXP_SHIFT, NVLINK_BER_EXP_WIDTH = 0, 0xFF
+
+
+def nvlink_ber(packed: int) -> float:
+    """The bit-error rate an NVLink BER field packs (NVML_NVLINK_ERROR_COUNTER_BER_GET
+    of its mantissa and exponent): 0x30C is 3 x 10^-12."""
+    mantissa = (packed >> NVLINK_BER_MANTISSA_SHIFT) & NVLINK_BER_MANTISSA_WIDTH
+    exponent = (packed >> NVLINK_BER_EXP_SHIFT) & NVLINK_BER_EXP_WIDTH
+    return mantissa / 10.0 ** exponent
+
+
 FI_DEV_C2C_LINK_COUNT = 170
 FI_DEV_C2C_LINK_ERROR_INTR = 231
 FI_DEV_C2C_LINK_ERROR_REPLAY = 232

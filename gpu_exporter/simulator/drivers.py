@@ -84,6 +84,12 @@ FIELD_SINCE: dict[int, int] = {
     k.FI_DEV_C2C_LINK_ERROR_INTR: 575,
     k.FI_DEV_C2C_LINK_ERROR_REPLAY: 575,
     k.FI_DEV_C2C_LINK_ERROR_REPLAY_B2B: 575,
+    # "Changes between v560 and v565" adds NVLink 5's effective-error fields;
+    # the symbol-error fields beside them in nvml.h are taken as the same branch.
+    k.FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS: 565,
+    k.FI_DEV_NVLINK_COUNT_EFFECTIVE_BER: 565,
+    k.FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: 565,
+    k.FI_DEV_NVLINK_COUNT_SYMBOL_BER: 565,
 }
 
 # nvmlEventType bit -> the first branch that offers it: an older branch leaves

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_exporter.simulator.model import ProcessCondition
+from gpu_exporter.simulator.nicfs import NicRenderer
 from gpu_exporter.simulator.world import GpuState, World
 
 # The readers convert with this machine's values, so the files use them too.
@@ -124,6 +125,8 @@ class _HostCounters:
     load: dict[int, float] = field(default_factory=dict)
     io_ticks_ms: dict[str, float] = field(default_factory=dict)
     net: dict[tuple[str, str], float] = field(default_factory=dict)
+    thermal_events: float = 0.0  # on each core and each package alike
+    thermal_ms: float = 0.0
 
 
 @dataclass
@@ -171,6 +174,7 @@ class HostFs:
         self._proc = str(self.procfs)
         self._sys = str(self.sysfs)
         self._files = _Files()
+        self._nics = NicRenderer(self._files, self._sys)
         self._last_t: float | None = None
         self._host = _HostCounters()
         self._procs: dict[int, _ProcCounters] = {}
@@ -211,6 +215,10 @@ class HostFs:
         self._render_processes(self.world.processes(when), host, numa, when,
                                0.0 if first else dt)
         self._render_sysfs(states, host, numa, 0.0 if first else dt)
+        self._nics.render({st.index: (_sysfs_bdf(st.bus_id), _bridge_chain(_sysfs_bdf(st.bus_id)))
+                           for st in states},
+                          host.get("rdma"), {st.index: numa[st.index] for st in states},
+                          0.0 if first else dt)
 
     def _jittered(self, h: dict[str, Any], t: float) -> dict[str, Any]:
         """The host condition with the scenario's jitter on its rates and
@@ -239,6 +247,7 @@ class HostFs:
         self._render_loadavg(h, dt)
         self._render_diskstats(h, dt)
         self._render_netdev(h, dt)
+        self._render_thermal(h, dt)
 
     def _render_stat(self, h: dict[str, Any], dt: float) -> None:
         c = self._host
@@ -346,6 +355,33 @@ class HostFs:
             lines.append(f" 259 {minor * 2 + 1} {part} {row}")
         lines.append("   7       0 loop0 120 0 960 10 0 0 0 0 0 10 10 0 0 0 0 0 0")
         self._files.write(f"{self._proc}/diskstats", "\n".join(lines) + "\n")
+
+    def _render_thermal(self, h: dict[str, Any], dt: float) -> None:
+        """Each CPU's thermal throttle counters, as Intel CPUs keep them: every
+        CPU is a core of its own here, its package that of its NUMA node."""
+        base = f"{self._sys}/devices/system/cpu"
+        cpus, nodes = int(h["cpus"]), int(h["numa_nodes"])
+        if not h["cpu_thermal_counters"]:
+            for cpu in range(cpus):
+                directory = f"{base}/cpu{cpu}/thermal_throttle"
+                if os.path.exists(directory):
+                    self._files.remove_tree(directory)
+            return
+        c = self._host
+        c.thermal_events += float(h["cpu_thermal_throttles_per_s"]) * dt
+        c.thermal_ms += float(h["cpu_thermal_throttled_ratio"]) * dt * 1000.0
+        events, ms = int(c.thermal_events), int(c.thermal_ms)
+        per_package = max(1, cpus // nodes)
+        for cpu in range(cpus):
+            directory = f"{base}/cpu{cpu}"
+            self._files.write(f"{directory}/topology/physical_package_id",
+                              f"{cpu // per_package}\n")
+            self._files.write(f"{directory}/topology/core_id", f"{cpu % per_package}\n")
+            for kind in ("core", "package"):
+                self._files.write(f"{directory}/thermal_throttle/{kind}_throttle_count",
+                                  f"{events}\n")
+                self._files.write(f"{directory}/thermal_throttle/{kind}_throttle_total_time_ms",
+                                  f"{ms}\n")
 
     def _render_netdev(self, h: dict[str, Any], dt: float) -> None:
         c = self._host

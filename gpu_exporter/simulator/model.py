@@ -235,6 +235,10 @@ class GpuCondition(_Strict):
     nvlink_crc_errors_per_s: float | None = Field(None, ge=0)
     nvlink_replay_errors_per_s: float | None = Field(None, ge=0)
     nvlink_recovery_errors_per_s: float | None = Field(None, ge=0)
+    # NVLink 5 (Blackwell boards): errors FEC could not correct, and symbol
+    # errors it corrected, per second on each erring link.
+    nvlink_effective_errors_per_s: float | None = Field(None, ge=0)
+    nvlink_symbol_errors_per_s: float | None = Field(None, ge=0)
     # The links the error rates above climb on (unset: every link that is up).
     nvlink_error_links: list[int] | None = None
     nvlink_bytes_per_s: float | None = Field(None, ge=0)  # per link and direction
@@ -299,6 +303,31 @@ class Pressure(_Strict):
     full: float = Field(0.0, ge=0, le=1)
 
 
+# The PortCounters the simulated HCAs keep (simulator/nicfs.py COUNTER_BITS).
+PortCounter = Literal["symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                      "port_xmit_discards", "local_link_integrity_errors",
+                      "excessive_buffer_overrun_errors", "port_xmit_wait"]
+
+
+class RdmaNic(_Strict):
+    """An RDMA device of the host (a ConnectX HCA, one port), simulator/nicfs.py."""
+
+    name: str = Field(pattern=r"^mlx5_[0-9]{1,2}$")
+    netdev: str | None = Field(None, pattern=r"^[a-z][a-z0-9]{1,14}$")
+    # Behind this GPU's PCIe switch (PIX to it); None: on a host bridge of its
+    # own on ``numa_node``.
+    beside_gpu: int | None = Field(None, ge=0, le=63)
+    numa_node: int = Field(0, ge=0, le=63)
+    state: Literal["ACTIVE", "DOWN", "INIT", "ARMED"] = "ACTIVE"
+    rate_gbps: float = Field(400.0, gt=0, le=3200)
+    link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
+    # PortCounters' values at the start, and how fast each climbs (per second);
+    # each stops at the top of its field (symbol_error 65535).
+    counters: dict[PortCounter, int] = Field(default_factory=dict)
+    errors_per_s: dict[PortCounter, float] = Field(
+            default_factory=dict)
+
+
 class HostCondition(_Strict):
     """The host around the GPUs. Like GpuCondition, a timeline step changes only
     the fields it names. Rates are per second; ratios 0-1."""
@@ -331,6 +360,16 @@ class HostCondition(_Strict):
     # interface name -> receive drops per second / receive errors per second
     net_rx_drops_per_s: dict[str, float] | None = None
     net_rx_errors_per_s: dict[str, float] | None = None
+    # The CPUs' thermal throttle counters (/sys/devices/system/cpu/cpu*/
+    # thermal_throttle): False for CPUs that keep none (AMD, Arm, most VMs);
+    # throttle events per second on each core and each package, and the share
+    # of time each core spends throttled (*_throttle_total_time_ms).
+    cpu_thermal_counters: bool | None = None
+    cpu_thermal_throttles_per_s: float | None = Field(None, ge=0)
+    cpu_thermal_throttled_ratio: float | None = Field(None, ge=0, le=1)
+    # The RDMA devices (None: one 400 Gb/s HCA behind each of the first eight
+    # GPUs' switches, as on an HGX board; []: none, a node without RDMA).
+    rdma: list[RdmaNic] | None = None
     # /proc/uptime when the scenario starts (it grows with the scenario's
     # time; read from the scenario's host only, a timeline step does not
     # reboot), and /proc/sys/kernel/random/boot_id: another id is another boot.
@@ -348,6 +387,9 @@ class ProcessCondition(_Strict):
     gpus: list[int] = Field(default_factory=list)
     type: Literal["compute", "graphics"] = "compute"
     gpu_memory_ratio: float = Field(0.0, ge=0, le=1)  # share of each GPU's memory it holds
+    # Share of each GPU's memory it adds per second from the scenario's start
+    # (a leak, a cache without bound), up to all of it.
+    gpu_memory_growth_ratio_per_s: float = Field(0.0, ge=0, le=1)
     sm_utilization: float | None = Field(None, ge=0, le=1)  # None: no samples from NVML
     cpu_ratio: float = Field(0.0, ge=0)  # CPUs' worth of time it burns (1.5 = 1.5 cores)
     # R running or runnable, S asleep until an event, D blocked in the kernel

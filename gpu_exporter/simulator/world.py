@@ -132,6 +132,9 @@ HOST_DEFAULTS: dict[str, Any] = {
     "disks": {"nvme0n1": 0.05, "nvme1n1": 0.04},
     "net_rx_drops_per_s": {"eth0": 0.0, "ib0": 0.0},
     "net_rx_errors_per_s": {"eth0": 0.0, "ib0": 0.0},
+    "cpu_thermal_counters": True,
+    "cpu_thermal_throttles_per_s": 0.0,
+    "cpu_thermal_throttled_ratio": 0.0,
     # One fixed boot (the uptime is the scenario's, see hostfs.boot_uptime).
     "boot_id": "5e1f0a9c-2b3d-4c8e-9f6a-0d1e2f3a4b5c",
 }
@@ -217,6 +220,10 @@ class GpuState:
     gpm_pcie: tuple[int, int] = (0, 0)
     nvlink_up: list[bool] = field(default_factory=list)
     nvlink_errors: list[dict[int, int]] = field(default_factory=list)  # counter id -> count
+    # NVLink 5's FEC, per link: "effective" | "symbol" -> its count, and the
+    # bit-error rate of each now (empty on older boards and in replays).
+    nvlink_fec: list[dict[str, int]] = field(default_factory=list)
+    nvlink_ber: list[dict[str, float]] = field(default_factory=list)
     nvlink_tx_kib: list[int] = field(default_factory=list)
     nvlink_rx_kib: list[int] = field(default_factory=list)
     # A C2C board's error counters by field id (empty on other boards).
@@ -282,6 +289,13 @@ def _mig_gpm_rates(m: dict[str, Any]) -> dict[str, float]:
 # NVLink error counter ids (nvmlNvLinkErrorCounter_t) and the condition rate that drives each.
 NVLINK_COUNTERS = {0: "nvlink_replay_errors_per_s", 1: "nvlink_recovery_errors_per_s",
                    2: "nvlink_crc_errors_per_s"}
+# NVLink 5's FEC counts (Blackwell boards) and the condition rate that drives each.
+NVLINK_FEC_COUNTERS = {"effective": "nvlink_effective_errors_per_s",
+                       "symbol": "nvlink_symbol_errors_per_s"}
+# An NVLink 5 link's bits a second in each direction, over which its BER is
+# counted: 53.125 GB/s (NVIDIA's GB200 board file, as `nvidia-smi nvlink -s`).
+NVLINK5_BITS_PER_S = 53.125e9 * 8
+_BLACKWELL = 10
 # Per direction and link, a busy NVLink 4 link moves a share of its 25 GB/s.
 _NVLINK_BUSY_BYTES_PER_S = 0.3 * 25e9
 # The driver's sample ring buffers, as measured on an H100 80GB HBM3 (driver
@@ -618,7 +632,8 @@ class World:
         reserved = p.memory_reserved_mib * MIB
         usable = total - reserved
         procs = [GpuProcess(
-            pid=pc.pid, used_bytes=int(pc.gpu_memory_ratio * usable),
+            pid=pc.pid, used_bytes=int(min(1.0, pc.gpu_memory_ratio
+                                           + pc.gpu_memory_growth_ratio_per_s * t) * usable),
             gpu_instance=pc.mig[0] if pc.mig else NO_MIG,
             compute_instance=pc.mig[1] if pc.mig else NO_MIG,
             graphics=pc.type == "graphics",
@@ -681,6 +696,10 @@ class World:
                     key = (link, f"err{cid}")
                     rate = float(c.get(field_name, 0.0))
                     cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + rate * dt
+                for kind, field_name in NVLINK_FEC_COUNTERS.items():
+                    key = (link, kind)
+                    cnt.nvlink[key] = cnt.nvlink.get(key, 0.0) + float(
+                        c.get(field_name, 0.0)) * dt
             for m in mig_conf:
                 gi = int(m["gpu_instance"])
                 cnt.mig_active[gi] = cnt.mig_active.get(gi, 0.0) + float(m["sm_active"]) * dt
@@ -776,6 +795,13 @@ class World:
             nvlink_up=[link not in down for link in range(links)],
             nvlink_errors=[{cid: int(cnt.nvlink.get((link, f"err{cid}"), 0.0))
                             for cid in NVLINK_COUNTERS} for link in range(links)],
+            nvlink_fec=[{kind: int(cnt.nvlink.get((link, kind), 0.0)) for kind in
+                         NVLINK_FEC_COUNTERS} for link in range(links)]
+            if p.architecture >= _BLACKWELL else [],
+            nvlink_ber=[{kind: float(c.get(name, 0.0)) / NVLINK5_BITS_PER_S
+                         if link not in down and (erring is None or link in erring) else 0.0
+                         for kind, name in NVLINK_FEC_COUNTERS.items()}
+                        for link in range(links)] if p.architecture >= _BLACKWELL else [],
             nvlink_tx_kib=[int(cnt.nvlink.get((link, "tx"), 0.0) / 1024) for link in range(links)],
             nvlink_rx_kib=[int(cnt.nvlink.get((link, "rx"), 0.0) / 1024) for link in range(links)],
             c2c_errors={FI_DEV_C2C_LINK_ERROR_INTR: 0,

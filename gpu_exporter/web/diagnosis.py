@@ -1,5 +1,6 @@
 """``/diagnosis``: what the newest snapshot holds about the GPUs, as JSON. The
-findings and the rows they explain, the drifts from the node baseline and the
+findings and the rows they explain, the node's jobs (each owner's GPUs
+judged together), the drifts from the node baseline and the
 readers the rules went without (the derivations' slots), which checks could
 not run on which GPU and why (``coverage``), and whether the GPUs could be
 seen at all: a node whose GPUs cannot be read has no findings, and one whose
@@ -15,7 +16,7 @@ from typing import Any
 from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.cadence import stale_after
 from gpu_exporter.diagnosis import coverage
-from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
+from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS
 from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.app import Request, Response
@@ -32,6 +33,9 @@ def report(snap: Snapshot | None, now: float, interval: float) -> dict[str, Any]
     missing = snap.derived(INPUTS_MISSING) or ()
     return {"timestamp": snap.timestamp,
             "findings": [f.as_dict() for f in snap.derived(FINDINGS) or ()],
+            # The GPUs of each owner judged together: its ranks' states and
+            # the one cause that explains the rest, where one does.
+            "jobs": [j.as_dict() for j in snap.derived(JOBS) or ()],
             "baseline_drifts": [d.as_dict() for d in snap.derived(DRIFTS) or ()],
             # Readers the rules went without: their rows were not judged.
             "inputs_missing": list(missing),

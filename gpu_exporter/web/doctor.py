@@ -31,8 +31,10 @@ from typing import Any
 from gpu_exporter.baseline import DRIFTS
 from gpu_exporter.cadence import stale_after
 from gpu_exporter.diagnosis import coverage
-from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, Finding, explanation
+from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS, Finding, explanation
 from gpu_exporter.diagnosis.evidence import evidence_line, percent
+from gpu_exporter.diagnosis.finding import Consequence
+from gpu_exporter.diagnosis.jobs import Job
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.history import History, Window
@@ -122,6 +124,55 @@ SCRIPT = (
 )
 
 _SEVERITY_CLASS = {"critical": "bad", "warning": "warn", "info": "note"}
+
+
+def _consequence_text(c: Consequence) -> str:
+    """``GPU looks busy but its SMs mostly idle (utilization 100 %): a rank of
+    the job lost its GPU ...``, for a consequence on another GPU."""
+    what = c.row.summary if c.row is not None else "waits on the cause"
+    seen = evidence_line(c.evidence)
+    return f"{what}" + (f" ({seen})" if seen else "") + f": {c.why}"
+
+
+def _waiting_notes(findings: Sequence[Finding], jobs: Sequence[Job]) -> dict[int, str]:
+    """GPU -> what it waits on, for the GPUs whose rows a cause on another GPU
+    explains: their card points at that cause instead of saying nothing."""
+    notes: dict[int, str] = {}
+    for f in findings:
+        for c in f.consequences:
+            if c.gpu != f.gpu:
+                notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on GPU {f.gpu}: '
+                                 f'<a href="#gpu-{f.gpu}-{f.row.anchor}">'
+                                 f"{html_escape(f.row.summary)}</a>.</p>")
+    for j in jobs:
+        if j.cause is None and j.straggler is not None:
+            for c in j.consequences:
+                notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on GPU {j.straggler}, '
+                                 f"the straggler of {_text(j.name)}: "
+                                 '<a href="#jobs">cause not seen</a>.</p>')
+    return notes
+
+
+def _jobs(jobs: Sequence[Job]) -> str:
+    """Each job's GPUs with their ranks' states, and the one cause that
+    explains the rest where one does (a straggler, a fault across GPUs)."""
+    items = []
+    for j in jobs:
+        ranks = ", ".join(f"GPU {r.gpu} {r.state}" for r in j.ranks)
+        root = j.root_cause()
+        if root is None:
+            cause = '<span class="muted">no cause across its GPUs</span>'
+        else:
+            cause = (f'<span class="{_SEVERITY_CLASS[str(root["severity"])]}">'
+                     f'GPU {_text(root["gpu"])}: {_text(root["summary"])}</span>')
+            checked = root.get("checked")
+            if isinstance(checked, list) and checked:
+                cause += f" (checked: {_text(', '.join(str(c) for c in checked))})"
+        under = "".join(f"<li>GPU {c.gpu}: {_text(_consequence_text(c))}</li>"
+                        for c in j.consequences)
+        items.append(f"<li><strong>{_text(j.name)}</strong>: {ranks}. Root cause: {cause}"
+                     + (f'<ul class="explained">{under}</ul>' if under else "") + "</li>")
+    return f'<section class="jobs" id="jobs"><h2>Jobs</h2><ul>{"".join(items)}</ul></section>'
 _STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O (D)", "Z": "zombie",
            "T": "stopped", "t": "stopped by a tracer", "I": "idle", "X": "dead"}
 
@@ -251,6 +302,10 @@ class NodePage:
                 f"{html_escape(f.row.summary)}</li>" for f in findings)
             parts.append(f'<section class="wrong"><h2>What is wrong</h2><ul>{items}</ul>'
                          "</section>")
+        all_jobs: tuple[Job, ...] = snap.derived(JOBS) or ()
+        jobs = [j for j in all_jobs if len(j.ranks) > 1 or j.root_cause()]
+        if jobs:
+            parts.append(_jobs(jobs))
         if not blind and gpus:
             parts.append(_coverage(cov))
         missing = snap.derived(INPUTS_MISSING) or ()
@@ -280,10 +335,11 @@ class NodePage:
         for entry in cov["not_checked"]:
             for gpu in entry["gpus"]:
                 unchecked[gpu] = unchecked.get(gpu, 0) + len(entry["checks"])
+        notes = _waiting_notes(findings, all_jobs)
         for r in sorted((gpus or {}).values(), key=lambda g: g.index):
             parts.append(self._card(snap, r, by_gpu.get(r.index, []),
                                     None if procs is None else procs.get(r.index, []),
-                                    unchecked.get(str(r.index), 0)))
+                                    unchecked.get(str(r.index), 0), notes.get(r.index, "")))
         return "".join(parts)
 
     def _summary(self, snap: Snapshot, vis: Mapping[str, Any],
@@ -320,7 +376,7 @@ class NodePage:
         return f'<dl class="summary">{body}</dl>'
 
     def _card(self, snap: Snapshot, r: GpuReading, findings: Sequence[Finding],
-              procs: Sequence[ProcessReading] | None, unchecked: int) -> str:
+              procs: Sequence[ProcessReading] | None, unchecked: int, waits: str = "") -> str:
         state = '<span class="ok">up</span>' if r.up else '<span class="bad">lost</span>'
         worst = ", ".join(f'<span class="{_SEVERITY_CLASS[f.row.severity]}">'
                           f"{f.row.severity}</span>" for f in findings[:1])
@@ -341,6 +397,8 @@ class NodePage:
         if findings:
             found = "".join(self._finding(snap, f, _placeholders(f, r, procs))
                             for f in findings)
+        elif waits:
+            found = ""
         elif r.up and unchecked:
             found = ('<p class="warn">No finding in the checks that ran; '
                      f'<a href="#coverage">{_plural(unchecked, "check")} could not run</a> on '
@@ -349,7 +407,7 @@ class NodePage:
             found = '<p class="ok">No finding: nothing on this GPU matches the table.</p>'
         else:
             found = ""
-        return (f'<section class="gpu" id="gpu-{r.index}">{head}{facts}{found}'
+        return (f'<section class="gpu" id="gpu-{r.index}">{head}{facts}{waits}{found}'
                 f"{self._processes(r, procs)}{self._charts(r)}</section>")
 
     @staticmethod
@@ -382,6 +440,8 @@ class NodePage:
         ev_block = f'<ul class="evidence">{evidence}</ul>' if evidence else ""
         also = "".join(f"<li>{_text(e.row.summary)}: {_text(explanation(e, f.evidence))}</li>"
                        for e in f.explains)
+        also += "".join(f"<li>GPU {c.gpu}: {_text(_consequence_text(c))}</li>"
+                        for c in f.consequences)
         also_block = (f'<p>It also explains:</p><ul class="explained">{also}</ul>'
                       if also else "")
         confirm = "".join(f"<pre>{html_escape(fill(c))}</pre>" for c in row.confirm)

@@ -9,7 +9,7 @@ from ctypes import Structure, c_int, c_uint, c_ulonglong
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.drivers import knows_field
-from gpu_exporter.simulator.libnvml.fields import SCALAR_FIELDS
+from gpu_exporter.simulator.libnvml.fields import NVLINK_FEC_FIELDS, SCALAR_FIELDS, nvlink_fec
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     STRUCTS,
@@ -342,6 +342,10 @@ def _fields(lib: FakeNvmlLibrary, st: GpuState, count: int, out: int) -> int:
                 continue
             fv.nvmlReturn, fv.valueType = OK, k.VALUE_TYPE_UNSIGNED_LONG_LONG
             fv.value.ullVal = _LINK_FIELDS[fid](st, link)
+            continue
+        if fid in NVLINK_FEC_FIELDS:
+            fv.nvmlReturn, fv.valueType, fv.value.ullVal = nvlink_fec(
+                lib.world.profile, st, fid, int(fv.scopeId))
             continue
         if fid == k.FI_DEV_GET_GPU_RECOVERY_ACTION:
             action = st.condition.get("recovery_action") or "none"

@@ -10,10 +10,13 @@ long.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpu_exporter.nvml import constants as k
+from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.model import DeviceProfile
 from gpu_exporter.simulator.world import GpuState
 
 # nvml.h on NVML_FI_DEV_POWER_AVERAGE: "supported on Ampere (except GA100) or
@@ -62,3 +65,37 @@ SCALAR_FIELDS: dict[int, ScalarField] = {
     k.FI_DEV_POWER_CURRENT_LIMIT: ScalarField("nvmlDeviceGetEnforcedPowerLimit",
                                               lambda st: st.limit_mw, _UINT),
 }
+
+# NVLink 5's FEC fields, per link (scopeId = link): field id -> (which count,
+# whether it is the count's bit-error rate rather than the count). Answered
+# on Blackwell boards with NVLink (the world keeps their counts there).
+NVLINK_FEC_FIELDS: dict[int, tuple[str, bool]] = {
+    k.FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS: ("effective", False),
+    k.FI_DEV_NVLINK_COUNT_EFFECTIVE_BER: ("effective", True),
+    k.FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: ("symbol", False),
+    k.FI_DEV_NVLINK_COUNT_SYMBOL_BER: ("symbol", True),
+}
+
+
+def pack_ber(rate: float) -> int:
+    """A bit-error rate as NVML packs it (nvml.h: the exponent in bits 0-7,
+    the mantissa in bits 8-11; the rate is mantissa x 10^-exponent): the
+    smallest exponent that keeps the mantissa within its four bits."""
+    if rate <= 0.0:
+        return 0
+    exponent = min(k.NVLINK_BER_EXP_WIDTH, max(0, math.ceil(-math.log10(rate))))
+    mantissa = min(k.NVLINK_BER_MANTISSA_WIDTH, round(rate * 10.0 ** exponent))
+    return (mantissa << k.NVLINK_BER_MANTISSA_SHIFT) | (exponent << k.NVLINK_BER_EXP_SHIFT)
+
+
+def nvlink_fec(profile: DeviceProfile, st: GpuState, fid: int, link: int) -> tuple[int, int, int]:
+    """(return code, value type, value) of a FEC field for ``link``."""
+    links = len(st.nvlink_up)
+    if not st.nvlink_fec or fid in profile.unsupported_fields:
+        return int(Return.NOT_SUPPORTED), 0, 0
+    if link >= links:
+        return int(Return.INVALID_ARGUMENT), 0, 0
+    kind, rate = NVLINK_FEC_FIELDS[fid]
+    if rate:
+        return int(Return.SUCCESS), _UINT, pack_ber(st.nvlink_ber[link][kind])
+    return int(Return.SUCCESS), _ULL, st.nvlink_fec[link][kind]

@@ -11,92 +11,31 @@ every alert must stay silent on a healthy and on an idle node.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.table import ROWS, Row
+from gpu_exporter_mixin.alerting.case_model import (
+    GIB,
+    JOB,
+    Case,
+    Check,
+    ExprCheck,
+    Fire,
+    Sample,
+    Series,
+    TestFile,
+    busy_seconds,
+    gpu,
+    node,
+    seconds_counter,
+    steps,
+)
 from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.alerting.job_cases import job_straggler_case
 from gpu_exporter_mixin.alerting.render import GENERATED, alert_annotations, dump
 from gpu_exporter_mixin.alerting.rules import AlertRule, alert_rules
 from gpu_exporter_mixin.alerting.templates import duration, render
-
-JOB = "gpu-exporter"
-CLUSTER = "cluster-a"
-GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Series:
-    metric: str
-    labels: dict[str, str]
-    values: str
-
-    def text(self) -> str:
-        inner = ", ".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
-        return f"{self.metric}{{{inner}}}"
-
-
-@dataclass(frozen=True)
-class Fire:
-    labels: dict[str, str]
-    value: float
-    # The alert's labels are its ``by``/``on`` key only: labels of the
-    # selector beyond job (a namespace, say) do not reach it.
-    keyed: bool = False
-
-
-@dataclass(frozen=True)
-class Check:
-    at: float
-    alert: str
-    fires: tuple[Fire, ...] = ()
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: dict[str, str]
-    value: float
-
-
-@dataclass(frozen=True)
-class ExprCheck:
-    """A PromQL expression and the samples it must return (promql_expr_test)."""
-    at: float
-    expr: str
-    samples: tuple[Sample, ...]
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    interval: float
-    series: list[Series]
-    checks: list[Check]
-    exprs: list[ExprCheck] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TestFile:
-    name: str
-    evaluation_interval: float
-    cases: list[Case] = field(default_factory=list)
-
-
-def node(name: str) -> dict[str, str]:
-    """A node's labels as the cases write them; ``_relabel`` turns them into
-    the configured selector's and cluster label's when the file is rendered."""
-    return {"cluster": CLUSTER, "instance": f"{name}:9835", "job": JOB}
-
-
-def gpu(name: str, index: int) -> dict[str, str]:
-    return {**node(name), "gpu": str(index), "uuid": f"GPU-{name}-{index:04d}"}
-
-
-def steps(interval: float, seconds: float) -> int:
-    """The ``xN`` that makes a series cover ``seconds`` after its first sample."""
-    return int(seconds // interval)
-
 
 # --- one case per table row --------------------------------------------------
 
@@ -287,27 +226,42 @@ def _energy_cases() -> list[Case]:
         Series("gpu_energy_joules_total", g3, "0+300x30"),
     ]
     per_owner = "sum by (gpu, owner, split) (gpu_owner:gpu_energy_joules:rate5m)"
-    rates = (Sample({"gpu": "0", "owner": "ml/train-a/trainer", "split": "whole"}, 10),
-             Sample({"gpu": "1", "owner": "slurm job 4242", "split": "sm_share"}, 15),
-             Sample({"gpu": "1", "owner": "slurm job 4243", "split": "sm_share"}, 5),
-             Sample({"gpu": "2", "split": "unknown"}, 8),
-             Sample({"gpu": "3", "split": "unowned"}, 5))
+    rates: tuple[Sample, ...] = (
+        Sample({"gpu": "0", "owner": "ml/train-a/trainer", "split": "whole"}, 10),
+        Sample({"gpu": "1", "owner": "slurm job 4242", "split": "sm_share"}, 15),
+        Sample({"gpu": "1", "owner": "slurm job 4243", "split": "sm_share"}, 5),
+        Sample({"gpu": "2", "split": "unknown"}, 8),
+        Sample({"gpu": "3", "split": "unowned"}, 5))
     # Over a range, joules = the rate's average times the seconds: over the
     # 10 minutes to 20 min, GPU 0's owner used 10 J/s x 600 s = 6000 J, the
     # counter's own increase (6000 - 0 ... 12000 - 6000).
     joules = ("sum by (owner, split) "
               "(avg_over_time(gpu_owner:gpu_energy_joules:rate5m[10m]) * 600)")
+    # Power smoothing on GPUs 4 and 5 (floor 800 W): GPU 4 draws 800 J/s, at its
+    # floor, so all of it may be the floor's; GPU 5 draws 1200 J/s, above it:
+    # nothing held. GPU 6 draws 800 J/s with smoothing off: no floor.
+    g4, g5, g6 = (gpu("node-a", i) for i in range(4, 7))
+    for g, per_minute, smoothing in ((g4, 48000, 1), (g5, 72000, 1), (g6, 48000, 0)):
+        series += [Series("gpu_energy_joules_total", g, f"0+{per_minute}x30"),
+                   Series("gpu_power_smoothing_enabled", g, f"{smoothing}x30"),
+                   Series("gpu_power_floor_watts", g, "800x30")]
+    at_floor = ExprCheck(600.0, "sum by (gpu) (gpu:gpu_energy_joules:rate5m_at_floor)",
+                         (Sample({"gpu": "4"}, 800),))
+    rates = (*rates, Sample({"gpu": "4", "split": "unowned"}, 800),
+             Sample({"gpu": "5", "split": "unowned"}, 1200),
+             Sample({"gpu": "6", "split": "unowned"}, 800))
     return [Case("energy per owner: a GPU's one owner takes it whole, several owners split it "
                  "by SM share, without shares it is reported unsplit, and a GPU no one holds "
                  "as no one's",
                  iv, series, [],
-                 [ExprCheck(600.0, per_owner, rates), ExprCheck(1200.0, per_owner, rates),
+                 [at_floor, ExprCheck(600.0, per_owner, rates),
+                  ExprCheck(1200.0, per_owner, rates),
                   ExprCheck(1200.0, joules, (
                       Sample({"owner": "ml/train-a/trainer", "split": "whole"}, 6000),
                       Sample({"owner": "slurm job 4242", "split": "sm_share"}, 9000),
                       Sample({"owner": "slurm job 4243", "split": "sm_share"}, 3000),
                       Sample({"split": "unknown"}, 4800),
-                      Sample({"split": "unowned"}, 3000)))])]
+                      Sample({"split": "unowned"}, 3000 + (800 + 1200 + 800) * 600)))])]
 
 
 # --- the exporter's health ---------------------------------------------------
@@ -357,27 +311,6 @@ def _exporter_cases(by: dict[str, AlertRule]) -> list[Case]:
                           Check(fire_at, rule.name, (Fire(node("node-a"), fire_at - onset),)),
                       ]))
     return cases
-
-
-def busy_seconds(labels: dict[str, str], iv: float,
-                 shares: list[tuple[float, int]]) -> Series:
-    """gpu_busy_seconds_total of a GPU busy ``share`` of each of ``count``
-    scrape intervals of ``iv`` seconds, piece by piece: the counter the
-    exporter exports, so the rules take its rate as they would in Prometheus."""
-    return seconds_counter("gpu_busy_seconds_total", labels, iv, shares)
-
-
-def seconds_counter(name: str, labels: dict[str, str], iv: float,
-                    shares: list[tuple[float, int]]) -> Series:
-    """A time counter (``name``) that grows ``share`` seconds per second in
-    each of ``count`` scrape intervals of ``iv`` seconds, piece by piece."""
-    values = ["0"]
-    total = 0.0
-    for share, count in shares:
-        for _ in range(count):
-            total += share * iv
-            values.append(f"{total:.10g}")
-    return Series(name, labels, " ".join(values))
 
 
 # --- fleet rules -------------------------------------------------------------
@@ -567,6 +500,7 @@ def test_files(config: AlertConfig) -> list[TestFile]:
         TestFile("energy.test.yml", 60.0, _energy_cases()),
         TestFile("exporter.test.yml", 5.0, _exporter_cases(by)),
         TestFile("fleet.test.yml", 5.0, [_straggler_case(by["GpuStraggler"], config)]),
+        TestFile("jobs.test.yml", 5.0, [job_straggler_case(by["GpuJobStragglerNode"], config)]),
         TestFile("fleet-slow.test.yml", 15.0, [
             _count_case(by["GpuCountDropped"]),
             _temperature_case(by["GpuTemperatureNearSlowdown"], config)]),

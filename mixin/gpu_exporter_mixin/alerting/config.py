@@ -68,6 +68,22 @@ class Straggler(_Strict):
     for_: Duration = Field(900.0, alias="for")
 
 
+class JobStraggler(_Strict):
+    """A node of a job spread over nodes whose GPUs work far less than the
+    job's median node: far below is more than ``mad_multiplier`` times the
+    job's median absolute deviation, and at least ``min_gap`` (a balanced job's
+    deviation is near 0, and any wobble would be "far" by it alone)."""
+
+    # Fewer nodes have no median to stand out from (of two, neither is odd).
+    min_nodes: int = Field(3, ge=3)
+    mad_multiplier: float = Field(3.0, gt=0)
+    min_gap: float = Field(0.2, gt=0, lt=1)
+    # The job's median node works above this: a job that waits as a whole
+    # (checkpointing, starting, idle) has no straggler.
+    job_busy: float = Field(0.5, gt=0, le=1)
+    for_: Duration = Field(600.0, alias="for")
+
+
 class DriverDrift(_Strict):
     for_: Duration = Field(3600.0, alias="for")
 
@@ -92,6 +108,7 @@ class MemoryLeak(_Strict):
 class FleetSettings(_Strict):
     idle_utilization: float = Field(0.1, ge=0, le=1)
     straggler: Straggler = Straggler()
+    job_straggler: JobStraggler = JobStraggler()
     driver_drift: DriverDrift = DriverDrift()
     gpu_count: GpuCount = GpuCount()
     temperature: Temperature = Temperature()

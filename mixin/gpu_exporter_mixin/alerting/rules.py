@@ -143,6 +143,12 @@ def owner_rule(x: Exprs) -> RecordingRule:
 # held), so the rule does not; docs/attribution.md says how to read it.
 ENERGY_RATE_WINDOW = "5m"
 ENERGY_RECORD = f"gpu_owner:gpu_energy_joules:rate{ENERGY_RATE_WINDOW}"
+# What the split cannot subtract it can still say: the energy rate of a GPU
+# whose draw stayed at power smoothing's floor over the window (within the
+# power reading's noise), all of which may be the floor's rather than work.
+ENERGY_AT_FLOOR_RECORD = f"gpu:gpu_energy_joules:rate{ENERGY_RATE_WINDOW}_at_floor"
+# The draw the driver holds at the floor reads a little above it.
+FLOOR_NOISE = 1.02
 
 
 def energy_rules(x: Exprs) -> list[RecordingRule]:
@@ -178,6 +184,14 @@ def energy_rules(x: Exprs) -> list[RecordingRule]:
             f"{rate}\n  unless on ({x.gpu_key}) {OWNER_RECORD}",
             "Energy (J/s) of GPUs no one holds: the GPU's whole rate, no owner.",
             {"split": "unowned"}),
+        RecordingRule(
+            ENERGY_AT_FLOOR_RECORD,
+            f"{rate}\n  <= on ({x.gpu_key}) group_left ()\n"
+            f"    ({x.m('gpu_power_floor_watts')} * {FLOOR_NOISE:g}\n"
+            f"      and on ({x.gpu_key}) {x.m('gpu_power_smoothing_enabled')} == 1)",
+            "Energy (J/s) of GPUs whose draw stayed at power smoothing's floor over the "
+            "window: all of it may be the floor's, not its owners' work (an upper bound; "
+            "absent where the GPU drew above its floor or smoothing is off)."),
     ]
 
 
@@ -426,8 +440,63 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
             "Each GPU process with the namespace and name of its pod, joined by pod UID with "
             "kube-state-metrics' kube_pod_info (empty without kube-state-metrics)."),
         *energy_rules(x),
+        *job_rules(config, x),
     ]
     return rules
+
+
+JOB_NODE_RECORD = "owner_instance:gpu_utilization_ratio:avg"
+JOB_MEDIAN_RECORD = "owner:gpu_utilization_ratio:median_node"
+JOB_DEVIATION_RECORD = "owner_instance:gpu_utilization_ratio:median_deviation"
+JOB_MAD_RECORD = "owner:gpu_utilization_ratio:median_abs_deviation"
+JOB_STRAGGLER_RECORD = "owner_instance:gpu_utilization_ratio:job_straggler"
+
+
+def job_rules(config: AlertConfig, x: Exprs) -> list[RecordingRule]:
+    """A job spread over nodes, by its owner (``OWNER_RECORD``: a Slurm job
+    has one id on every node; a pod owner is one container, so it spans nodes
+    only where the same owner holds GPUs on several): each node's share of the
+    job, and the node far below the job's median by a robust spread. PromQL
+    has quantile() but no median absolute deviation: the deviations from the
+    median are recorded per node, and the median of their absolute values
+    taken over them."""
+    js = config.fleet.job_straggler
+    owner_key = f"{x.cluster}, owner"
+    node_in_job = f"{x.cluster}, owner, {', '.join(NODE_LABELS)}"
+    spread = (f"clamp_min({JOB_MAD_RECORD} * {js.mad_multiplier:.15g}, "
+              f"{js.min_gap:.15g})")
+    return [
+        RecordingRule(
+            JOB_NODE_RECORD,
+            f"avg by ({node_in_job}) (\n"
+            f"  {OWNER_RECORD} * on ({x.gpu_key}) group_left () {UTILIZATION_RECORD}\n)",
+            "Each node's share of each owner's work: the mean utilization of the owner's "
+            "GPUs on the node."),
+        RecordingRule(
+            JOB_MEDIAN_RECORD,
+            f"quantile by ({owner_key}) (0.5, {JOB_NODE_RECORD})\n"
+            f"and on ({owner_key})\n"
+            f"  count by ({owner_key}) ({JOB_NODE_RECORD}) >= {js.min_nodes}",
+            f"The median node's utilization of each job over {js.min_nodes} nodes or more."),
+        RecordingRule(
+            JOB_DEVIATION_RECORD,
+            f"{JOB_NODE_RECORD}\n  - on ({owner_key}) group_left () {JOB_MEDIAN_RECORD}",
+            "How far each node of a job over nodes is from the job's median node (below it: "
+            "negative); the share less this is the median, with the node's labels."),
+        RecordingRule(
+            JOB_MAD_RECORD,
+            f"quantile by ({owner_key}) (0.5, abs({JOB_DEVIATION_RECORD}))",
+            "The median absolute deviation of each job's nodes from its median node."),
+        RecordingRule(
+            JOB_STRAGGLER_RECORD,
+            f"{JOB_NODE_RECORD}\n"
+            f"  < on ({owner_key}) group_left ()\n"
+            f"    ({JOB_MEDIAN_RECORD} - {spread})\n"
+            f"and on ({owner_key}) {JOB_MEDIAN_RECORD} > {js.job_busy:.15g}",
+            "Nodes of a busy job over nodes far below the job's median node (stragglers "
+            "only): below it by more than the job's median absolute deviation times "
+            f"{js.mad_multiplier:.15g}, and by at least {js.min_gap:.15g}."),
+    ]
 
 
 def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
@@ -462,6 +531,7 @@ def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
                      "nvidia-smi topo -m"),
             escalate="Escalate to the job owner when the GPU is healthy and only its rank "
                      "lags; to hardware when its link or clocks differ from its siblings'."),
+        _job_straggler_alert(config),
         AlertRule(
             name="GpuDriverVersionDrift", group=GROUP_FLEET,
             severity=_severity(config, "GpuDriverVersionDrift", "warning"),
@@ -559,6 +629,45 @@ def _fleet_alerts(config: AlertConfig, x: Exprs) -> list[AlertRule]:
                      "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 60"),
             escalate="Escalate to the job owner."),
     ]
+
+
+def _job_straggler_alert(config: AlertConfig) -> AlertRule:
+    js = config.fleet.job_straggler
+    return AlertRule(
+        name="GpuJobStragglerNode", group=GROUP_FLEET,
+        severity=_severity(config, "GpuJobStragglerNode", "warning"),
+        expr=JOB_STRAGGLER_RECORD,
+        for_s=_for(config, "GpuJobStragglerNode", js.for_),
+        summary="One node of a job spread over nodes works far less than the job's others",
+        description=(f"{label('instance')} runs {label('owner')}'s GPUs at {PERCENT} "
+                     "utilization on average, far below the job's median node (by more "
+                     f"than {js.mad_multiplier:.15g} times the median absolute deviation of "
+                     f"its nodes, and by at least {js.min_gap:.0%}), for "
+                     f"{prose_duration(js.for_)}. Every other node of a synchronous job "
+                     "waits for it."),
+        likely_cause="Something on this node slows its ranks, and the node's own "
+                     "diagnosis usually names it on its GPUs: its data reads stall "
+                     "(memory_held_sm_underfed or _idle -> data_pipeline_io), its CPUs "
+                     "starve the ranks (-> cpu_contention, cpu_limit_throttled, cpu_steal, "
+                     "host_swapping, memory_limit_reclaim), its clocks are held back "
+                     "(throttled_under_load -> power_cap, thermal, power_brake, hw_slowdown), "
+                     "or its link is degraded (pcie_downtrained); with no diagnosis, its "
+                     "network to the other nodes or a rank that died while the others wait.",
+        fix="Ask the node's exporter why: gpu-exporter diagnose on the node (or its node "
+            "dashboard, or the diagnosis alerts on the same instance) names the cause on "
+            "its GPUs; fix that, or drain the node and requeue the job on healthy ones.",
+        anchor="job-straggler-node", scope="node",
+        meaning="A job holds GPUs on several nodes (the same Slurm job id, or the same pod "
+                "owner, on each). Each node's share of the job is the mean utilization of "
+                "the job's GPUs on it; this node's is far below the job's median node. "
+                "Data-parallel training runs at the pace of its slowest node, so the whole "
+                "job runs at this node's pace.",
+        confirm=("gpu-exporter diagnose",
+                 "nvidia-smi dmon -s pucm -d 1 -c 10",
+                 "vmstat 1 5",
+                 "scontrol show job -d <job id>"),
+        escalate="Escalate to hardware when the node's GPUs, links or clocks differ from "
+                 "the job's other nodes'; to the job owner when only its ranks lag.")
 
 
 def alert_rules(config: AlertConfig) -> list[AlertRule]:

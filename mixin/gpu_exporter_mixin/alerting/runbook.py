@@ -26,10 +26,21 @@ _TITLES = {
 }
 
 
+# Prometheus's own defaults (global scrape_interval and evaluation_interval):
+# a page's latency is promised at these, as a setup that changes neither runs.
+PROMETHEUS_INTERVAL_S = 60.0
+# After the exporter first shows a condition, a critical alert waits for one
+# scrape to read it and one rule evaluation to see it, then for its `for:`.
+PAGE_SLACK_INTERVALS = 2
+
+
 def _section(rule: AlertRule) -> str:
     lines = [f"## {rule.anchor}", ""]
     head = f"**`{rule.name}`** · severity **{rule.severity}**"
     head += f" · fires after `{duration(rule.for_s)}`" if rule.for_s else " · fires at once"
+    if rule.severity == "critical":
+        page = rule.for_s + PAGE_SLACK_INTERVALS * PROMETHEUS_INTERVAL_S
+        head += f" · pages within `{duration(page)}`"
     if rule.row is not None:
         head += f" · symptom `{rule.row.symptom}` → cause `{rule.row.cause}`"
     lines += [head, ""]
@@ -55,6 +66,13 @@ def runbook(config: AlertConfig) -> str:
         "`BUS_ID` with the GPU's PCI bus id from `gpu_info`), the fix, and when to escalate. "
         "Severity `critical` pages, `warning` opens a ticket, `info` is for dashboards. "
         "`for:` durations are the defaults of alerts/config.yaml.",
+        "",
+        "A critical alert \"pages within\" a time counted from the moment the exporter "
+        "first shows the condition (for `GpuExporterDown`, its first failed scrape): one "
+        "scrape for Prometheus to read it, one rule evaluation to see it, then its `for:`, "
+        f"at Prometheus's default `{duration(PROMETHEUS_INTERVAL_S)}` scrape and evaluation "
+        "intervals (shorter intervals page sooner). It never pages before its `for:` has "
+        "passed.",
         "",
         "| alert | severity | section |",
         "|---|---|---|",

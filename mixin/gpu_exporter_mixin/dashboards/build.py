@@ -12,7 +12,12 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter_mixin.alerting.config import AlertConfig
-from gpu_exporter_mixin.alerting.rules import ENERGY_RECORD
+from gpu_exporter_mixin.alerting.rules import (
+    ENERGY_RECORD,
+    JOB_DEVIATION_RECORD,
+    JOB_NODE_RECORD,
+    JOB_STRAGGLER_RECORD,
+)
 from gpu_exporter_mixin.dashboards.owners import BY_NOBODY, HELD_BY, Owners, without_pod_labels
 from gpu_exporter_mixin.dashboards.panels import (
     BLUE,
@@ -495,6 +500,8 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
                  "Value #B": "siblings' average"},
         hide=("Time", "__name__", "job", "uuid")))
 
+    b = _jobs_over_nodes(b, config, f)
+
     b = b.with_row(row("Fleet"))
     b = b.with_panel(grid(Common(
         "Driver versions",
@@ -523,3 +530,55 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
         columns={f.cluster: "cluster", "symptom": "symptom", "cause": "cause", "Value": "GPUs"},
         hide=("Time",)))
     return b.build()
+
+
+# The fleet's panels on jobs spread over nodes: they show data only where a
+# job holds GPUs on several nodes (tests/test_fleet_jobs.py runs them).
+JOBS_OVER_NODES = "Jobs over nodes"
+JOB_STRAGGLER_NODES = "Straggler nodes of jobs"
+JOB_PANELS = (JOBS_OVER_NODES, JOB_STRAGGLER_NODES)
+
+
+def _jobs_over_nodes(b: db.Dashboard, config: AlertConfig, f: Filters) -> db.Dashboard:
+    """Each job over nodes with each node's share of it, and the nodes that
+    straggle (GpuJobStragglerNode's)."""
+    js = config.fleet.job_straggler
+    # The node-level records only, so every selector carries the dashboard's
+    # filters: the job's median is a node's share less its deviation from it.
+    node_in_job = f"{f.cluster}, owner, instance, job"
+    nodes = f"{JOB_NODE_RECORD}{{{f.node}}}"
+    deviation = f"{JOB_DEVIATION_RECORD}{{{f.node}}}"
+    median = f"{nodes} - {deviation}"
+    in_a_job = f"{nodes} and on ({node_in_job}) {deviation}"
+    columns = {f.cluster: "cluster", "owner": "owner", "instance": "node",
+               "Value #A": "node's utilization", "Value #B": "job's median node"}
+    hide = ("Time", "__name__", "job")
+    # Orange below the busy gate (a job's median node there has no straggler).
+    colours = Steps(ORANGE, ((js.job_busy, GREEN),))
+    b = b.with_row(row("Jobs over nodes"))
+    b = b.with_panel(grid(Common(
+        JOBS_OVER_NODES,
+        f"Each job holding GPUs on {js.min_nodes} nodes or more (one Slurm job id, or one "
+        "pod owner, on every node): each node's share of the job, the mean utilization "
+        "of the job's GPUs on it, beside the job's median node. A node far below its "
+        "job's median slows every other node of a synchronous job.",
+        "percentunit", [
+            Q(in_a_job, instant=True, table=True),
+            Q(median, instant=True, table=True),
+        ], colours, Layout(14, 9)),
+        columns=columns, units={"Value #A": "percentunit", "Value #B": "percentunit"},
+        hide=hide))
+    straggler = f"{JOB_STRAGGLER_RECORD}{{{f.node}}}"
+    return b.with_panel(grid(Common(
+        JOB_STRAGGLER_NODES,
+        "The node of each job over nodes whose share is far below the job's median node "
+        f"(by more than {js.mad_multiplier:.15g} times the median absolute deviation of "
+        f"the job's nodes, and by at least {js.min_gap:.0%}, while the median node is busier "
+        f"than {js.job_busy:.0%}): alert GpuJobStragglerNode. The node's own exporter "
+        "(its node dashboard, gpu-exporter diagnose) says why.",
+        "percentunit", [
+            Q(straggler, instant=True, table=True),
+            Q(f"{median}\nand on ({node_in_job}) {straggler}", instant=True, table=True),
+        ], colours, Layout(10, 9)),
+        columns=columns, units={"Value #A": "percentunit", "Value #B": "percentunit"},
+        hide=hide))

@@ -1,0 +1,64 @@
+"""The rows of what a workload does to itself over time, and of its host's
+CPUs: GPU memory filling up in a steady climb, the host's CPUs throttled for
+heat, and work bound by the GPU's memory bandwidth. ``table.py`` lists them in
+the table; their rules are in ``workload_rules.py``."""
+
+from __future__ import annotations
+
+from gpu_exporter.diagnosis.row import Row
+
+MEMORY_FILLING = Row(
+    "memory_filling", "memory_growth", "warning",
+    "GPU memory climbs steadily and will run out: out-of-memory errors ahead",
+    "The GPU's (or MIG instance's) used memory rose over the whole diagnosis window "
+    "({window}) in many small steps, never in one allocation, and at that rate fills what "
+    "processes can allocate within {memory_full_within}: a job that fails with "
+    "out-of-memory while memory looks free is one that kept growing. The evidence gives the "
+    "growth rate, the time to full and the processes holding the most. Memory that holds "
+    "still, shrinks or rose in one step is no climb.",
+    "Look for what the job keeps: tensors held in lists (losses kept with their graphs), "
+    "caches without a bound, growing sequence lengths or batch shapes; call "
+    "torch.cuda.memory_summary() at intervals, set PYTORCH_CUDA_ALLOC_CONF="
+    "expandable_segments:True against fragmentation.",
+    ("nvidia-smi --query-compute-apps=pid,used_memory --format=csv -l 10",
+     "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 10"),
+    "Escalate to the job owner with the growth rate and the time to full.",
+    per_instance=True,
+    reads=("gpu_memory_used_bytes", "gpu_memory_total_bytes", "gpu_memory_reserved_bytes",
+           "gpu_mig_memory_used_bytes", "gpu_mig_memory_total_bytes",
+           "gpu_process_memory_used_bytes"))
+
+HOST_CPU_THERMAL = Row(
+    "slowing_over_time", "host_cpu_thermal", "warning",
+    "The host's CPUs are throttled for heat: the job feeding the GPU slows down",
+    "A job holds the GPU and the host's CPU cores or packages went over their temperature "
+    "limit again and again across the diagnosis window ({window}): their thermal throttle "
+    "counters rose in its first half and in its second, and where the kernel counts the "
+    "time, the cores spent at least {cpu_thermal_throttled_ratio} of the window throttled. "
+    "Every CPU-side step of the job (data loading, kernel launches) runs slower, and a job "
+    "that was fast gets slower as the node heats up. One throttle event is no slowdown.",
+    "Check the node's cooling: fans and airflow (blanking panels, cable blockage), the "
+    "inlet temperature, the CPU heatsinks and their thermal paste; check the BIOS power "
+    "profile. Drain the node while its CPUs keep throttling.",
+    ("grep . /sys/devices/system/cpu/cpu*/thermal_throttle/*_count",
+     "ipmitool sdr type Temperature", "turbostat --quiet --show PkgTmp,Bzy_MHz sleep 5"),
+    "Escalate to the datacenter or hardware team when the CPUs throttle after the airflow "
+    "was checked.",
+    reads=("gpu_host_cpu_thermal_throttles_total",
+           "gpu_host_cpu_thermal_throttled_seconds_total"))
+
+MEMORY_BOUND = Row(
+    "memory_bound", "dram_bandwidth", "info",
+    "The GPU's work is bound by its memory bandwidth, not its compute",
+    "GPM reads the GPU's DRAM bandwidth at least {memory_bound_dram_active} used while its "
+    "SMs are active at least half the time and, where GPM reads them, its tensor pipes "
+    "less than a third: the kernels wait on memory, not on arithmetic. A newer GPU with "
+    "more compute speeds such work up only as far as its memory bandwidth grew. Where GPM "
+    "is not read (before Hopper) this is not judged.",
+    "Profile the kernels (Nsight Compute's memory workload analysis): fuse element-wise "
+    "operations, use lower-precision activations (bf16/fp8), larger batches or "
+    "FlashAttention-style kernels that reuse what they load.",
+    ("ncu --section MemoryWorkloadAnalysis python train.py", "nvidia-smi dmon -s u"),
+    "Escalate to the job owner with a profile; no fault of the node's makes it so.",
+    reads=("gpu_dram_active_ratio", "gpu_sm_active_ratio", "gpu_tensor_active_ratio"),
+    load_gate="memory-bound describes work: a GPU whose SMs rest has no work to be bound")

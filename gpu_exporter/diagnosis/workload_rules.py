@@ -1,0 +1,167 @@
+"""The rules of the rows in workload_rows.py, registered on their rows as
+rules.py registers its own.
+
+Growth is judged by how a level moved across the window, not only by how far
+it rose: the engine keeps each reading of the window (``Trend.series``), and
+a steady climb is one that rose in many steps, none of them most of the rise,
+in both halves of what was read, and barely fell back. One allocation (a
+step) rises as far as an hour of leaking does, and is no leak; a model loaded
+in a few chunks that then holds still stops climbing in the second half. The
+engine holds the row to the whole window (the condition must hold at nearly
+every poll of it), so a climb is one that went on for the window. Likewise a counter of
+events that rose once is a one-off; one that rose in both halves of the
+window is recurring."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
+from gpu_exporter.diagnosis.signals import GpuSignals
+from gpu_exporter.thresholds import DiagnosisConfig
+
+# A climb needs at least this many rises in the window, no single rise above
+# this share of the net rise, and falls back of at most this share of it.
+MIN_RISES = 3
+LARGEST_STEP_SHARE = 0.5
+FALLBACK_SHARE = 0.25
+# Each half of the readings climbs by at least this share of the net rise.
+HALF_SHARE = 0.25
+# Memory-bound work keeps the SMs at least this busy, and its tensor pipes
+# (where GPM reads them) below this: the row's prose says "half" and "a third".
+BOUND_SM_ACTIVE = 0.5
+BOUND_TENSOR_ACTIVE = 1 / 3
+# The processes a memory finding names, largest first.
+NAMED_PROCESSES = 3
+
+
+def steady_climb(samples: Sequence[tuple[float, float]]) -> float | None:
+    """The rate per second of a level that climbed steadily across the
+    readings (as (time, value), oldest first); None otherwise."""
+    if len(samples) < MIN_RISES + 1:
+        return None
+    (t0, v0), (t1, v1) = samples[0], samples[-1]
+    span = t1 - t0
+    net = v1 - v0
+    if span <= 0 or net <= 0:
+        return None
+    middle = t0 + span / 2
+    v_mid = max(((at, v) for at, v in samples if at <= middle), default=(t0, v0))[1]
+    if min(v_mid - v0, v1 - v_mid) < HALF_SHARE * net:
+        return None
+    moves = [b - a for (_, a), (_, b) in itertools.pairwise(samples)]
+    rises = [m for m in moves if m > 0]
+    fallen = -sum(m for m in moves if m < 0)
+    if (len(rises) < MIN_RISES or max(rises) > LARGEST_STEP_SHARE * net
+            or fallen > FALLBACK_SHARE * net):
+        return None
+    return net / span
+
+
+def _memory(s: GpuSignals) -> tuple[float, float] | None:
+    """(used, what processes can allocate) of the place, in bytes."""
+    if s.instance_memory is not None:
+        return s.instance_memory
+    if s.mig:
+        return None  # a split GPU's memory is its instances'
+    g = s.gpu
+    if g.memory_used_bytes is None or not g.memory_total_bytes:
+        return None
+    usable = g.memory_total_bytes - (g.memory_reserved_bytes or 0.0)
+    return (g.memory_used_bytes, usable) if usable > 0 else None
+
+
+def _memory_filling(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    memory = _memory(s)
+    if memory is None:
+        return Verdict(None)
+    used, usable = memory
+    name = f"memory_used_bytes_{s.gpu_instance}"
+    trend.increase(name, used)
+    ev: Evidence = {"gpu_memory_used_bytes": used, "gpu_memory_usable_bytes": usable}
+    rate = steady_climb(trend.series(name))
+    if rate is None:
+        return Verdict(False, ev)
+    to_full = max(0.0, usable - used) / rate
+    ev["memory_growth_bytes_per_s"] = round(rate, 1)
+    ev["memory_full_in_seconds"] = round(to_full)
+    largest = sorted((p for p in s.processes if p.memory_used_bytes),
+                     key=lambda p: -(p.memory_used_bytes or 0.0))[:NAMED_PROCESSES]
+    if largest:
+        ev["largest_processes"] = ", ".join(
+            f"{p.comm} (pid {p.pid}) {(p.memory_used_bytes or 0.0) / 2**30:.1f} GiB"
+            for p in largest)
+    return Verdict(to_full <= cfg.memory_full_within, ev)
+
+
+rule(t.MEMORY_FILLING)(_memory_filling)
+
+
+def _recurring(samples: Sequence[tuple[float, float]]) -> bool:
+    """The count rose in the first half of the readings and in the second."""
+    if len(samples) < 3:
+        return False
+    (t0, v0), (t1, v1) = samples[0], samples[-1]
+    if t1 <= t0:
+        return False
+    middle = t0 + (t1 - t0) / 2
+    vm = max((v for at, v in samples if at <= middle), default=v0)
+    return v0 < vm < v1
+
+
+def _holds_job(s: GpuSignals, cfg: DiagnosisConfig) -> bool | None:
+    """A process has a context on the GPU; where none is listed, its memory says."""
+    if s.processes:
+        return True
+    used = s.memory_used_ratio
+    return None if used is None else used > cfg.memory_held_ratio
+
+
+def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    host = s.host
+    if host is None or host.cpu_thermal_kept is False:
+        return Verdict(None)  # CPUs that keep no counters: nothing to check
+    count = host.cpu_thermal_throttles
+    if count is None:
+        return Verdict(None)
+    trend.increase("cpu_thermal_throttles", count)
+    seconds = host.cpu_thermal_throttled_seconds
+    throttled = trend.increase("cpu_thermal_throttled_seconds", seconds)
+    samples = trend.series("cpu_thermal_throttles")
+    ev: Evidence = {}
+    if len(samples) > 1:
+        ev["cpu_thermal_throttles_in_window"] = samples[-1][1] - samples[0][1]
+    job = _holds_job(s, cfg)
+    if job is None:
+        return Verdict(None, ev)
+    holds = job and _recurring(samples)
+    span = samples[-1][0] - samples[0][0] if samples else 0.0
+    if holds and throttled is not None and span > 0:
+        # The time summed over the cores: one core throttled counts its own.
+        share = throttled / span
+        ev["cpu_thermal_throttled_ratio"] = round(share, 4)
+        holds = share >= cfg.cpu_thermal_throttled_ratio
+    return Verdict(holds, ev)
+
+
+rule(t.HOST_CPU_THERMAL)(_cpu_thermal)
+
+
+def _memory_bound(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    active = s.sm_active
+    if active is None:
+        return Verdict(None)  # no GPM (before Hopper): not judged, said in coverage
+    dram = s.dram_active
+    if dram is None:
+        return Verdict(None)
+    tensor = s.tensor_active
+    ev: Evidence = {"dram_active_ratio": round(dram, 3), "sm_active_ratio": round(active, 3)}
+    if tensor is not None:
+        ev["tensor_active_ratio"] = round(tensor, 3)
+    return Verdict(dram >= cfg.memory_bound_dram_active and active >= BOUND_SM_ACTIVE
+                   and (tensor is None or tensor < BOUND_TENSOR_ACTIVE), ev)
+
+
+rule(t.MEMORY_BOUND)(_memory_bound)
