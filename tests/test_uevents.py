@@ -7,8 +7,12 @@ these per changed line."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +148,85 @@ def test_a_wake_ends_a_poll_at_once() -> None:
         assert source.poll(30.0) is None
     finally:
         source.close()
+
+
+class Recording:
+    """An event source that hands out its events, then fails or waits."""
+
+    def __init__(self, events: list[tuple[str, str]], then: Exception | None = None) -> None:
+        self.events = list(events)
+        self.then = then
+        self.timeouts: list[float] = []
+        self.woken = self.closed = 0
+        self.done = threading.Event()
+
+    def poll(self, timeout: float) -> tuple[str, str] | None:
+        self.timeouts.append(timeout)
+        if self.events:
+            return self.events.pop(0)
+        self.done.set()
+        if self.then is not None:
+            raise self.then
+        time.sleep(0.01)
+        return None
+
+    def wake(self) -> None:
+        self.woken += 1
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_the_watcher_thread_hands_each_event_on_and_stops_when_told() -> None:
+    w = watched(SLOT)
+    source = Recording([("remove", SLOT), ("change", SLOT), ("add", SLOT)])
+    w.source = source
+    assert w._timeout == 30.0 and w.counts() == {"add": 0, "remove": 0}
+    w._timeout = 0.25
+    w.start()
+    thread = w._thread
+    assert thread is not None and thread.name == "udev-monitor" and thread.daemon
+    assert source.done.wait(10)
+    w.stop()
+    assert not thread.is_alive() and w._thread is None
+    assert w.counts() == {"add": 1, "remove": 1}
+    assert set(source.timeouts) == {0.25}
+    assert (source.woken, source.closed) == (1, 1)
+    # stopped before it started: nothing to wake, the source still closed
+    idle = watched(SLOT)
+    idle.source = Recording([])
+    idle.stop()
+    assert (idle.source.woken, idle.source.closed) == (0, 1)
+
+
+def test_a_source_that_fails_ends_the_thread_with_one_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="gpu_exporter.collectors.udev")
+    w = watched(SLOT)
+    source = Recording([("remove", SLOT)], then=OSError("socket gone"))
+    w.source = source
+    w.start()
+    assert w._thread is not None
+    w._thread.join(10)
+    assert not w._thread.is_alive()
+    said = [r.getMessage() for r in caplog.records if r.name == udev.log.name]
+    assert said == ["udev: remove event for GPU PCI device 0000:18:00.0",
+                    "udev monitor stopped: socket gone; GPUs that leave the bus are noticed by "
+                    "NVML on the next poll"]
+    assert w.counts() == {"add": 0, "remove": 1}
+
+
+def test_closing_the_reader_closes_its_socket_and_its_wake_pipe() -> None:
+    source = _kernel_socket()
+    sock, ends = source._sock, (source._wake_r, source._wake_w)
+    assert sock is not None
+    pipe = {fd: os.fstat(fd).st_ino for fd in ends}
+    source.close()
+    assert sock.fileno() == -1 and source._sock is None
+    for fd, inode in pipe.items():
+        # closed, or since reused for another file: not the pipe
+        with contextlib.suppress(OSError):
+            assert os.fstat(fd).st_ino != inode
+    assert (source._wake_r, source._wake_w) == (-1, -1)
+    source.close()  # twice is harmless
+    source.wake()  # and a wake after it says nothing
