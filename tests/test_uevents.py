@@ -115,10 +115,14 @@ def test_no_watch_is_said_once_with_the_reason(caplog: pytest.LogCaptureFixture,
 
 
 def _kernel_socket() -> KernelUevents:
+    """The reader, where this kernel lets a process open the socket at all
+    (asked directly, so that a reader that opens it wrong fails, not skips)."""
     try:
-        return KernelUevents()
+        socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM,
+                      udev.NETLINK_KOBJECT_UEVENT).close()
     except OSError as exc:
         pytest.skip(f"no netlink uevent socket here: {exc}")
+    return KernelUevents()
 
 
 def test_the_kernels_group_is_joined_on_a_port_of_its_own() -> None:
@@ -230,3 +234,32 @@ def test_closing_the_reader_closes_its_socket_and_its_wake_pipe() -> None:
     assert (source._wake_r, source._wake_w) == (-1, -1)
     source.close()  # twice is harmless
     source.wake()  # and a wake after it says nothing
+
+
+def test_a_poll_with_nothing_to_read_ends_at_its_timeout() -> None:
+    source = _kernel_socket()
+    try:
+        began = time.monotonic()
+        found = source.poll(0.05)
+        # the kernel may send a real event meanwhile; the wait ends either way
+        assert found is None or isinstance(found, tuple)
+        assert time.monotonic() - began < 5
+    finally:
+        source.close()
+
+
+def test_a_stop_waits_no_longer_than_told_for_a_source_that_ignores_the_wake() -> None:
+    class Deaf(Recording):
+        def poll(self, timeout: float) -> None:
+            self.done.set()
+            time.sleep(3)
+            return None
+
+    w = watched(SLOT)
+    deaf = Deaf([])
+    w.source = deaf
+    w.start()
+    assert deaf.done.wait(10)
+    began = time.monotonic()
+    w.stop(timeout=0.1)
+    assert time.monotonic() - began < 2 and deaf.closed == 1
