@@ -202,7 +202,7 @@ def test_a_file_is_named_in_what_its_bounds_and_its_text_refuse(tmp_path: Path) 
 
 
 def test_an_error_without_a_problem_or_a_place_is_still_one_line() -> None:
-    assert safeyaml._yaml_problem(yaml.YAMLError("first\nsecond")) == "first"
+    assert safeyaml._yaml_problem(yaml.YAMLError("first\nsecond\nthird")) == "first"
     assert safeyaml._yaml_problem(yaml.YAMLError("")) == "invalid YAML"
     reader = yaml.reader.ReaderError("f", 3, 7, "utf-8", "a reason")
     assert safeyaml._yaml_problem(reader) == "a reason"

@@ -444,3 +444,42 @@ def test_sections_in_a_mapping_are_dumped_as_mappings_and_types_tell_hashes_apar
     assert ByName(parts={"a": {"count": 4}}).model_dump() == {
         "parts": {"a": Inner(count=4).model_dump()}}
     assert hash(ByName()) != hash(Twin())
+
+
+def test_strictness_and_paths_reach_into_lists_and_mappings() -> None:
+    class Inside(Section):
+        strict = True
+        xs: list[int] = setting(default_factory=list)
+        by: dict[str, int] = setting(default_factory=dict)
+
+    class Keys(Section):
+        by: dict[int, bool] = setting(default_factory=dict)
+
+    assert problems(lambda: Inside(xs=["1"], by={"a": "2"})) == [
+        (("xs", 0), "Input should be a valid integer"),
+        (("by", "a"), "Input should be a valid integer")]
+    assert Keys(by={"3": "yes"}).by == {3: True}
+    assert problems(lambda: Keys(by={"x": True})) == [(("by", "x"),
+                                                      "Input should be a valid integer")]
+
+
+def test_each_refusal_says_its_kind_and_what_was_given() -> None:
+    made = declared()
+    Inner, Outer = made.Inner, made.Outer
+    with pytest.raises(ValidationError) as err:
+        Outer(inner=5, name="longer")
+    assert err.value.errors() == [
+        {"loc": ("inner",), "msg": "Input should be a valid dictionary or instance of Inner",
+         "type": "model_type", "input": 5},
+        {"loc": ("name",), "msg": "String should have at most 4 characters",
+         "type": "too_long", "input": "longer"}]
+    with pytest.raises(ValidationError) as err:
+        Inner(every="abc")
+    assert err.value.errors()[0]["msg"].startswith("expected a duration")
+
+    class Lenient(Section):
+        x: float = 0.0
+
+    assert problems(lambda: Lenient(x="abc")) == [(("x",), "Input should be a valid number")]
+    required = made.Strict.model_fields["index"]
+    assert required.required and required.get_default() is None
