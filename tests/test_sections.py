@@ -455,10 +455,16 @@ def test_strictness_and_paths_reach_into_lists_and_mappings() -> None:
     class Keys(Section):
         by: dict[int, bool] = setting(default_factory=dict)
 
+    class StrictKeys(Section):
+        strict = True
+        by: dict[int, bool] = setting(default_factory=dict)
+
     assert problems(lambda: Inside(xs=["1"], by={"a": "2"})) == [
         (("xs", 0), "Input should be a valid integer"),
         (("by", "a"), "Input should be a valid integer")]
     assert Keys(by={"3": "yes"}).by == {3: True}
+    assert problems(lambda: StrictKeys(by={"3": True})) == [(("by", "3"),
+                                                            "Input should be a valid integer")]
     assert problems(lambda: Keys(by={"x": True})) == [(("by", "x"),
                                                       "Input should be a valid integer")]
 
