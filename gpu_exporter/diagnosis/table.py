@@ -553,6 +553,7 @@ SAME_SIGNAL: dict[str, str] = {
     "gpu_sm_active_seconds_total": "gpu_sm_active_ratio",
     "gpu_xid_errors_all_total": "gpu_xid_errors_total",
     "gpu_dram_active_seconds_total": "gpu_dram_active_ratio",
+    "gpu_nvlink_bit_error_rate_worst_link": "gpu_nvlink_bit_error_rate",
 }
 
 _CHARACTER = ("what the workload's kernels are like (occupancy, tensor or DRAM use), "
