@@ -485,6 +485,13 @@ def _stragglers_table(f: NodeFacts, p: Panels, r: Results) -> list[str]:
     return problems
 
 
+def _no_job_over_nodes(f: NodeFacts, p: Panels, r: Results) -> list[str]:
+    """The node's jobs hold GPUs on it alone: no job over nodes, no straggler
+    node (tests/test_fleet_jobs.py shows the panels with jobs over nodes)."""
+    return equal({ref: len(found) for ref, found in r.items()}, dict.fromkeys(r, 0),
+                 "rows of jobs over nodes")
+
+
 def _drivers(f: NodeFacts, p: Panels, r: Results) -> list[str]:
     return equal(by(r["A"], "driver_version"), {(f.driver_version,): float(len(f.gpus))},
                  "GPUs per driver")
@@ -547,6 +554,8 @@ CHECKS: dict[str, dict[tuple[str, str], Check]] = {
         ("Driver versions", "table"): _drivers,
         ("Utilization by node", "timeseries"): _node_utilization,
         ("Active diagnoses by row", "table"): _by_row,
+        ("Jobs over nodes", "table"): _no_job_over_nodes,
+        ("Straggler nodes of jobs", "table"): _no_job_over_nodes,
     },
 }
 

@@ -98,6 +98,12 @@ ABSENT_PREFIXES = {
     "gpu_allocation_info": "only with a kubelet",
     "gpu_job_info": "only with Slurm jobs",
     "gpu_workload_": "only with a kubelet or Slurm job",
+    "gpu_nic_": "per physical NIC (a test host's interfaces are virtual, left out) or NIC "
+                "driver line in the kernel log",
+    "gpu_rdma_": "per RDMA port: a test host has none",
+    "gpu_network_devices_left_out": "only past the bound of NICs and RDMA devices",
+    "gpu_host_cpu_thermal_": "only on CPUs that keep thermal throttle counters (a virtual "
+                             "machine's keep none)",
 }
 
 
