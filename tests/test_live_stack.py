@@ -49,8 +49,11 @@ PROMETHEUS_CONFIG = ROOT / "deploy" / "compose" / "prometheus" / "prometheus.yml
 JOB = "gpu-exporter"
 T = TypeVar("T")
 
-# The exporters' config: a short diagnosis window, so rows turn on in seconds.
-EXPORTER_CONFIG = {"diagnosis": {"window": "4s", "clear_after": "4s"},
+# The exporters' config: a short diagnosis window, so rows turn on in seconds;
+# long enough for the rows that judge how a value moved over it (a climb needs
+# three rises over both halves: six polls; the CPUs' thermal counters are read
+# every 5 s).
+EXPORTER_CONFIG = {"diagnosis": {"window": "12s", "clear_after": "4s"},
                    "poll": {"interval": "2s"}}
 BATCH = 5  # fault scenarios run at once (2 cores: each exporter polls 8 GPUs)
 # Prometheus's rate() of a series younger than its window extrapolates at most
