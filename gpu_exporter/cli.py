@@ -193,57 +193,21 @@ def _shortened(text: str) -> str:
 
 
 def _scenarios(argv: Sequence[str]) -> int:
-    from gpu_exporter.simulator import builtin_scenarios, load_scenario
+    from gpu_exporter.commands.scenarios import main as scenarios_main
 
-    _Parser(prog=f"{PROG} scenarios", description="List the built-in scenarios.").parse_args(
-        argv)
-    for name in builtin_scenarios():
-        desc = " ".join(load_scenario(name).description.split())
-        print(f"{name:40s} {desc}")
-    return 0
+    return scenarios_main(argv, _Parser)
 
 
 def _catalog(argv: Sequence[str]) -> int:
-    from gpu_exporter.catalog import metrics_markdown
+    from gpu_exporter.commands.catalog import main as catalog_main
 
-    _Parser(prog=f"{PROG} catalog",
-            description="Print the metric catalog as Markdown.").parse_args(argv)
-    sys.stdout.write(metrics_markdown())
-    return 0
+    return catalog_main(argv, _Parser)
 
 
 def _record(argv: Sequence[str]) -> int:
-    from gpu_exporter.commands.recording import record
-    from gpu_exporter.config import parse_duration
-    from gpu_exporter.nvml.errors import NvmlError
-    from gpu_exporter.simulator import ScenarioError
+    from gpu_exporter.commands.recording import main as record_main
 
-    p = _Parser(prog=f"{PROG} record", description="Poll this node's GPUs (or a simulated "
-                "scenario) and write a scenario file that replays what every NVML call "
-                "answered: attach it to a bug report; run it with --simulate FILE.")
-    p.add_argument("--duration", default="60s", help="how long to record (default 60s)")
-    p.add_argument("--interval", default="1s", help="time between polls (default 1s)")
-    p.add_argument("--out", type=Path, default=Path("node.yaml"),
-                   help="the file to write (default node.yaml)")
-    p.add_argument("--simulate", metavar="NAME|FILE",
-                   help="record a simulated scenario instead (on a virtual clock)")
-    args = p.parse_args(argv)
-    try:
-        duration, interval = parse_duration(args.duration), parse_duration(args.interval)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if interval <= 0 or duration < 0:
-        raise UsageError("--interval must be positive and --duration not negative")
-    try:
-        polls = record(duration, interval, args.out, args.simulate)
-    except ScenarioError as exc:
-        raise ConfigError(str(exc)) from None
-    except NvmlError as exc:
-        raise ConfigError(f"cannot record: NVML is not available: {exc.init_hint()}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
-    print(f"recorded {polls} polls to {args.out}; replay with: {PROG} --simulate {args.out}")
-    return 0
+    return record_main(argv, _Parser)
 
 
 def _baseline(argv: Sequence[str]) -> int:

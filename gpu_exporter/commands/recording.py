@@ -11,22 +11,25 @@ the rest of /proc and /sys, and NVML's sub-second sample buffers, are not.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import datetime as dt
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpu_exporter import __version__
+from gpu_exporter.config import ConfigError, parse_duration
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device, MigDevice, set_recorder
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.readings import ProcessReading
+from gpu_exporter.simulator import ScenarioError
 
 GpuRec = dict[str, Any]
 # /proc/PID/stat states the scenario model knows; anything else reads as sleeping.
@@ -532,3 +535,33 @@ def record(duration: float, interval: float, out: Path, simulate: str | None) ->
         + yaml.safe_dump(recordings.header(polls), sort_keys=False)
         + yaml.safe_dump(data, sort_keys=False, width=100), polls))
     return polls
+
+
+def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:
+    p = parser_cls(prog="gpu-exporter record", description="Poll this node's GPUs (or a "
+                   "simulated scenario) and write a scenario file that replays what every NVML "
+                   "call answered: attach it to a bug report; run it with --simulate FILE.")
+    p.add_argument("--duration", default="60s", help="how long to record (default 60s)")
+    p.add_argument("--interval", default="1s", help="time between polls (default 1s)")
+    p.add_argument("--out", type=Path, default=Path("node.yaml"),
+                   help="the file to write (default node.yaml)")
+    p.add_argument("--simulate", metavar="NAME|FILE",
+                   help="record a simulated scenario instead (on a virtual clock)")
+    args = p.parse_args(argv)
+    try:
+        duration, interval = parse_duration(args.duration), parse_duration(args.interval)
+    except ValueError as exc:
+        p.error(str(exc))
+    if interval <= 0 or duration < 0:
+        p.error("--interval must be positive and --duration not negative")
+    try:
+        polls = record(duration, interval, args.out, args.simulate)
+    except ScenarioError as exc:
+        raise ConfigError(str(exc)) from None
+    except NvmlError as exc:
+        raise ConfigError(f"cannot record: NVML is not available: {exc.init_hint()}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot write {args.out}: {exc.strerror}") from None
+    print(f"recorded {polls} polls to {args.out}; replay with: gpu-exporter --simulate "
+          f"{args.out}")
+    return 0
