@@ -141,7 +141,7 @@ REMAP_FAILED = Source("remap_failed", c.FI_DEV_REMAPPED_FAILURE, 1.0, (_REMAP,),
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class ValueRow:
     """One value of a GPU: the metric it is exported as (``series``: its label
     values after the GPU's), where NVML answers it, and how often it is read.
 
@@ -165,43 +165,44 @@ class Row:
 
 # The graphics clock runs in step with the SM clock on the boards a fleet runs
 # (one clock domain): it is read with --metrics.detail only.
-ROWS: tuple[Row, ...] = (
-    Row(m.UTILIZATION_RATIO, UTILIZATION),
-    Row(m.MEMORY_CONTROLLER_UTILIZATION_RATIO, MEMORY_UTILIZATION),
-    Row(m.MEMORY_TOTAL_BYTES, MEMORY_TOTAL),
-    Row(m.MEMORY_USED_BYTES, MEMORY_USED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
-    Row(m.MEMORY_RESERVED_BYTES, MEMORY_RESERVED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
-    Row(m.TEMPERATURE_CELSIUS, TEMPERATURE, ("gpu",)),
-    Row(m.TEMPERATURE_CELSIUS, MEMORY_TEMPERATURE, ("memory",)),
+ROWS: tuple[ValueRow, ...] = (
+    ValueRow(m.UTILIZATION_RATIO, UTILIZATION),
+    ValueRow(m.MEMORY_CONTROLLER_UTILIZATION_RATIO, MEMORY_UTILIZATION),
+    ValueRow(m.MEMORY_TOTAL_BYTES, MEMORY_TOTAL),
+    ValueRow(m.MEMORY_USED_BYTES, MEMORY_USED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
+    ValueRow(m.MEMORY_RESERVED_BYTES, MEMORY_RESERVED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
+    ValueRow(m.TEMPERATURE_CELSIUS, TEMPERATURE, ("gpu",)),
+    ValueRow(m.TEMPERATURE_CELSIUS, MEMORY_TEMPERATURE, ("memory",)),
     # NVML answers 0 for thresholds a board does not define.
-    *(Row(m.TEMPERATURE_THRESHOLD_CELSIUS, THRESHOLD[name], (name,), Every.ONCE, unknown=0)
+    *(ValueRow(m.TEMPERATURE_THRESHOLD_CELSIUS, THRESHOLD[name], (name,), Every.ONCE, unknown=0)
       for name in c.TEMPERATURE_THRESHOLDS),
-    Row(m.POWER_LIMIT_WATTS, POWER_LIMIT),
-    Row(m.POWER_WATTS, POWER, ceiling=POWER_LIMIT),
-    Row(m.POWER_DEFAULT_LIMIT_WATTS, POWER_DEFAULT_LIMIT, every=Every.ONCE),
-    Row(m.ENERGY_JOULES_TOTAL, ENERGY, every=Every.SLOW),
-    *(Row(m.CLOCK_MAX_HERTZ, CLOCK_MAX[name], (name,), Every.ONCE, detail=name == "graphics")
+    ValueRow(m.POWER_LIMIT_WATTS, POWER_LIMIT),
+    ValueRow(m.POWER_WATTS, POWER, ceiling=POWER_LIMIT),
+    ValueRow(m.POWER_DEFAULT_LIMIT_WATTS, POWER_DEFAULT_LIMIT, every=Every.ONCE),
+    ValueRow(m.ENERGY_JOULES_TOTAL, ENERGY, every=Every.SLOW),
+    *(ValueRow(m.CLOCK_MAX_HERTZ, CLOCK_MAX[name], (name,), Every.ONCE, detail=name == "graphics")
       for name in c.CLOCK_TYPES),
-    Row(m.CLOCK_HERTZ, CLOCK["sm"], ("sm",), ceiling=CLOCK_MAX["sm"]),
-    Row(m.CLOCK_HERTZ, CLOCK["graphics"], ("graphics",), ceiling=CLOCK_MAX["graphics"],
+    ValueRow(m.CLOCK_HERTZ, CLOCK["sm"], ("sm",), ceiling=CLOCK_MAX["sm"]),
+    ValueRow(m.CLOCK_HERTZ, CLOCK["graphics"], ("graphics",), ceiling=CLOCK_MAX["graphics"],
         detail=True),
-    Row(m.CLOCK_HERTZ, CLOCK["memory"], ("memory",), Every.LOAD, CLOCK_MAX["memory"]),
-    *(Row(m.CLOCK_APPLICATION_HERTZ, CLOCK_APPLICATION[name], (name,), Every.FACT,
+    ValueRow(m.CLOCK_HERTZ, CLOCK["memory"], ("memory",), Every.LOAD, CLOCK_MAX["memory"]),
+    *(ValueRow(m.CLOCK_APPLICATION_HERTZ, CLOCK_APPLICATION[name], (name,), Every.FACT,
           CLOCK_MAX[name]) for name in c.CLOCK_TYPES),
-    *(Row(m.CLOCK_APPLICATION_DEFAULT_HERTZ, CLOCK_APPLICATION_DEFAULT[name], (name,),
+    *(ValueRow(m.CLOCK_APPLICATION_DEFAULT_HERTZ, CLOCK_APPLICATION_DEFAULT[name], (name,),
           Every.ONCE) for name in c.CLOCK_TYPES),
     # 32 is NVML_PSTATE_UNKNOWN: the driver says it does not know, not a fault.
-    Row(m.PERFORMANCE_STATE, PSTATE, every=Every.LOAD, unknown=c.PSTATE_UNKNOWN),
+    ValueRow(m.PERFORMANCE_STATE, PSTATE, every=Every.LOAD, unknown=c.PSTATE_UNKNOWN),
     # A counter read every poll lets rate() see every nanosecond a reason held.
-    *(Row(m.THROTTLE_SECONDS_TOTAL, source, (reason,)) for reason, source in THROTTLE_TIME.items()),
-    Row(m.PCIE_LINK_GENERATION, PCIE_GENERATION, every=Every.LOAD),
-    Row(m.PCIE_LINK_GENERATION_MAX, PCIE_GENERATION_MAX, every=Every.ONCE),
-    Row(m.PCIE_LINK_WIDTH, PCIE_WIDTH, every=Every.LOAD),
-    Row(m.PCIE_LINK_WIDTH_MAX, PCIE_WIDTH_MAX, every=Every.ONCE),
-    Row(m.PCIE_REPLAYS_TOTAL, PCIE_REPLAYS, every=Every.SLOW),
-    *(Row(m.PCIE_BYTES_TOTAL, source, (direction,), Every.SLOW)
+    *(ValueRow(m.THROTTLE_SECONDS_TOTAL, source, (reason,))
+      for reason, source in THROTTLE_TIME.items()),
+    ValueRow(m.PCIE_LINK_GENERATION, PCIE_GENERATION, every=Every.LOAD),
+    ValueRow(m.PCIE_LINK_GENERATION_MAX, PCIE_GENERATION_MAX, every=Every.ONCE),
+    ValueRow(m.PCIE_LINK_WIDTH, PCIE_WIDTH, every=Every.LOAD),
+    ValueRow(m.PCIE_LINK_WIDTH_MAX, PCIE_WIDTH_MAX, every=Every.ONCE),
+    ValueRow(m.PCIE_REPLAYS_TOTAL, PCIE_REPLAYS, every=Every.SLOW),
+    *(ValueRow(m.PCIE_BYTES_TOTAL, source, (direction,), Every.SLOW)
       for direction, source in PCIE_BYTES.items()),
-    Row(m.PERSISTENCE_MODE_ENABLED, PERSISTENCE, every=Every.FACT),
+    ValueRow(m.PERSISTENCE_MODE_ENABLED, PERSISTENCE, every=Every.FACT),
 )
 
 # Reasons with a time counter: their state gauge is detail where the GPU
@@ -235,7 +236,7 @@ class _RowSet:
     """The rows read with or without --metrics.detail, and what a pass asks
     for from them: made once, not every poll for every GPU."""
 
-    rows: tuple[Row, ...]
+    rows: tuple[ValueRow, ...]
     # Every poll (those not due answer from their last read)...
     wanted: Want
     # ...and the states that follow the load.
@@ -503,7 +504,7 @@ class _GpuPass:
         return before is not None and before != volatile
 
     # --- the series -----------------------------------------------------------
-    def _export(self, rows: tuple[Row, ...], out: Series, r: GpuReading) -> None:
+    def _export(self, rows: tuple[ValueRow, ...], out: Series, r: GpuReading) -> None:
         ok: dict[Source, float] = {}
         values = self.values
         for row in rows:
