@@ -17,6 +17,8 @@ from gpu_exporter.diagnosis.table import ROWS, XID, XID_APPLICATION, XID_INFORMA
 from gpu_exporter_mixin.alerting import templates
 from gpu_exporter_mixin.alerting.config import AlertConfigError, load_config
 from gpu_exporter_mixin.alerting.generate import (
+    CHART_RULES,
+    LINKS,
     PROMETHEUS_RULE,
     RULES,
     RUNBOOK,
@@ -24,6 +26,7 @@ from gpu_exporter_mixin.alerting.generate import (
     TESTS_DIR,
     differences,
     outputs,
+    write,
 )
 from gpu_exporter_mixin.alerting.promql import metric_names
 from gpu_exporter_mixin.alerting.render import ANNOTATIONS
@@ -90,8 +93,31 @@ def test_committed_files_are_what_the_generator_produces() -> None:
 
 def test_generator_covers_every_output() -> None:
     produced = set(outputs(load_config()))
-    assert {RULES, TEST_BUILD, PROMETHEUS_RULE, RUNBOOK} <= produced
+    assert {CHART_RULES, TEST_BUILD, PROMETHEUS_RULE, RUNBOOK} <= produced
+    # alerts/ shows the rule file as a link to the chart's: committed once.
     assert {p.relative_to(ROOT) for p in TEST_FILES} <= produced
+    assert LINKS == {RULES: CHART_RULES} and RULES not in produced
+    assert (ROOT / RULES).is_symlink() and (ROOT / RULES).resolve() == ROOT / CHART_RULES
+
+
+def test_a_second_copy_of_the_rules_is_refused_and_written_back_as_a_link(
+        tmp_path: Path) -> None:
+    """A copy edited at one path would drift from the chart's, or be lost
+    when the chart's is regenerated: the check names it, the writer links."""
+    config = load_config()
+    write(config, tmp_path)
+    assert differences(config, tmp_path) == []
+    copy = tmp_path / RULES
+    text = copy.read_text()
+    copy.unlink()
+    copy.write_text(text)
+    assert differences(config, tmp_path) == [f"{RULES}: not a link to {CHART_RULES}"]
+    assert write(config, tmp_path) == [RULES]
+    assert copy.is_symlink() and copy.read_text() == text
+    copy.unlink()
+    copy.symlink_to("elsewhere.yml")
+    assert differences(config, tmp_path) == [
+        f"{RULES}: links to elsewhere.yml, not {CHART_RULES}"]
 
 
 def test_one_alert_per_table_row_named_from_the_table() -> None:

@@ -800,10 +800,15 @@ def test_compose_mounts_exist_and_point_at_the_shared_configs() -> None:
             if host.is_relative_to(DEPLOY):
                 assert host.exists(), volume
     assert mounted["/etc/prometheus/prometheus.yml"] == COMPOSE / "prometheus" / "prometheus.yml"
-    assert mounted["/etc/prometheus/rules"] == ROOT / "alerts"
+    # The rules and dashboards as committed, once, in the chart; alerts/ and
+    # grafana/ link there (a link inside a mounted folder would not resolve).
+    chart_files = DEPLOY / "helm" / "gpu-exporter" / "files"
+    assert mounted["/etc/prometheus/rules"] == chart_files
+    assert (ROOT / "alerts" / "gpu-exporter.rules.yml").resolve() == \
+        chart_files / "gpu-exporter.rules.yml"
     assert mounted["/etc/alertmanager/alertmanager.yml"] == ROOT / "alerts" / "alertmanager.yml"
     assert mounted["/etc/grafana/provisioning"] == ROOT / "grafana" / "provisioning"
-    assert mounted["/var/lib/grafana/dashboards/gpu-exporter"] == ROOT / "grafana" / "dashboards"
+    assert mounted["/var/lib/grafana/dashboards/gpu-exporter"] == chart_files / "dashboards"
 
 
 def test_grafana_provisioning_fits_the_stack() -> None:
@@ -823,11 +828,16 @@ def test_grafana_provisioning_fits_the_stack() -> None:
     assert "prometheus" in services
 
 
-def test_prometheus_config_passes_promtool_with_the_rules_from_alerts(tmp_path: Path) -> None:
-    """Laid out as compose mounts it: the config, its target lists, alerts/ as rules/."""
+def test_prometheus_config_passes_promtool_with_the_generated_rules(tmp_path: Path) -> None:
+    """Laid out as compose mounts it: the config, its target lists, the chart's
+    files/ as rules/, where the pattern finds the rule file and nothing else."""
     for name in ("prometheus.yml", "targets.json", "alertmanagers.json"):
         shutil.copy(COMPOSE / "prometheus" / name, tmp_path / name)
-    (tmp_path / "rules").symlink_to(ROOT / "alerts", target_is_directory=True)
+    rules = DEPLOY / "helm" / "gpu-exporter" / "files"
+    (tmp_path / "rules").symlink_to(rules, target_is_directory=True)
+    patterns = yaml.safe_load((COMPOSE / "prometheus" / "prometheus.yml").read_text())
+    found = [p.name for pattern in patterns["rule_files"] for p in tmp_path.glob(pattern)]
+    assert found == ["gpu-exporter.rules.yml"]
     result = subprocess.run([tool("promtool"), "check", "config",
                              str(tmp_path / "prometheus.yml")],
                             capture_output=True, text=True, check=False, cwd=tmp_path)

@@ -10,16 +10,20 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
 from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.alerting.links import link_problems, write_links
 from gpu_exporter_mixin.dashboards.build import fleet_dashboard, node_dashboard
 
-NODE = Path("grafana/dashboards/gpu-node.json")
-FLEET = Path("grafana/dashboards/gpu-fleet.json")
 # The same dashboards as a ConfigMap that Grafana's dashboard sidecar (as
 # kube-prometheus-stack runs it) picks up by its label.
 CONFIGMAP = Path("deploy/kubernetes/grafana-dashboards.yaml")
 SIDECAR_LABEL = {"grafana_dashboard": "1"}
 # The same dashboards inside the Helm chart, which may read only files in its folder.
 CHART_DASHBOARDS = Path("deploy/helm/gpu-exporter/files/dashboards")
+NODE = CHART_DASHBOARDS / "gpu-node.json"
+FLEET = CHART_DASHBOARDS / "gpu-fleet.json"
+# Where users and the compose stack find them: a link to the chart's folder.
+DASHBOARDS = Path("grafana/dashboards")
+LINKS = {DASHBOARDS: CHART_DASHBOARDS}
 
 
 def to_json(dashboard: dm.Dashboard) -> str:
@@ -54,13 +58,12 @@ def configmap(dashboards: dict[Path, str]) -> str:
 def outputs(config: AlertConfig) -> dict[Path, str]:
     dashboards = {NODE: to_json(node_dashboard(config)),
                   FLEET: to_json(fleet_dashboard(config))}
-    in_chart = {CHART_DASHBOARDS / rel.name: text for rel, text in dashboards.items()}
-    return {**dashboards, CONFIGMAP: configmap(dashboards), **in_chart}
+    return {**dashboards, CONFIGMAP: configmap(dashboards)}
 
 
 def differences(config: AlertConfig, root: Path = Path("."),
                 wanted: dict[Path, str] | None = None) -> list[str]:
-    problems = []
+    problems = link_problems(LINKS, root)
     for rel, text in (outputs(config) if wanted is None else wanted).items():
         path = root / rel
         if not path.exists():
@@ -79,4 +82,4 @@ def write(config: AlertConfig, root: Path = Path("."),
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             changed.append(rel)
-    return changed
+    return changed + write_links(LINKS, root)
