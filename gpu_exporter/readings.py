@@ -133,6 +133,9 @@ class HostSignals:
     cpu_thermal_throttles: float | None = None
     cpu_thermal_kept: bool | None = None  # False: the CPUs keep no such counters
     cpu_thermal_throttled_seconds: float | None = None
+    # /proc/meminfo's MemTotal and MemAvailable (None before Linux 3.14).
+    memory_total_bytes: float | None = None
+    memory_available_bytes: float | None = None
 
 
 @dataclass(slots=True)

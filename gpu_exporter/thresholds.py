@@ -121,6 +121,10 @@ class DiagnosisConfig(Section):
     memory_full_within: Duration = setting(
         3600.0, gt=0, description="GPU memory that grows steadily over the window and, at "
         "that rate, fills what processes can allocate within this long counts as filling")
+    host_memory_full_within: Duration = setting(
+        3600.0, gt=0, description="Host memory in use that grows steadily over the window "
+        "and, at that rate, leaves none available (MemAvailable) within this long counts as "
+        "running out")
     memory_bound_dram_active: float = setting(
         0.70, gt=0, le=1, description="GPM's DRAM bandwidth use at or above which, on a GPU "
         "whose SMs are active and whose tensor pipes are not, its work counts as memory-bound")
@@ -205,7 +209,7 @@ class DiagnosisConfig(Section):
 
 
 _DURATIONS = frozenset({"window", "clear_after", "xid_hold", "explained_within",
-                        "boot_grace", "memory_full_within"})
+                        "boot_grace", "memory_full_within", "host_memory_full_within"})
 
 
 def _duration(seconds: float) -> str:

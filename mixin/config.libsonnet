@@ -44,6 +44,7 @@
       "rdma_errors_per_window": 10.0,
       "memory_near_full_ratio": 0.95,
       "memory_full_within": "1h",
+      "host_memory_full_within": "1h",
       "memory_bound_dram_active": 0.7,
       "cpu_thermal_throttled_ratio": 0.01,
       "inflated_utilization": 0.8,

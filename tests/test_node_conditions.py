@@ -184,14 +184,14 @@ def test_checks_it_could_not_run_make_their_conditions_unknown(tmp_path: Path) -
     assert re.match(r"GPUs? [\d, -]+: [^;]*not run: the host reader is swit", message), message
     # No hardware, throttling or link row reads the host: those found stay found.
     assert npd.verdict(npd.THROTTLED, mixed)[0] == npd.PROBLEM
-    # On the healthy node only the host CPUs' heat, a cause of no condition,
-    # needs the host reader: every condition is OK but cannot-see, which says
-    # what could not run.
+    # On the healthy node only the host CPUs' heat and the host's memory
+    # climb, causes of no condition, need the host reader: every condition is
+    # OK but cannot-see, which says what could not run.
     healthy = simulate("healthy", config, None)
     for condition in (npd.HARDWARE_FAULT, npd.THROTTLED, npd.LINK_DEGRADED):
         assert npd.verdict(condition, healthy)[0] == npd.OK, condition
     status, message = npd.verdict(npd.CANNOT_SEE, healthy)
-    assert status == npd.UNKNOWN and "host_cpu_thermal not run: the host reader" in message
+    assert status == npd.UNKNOWN and "2 checks not run: the host reader" in message
 
 
 def test_a_hardware_check_that_failed_makes_hardware_fault_unknown(

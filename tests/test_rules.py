@@ -402,7 +402,7 @@ def test_every_row_has_direct_cases_both_ways() -> None:
             continue  # counter rules: tests/test_link_rules.py
         if row is t.FAULT_CAME_BACK:
             continue  # judged on the fault memory: tests/test_fault_memory.py
-        if row in (t.MEMORY_FILLING, t.HOST_CPU_THERMAL):
+        if row in (t.MEMORY_FILLING, t.HOST_CPU_THERMAL, t.HOST_MEMORY_GROWTH):
             continue  # judged on the window's readings: tests/test_workload_rules.py
         if row in (t.NIC_ACROSS_SOCKETS, t.RDMA_PORT_DEGRADED, t.RDMA_ERRORS):
             continue  # judged on the RDMA ports: tests/test_network_rules.py

@@ -783,7 +783,8 @@ def test_every_row_has_evidence_cases() -> None:
     # tests/test_network_rules.py.
     assert {c[0] for c in CASES} | {t.PCIE_ERRORS, t.NVLINK_ERRORS, t.C2C_ERRORS,
                                     t.FAULT_CAME_BACK, t.MEMORY_FILLING,
-                                    t.HOST_CPU_THERMAL, t.NIC_ACROSS_SOCKETS,
+                                    t.HOST_CPU_THERMAL, t.HOST_MEMORY_GROWTH,
+                                    t.NIC_ACROSS_SOCKETS,
                                     t.RDMA_PORT_DEGRADED, t.RDMA_ERRORS} == set(ROWS)
 
 

@@ -182,6 +182,59 @@ def test_cpus_without_thermal_counters_leave_nothing_to_judge() -> None:
     assert all(v.holds is None for v in run(t.HOST_CPU_THERMAL, at))
 
 
+# --- slowing_over_time/host_memory_growth --------------------------------------------------
+
+HOST_TOTAL = 1024 * GIB
+
+
+def host_memory(available: Callable[[float], float | None],
+                **sig: object) -> Callable[[float], GpuSignals]:
+    def at(s: float) -> GpuSignals:
+        host = quiet_host(memory_total_bytes=HOST_TOTAL, memory_available_bytes=available(s))
+        return signals(host=host, **sig)  # type: ignore[arg-type]
+    return at
+
+
+def test_host_memory_in_use_climbing_toward_none_available_is_found() -> None:
+    # 1 GiB a second out of 700 GiB available: none left in about 11 minutes.
+    verdicts = run(t.HOST_MEMORY_GROWTH, host_memory(lambda s: 700 * GIB - s * GIB))
+    assert turns_on(verdicts)
+    ev = verdicts[-1].evidence
+    assert ev["host_memory_growth_bytes_per_s"] == pytest.approx(GIB)
+    assert ev["host_memory_none_available_in_seconds"] == pytest.approx(700 - 59, abs=1)
+
+
+def test_a_climb_that_leaves_memory_for_longer_than_the_threshold_is_no_finding() -> None:
+    # 10 MiB a second out of 700 GiB: none left in about 20 hours.
+    verdicts = run(t.HOST_MEMORY_GROWTH,
+                   host_memory(lambda s: 700 * GIB - s * 10 * 2**20))
+    assert not any(v.holds for v in verdicts)
+    assert verdicts[-1].evidence["host_memory_none_available_in_seconds"] > \
+        CFG.host_memory_full_within
+
+
+def test_one_allocation_of_host_memory_is_no_climb() -> None:
+    # 300 GiB taken at once (a dataset loaded into memory), then held.
+    verdicts = run(t.HOST_MEMORY_GROWTH,
+                   host_memory(lambda s: 700 * GIB if s < 30 else 400 * GIB))
+    assert not any(v.holds for v in verdicts)
+
+
+def test_host_memory_that_holds_still_or_frees_is_no_climb() -> None:
+    for available in (lambda s: 700 * GIB, lambda s: 400 * GIB + s * GIB):
+        assert not any(v.holds for v in run(t.HOST_MEMORY_GROWTH, host_memory(available)))
+
+
+def test_a_leaking_host_does_not_slow_a_gpu_without_a_job() -> None:
+    idle = host_memory(lambda s: 700 * GIB - s * GIB, procs=[],
+                       gpu=busy_gpu(utilization=0.0, memory_used_bytes=0.0))
+    assert not any(v.holds for v in run(t.HOST_MEMORY_GROWTH, idle))
+
+
+def test_a_kernel_without_memavailable_leaves_nothing_to_judge() -> None:
+    assert all(v.holds is None for v in run(t.HOST_MEMORY_GROWTH, host_memory(lambda s: None)))
+
+
 # --- memory_bound/dram_bandwidth -----------------------------------------------------------
 
 def gpm(sm: float | None, dram: float | None, tensor: float | None = None) -> GpuSignals:

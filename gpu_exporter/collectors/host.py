@@ -375,6 +375,8 @@ def _signals(f: HostReading) -> HostSignals:
         memory_pressure_full=mem_p.full.avg10 if mem_p and mem_p.full else None,
         swap_bytes_per_s=swap, steal_ratio=f.steal_ratio,
         cpu_thermal_kept=f.cpu_thermal_kept,
+        memory_total_bytes=f.memory_total_bytes,
+        memory_available_bytes=f.memory_available_bytes,
         cpu_thermal_throttles=(None if f.cpu_thermal is None or not f.cpu_thermal.events
                                else float(sum(f.cpu_thermal.events.values()))),
         cpu_thermal_throttled_seconds=(

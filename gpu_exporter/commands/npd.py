@@ -102,6 +102,9 @@ ROW_CONDITION: dict[t.Row, str | None] = {
     # here speak of the GPUs, and the row's alert goes to whoever runs the
     # datacenter.
     t.HOST_CPU_THERMAL: None,
+    # A job's growing host memory is the job's (it is stopped by its own limit
+    # or the OOM killer, not by a node condition).
+    t.HOST_MEMORY_GROWTH: None,
     # The RDMA link the GPU's collectives go out through is down, slow or
     # losing traffic: a degraded link of the GPU's, as a degraded NVLink is.
     t.RDMA_PORT_DEGRADED: LINK_DEGRADED,

@@ -31,6 +31,7 @@ from gpu_exporter.diagnosis.row import Severity as Severity
 
 # The rows of a workload's growth, its host CPUs' heat and memory-bound work.
 from gpu_exporter.diagnosis.workload_rows import HOST_CPU_THERMAL as HOST_CPU_THERMAL
+from gpu_exporter.diagnosis.workload_rows import HOST_MEMORY_GROWTH as HOST_MEMORY_GROWTH
 from gpu_exporter.diagnosis.workload_rows import MEMORY_BOUND as MEMORY_BOUND
 from gpu_exporter.diagnosis.workload_rows import MEMORY_FILLING as MEMORY_FILLING
 from gpu_exporter.thresholds import DiagnosisConfig
@@ -530,7 +531,7 @@ ROWS: tuple[Row, ...] = (
     IDLE_CPU_LIMIT_THROTTLED, ALLOCATED_UNUSED,
     UNDERFED_CPU_LIMIT_THROTTLED, IDLE_MEMORY_LIMIT_RECLAIM, UNDERFED_MEMORY_LIMIT_RECLAIM,
     IDLE_CPU_STEAL, UNDERFED_CPU_STEAL, FAN_STOPPED,
-    MEMORY_FILLING, HOST_CPU_THERMAL, MEMORY_BOUND,
+    MEMORY_FILLING, HOST_CPU_THERMAL, HOST_MEMORY_GROWTH, MEMORY_BOUND,
     NIC_ACROSS_SOCKETS, RDMA_PORT_DEGRADED, RDMA_ERRORS,
 )
 
@@ -623,10 +624,6 @@ NOT_READ: dict[str, str] = {
                              "as gpu_up, a link that retrained as its width and generation",
     "gpu_host_context_switches_total": "host-wide switches: the stalled-process row reads "
                                        "the process's own",
-    "gpu_host_memory_total_bytes": _IDENTITY,
-    "gpu_host_memory_available_bytes": "free memory is no stall: a host short of memory "
-                                       "shows swap traffic and memory pressure, which the "
-                                       "swapping rows read",
     "gpu_host_swap_used_bytes": "swap held is no traffic: pages swapped out long ago cost "
                                 "nothing until read back (the swapping rows read swap I/O)",
     "gpu_host_load_average": "the load average counts runnable and D-state tasks together; "

@@ -1,6 +1,7 @@
 """The rows of what a workload does to itself over time, and of its host's
 CPUs: GPU memory filling up in a steady climb, the host's CPUs throttled for
-heat, and work bound by the GPU's memory bandwidth. ``table.py`` lists them in
+heat, the host's memory in use climbing, and work bound by the GPU's memory
+bandwidth. ``table.py`` lists them in
 the table; their rules are in ``workload_rules.py``."""
 
 from __future__ import annotations
@@ -46,6 +47,26 @@ HOST_CPU_THERMAL = Row(
     "was checked.",
     reads=("gpu_host_cpu_thermal_throttles_total",
            "gpu_host_cpu_thermal_throttled_seconds_total"))
+
+HOST_MEMORY_GROWTH = Row(
+    "slowing_over_time", "host_memory_growth", "warning",
+    "The host's memory in use climbs steadily: the job will slow down, then swap or be killed",
+    "A job holds the GPU and the host's memory in use (MemTotal less MemAvailable in "
+    "/proc/meminfo) rose over the whole diagnosis window ({window}) in many small steps, "
+    "never in one allocation, and at that rate leaves no memory available within "
+    "{host_memory_full_within}. As it climbs, the kernel drops the page cache the job's "
+    "input reads from (each epoch reads from disk again), then swaps, then the OOM killer "
+    "ends a process: a job that gets slower hour by hour on a host whose free memory "
+    "shrinks. The evidence gives the growth rate and the time until none is available. "
+    "Memory that holds still, falls or rose in one step is no climb.",
+    "Find what grows: `ps aux --sort=-rss | head` now and a few minutes later (data loader "
+    "workers that copy the dataset, caches without a bound, pinned-memory buffers kept per "
+    "batch, a logging or metrics buffer); fix the leak or bound the cache, set a memory "
+    "limit on the job so it is stopped before the node.",
+    ("watch -n 10 'grep -E \"MemTotal|MemAvailable\" /proc/meminfo'",
+     "ps aux --sort=-rss | head -15", "vmstat 5"),
+    "Escalate to the job owner with the growth rate and the process whose memory grows.",
+    reads=("gpu_host_memory_available_bytes", "gpu_host_memory_total_bytes"))
 
 MEMORY_BOUND = Row(
     "memory_bound", "dram_bandwidth", "info",

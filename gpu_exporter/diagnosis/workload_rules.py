@@ -149,6 +149,30 @@ def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 rule(t.HOST_CPU_THERMAL)(_cpu_thermal)
 
 
+def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    """The same climb as the GPU's memory, of the host's memory in use."""
+    host = s.host
+    if host is None or host.memory_total_bytes is None or host.memory_available_bytes is None:
+        return Verdict(None)  # no MemAvailable (before Linux 3.14): nothing to judge
+    available = host.memory_available_bytes
+    used = host.memory_total_bytes - available
+    trend.increase("host_memory_used_bytes", used)
+    ev: Evidence = {"host_memory_available_bytes": available}
+    job = _holds_job(s, cfg)
+    if job is None:
+        return Verdict(None, ev)
+    rate = steady_climb(trend.series("host_memory_used_bytes"))
+    if rate is None:
+        return Verdict(False, ev)
+    to_none = max(0.0, available) / rate
+    ev["host_memory_growth_bytes_per_s"] = round(rate, 1)
+    ev["host_memory_none_available_in_seconds"] = round(to_none)
+    return Verdict(job and to_none <= cfg.host_memory_full_within, ev)
+
+
+rule(t.HOST_MEMORY_GROWTH)(_host_memory)
+
+
 def _memory_bound(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     active = s.sm_active
     if active is None:

@@ -35,6 +35,9 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # The simulated host has been up this long when the scenario starts: its
 # since-boot counters start where its first condition would have taken them.
 BOOT_UPTIME_S = 86400.0
+# What a host whose memory leaks keeps available at the end: the kernel's
+# reserves (min_free_kbytes and the like), never zero.
+MIN_AVAILABLE_RATIO = 0.01
 
 
 def boot_uptime(given: float | None) -> float:
@@ -126,6 +129,7 @@ class _HostCounters:
     io_ticks_ms: dict[str, float] = field(default_factory=dict)
     net: dict[tuple[str, str], float] = field(default_factory=dict)
     thermal_events: float = 0.0  # on each core and each package alike
+    memory_dropped: float = 0.0  # share of MemTotal no longer available since the start
     thermal_ms: float = 0.0
 
 
@@ -304,7 +308,13 @@ class HostFs:
     def _render_memory(self, h: dict[str, Any], dt: float) -> None:
         c = self._host
         total_kb = int(h["memory_total_bytes"]) // 1024
-        available_kb = int(total_kb * float(h["memory_available_ratio"]))
+        # A leak takes memory a few pages at a time, from the scenario's start
+        # (the first render's dt is the time since boot): the available share
+        # falls in steps of each poll's dt, down to the kernel's last reserves.
+        if dt < BOOT_UPTIME_S:
+            c.memory_dropped += float(h["memory_available_drop_ratio_per_s"]) * dt
+        ratio = max(MIN_AVAILABLE_RATIO, float(h["memory_available_ratio"]) - c.memory_dropped)
+        available_kb = int(total_kb * ratio)
         swap_kb = int(h["swap_total_bytes"]) // 1024
         swap_free_kb = int(swap_kb * (1.0 - float(h["swap_used_ratio"])))
         self._files.write(f"{self._proc}/meminfo", (

@@ -349,6 +349,9 @@ class HostCondition(_Strict):
     delay_accounting: bool | None = None
     memory_total_bytes: int | None = Field(None, gt=0)
     memory_available_ratio: float | None = Field(None, ge=0, le=1)
+    # Share of the memory in total that stops being available each second (a
+    # leak, a cache without a bound), from the start of the scenario.
+    memory_available_drop_ratio_per_s: float | None = Field(None, ge=0, le=1)
     swap_total_bytes: int | None = Field(None, ge=0)
     swap_used_ratio: float | None = Field(None, ge=0, le=1)
     swap_in_bytes_per_s: float | None = Field(None, ge=0)

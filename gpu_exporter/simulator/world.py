@@ -123,6 +123,7 @@ HOST_DEFAULTS: dict[str, Any] = {
     "delay_accounting": False,
     "memory_total_bytes": 2 * 1024**4,
     "memory_available_ratio": 0.7,
+    "memory_available_drop_ratio_per_s": 0.0,
     "swap_total_bytes": 0,
     "swap_used_ratio": 0.0,
     "swap_in_bytes_per_s": 0.0,
