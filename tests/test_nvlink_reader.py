@@ -11,6 +11,7 @@ every edit of the reader."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -130,7 +131,11 @@ def links_up(snap: Snapshot) -> dict[int, float]:
 
 
 def totals(snap: Snapshot, name: str, label: str = "type") -> dict[str, float]:
-    return {labels[label]: value for labels, value in snap.series(name)}
+    out = {}
+    for labels, value in snap.series(name):
+        assert labels["gpu"] == "0" and labels["uuid"].startswith("GPU-")
+        out[labels[label]] = value
+    return out
 
 
 def nvlink_families(snap: Snapshot) -> set[str]:
@@ -230,11 +235,12 @@ def test_every_links_fields_are_read_every_poll_the_link_count_once(make: Any) -
                                       (c.FI_DEV_NVLINK_GET_STATE, 17),
                                       (c.FI_DEV_NVLINK_LINK_COUNT, 0)])
 def test_a_gpu_lost_mid_read_is_marked_lost_not_counted_as_an_error(
-        make: Any, fid: int, link: int) -> None:
+        make: Any, caplog: pytest.LogCaptureFixture, fid: int, link: int) -> None:
     reader = make()
     reader.fail[fid, link] = Return.GPU_IS_LOST
     snap = reader.poll()
     assert reader.gpu.lost
+    assert f"is lost: field {fid}: NVML error GPU_IS_LOST" in caplog.text
     assert nvlink_families(snap) == set() and snap.readings.nvlink == {}
     assert reader.nvlink.errors() == 0
 
@@ -288,18 +294,26 @@ def test_a_field_some_links_answer_not_supported_is_kept_for_the_others(make: An
     assert reader.asked_of(c.FI_DEV_NVLINK_ERROR_DL_CRC) == 2 * LINKS
 
 
-def test_error_fields_not_supported_on_every_link_are_not_asked_again(make: Any) -> None:
+def test_error_fields_not_supported_on_every_link_are_not_asked_again(
+        make: Any, caplog: pytest.LogCaptureFixture) -> None:
     """From R565 on, Blackwell answers the CRC, replay and recovery fields
     NOT_SUPPORTED ("Changes between v560 and v565"): its FEC counts are its
     links' error counts, and the three are not asked again on that GPU."""
-    reader = make("gb200", **FEC_ERRING)
+    reader = make("gb200", nvlink_down=[4], **FEC_ERRING)
     for fid in ERROR_FIELDS:
         reader.fail_on_every_link(fid, Return.NOT_SUPPORTED)
+    caplog.set_level("INFO", logger="gpu_exporter.nvml.session")
     reader.poll()
     calls = reader.lib.calls["nvmlDeviceGetFieldValues"]
     for _ in range(3):
         snap = reader.poll(5.0)
     assert reader.lib.calls["nvmlDeviceGetFieldValues"] - calls == 3
+    # Said once, in the log, naming the GPU and each field.
+    said = [r.getMessage() for r in caplog.records if "NOT_SUPPORTED" in r.getMessage()]
+    assert sorted(said) == sorted(
+        f"GPU 0: NVML answers NOT_SUPPORTED for nvmlDeviceGetFieldValues(field {fid}) "
+        f"(nvlink_field_{fid}): read another way where there is one, else its series stay "
+        "absent; not asked again" for fid in ERROR_FIELDS)
     for fid in ERROR_FIELDS:
         assert reader.asked_of(fid) == LINKS  # the first poll's, only
     assert reader.asked_of(c.FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS) == 4 * LINKS
@@ -397,6 +411,20 @@ def test_a_per_link_call_failing_on_one_link_leaves_only_that_link_out(make: Any
     assert links_up(snap) == {link: float(link != 9) for link in range(LINKS) if link != 3}
     assert snap.get("gpu_nvlink_links_active", gpu="0") == LINKS - 2
     assert reader.nvlink.errors() == 1
+
+
+def test_a_gpu_lost_during_the_per_link_calls_adds_no_series(make: Any) -> None:
+    reader = make()
+    reader.fail_on_every_link(c.FI_DEV_NVLINK_GET_STATE, Return.NOT_SUPPORTED)
+    reader.poll()
+
+    def lost(name: str, index: int | None) -> int | None:
+        return int(Return.GPU_IS_LOST) if name == "nvmlDeviceGetNvLinkState" else None
+
+    reader.lib.inject_error = lost
+    snap = reader.poll()
+    assert reader.gpu.lost
+    assert nvlink_families(snap) == set() and snap.readings.nvlink == {}
 
 
 # --- NVLink 5: FEC counts and bit-error rates -----------------------------------------------
@@ -510,7 +538,6 @@ def test_a_field_dropped_leaves_the_device_readers_call_at_once(make: Any) -> No
     device = reader.one.build(DeviceCollector)
     reader.fail_on_every_link(c.FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS, Return.NOT_SUPPORTED)
     reader.poll(before=(device,))
-    reader.poll(before=(device,))
     calls = reader.lib.calls["nvmlDeviceGetFieldValues"]
     snap = reader.poll(5.0, before=(device,))
     assert reader.lib.calls["nvmlDeviceGetFieldValues"] - calls == 1
@@ -543,3 +570,107 @@ def test_a_link_count_not_offered_is_asked_once(make: Any, whole_call: bool) -> 
         assert nvlink_families(snap) == set() and snap.readings.nvlink == {}
     assert reader.lib.calls["nvmlDeviceGetFieldValues"] == 1
     assert reader.nvlink.errors() == 0
+
+
+def test_a_state_field_lacking_leaves_the_device_readers_call_at_once(make: Any) -> None:
+    reader = make(nvlink_down=[6])
+    device = reader.one.build(DeviceCollector)
+    reader.fail_on_every_link(c.FI_DEV_NVLINK_GET_STATE, Return.NOT_SUPPORTED)
+    reader.poll(before=(device,))
+    calls = reader.lib.calls["nvmlDeviceGetFieldValues"]
+    snap = reader.poll(before=(device,))
+    assert reader.lib.calls["nvmlDeviceGetFieldValues"] - calls == 1
+    assert links_up(snap) == {link: float(link != 6) for link in range(LINKS)}
+
+
+def test_the_plan_is_made_once_per_gpu_not_every_poll(make: Any) -> None:
+    # 108 pairs and their label tuples on an 18-link GPU: made again only
+    # where what is asked changes.
+    reader = make("gb200")
+    reader.poll()
+    plan = reader.gpu.static["nvlink_plan"]
+    for _ in range(2):
+        reader.poll()
+        assert reader.gpu.static["nvlink_plan"] is plan
+    reader.fail_on_every_link(c.FI_DEV_NVLINK_COUNT_SYMBOL_BER, Return.NOT_SUPPORTED)
+    reader.poll()
+    assert reader.gpu.static["nvlink_plan"] is not plan
+
+
+def _links(count: int) -> Any:
+    """A GPU answering for its first ``count`` links only (as after a reset)."""
+    def fewer(name: str, st: GpuState) -> GpuState:
+        return dataclasses.replace(
+            st, nvlink_up=st.nvlink_up[:count], nvlink_errors=st.nvlink_errors[:count],
+            nvlink_tx_kib=st.nvlink_tx_kib[:count], nvlink_rx_kib=st.nvlink_rx_kib[:count])
+    return fewer
+
+
+def _reset(reader: Reader, count: int | None) -> None:
+    """The GPU lost, then back after a reset with ``count`` links (None: all)."""
+    reader.fail[c.FI_DEV_NVLINK_ERROR_DL_CRC, 0] = Return.GPU_IS_LOST
+    reader.poll()
+    assert reader.gpu.lost
+    reader.fail.clear()
+    reader.lib.inject_state = None if count is None else _links(count)
+    reader.one.clock.advance(10.0)
+    assert reader.one.session.try_recover(reader.gpu)
+
+
+@pytest.mark.parametrize("before,after", [(LINKS, 16), (16, LINKS)])
+def test_a_gpu_back_from_a_reset_with_other_links_totals_the_links_it_has(
+        make: Any, before: int, after: int) -> None:
+    reader = make(**ERRING)
+    reader.lib.inject_state = None if before == LINKS else _links(before)
+    reader.poll(10.0)
+    _reset(reader, None if after == LINKS else after)
+    snap = reader.poll(10.0)
+    st = reader.state
+    sent = {key: v for key, v in expected_bytes(st).items() if key[0] < after}
+    assert snap.get("gpu_nvlink_links", gpu="0") == after
+    assert per_link(snap, "gpu_nvlink_bytes_total", "direction") == sent
+    assert totals(snap, "gpu_nvlink_bytes_all_links_total", "direction") == summed(sent)
+
+
+def test_nothing_is_asked_while_nvml_is_down(make: Any) -> None:
+    reader = make()
+    reader.poll()
+    reader.one.session.mark_down(NvmlError(Return.DRIVER_NOT_LOADED, "nvmlInit"))
+    calls = reader.lib.calls["nvmlDeviceGetFieldValues"]
+    snap = reader.poll(0.0)
+    assert reader.lib.calls["nvmlDeviceGetFieldValues"] == calls
+    assert nvlink_families(snap) == set() and snap.readings.nvlink == {}
+    assert reader.nvlink.errors() == 0
+
+
+def _field_values_fail(name: str, index: int | None) -> int | None:
+    return int(Return.UNKNOWN) if name == "nvmlDeviceGetFieldValues" else None
+
+
+def test_a_failed_field_values_call_is_named_and_the_totals_hold(
+        make: Any, caplog: pytest.LogCaptureFixture) -> None:
+    reader = make(**ERRING)
+    first = reader.poll(10.0)
+    reader.lib.inject_error = _field_values_fail
+    snap = reader.poll(10.0)
+    assert "GPU 0: reading nvlink_fields failed: " in caplog.text
+    assert reader.nvlink.errors() == 1
+    # Nothing read this poll: no per-link series, no count of active links,
+    # and the totals at their last readings (a dip would read as a reset).
+    assert nvlink_families(snap) == {
+        "gpu_nvlink_errors_all_links_total", "gpu_nvlink_bytes_all_links_total",
+        "gpu_nvlink_links"}
+    for name, label in (("gpu_nvlink_errors_all_links_total", "type"),
+                        ("gpu_nvlink_bytes_all_links_total", "direction")):
+        assert totals(snap, name, label) == totals(first, name, label)
+
+
+def test_a_failed_link_count_call_is_named_and_asked_again(
+        make: Any, caplog: pytest.LogCaptureFixture) -> None:
+    reader = make()
+    reader.lib.inject_error = _field_values_fail
+    assert nvlink_families(reader.poll()) == set()
+    assert "GPU 0: reading nvlink_count failed: " in caplog.text
+    assert reader.nvlink.errors() == 1
+    reader.lib.inject_error = None
+    assert reader.poll().get("gpu_nvlink_links", gpu="0") == LINKS

@@ -171,11 +171,11 @@ def _plan(gpu: Gpu, links: int, driver: str) -> _LinkPlan:
         "state": (m.NVLINK_LINK_UP, None), "errors": (m.NVLINK_ERRORS_TOTAL, 1.0),
         "bytes": (m.NVLINK_BYTES_TOTAL, 1024.0), "fec": (fec_m.NVLINK_FEC_ERRORS_TOTAL, 1.0),
         "ber": (fec_m.NVLINK_BIT_ERROR_RATE, _PACKED)}
-    totals: dict[int, tuple[Metric, tuple[str, ...]]] = {}
     all_links = {"errors": m.NVLINK_ERRORS_ALL_LINKS_TOTAL, "bytes": m.NVLINK_BYTES_ALL_LINKS_TOTAL,
                  "fec": fec_m.NVLINK_FEC_ERRORS_ALL_LINKS_TOTAL}
-    totals = {fid: (all_links[kind], (*base, detail))
-              for fid, (kind, detail) in _ALL_FIELDS.items() if fid in fields and kind in all_links}
+    totals: dict[int, tuple[Metric, tuple[str, ...]]] = {
+        fid: (all_links[kind], (*base, detail))
+        for fid, (kind, detail) in _ALL_FIELDS.items() if fid in fields and kind in all_links}
     entries = tuple((key, key[0], key[1], *target[_ALL_FIELDS[key[0]][0]]) for key in request)
     plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fields, request, totals, entries, {})
     gpu.static["nvlink_plan"] = plan
@@ -312,11 +312,11 @@ class NvlinkCollector(NvmlCollector):
         if states:  # never a 0 that only means "not read"
             add(m.NVLINK_LINKS_ACTIVE, base, up)
         for fid, (metric, labels) in plan.totals.items():
-            held = last[fid]
-            read_links = [v for v in (held if len(held) == links else held[:links])
-                          if v is not None]
-            if read_links:
-                add(metric, labels, sum(read_links))
+            # [:links]: a GPU back from a reset with fewer links has its
+            # other links' last readings kept aside, not counted.
+            held = [v for v in last[fid][:links] if v is not None]
+            if held:
+                add(metric, labels, sum(held))
         worst: dict[str, float] = {}
         for (_link, kind), rate in rates.items():
             worst[kind] = max(rate, worst.get(kind, 0.0))
@@ -340,23 +340,18 @@ class NvlinkCollector(NvmlCollector):
         (those of links it no longer has kept aside)."""
         last = self._last.setdefault(plan.uuid, {})
         for fid in plan.totals:
-            held = last.get(fid)
-            if held is None:
-                last[fid] = [None] * plan.links
-            elif len(held) < plan.links:
-                held.extend([None] * (plan.links - len(held)))
+            held = last.setdefault(fid, [])
+            held.extend([None] * (plan.links - len(held)))  # nothing where it has as many
         return last
 
     @staticmethod
     def _states_by_call(gpu: Gpu, d: Device, links: int) -> dict[int, bool]:
-        """Each link's state through nvmlDeviceGetNvLinkState; {} where that
-        is absent too (the series stay absent)."""
+        """Each link's state through nvmlDeviceGetNvLinkState, but a link whose
+        call failed; {} where the call is absent too (the series stay absent:
+        once it answered NOT_SUPPORTED, Gpu.read asks no more)."""
         states: dict[int, bool] = {}
         for link in range(links):
             active = gpu.read("nvlink_state_call", d.nvlink_active, link)
-            if active is None:
-                if "nvlink_state_call" in gpu.unsupported:
-                    return {}
-                continue
-            states[link] = active
+            if active is not None:
+                states[link] = active
         return states
