@@ -190,6 +190,8 @@ def test_without_detail_only_the_gpus_totals_are_exported_from_the_same_answers(
     reader = make(**ERRING)
     reader.poll(detail=False)
     snap = reader.poll(10.0, detail=False)
+    # Nor are the per-link label tuples made (some 0.3 MiB on an 8-GPU node).
+    assert reader.gpu.static["nvlink_plan"].labels == {}
     st = reader.state
     assert nvlink_families(snap) == {
         "gpu_nvlink_errors_all_links_total", "gpu_nvlink_bytes_all_links_total",
@@ -344,10 +346,11 @@ def test_a_field_not_supported_while_every_link_is_down_is_asked_again(make: Any
 
 # --- the link state on drivers without its field, or without the per-link call ---------------
 def test_without_the_state_field_each_links_state_comes_from_the_per_link_call(
-        make: Any) -> None:
+        make: Any, caplog: pytest.LogCaptureFixture) -> None:
     # A driver before R525 answers the field NOT_SUPPORTED on every link.
     reader = make(nvlink_down=[3])
     reader.fail_on_every_link(c.FI_DEV_NVLINK_GET_STATE, Return.NOT_SUPPORTED)
+    caplog.set_level("INFO", logger="gpu_exporter.nvml.session")
     for _ in range(3):
         snap = reader.poll()
         assert links_up(snap) == {link: float(link != 3) for link in range(LINKS)}
@@ -357,6 +360,10 @@ def test_without_the_state_field_each_links_state_comes_from_the_per_link_call(
     assert reader.lib.calls["nvmlDeviceGetNvLinkState"] == 3 * LINKS
     assert "nvlink_state_field" in reader.gpu.unsupported
     assert reader.nvlink.errors() == 0
+    said = [r.getMessage() for r in caplog.records if "nvlink_state" in r.getMessage()]
+    assert said == ["GPU 0: NVML answers NOT_SUPPORTED for nvmlDeviceGetFieldValues("
+                    "NVML_FI_DEV_NVLINK_GET_STATE) (nvlink_state_field): read another way where "
+                    "there is one, else its series stay absent; not asked again"]
 
 
 def test_r470_reads_the_state_link_by_link(make: Any) -> None:
@@ -394,7 +401,8 @@ def test_without_the_field_or_the_call_the_state_stays_absent_and_is_asked_once(
     assert reader.nvlink.errors() == 0
 
 
-def test_a_per_link_call_failing_on_one_link_leaves_only_that_link_out(make: Any) -> None:
+def test_a_per_link_call_failing_on_one_link_leaves_only_that_link_out(
+        make: Any, caplog: pytest.LogCaptureFixture) -> None:
     reader = make(nvlink_down=[9])
     reader.fail_on_every_link(c.FI_DEV_NVLINK_GET_STATE, Return.NOT_SUPPORTED)
     reader.poll()
@@ -411,6 +419,7 @@ def test_a_per_link_call_failing_on_one_link_leaves_only_that_link_out(make: Any
     assert links_up(snap) == {link: float(link != 9) for link in range(LINKS) if link != 3}
     assert snap.get("gpu_nvlink_links_active", gpu="0") == LINKS - 2
     assert reader.nvlink.errors() == 1
+    assert "GPU 0: reading nvlink_state_call failed: " in caplog.text
 
 
 def test_a_gpu_lost_during_the_per_link_calls_adds_no_series(make: Any) -> None:
