@@ -24,13 +24,16 @@ from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import NvmlError, Return
-from gpu_exporter.nvml.session import Gpu
+from gpu_exporter.nvml.session import Gpu, NvmlSession
 from gpu_exporter.readings import NvlinkReading
+from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.libnvml.fields import pack_ber
+from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
 from gpu_exporter.simulator.world import GpuState
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.stage import Stage
 from tests.onegpu import OneGpu
+from tests.simnode import VirtualClock
 
 LINKS = 18  # an H100 SXM5's, and a GB200's
 # nvml.h's NVLink error counter ids (nvmlNvLinkErrorCounter_t), which the
@@ -683,3 +686,40 @@ def test_a_failed_link_count_call_is_named_and_asked_again(
     assert reader.nvlink.errors() == 1
     reader.lib.inject_error = None
     assert reader.poll().get("gpu_nvlink_links", gpu="0") == LINKS
+
+
+def test_each_gpu_holds_its_own_links_last_readings() -> None:
+    """Two GPUs, the first's links erring: a link whose read fails on the
+    second keeps the second's last reading in its total, not the first's."""
+    clock = VirtualClock()
+    scenario = Scenario(name="two-gpus", node=Node(gpus=2), noise=False,
+                        state=GpuCondition(utilization=0.9), gpus={0: GpuCondition(**ERRING)})
+    node = SimulatedNode(scenario, clock=clock)
+    node.install()
+    session = NvmlSession(clock=clock, call_timeout=None)
+    failing: set[tuple[int, int, int]] = set()
+    node.library.inject_field_error = lambda index, fid, link: (
+        int(Return.UNKNOWN) if (index, fid, link) in failing else None)
+    reader = NvlinkCollector(session)
+    try:
+        snaps = []
+        for fail in (False, True):
+            if fail:
+                failing.add((1, c.FI_DEV_NVLINK_ERROR_DL_CRC, 5))
+            clock.advance(10.0)
+            node.refresh()
+            session.ensure()
+            session.begin_poll()
+            out = SnapshotBuilder(clock())
+            reader.collect(out)
+            snaps.append(out.build())
+        crc = [snap.get("gpu_nvlink_errors_all_links_total", gpu="1", type="crc")
+               for snap in snaps]
+        assert crc == [0.0, 0.0]
+        assert snaps[1].get("gpu_nvlink_errors_all_links_total", gpu="0", type="crc") == sum(
+            errors[DL_CRC] for errors in node.world.state(0).nvlink_errors) > 0
+        assert reader.errors() == 1
+    finally:
+        session.close()
+        node.uninstall()
+        node.close()
