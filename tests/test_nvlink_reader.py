@@ -11,7 +11,6 @@ every edit of the reader."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -24,16 +23,13 @@ from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import NvmlError, Return
-from gpu_exporter.nvml.session import Gpu, NvmlSession
+from gpu_exporter.nvml.session import Gpu
 from gpu_exporter.readings import NvlinkReading
-from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.libnvml.fields import pack_ber
-from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
 from gpu_exporter.simulator.world import GpuState
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.stage import Stage
 from tests.onegpu import OneGpu
-from tests.simnode import VirtualClock
 
 LINKS = 18  # an H100 SXM5's, and a GB200's
 # nvml.h's NVLink error counter ids (nvmlNvLinkErrorCounter_t), which the
@@ -49,7 +45,7 @@ FEC_RATES = {c.FI_DEV_NVLINK_COUNT_EFFECTIVE_BER: "effective",
 KIB = 1024  # NVML counts NVLink throughput in KiB
 # An H100 whose links 3 and 11 are down and whose links 5 and 9 err, each
 # error counter at its own rate (so one counter's value cannot pass for another's).
-ERRING = {"nvlink_down": [3, 11], "nvlink_error_links": [5, 9],
+ERRING: dict[str, Any] = {"nvlink_down": [3, 11], "nvlink_error_links": [5, 9],
           "nvlink_crc_errors_per_s": 2.0, "nvlink_replay_errors_per_s": 0.5,
           "nvlink_recovery_errors_per_s": 0.2, "nvlink_bytes_per_s": 3.0 * 2**20}
 # A GB200 whose links 2 and 7 err after FEC.
@@ -609,41 +605,6 @@ def test_the_plan_is_made_once_per_gpu_not_every_poll(make: Any) -> None:
     assert reader.gpu.static["nvlink_plan"] is not plan
 
 
-def _links(count: int) -> Any:
-    """A GPU answering for its first ``count`` links only (as after a reset)."""
-    def fewer(name: str, st: GpuState) -> GpuState:
-        return dataclasses.replace(
-            st, nvlink_up=st.nvlink_up[:count], nvlink_errors=st.nvlink_errors[:count],
-            nvlink_tx_kib=st.nvlink_tx_kib[:count], nvlink_rx_kib=st.nvlink_rx_kib[:count])
-    return fewer
-
-
-def _reset(reader: Reader, count: int | None) -> None:
-    """The GPU lost, then back after a reset with ``count`` links (None: all)."""
-    reader.fail[c.FI_DEV_NVLINK_ERROR_DL_CRC, 0] = Return.GPU_IS_LOST
-    reader.poll()
-    assert reader.gpu.lost
-    reader.fail.clear()
-    reader.lib.inject_state = None if count is None else _links(count)
-    reader.one.clock.advance(10.0)
-    assert reader.one.session.try_recover(reader.gpu)
-
-
-@pytest.mark.parametrize("before,after", [(LINKS, 16), (16, LINKS)])
-def test_a_gpu_back_from_a_reset_with_other_links_totals_the_links_it_has(
-        make: Any, before: int, after: int) -> None:
-    reader = make(**ERRING)
-    reader.lib.inject_state = None if before == LINKS else _links(before)
-    reader.poll(10.0)
-    _reset(reader, None if after == LINKS else after)
-    snap = reader.poll(10.0)
-    st = reader.state
-    sent = {key: v for key, v in expected_bytes(st).items() if key[0] < after}
-    assert snap.get("gpu_nvlink_links", gpu="0") == after
-    assert per_link(snap, "gpu_nvlink_bytes_total", "direction") == sent
-    assert totals(snap, "gpu_nvlink_bytes_all_links_total", "direction") == summed(sent)
-
-
 def test_nothing_is_asked_while_nvml_is_down(make: Any) -> None:
     reader = make()
     reader.poll()
@@ -687,39 +648,3 @@ def test_a_failed_link_count_call_is_named_and_asked_again(
     reader.lib.inject_error = None
     assert reader.poll().get("gpu_nvlink_links", gpu="0") == LINKS
 
-
-def test_each_gpu_holds_its_own_links_last_readings() -> None:
-    """Two GPUs, the first's links erring: a link whose read fails on the
-    second keeps the second's last reading in its total, not the first's."""
-    clock = VirtualClock()
-    scenario = Scenario(name="two-gpus", node=Node(gpus=2), noise=False,
-                        state=GpuCondition(utilization=0.9), gpus={0: GpuCondition(**ERRING)})
-    node = SimulatedNode(scenario, clock=clock)
-    node.install()
-    session = NvmlSession(clock=clock, call_timeout=None)
-    failing: set[tuple[int, int, int]] = set()
-    node.library.inject_field_error = lambda index, fid, link: (
-        int(Return.UNKNOWN) if (index, fid, link) in failing else None)
-    reader = NvlinkCollector(session)
-    try:
-        snaps = []
-        for fail in (False, True):
-            if fail:
-                failing.add((1, c.FI_DEV_NVLINK_ERROR_DL_CRC, 5))
-            clock.advance(10.0)
-            node.refresh()
-            session.ensure()
-            session.begin_poll()
-            out = SnapshotBuilder(clock())
-            reader.collect(out)
-            snaps.append(out.build())
-        crc = [snap.get("gpu_nvlink_errors_all_links_total", gpu="1", type="crc")
-               for snap in snaps]
-        assert crc == [0.0, 0.0]
-        assert snaps[1].get("gpu_nvlink_errors_all_links_total", gpu="0", type="crc") == sum(
-            errors[DL_CRC] for errors in node.world.state(0).nvlink_errors) > 0
-        assert reader.errors() == 1
-    finally:
-        session.close()
-        node.uninstall()
-        node.close()
