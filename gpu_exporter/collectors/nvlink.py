@@ -13,11 +13,18 @@ On NVLink 5 (Blackwell) the links correct errors with FEC, and NVML counts
 what FEC saw per link: effective errors (left in packets after FEC), symbol
 errors (received symbols in error, corrected) and a bit-error rate for each
 (fields 219-222). They are asked in the same call, from the branch that
-defines them on; a field a board answers NOT_SUPPORTED on every link is not
-asked again on that GPU (the coverage names it, collectors/board.py). From
-that branch on, Blackwell answers the CRC, replay and recovery fields
-NOT_SUPPORTED ("Changes between v560 and v565"): there, the FEC counts are
-the links' error counts."""
+defines them on (the coverage names them where a board lacks them,
+collectors/board.py). From that branch on, Blackwell answers the CRC, replay
+and recovery fields NOT_SUPPORTED ("Changes between v560 and v565"): there,
+the FEC counts are the links' error counts.
+
+A counter or rate field a GPU answers NOT_SUPPORTED on every link, while
+some link is up, is not asked again on that GPU (said in the log once): the
+board or driver lacks it. While every link is down, nothing says so: the
+field is asked again.
+
+A GPU lost part-way through its read adds no series (all its reads are done
+before any series is made), like the device reader's."""
 
 from __future__ import annotations
 
@@ -56,21 +63,37 @@ _FEC = {
 }
 _ALL_FIELDS = {**_PER_LINK, **_FEC}
 
+# Each field but the state -> the key under which a GPU that answered it
+# NOT_SUPPORTED on every link remembers so (Gpu.unsupported): FEC_KEYS' for
+# the FEC fields (the coverage names those), of the same form for the others.
+_ABSENT_KEY = {fid: FEC_KEYS.get(fid, f"nvlink_field_{fid}") for fid in _ALL_FIELDS
+               if fid != c.FI_DEV_NVLINK_GET_STATE}
+
 # The error counters' field ids -> the kind the diagnosis names each by.
 _ERROR_KIND = {fid: detail for fid, (kind, detail) in _ALL_FIELDS.items()
                if kind in ("errors", "fec")}
 
 
 def link_count(gpu: Gpu, d: Device) -> int:
-    """NVML's link-count field, read once; 0 on GPUs without NVLink."""
+    """NVML's link-count field, read once; 0 on GPUs without NVLink. A read
+    that failed is 0 for this poll only: one failure at start-up must not
+    hide a GPU's links for the life of the process."""
     cached = gpu.static.get("nvlink_count")
     if isinstance(cached, int):
         return cached
+    # None: the call failed (counted, asked again next poll) or the driver
+    # lacks it (Gpu.read asks no more).
     values = gpu.read("nvlink_count", d.field_values, [c.FI_DEV_NVLINK_LINK_COUNT]) or {}
     value = values.get(c.FI_DEV_NVLINK_LINK_COUNT)
-    if isinstance(value, NvmlError) and value.device_gone:
-        raise GpuGone(str(value))
-    count = 0 if value is None or isinstance(value, NvmlError) else int(value)
+    if value is None:
+        return 0
+    if isinstance(value, NvmlError):
+        if value.device_gone:
+            raise GpuGone(str(value))
+        if not value.capability_absent:
+            gpu.errors += 1
+            return 0
+    count = 0 if isinstance(value, NvmlError) else int(value)
     gpu.static["nvlink_count"] = count
     return count
 
@@ -90,12 +113,10 @@ class _LinkPlan:
     index: int
     uuid: str
     links: int
-    fec: frozenset[int]  # the FEC field ids asked
+    fields: frozenset[int]  # the field ids asked
     request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
     # field id of a counter -> (the all-links metric, its label values)
     totals: dict[int, tuple[Metric, tuple[str, ...]]]
-    # Whether the link state is in the request (else read with the per-link call).
-    state_field: bool
     # request's pairs in order, each with where its answer goes: (pair, field
     # id, link, metric, scale; None for the link state), unpacked in one step.
     entries: tuple[tuple[tuple[int, int], int, int, Metric, float | None], ...]
@@ -107,8 +128,8 @@ class _LinkPlan:
         if not self.labels:
             base = (str(self.index), self.uuid)
             for fid, (kind, detail) in _ALL_FIELDS.items():
-                if fid in _FEC and fid not in self.fec:
-                    continue  # not asked of this GPU
+                if fid not in self.fields and kind != "state":
+                    continue  # not asked of this GPU (a state is, one way or the other)
                 for link in range(self.links):
                     self.labels[fid, link] = (*base, str(link)) if kind == "state" \
                         else (*base, str(link), detail)
@@ -123,36 +144,40 @@ _PACKED = 0.0
 _STATE_FIELD = "nvlink_state_field"
 
 
+def _asked(gpu: Gpu, driver: str) -> frozenset[int]:
+    """The fields asked of the GPU: all but those it answered NOT_SUPPORTED
+    on every link, and the FEC fields only from the branch that has them."""
+    fec = branch(driver) >= FEC_SINCE
+    asked = {fid for fid, key in _ABSENT_KEY.items()
+             if key not in gpu.unsupported and (fec or fid not in _FEC)}
+    if _STATE_FIELD not in gpu.unsupported:
+        asked.add(c.FI_DEV_NVLINK_GET_STATE)
+    return frozenset(asked)
+
+
 def _plan(gpu: Gpu, links: int, driver: str) -> _LinkPlan:
+    # The plan lives in gpu.static with the link count it was made for: both
+    # are made anew when the GPU is (after a reset, Gpu.static is emptied).
     plan = gpu.static.get("nvlink_plan")
-    state_field = _STATE_FIELD not in gpu.unsupported
-    fec = frozenset(fid for fid, key in FEC_KEYS.items() if key not in gpu.unsupported
-                    and branch(driver) >= FEC_SINCE)
-    if (isinstance(plan, _LinkPlan) and plan.index == gpu.index
-            and plan.uuid == gpu.identity.uuid and plan.links == links
-            and plan.state_field == state_field and plan.fec == fec):
+    fields = _asked(gpu, driver)
+    if isinstance(plan, _LinkPlan) and plan.fields == fields:
         return plan
     base = (str(gpu.index), gpu.identity.uuid)
-    request = tuple((fid, link) for fid in _ALL_FIELDS for link in range(links)
-                    if (state_field or fid != c.FI_DEV_NVLINK_GET_STATE)
-                    and (fid not in _FEC or fid in fec))
+    request = tuple((fid, link) for fid in _ALL_FIELDS if fid in fields
+                    for link in range(links))
     # NVML counts NVLink throughput in KiB. A BER's scale is 0: its answer is
     # packed, decoded rather than scaled.
     target: dict[str, tuple[Metric, float | None]] = {
         "state": (m.NVLINK_LINK_UP, None), "errors": (m.NVLINK_ERRORS_TOTAL, 1.0),
         "bytes": (m.NVLINK_BYTES_TOTAL, 1024.0), "fec": (fec_m.NVLINK_FEC_ERRORS_TOTAL, 1.0),
         "ber": (fec_m.NVLINK_BIT_ERROR_RATE, _PACKED)}
-    totals: dict[int, tuple[Metric, tuple[str, ...]]] = {}
-    for fid, (kind, detail) in _ALL_FIELDS.items():
-        if kind == "errors":
-            totals[fid] = (m.NVLINK_ERRORS_ALL_LINKS_TOTAL, (*base, detail))
-        elif kind == "bytes":
-            totals[fid] = (m.NVLINK_BYTES_ALL_LINKS_TOTAL, (*base, detail))
-        elif kind == "fec" and fid in fec:
-            totals[fid] = (fec_m.NVLINK_FEC_ERRORS_ALL_LINKS_TOTAL, (*base, detail))
+    all_links = {"errors": m.NVLINK_ERRORS_ALL_LINKS_TOTAL, "bytes": m.NVLINK_BYTES_ALL_LINKS_TOTAL,
+                 "fec": fec_m.NVLINK_FEC_ERRORS_ALL_LINKS_TOTAL}
+    totals: dict[int, tuple[Metric, tuple[str, ...]]] = {
+        fid: (all_links[kind], (*base, detail))
+        for fid, (kind, detail) in _ALL_FIELDS.items() if fid in fields and kind in all_links}
     entries = tuple((key, key[0], key[1], *target[_ALL_FIELDS[key[0]][0]]) for key in request)
-    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fec, request, totals, state_field,
-                     entries, {})
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fields, request, totals, entries, {})
     gpu.static["nvlink_plan"] = plan
     return plan
 
@@ -210,23 +235,23 @@ class NvlinkCollector(NvmlCollector):
         links = link_count(gpu, d)
         if not links:
             return
-        plan = _plan(gpu, links, self.session.driver_version)
-        values = _answers(gpu, d, plan.request)
-        add = out.add_values
+        driver = self.session.driver_version
+        plan = _plan(gpu, links, driver)
+        answers = _answers(gpu, d, plan.request) or {}
         # The per-link series are made only where they are exported
         # (--metrics.detail): 108 of them on an 18-link GPU. The totals and the
-        # reading come from the same answers either way.
+        # reading come from the same answers either way. They are added once
+        # every read is done: a GPU lost part-way adds none.
         per_link = plan.link_labels() if any(out.keeps(f) for f in _PER_LINK_FAMILIES) \
             else None
+        series: list[tuple[Metric, tuple[str, ...], float]] = []
         states: dict[int, bool] = {}
-        state_absent: NvmlError | None = None
-        answers = values or {}
         last = self._counters(plan)
         errors: dict[tuple[int, str], float] = {}
         rates: dict[tuple[int, str], float] = {}
-        # FEC field id -> its NOT_SUPPORTED answer, and the ids some link answered.
-        fec_absent: dict[int, NvmlError] = {}
-        fec_read: set[int] = set()
+        # Field id -> its NOT_SUPPORTED answer, and the ids some link answered.
+        absent: dict[int, NvmlError] = {}
+        read: set[int] = set()
         for key, fid, link, metric, scale in plan.entries:
             value = answers.get(key)
             if value is None:
@@ -234,15 +259,12 @@ class NvlinkCollector(NvmlCollector):
             if isinstance(value, NvmlError):
                 if value.device_gone:
                     raise GpuGone(str(value))
-                if not value.capability_absent:
+                if value.capability_absent:
+                    absent[fid] = value
+                else:
                     gpu.errors += 1
-                elif fid == c.FI_DEV_NVLINK_GET_STATE:
-                    state_absent = value
-                elif fid in _FEC:
-                    fec_absent[fid] = value
                 continue
-            if fid in _FEC:
-                fec_read.add(fid)
+            read.add(fid)
             if scale is None:
                 states[link] = value == c.NVLINK_STATE_ACTIVE
             elif scale == _PACKED:
@@ -251,20 +273,17 @@ class NvlinkCollector(NvmlCollector):
                     continue
                 rate = c.nvlink_ber(int(value))
                 if per_link is not None:
-                    add(metric, per_link[key], rate)
+                    series.append((metric, per_link[key], rate))
                 rates[link, _FEC[fid][1]] = rate
             else:
                 value *= scale
                 if per_link is not None:
-                    add(metric, per_link[key], value)
+                    series.append((metric, per_link[key], value))
                 last[fid][link] = value
                 kind = _ERROR_KIND.get(fid)
                 if kind is not None:
                     errors[link, kind] = value
-        if self._forget_absent_fec(gpu, fec_absent, fec_read):
-            # The next poll's request, told to the device reader now: its one
-            # call then holds it, and this reader makes no call of its own.
-            gpu.shared_fields[_READER] = _plan(gpu, links, self.session.driver_version).request
+        state_absent = absent.pop(c.FI_DEV_NVLINK_GET_STATE, None)
         if state_absent is not None and not states:
             # A driver before R525: the field is unknown; ask link by link from now on.
             gpu.unsupported.add(_STATE_FIELD)
@@ -272,6 +291,17 @@ class NvlinkCollector(NvmlCollector):
                 state_absent.code, "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_GET_STATE)"))
         if _STATE_FIELD in gpu.unsupported:
             states = self._states_by_call(gpu, d, links)
+        # A link up answers for the board: what it answers NOT_SUPPORTED, the
+        # board or driver lacks.
+        if any(states.values()):
+            self._forget_absent(gpu, absent, read)
+        if _asked(gpu, driver) != plan.fields:
+            # The next poll's request, told to the device reader now: its one
+            # call then holds it, and this reader makes no call of its own.
+            gpu.shared_fields[_READER] = _plan(gpu, links, driver).request
+        add = out.add_values
+        for metric, labels, number in series:
+            add(metric, labels, number)
         if out.keeps(m.NVLINK_LINK_UP):
             link_labels = plan.link_labels()
             for link, active in states.items():
@@ -282,10 +312,11 @@ class NvlinkCollector(NvmlCollector):
         if states:  # never a 0 that only means "not read"
             add(m.NVLINK_LINKS_ACTIVE, base, up)
         for fid, (metric, labels) in plan.totals.items():
-            held = last[fid]
-            read = [v for v in (held if len(held) == links else held[:links]) if v is not None]
-            if read:
-                add(metric, labels, sum(read))
+            # [:links]: a GPU back from a reset with fewer links has its
+            # other links' last readings kept aside, not counted.
+            held = [v for v in last[fid][:links] if v is not None]
+            if held:
+                add(metric, labels, sum(held))
         worst: dict[str, float] = {}
         for (_link, kind), rate in rates.items():
             worst[kind] = max(rate, worst.get(kind, 0.0))
@@ -294,42 +325,33 @@ class NvlinkCollector(NvmlCollector):
         found[gpu.index] = NvlinkReading(links, up, errors, rates)
 
     @staticmethod
-    def _forget_absent_fec(gpu: Gpu, absent: dict[int, NvmlError], read: set[int]) -> bool:
-        """A FEC field no link answered, NOT_SUPPORTED: the board or driver
-        lacks it; it is not asked again on this GPU (the plan is made anew).
-        Whether one was."""
-        forgot = False
+    def _forget_absent(gpu: Gpu, absent: dict[int, NvmlError], read: set[int]) -> None:
+        """A field no link answered, NOT_SUPPORTED: the board or driver lacks
+        it; it is not asked again on this GPU (the plan is made anew)."""
         for fid, error in absent.items():
             if fid in read:
                 continue
-            forgot = True
-            gpu.unsupported.add(FEC_KEYS[fid])
-            gpu.missing.note(gpu.index, FEC_KEYS[fid], NvmlError(
+            gpu.unsupported.add(_ABSENT_KEY[fid])
+            gpu.missing.note(gpu.index, _ABSENT_KEY[fid], NvmlError(
                 error.code, f"nvmlDeviceGetFieldValues(field {fid})"))
-        return forgot
 
     def _counters(self, plan: _LinkPlan) -> dict[int, list[float | None]]:
         """The GPU's last good counter readings, one per link of the plan
         (those of links it no longer has kept aside)."""
         last = self._last.setdefault(plan.uuid, {})
         for fid in plan.totals:
-            held = last.get(fid)
-            if held is None:
-                last[fid] = [None] * plan.links
-            elif len(held) < plan.links:
-                held.extend([None] * (plan.links - len(held)))
+            held = last.setdefault(fid, [])
+            held.extend([None] * (plan.links - len(held)))  # nothing where it has as many
         return last
 
     @staticmethod
     def _states_by_call(gpu: Gpu, d: Device, links: int) -> dict[int, bool]:
-        """Each link's state through nvmlDeviceGetNvLinkState; {} where that
-        is absent too (the series stay absent)."""
+        """Each link's state through nvmlDeviceGetNvLinkState, but a link whose
+        call failed; {} where the call is absent too (the series stay absent:
+        once it answered NOT_SUPPORTED, Gpu.read asks no more)."""
         states: dict[int, bool] = {}
         for link in range(links):
             active = gpu.read("nvlink_state_call", d.nvlink_active, link)
-            if active is None:
-                if "nvlink_state_call" in gpu.unsupported:
-                    return {}
-                continue
-            states[link] = active
+            if active is not None:
+                states[link] = active
         return states
