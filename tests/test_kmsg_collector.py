@@ -569,10 +569,12 @@ def test_the_log_adds_only_what_nvml_did_not_count() -> None:
         (0, "GPU-a", 13): (0, 3),  # after start, and NVML saw 3: nothing to add
         (1, "GPU-b", 79): (2, 0),  # before start on a GPU NVML never saw an Xid of
         (2, "GPU-c", 31): (1, 5),  # NVML saw 2 of the 5
+        (4, "GPU-e", 13): (1, 1),  # NVML saw 4: the log lost lines NVML delivered
     })
-    nvml = {(0, "GPU-a", 13): 3, (2, "GPU-c", 31): 2, (3, "GPU-d", 48): 1}
+    nvml = {(0, "GPU-a", 13): 3, (2, "GPU-c", 31): 2, (3, "GPU-d", 48): 1, (4, "GPU-e", 13): 4}
     assert merge_counts(nvml, kernel) == {(0, "GPU-a", 13): 3, (1, "GPU-b", 79): 2,
-                                          (2, "GPU-c", 31): 6, (3, "GPU-d", 48): 1}
+                                          (2, "GPU-c", 31): 6, (3, "GPU-d", 48): 1,
+                                          (4, "GPU-e", 13): 5}
     assert merge_counts(nvml, None) == nvml
 
 
@@ -604,11 +606,14 @@ def test_an_event_matches_a_line_within_the_window_edges_included() -> None:
     got = seen(merge_events(events, kernel))
     assert got == [(0, "GPU-0", 13, 990.0, who, "nvml", 7, 1),
                    (0, "GPU-0", 13, 1015.0, who, "nvml", 7, 1)]
-    late = [XidEvent(0, "GPU-0", 13, 1017.0)]
-    # outside: unmatched, the line stands alone
-    assert [e.source for e in merge_events(late, kernel)] == ["kernel_log", "nvml"]
-    assert seen(merge_events(late, kernel, late_s=2.0)) == [
-        (0, "GPU-0", 13, 1017.0, who, "nvml", 7, 1)]
+    late = [XidEvent(0, "GPU-0", 13, 1015.5)]
+    # outside: unmatched, the line stands alone with what it names
+    assert seen(merge_events(late, kernel)) == [
+        (0, "GPU-0", 13, 1005.0, who, "kernel_log", 7, 2),
+        (0, "GPU-0", 13, 1015.5, None, "nvml", None, 1)]
+    # unless NVML's events were taken that late
+    assert seen(merge_events(late, kernel, late_s=0.5)) == [
+        (0, "GPU-0", 13, 1015.5, who, "nvml", 7, 1)]
     early = [XidEvent(0, "GPU-0", 13, 989.0)]
     assert [e.source for e in merge_events(early, kernel)] == ["nvml", "kernel_log"]
 
