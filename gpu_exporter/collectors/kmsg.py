@@ -108,9 +108,10 @@ def find_culprit(procfs: Path | str, entry: XidEntry) -> XidCulprit | None:
     if seen is None:
         return culprit
     comm, started = seen
-    # The driver prints the task's comm (15 characters); a PID reused since
-    # the line by another process must not be blamed for it.
-    if entry.process and comm[:15] != entry.process[:15]:
+    # The driver prints the task's comm, which (as /proc's) is 15 characters
+    # at most; a PID reused since the line by another process must not be
+    # blamed for it.
+    if entry.process and comm != entry.process[:15]:
         return culprit
     if started > entry.first_usec / 1e6 + 0.5:
         return culprit
@@ -132,7 +133,7 @@ class KmsgCollector(Collector):
 
     def __init__(self, session: NvmlSession, path: str, procfs: Path,
                  wall_clock: Callable[[], float], monotonic: Callable[[], float],
-                 synchronous: bool = False, opener: Opener | None = None) -> None:
+                 synchronous: bool, opener: Opener | None = None) -> None:
         self.session = session
         self.path = path
         self.procfs = procfs
@@ -148,7 +149,7 @@ class KmsgCollector(Collector):
         self._state: KmsgState | None = KmsgState.OFF if not path else None
         self._detail = ""
         self._next_try: float | None = None
-        self._polls = 0
+        self._first_poll = True
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()  # close() wakes the reader thread's poll
         self._thread: threading.Thread | None = None
@@ -195,7 +196,7 @@ class KmsgCollector(Collector):
         else:
             log.warning("kernel log not read: %s", detail)
 
-    def _drain(self, limit: int) -> int:
+    def _drain(self, limit: int) -> None:
         """Read and count what the log has now, at most ``limit`` records."""
         reader = self._reader
         assert reader is not None
@@ -204,7 +205,7 @@ class KmsgCollector(Collector):
         while done < limit and reader.bytes_read - start < MAX_BYTES_PER_POLL:
             before = reader.bytes_read
             try:
-                records = reader.read(min(65536, limit - done))
+                records = reader.read(limit - done)
             except KmsgUnavailable as exc:
                 reader.close()
                 self._set_state(exc.state, exc.detail)
@@ -214,7 +215,6 @@ class KmsgCollector(Collector):
             done += len(records)
             self._feed(records)
         self._feed_lines(self._fragments.flush())
-        return done
 
     def _feed(self, records: Iterable[Record]) -> None:
         lines: list[Record] = []
@@ -257,8 +257,8 @@ class KmsgCollector(Collector):
                         poller.unregister(registered)
                     poller.register(fd, select.POLLIN)
                     registered = fd
-                # Woken by the next record; the timeout only to see the stop.
-                poller.poll(1000)
+                # Woken by the next record, or by close()'s byte.
+                poller.poll()
             else:
                 self._stop.wait(1.0)
             try:
@@ -269,8 +269,7 @@ class KmsgCollector(Collector):
 
     # --- Collector --------------------------------------------------------------
     def collect(self, out: SnapshotBuilder) -> None:
-        first = self._polls == 0
-        self._polls += 1
+        first, self._first_poll = self._first_poll, False
         if self._thread is None and self._open():
             self._drain(MAX_RECORDS_PER_POLL)
             if not self.store.started:
@@ -281,7 +280,8 @@ class KmsgCollector(Collector):
                 self._thread.start()
         for state in KmsgState:
             out.add(EXPORTER_KERNEL_LOG_STATE, state == self._state, state=state.value)
-        reading = KernelLogReading(self._state.value if self._state else KmsgState.ERROR.value)
+        # (a log not tried yet: only until this poll's first try above)
+        reading = KernelLogReading((self._state or KmsgState.ERROR).value)
         with self._lock:
             lost = self._reader.lost if self._reader is not None else 0
             out.add(EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL, lost)
@@ -302,11 +302,14 @@ class KmsgCollector(Collector):
     def _fill(self, reading: KernelLogReading) -> None:
         """The store's Xids placed on the GPUs NVML knows (by bus id); a bus
         NVML no longer lists keeps the UUID the driver printed for it."""
-        if not self.store.xids and not self.store.totals:
-            return  # no Xid in the log: nothing to place (and no clock to read)
+        if not self.store.totals:
+            # No Xid in the log: nothing to place (and no clock to read). An
+            # Xid line always makes a total while the table has room, and a
+            # full table is not empty.
+            return
         gpus = {bus_key(g.identity.pci_bus_id): (g.index, g.identity.uuid)
                 for g in self.session.gpus if g.identity.pci_bus_id}
-        offset = self._kernel_offset() if self.store.xids else 0.0
+        offset = self._kernel_offset()
         for e in self.store.xids.values():
             index, uuid = gpus.get(e.bus, (-1, self.store.uuids.get(e.bus, "")))
             reading.xids.append(KernelXid(
@@ -321,7 +324,7 @@ class KmsgCollector(Collector):
 
     def _kernel_offset(self) -> float:
         """Unix time at the kernel's clock zero (boot): now less the uptime."""
-        text = read_text_bounded(f"{os.fspath(self.procfs)}/uptime", 256)
+        text = read_text_bounded(f"{os.fspath(self.procfs)}/uptime")
         try:
             uptime = float(text.split()[0]) if text else None
         except (IndexError, ValueError):

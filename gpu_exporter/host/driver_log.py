@@ -109,8 +109,9 @@ class DriverLog:
             return self._cache[message]
         except KeyError:
             pass
-        # Most of the log is not the driver's: only its lines are parsed.
-        line = parse_line(message) if message[:1] in ("N", "n") else None
+        # (most of the log is not the driver's: parse_line refuses it by its
+        # first characters)
+        line = parse_line(message)
         if len(self._cache) >= _CACHE:
             self._cache.clear()
         self._cache[message] = line

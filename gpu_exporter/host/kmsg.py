@@ -20,7 +20,7 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from gpu_exporter.config_types import DEFAULT_KMSG_PATH, kmsg_file_problem
@@ -70,8 +70,7 @@ class Record:
 
 
 def _unescape(raw: bytes) -> str:
-    return _ESCAPE.sub(lambda m: bytes((int(m.group(1), 16),)), raw).decode(
-        "utf-8", errors="replace")
+    return _ESCAPE.sub(lambda m: bytes((int(m.group(1), 16),)), raw).decode(errors="replace")
 
 
 def parse_record(raw: bytes) -> Record | None:
@@ -84,8 +83,8 @@ def parse_record(raw: bytes) -> Record | None:
     if m is None:
         return None
     prio, seq, usec = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    line = rest.split(b"\n", 1)[0]
-    return Record(prio >> 3, prio & 7, seq, usec, m.group(4).decode("ascii", "replace"),
+    line = rest.partition(b"\n")[0]
+    return Record(prio >> 3, prio & 7, seq, usec, m.group(4).decode(errors="replace"),
                   _unescape(line))
 
 
@@ -127,6 +126,9 @@ class KmsgReader:
         self._fd: int | None = None
         self._device = False
         self._pending = b""
+        # Whole records of a file read but not yet returned: a chunk holds
+        # more than the limit asked for.
+        self._ready: list[bytes] = []
         self._next_seq: int | None = None
         self.lost = 0
         self.malformed = 0
@@ -150,10 +152,9 @@ class KmsgReader:
         except FileNotFoundError:
             raise KmsgUnavailable(KmsgState.ABSENT, f"no {self.path}") from None
         except PermissionError as exc:
+            # OSError is a PermissionError whenever its errno is EACCES or EPERM
             raise KmsgUnavailable(KmsgState.UNREADABLE, _refusal(self.path, exc)) from None
         except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM):
-                raise KmsgUnavailable(KmsgState.UNREADABLE, _refusal(self.path, exc)) from None
             raise KmsgUnavailable(KmsgState.ERROR,
                                   f"{self.path}: {exc.strerror or exc}") from None
         try:
@@ -175,12 +176,15 @@ class KmsgReader:
             os.close(self._fd)
         self._fd = None
         self._pending = b""
+        self._ready = []
 
     def read(self, limit: int = 65536) -> list[Record]:
         """At most ``limit`` records available now, oldest first, from at most
         MAX_BATCH_BYTES of the log (``bytes_read`` grows by what was taken: a
         read that took bytes but found no record read garbage, not the end).
-        Raises KmsgUnavailable when the log cannot be read any more."""
+        Raises KmsgUnavailable when the log cannot be read any more; records
+        read before the failure are returned first (the device's are gone
+        from it once read), the failure raised by the read after."""
         if self._fd is None:
             raise KmsgUnavailable(KmsgState.ERROR, f"{self.path} is not open")
         raw = self._read_device(limit) if self._device else self._read_file(limit)
@@ -198,8 +202,9 @@ class KmsgReader:
         """Records between the last one read and this one were overwritten. At
         the first record the count since boot (sequence 0) is the gap."""
         expected = 0 if self._next_seq is None else self._next_seq
-        if seq > expected:
-            self.lost += seq - expected
+        # A sequence number not above the expected one (a saved log read
+        # again from its start) loses nothing.
+        self.lost += max(0, seq - expected)
         self._next_seq = seq + 1
 
     def _read_device(self, limit: int) -> list[bytes]:
@@ -215,8 +220,7 @@ class KmsgReader:
                 data = os.read(self._fd, MAX_RECORD)
             except BlockingIOError:
                 break
-            except InterruptedError:
-                continue
+            # (os.read retries a read a signal interrupted itself: PEP 475)
             except OSError as exc:
                 if exc.errno == errno.EPIPE:
                     # The ring overwrote records we had not read; the next
@@ -229,6 +233,8 @@ class KmsgReader:
                     # for no reader; counted, never fatal.
                     self.malformed += 1
                     continue
+                if records:
+                    break  # those read are the kernel's no more: counted first
                 raise KmsgUnavailable(KmsgState.ERROR,
                                       f"{self.path}: {exc.strerror or exc}") from None
             if not data:
@@ -240,12 +246,14 @@ class KmsgReader:
 
     def _read_file(self, limit: int) -> list[bytes]:
         assert self._fd is not None
-        records: list[bytes] = []
+        records, self._ready = self._ready[:limit], self._ready[limit:]
         taken = 0
         while len(records) < limit and taken < MAX_BATCH_BYTES:
             try:
                 data = os.read(self._fd, _CHUNK)
             except OSError as exc:
+                if records:
+                    break  # counted first; the error again at the next read
                 raise KmsgUnavailable(KmsgState.ERROR,
                                       f"{self.path}: {exc.strerror or exc}") from None
             if not data:
@@ -263,6 +271,8 @@ class KmsgReader:
                 self.malformed += 1
                 self._pending = b""
         self.bytes_read += taken
+        # What the last chunk held beyond the limit waits for the next read.
+        records, self._ready = records[:limit], records[limit:] + self._ready
         return records
 
 
@@ -288,8 +298,7 @@ class Fragments:
         if record.flags == "+" and self._open is not None \
                 and self._open.facility == record.facility:
             o = self._open
-            self._open = Record(o.facility, o.level, o.seq, o.usec, "c",
-                                (o.message + record.message)[:MAX_RECORD])
+            self._open = replace(o, message=(o.message + record.message)[:MAX_RECORD])
             return []
         done = self.flush()
         if record.flags == "c":
@@ -302,4 +311,4 @@ class Fragments:
         if self._open is None:
             return []
         o, self._open = self._open, None
-        return [Record(o.facility, o.level, o.seq, o.usec, "-", o.message)]
+        return [replace(o, flags="-")]
