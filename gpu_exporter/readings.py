@@ -403,6 +403,18 @@ class WorkloadSignals:
     problem: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class OwnerCpu:
+    """How an allocated owner (a pod's container) uses the node: whether any
+    process of its pod holds a context on a GPU, and how many CPUs' worth of
+    time its pod's cgroup used since the last read (None: not read yet, or
+    not readable: ``problem`` then says why)."""
+
+    on_gpu: bool
+    cpu_cores: float | None = None
+    problem: str | None = None
+
+
 @dataclass(slots=True)
 class AttributionReading:
     """Who holds each GPU and how its workloads fare (attribution reader)."""
@@ -416,3 +428,6 @@ class AttributionReading:
     workloads: dict[int, tuple[WorkloadSignals, ...]] = field(default_factory=dict)
     # Whether the kubelet's allocations are known (it answered at least once)
     allocations_known: bool = False
+    # Each allocated owner whose pod the exporter could place (its pod UID
+    # known from the kubelet's device-plugin checkpoint): absent, not judged.
+    owner_cpu: dict[GpuOwner, OwnerCpu] = field(default_factory=dict)

@@ -53,6 +53,11 @@ class DiagnosisConfig(Section):
     stalled_cpu_ratio: float = setting(
         0.05, ge=0, description="CPUs' worth of time below which a sleeping or blocked GPU "
         "process counts as stalled")
+    # A pod left idle burns a few hundredths of a CPU; a job computing on the
+    # CPU keeps at least one busy (PyTorch and NumPy use every core they get).
+    allocated_cpu_busy_cores: float = setting(
+        1.0, gt=0, description="CPUs' worth of time at or above which the pod of an allocated "
+        "GPU with no process on any GPU counts as running its code on the CPU")
     stalled_wakeups_per_s: float = setting(
         3.0, ge=0, description="Wake-ups per second (voluntary context switches) at or above "
         "which an asleep GPU process waits for work (an idle server), not on something that "

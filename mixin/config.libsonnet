@@ -24,6 +24,7 @@
       "swap_bytes_per_s": 1048576,
       "memory_pressure_full": 0.0,
       "stalled_cpu_ratio": 0.05,
+      "allocated_cpu_busy_cores": 1.0,
       "stalled_wakeups_per_s": 3.0,
       "cpu_throttled_high": 0.25,
       "memory_limit_used_ratio": 0.95,

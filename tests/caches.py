@@ -43,6 +43,9 @@ KEPT: dict[str, Kept] = {
         Kept(PER_GPU + " (rebuilt each poll)", CHURN),
     "gpu_exporter.collectors.attribution:AttributionCollector._cpu_before":
         Kept("the workload cgroups seen at the last poll (replaced each poll)", CHURN),
+    "gpu_exporter.collectors.attribution:AttributionCollector._pod_cpu_before":
+        Kept("the allocated pods with no GPU process read at the last poll (replaced "
+             "each poll)", CHURN),
     "gpu_exporter.collectors.attribution:AttributionCollector._memory_before":
         Kept("the workload cgroups seen at the last poll (replaced each poll)", CHURN),
     "gpu_exporter.collectors.attribution:AttributionCollector._memory_seen":

@@ -57,8 +57,8 @@ UNCHECKED_ON_H100: dict[str, set[str]] = {
 # SXM (cooled by the chassis), no C2C link (no Grace CPU). The starved rows, a
 # CPU limit's included, are judged on its busy GPUs: a GPU kept busy is fed,
 # whatever its host.
-NOTHING_TO_CHECK = {"gpu_allocated_unused/no_process", "cooling_degraded/fan_stopped",
-                    "c2c_errors/link_integrity"}
+NOTHING_TO_CHECK = {"gpu_allocated_unused/no_process", "gpu_allocated_unused/runs_on_cpu",
+                    "cooling_degraded/fan_stopped", "c2c_errors/link_integrity"}
 
 
 def _scenario(tmp: Path, extends: str, **node: str) -> str:

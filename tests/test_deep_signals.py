@@ -11,8 +11,8 @@ from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator import SimulatedNode
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.simulator.world import GpuState
 from gpu_exporter.snapshot import Snapshot
 from tests.simnode import SimRun, settings
 

@@ -24,7 +24,7 @@ from gpu_exporter.collectors import values as v
 from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.session import Gpu, Identity
-from gpu_exporter.simulator.world import GpuState
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.onegpu import OneGpu
 

@@ -13,7 +13,7 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.precedence import PRECEDENCE, Candidate, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import GpuOwner, HostSignals, PcieKernelView
+from gpu_exporter.readings import GpuOwner, HostSignals, OwnerCpu, PcieKernelView
 from gpu_exporter.thresholds import DiagnosisConfig
 from tests.rule_signals import (
     GIB,
@@ -382,6 +382,18 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
                                  owners=(GpuOwner(slurm_job_id="4242"),),
                                  allocations_known=True), False,
      "a Slurm job is known only through its processes: never without one"),
+    # --- an allocated GPU whose pod runs its code on the CPU ---------------------
+    (t.ALLOCATED_RUNS_ON_CPU, signals(
+        busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[], owners=(POD,),
+        allocations_known=True, owner_cpu={POD: OwnerCpu(on_gpu=False, cpu_cores=6.0)}), True,
+     "allocated, nothing on it, its pod busy on the CPU"),
+    (t.ALLOCATED_RUNS_ON_CPU, signals(
+        busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[], owners=(POD,),
+        allocations_known=True, owner_cpu={POD: OwnerCpu(on_gpu=False, cpu_cores=0.02)}),
+     False, "its pod idle: only allocated and unused"),
+    (t.ALLOCATED_RUNS_ON_CPU, signals(
+        busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[], owners=(POD,),
+        allocations_known=True), None, "its pod not placed: not judged"),
 ]
 
 

@@ -16,7 +16,13 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import GpuReading, HostSignals, PcieKernelView, ProcessReading
+from gpu_exporter.readings import (
+    GpuReading,
+    HostSignals,
+    OwnerCpu,
+    PcieKernelView,
+    ProcessReading,
+)
 from gpu_exporter.thresholds import DiagnosisConfig
 from tests.rule_signals import (
     CFG,
@@ -700,6 +706,17 @@ CASES: list[Case] = [
                                  instance_memory=(0.0, 10 * GIB)), CFG,
      Verdict(True, {"gpu_processes": 0, "gpu_memory_used_ratio": 0.0}),
      "a MIG instance with no process and no memory, its activity unknown (no GPM)"),
+    (t.ALLOCATED_RUNS_ON_CPU, signals(
+        busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[], owners=(POD,),
+        allocations_known=True, owner_cpu={POD: OwnerCpu(on_gpu=False, cpu_cores=6.004)}), CFG,
+     Verdict(True, {"gpu_processes": 0, "gpu_utilization_ratio": 0.0,
+                    "gpu_memory_used_ratio": 0.0, "owner": "ml/train-a/trainer",
+                    "owner_cpu_cores": 6.0}), "the pod named, with the CPUs it keeps busy"),
+    (t.ALLOCATED_RUNS_ON_CPU, signals(
+        busy_gpu(utilization=0.0, memory_used_bytes=0.0), procs=[], owners=(POD,),
+        allocations_known=True, owner_cpu={POD: OwnerCpu(on_gpu=True)}), CFG,
+     Verdict(False, {"gpu_processes": 0, "gpu_utilization_ratio": 0.0,
+                     "gpu_memory_used_ratio": 0.0}), "its pod works on a GPU"),
     (t.UNDERFED_CPU_LIMIT_THROTTLED, signals(held(0.4), quiet_host(cpu_pressure_some=0.4),
                                              workloads=(workload(cpu_throttled_ratio=0.6),)),
      CFG, Verdict(True, {**held_ev(0.4), "workload_cpu_throttled_ratio": 0.6,

@@ -39,6 +39,13 @@ from gpu_exporter.attribution.grouping import (
     workload_of,
     workload_signals,
 )
+from gpu_exporter.attribution.pod_cpu import (
+    checkpoint_path,
+    cores_since,
+    pod_cpu_seconds,
+    pod_uids,
+    read_checkpoint,
+)
 from gpu_exporter.attribution.podresources import Allocations, PodResourcesWatcher, Status
 from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
 from gpu_exporter.catalogs.attribution import (
@@ -68,6 +75,7 @@ from gpu_exporter.nvml.session import NvmlSession
 from gpu_exporter.readings import (
     AttributionReading,
     GpuOwner,
+    OwnerCpu,
     PollReadings,
     ProcessReading,
     WorkloadSignals,
@@ -129,6 +137,9 @@ class AttributionCollector(Collector):
         self._refresh_every = refresh_every
         self._next_refresh: float | None = None
         self.watcher: PodResourcesWatcher | None = None
+        self._checkpoint = checkpoint_path(socket_path) if socket_path else ""
+        # pod UID -> (monotonic time, CPU seconds its cgroup used) at the last read
+        self._pod_cpu_before: dict[str, tuple[float, float]] = {}
         if socket_path:
             self.watcher = PodResourcesWatcher(socket_path, refresh_every, call_timeout,
                                                clock=monotonic)
@@ -164,15 +175,20 @@ class AttributionCollector(Collector):
         reading = AttributionReading()
         out.readings.attribution = reading
         owners: dict[int, dict[GpuOwner, None]] = {}
+        snap = None
         if self.watcher is not None:
-            self._allocations(out, self._kubelet(out), owners, reading)
+            snap = self._kubelet(out)
+            self._allocations(out, snap, owners, reading)
         procs = out.readings.processes
         states = dict.fromkeys(_CGROUP_STATES, 0)
         if procs:
             whose = self._processes(out, out.readings, owners, reading, states)
             self._shares(out, procs, owners, whose)
+            tree = self._tree
         else:
-            self._cgroup_tree(out)
+            tree = self._cgroup_tree(out)
+        if snap is not None and procs is not None and tree is not None:
+            self._owner_cpu(snap, procs, tree, reading)
         # Every state, always: a node with no workload says so with zeros.
         for state, count in states.items():
             out.add(EXPORTER_WORKLOAD_CGROUPS, count, state=state)
@@ -234,6 +250,32 @@ class AttributionCollector(Collector):
                 held = reading.instance_owners.get((p.gpu, p.gpu_instance), ())
                 if owner not in held:
                     reading.instance_owners[(p.gpu, p.gpu_instance)] = (*held, owner)
+
+    def _owner_cpu(self, snap: Allocations, procs: list[ProcessReading], tree: CgroupTree,
+                   reading: AttributionReading) -> None:
+        """Each allocated owner whose pod UID the device manager's checkpoint
+        gives: whether its pod has a process on a GPU and, where none does,
+        how busy its pod's cgroup is on the CPU (pod_cpu.py)."""
+        grants = read_checkpoint(self._checkpoint) if snap.allocations else None
+        if grants is None:
+            self._pod_cpu_before = {}
+            return
+        on_gpu = {p.pod_uid for p in procs if p.pod_uid}
+        now = self._mono()
+        seen: dict[str, tuple[float, float]] = {}
+        for owner, uid in pod_uids(snap.allocations, grants).items():
+            key = GpuOwner(owner.namespace, owner.pod, owner.container)
+            if uid in on_gpu:
+                reading.owner_cpu[key] = OwnerCpu(on_gpu=True)
+                continue
+            used = pod_cpu_seconds(tree, uid)
+            if isinstance(used, str):
+                reading.owner_cpu[key] = OwnerCpu(on_gpu=False, problem=used)
+                continue
+            seen[uid] = (now, used)
+            reading.owner_cpu[key] = OwnerCpu(
+                on_gpu=False, cpu_cores=cores_since(self._pod_cpu_before, uid, now, used))
+        self._pod_cpu_before = seen
 
     # --- the GPU processes' jobs and workloads ------------------------------------
     def _processes(self, out: SnapshotBuilder, readings: PollReadings,

@@ -42,6 +42,7 @@ from enum import Enum, StrEnum, auto
 from typing import Any, cast
 
 from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.diagnosis.coverage_words import HOST_WORDS, NVML_WORDS, PROCESS_WORDS
 from gpu_exporter.diagnosis.rules import RULES, Trend
 from gpu_exporter.diagnosis.signals import READER_OF_SIGNAL, GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
@@ -53,45 +54,6 @@ from gpu_exporter.thresholds import DiagnosisConfig
 # source; memory_used_ratio is a property of the device's reading): a value
 # absent because its reader did not run is said as such.
 _READER_OF_SIGNAL: dict[str, str] = {**READER_OF_SIGNAL, "memory_used_ratio": "device"}
-
-# How a person names what NVML did not give (GpuReading's fields); a field not
-# named here is said by its name.
-_NVML_WORDS: dict[str, str] = {
-    "utilization": "GPU utilization",
-    "memory_used_bytes": "memory usage", "memory_total_bytes": "memory usage",
-    "memory_used_ratio": "memory usage",
-    "temperature_celsius": "temperature", "slowdown_celsius": "slowdown temperature",
-    "power_watts": "power draw", "power_limit_watts": "power limit",
-    "power_default_limit_watts": "default power limit",
-    "clocks_hz": "SM clock", "clocks_max_hz": "maximum SM clock",
-    "clocks_application_hz": "application clocks",
-    "clocks_application_default_hz": "default application clocks",
-    "throttle_reasons": "throttle reasons",
-    "pcie_generation": "PCIe link state", "pcie_generation_max": "PCIe link state",
-    "pcie_width": "PCIe link state", "pcie_width_max": "PCIe link state",
-    "pcie_replays": "PCIe replay counter",
-    "ecc_uncorrected_volatile": "ECC error counts (ECC off, or not on this board)",
-    "remap_pending": "row remapping state", "remap_failed": "row remapping state",
-    "persistence_mode": "persistence mode",
-    "fan_speeds": "fan speed",
-    "recovery_action": "recovery action (drivers R565 and newer)",
-    "c2c_errors": "C2C link error counts (drivers R575 and newer)",
-    "fabric_state": "NVSwitch fabric state (Hopper and newer in an NVSwitch system, drivers "
-                    "R550 and newer)",
-}
-_HOST_WORDS: dict[str, str] = {
-    "iowait_ratio": "no CPU iowait reading (/proc/stat)",
-    "io_pressure_some": "no pressure stall information from the kernel (PSI, /proc/pressure)",
-    "cpu_pressure_some": "no pressure stall information from the kernel (PSI, /proc/pressure)",
-    "memory_pressure_full": "no pressure stall information from the kernel (PSI, "
-                            "/proc/pressure)",
-    "swap_bytes_per_s": "no swap activity reading (/proc/vmstat)",
-}
-_PROCESS_WORDS: dict[str, str] = {
-    "cpu_ratio": "no CPU time read yet for its processes (/proc/PID/stat)",
-    "affinity_local": "no CPU affinity read for its processes (/proc/PID/status)",
-    "run_queue_wait_ratio": "no run queue wait read for its processes (/proc/PID/schedstat)",
-}
 
 _NVML = "NVML gives no "
 LOST = "the GPU is lost: NVML cannot read it"
@@ -133,6 +95,7 @@ class Why(Enum):
     NO_CPU_LIMIT = auto()
     WORKLOAD_NOT_READ = auto()
     WORKLOAD_CGROUP_UNREAD = auto()
+    OWNER_CPU_NOT_READ = auto()
     BOOT_GRACE = auto()
     HOST_NOT_READ = auto()
     GPM_PENDING = auto()
@@ -167,6 +130,7 @@ KIND_OF: dict[Why, Kind] = {
     Why.NO_PROCESS: Kind.NO_SUBJECT,
     Why.PROCESS_NOT_READ: Kind.GAP,
     Why.WORKLOAD_CGROUP_UNREAD: Kind.GAP,
+    Why.OWNER_CPU_NOT_READ: Kind.GAP,
     # The node booted moments ago: like a GPU settling, closed by waiting.
     Why.BOOT_GRACE: Kind.GAP,
     Why.NO_CPU_LIMIT: Kind.NO_SUBJECT,
@@ -277,7 +241,8 @@ class _TracedMap(Mapping[str, object]):
         value = self._of.get(key, default)
         if value is None:
             self._reads.absent.setdefault(f"{self._path}[{key}]", None)
-        return value
+            return value
+        return _view(value, f"{self._path}[{key}]", self._reads)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._of)
@@ -361,7 +326,7 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
                                "PID namespace, or no permission)", Why.PROCESSES_UNLISTED)
             return _Reason("no process is using this GPU", Why.NO_PROCESS)
         field = path.rsplit(".", 1)[-1]
-        return _Reason(_PROCESS_WORDS.get(field, f"no {field} read for its processes"),
+        return _Reason(PROCESS_WORDS.get(field, f"no {field} read for its processes"),
                        Why.PROCESS_NOT_READ)
     if head == "workloads":
         unread = [w.problem for w in ctx.sig.workloads if w.problem is not None]
@@ -373,6 +338,21 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         field = path.rsplit(".", 1)[-1]
         return _Reason(f"its workload's {field.replace('_', ' ')} is not read yet",
                        Why.WORKLOAD_NOT_READ)
+    if head == "owner_cpu":
+        if path.endswith((".on_gpu", ".problem")):
+            return None  # data: the pod has no process on a GPU, its cgroup was read
+        problems = [c.problem for c in ctx.sig.owner_cpu.values() if c.problem is not None]
+        if problems:
+            return _Reason(f"the CPU use of the pod it is allocated to could not be read: "
+                           f"{problems[0]}", Why.OWNER_CPU_NOT_READ)
+        if path.endswith(".cpu_cores"):
+            return _Reason("the CPU use of the pod it is allocated to is not read yet (it "
+                           "takes two polls)", Why.OWNER_CPU_NOT_READ)
+        return _Reason("the pod it is allocated to is not placed: its UID comes from the "
+                       "kubelet's device-plugin checkpoint (device-plugins/"
+                       "kubelet_internal_checkpoint beside the pod-resources socket; not "
+                       "mounted or not readable), which does not list devices allocated "
+                       "through a ResourceClaim", Why.OWNER_CPU_NOT_READ)
     if head == "network":
         # NCCL_SOCKET_IFNAME and NCCL_IB_HCA are not read either: they are in
         # the job's environment, and /proc/<pid>/environ needs privilege the
@@ -385,7 +365,7 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         return None  # an empty list that is not a missing subject (no owner, no Xid)
     if head == "host":
         field = path.rsplit(".", 1)[-1]
-        return _Reason(_HOST_WORDS.get(field, f"no host {field.replace('_', ' ')} reading"),
+        return _Reason(HOST_WORDS.get(field, f"no host {field.replace('_', ' ')} reading"),
                        Why.HOST_NOT_READ)
     gpu = ctx.sig.gpu
     if head == "sm_active":
@@ -419,7 +399,7 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         if field == "c2c_errors" and not gpu.c2c_link:
             return _Reason("the GPU has no C2C link to a Grace CPU (NVML's C2C mode is off "
                            "or not offered)", Why.NO_C2C)
-        words = _NVML_WORDS.get(field, field.replace("_", " "))
+        words = NVML_WORDS.get(field, field.replace("_", " "))
         if head == "memory_used_ratio":
             name = "memory_used_bytes"
         return _nvml_reason(name, words, gpu)

@@ -177,6 +177,9 @@ def _edges() -> tuple[Explains, ...]:
                         "ended the job on the GPU: its pod keeps the GPU with nothing "
                         "running on it", ("gpu_processes",),
                         ("ecc_uncorrected_volatile_errors",)))
+    out.append(Explains(t.ALLOCATED_RUNS_ON_CPU, t.ALLOCATED_UNUSED, "the pod runs its "
+                        "code on the CPU: no process of it reaches the GPU",
+                        ("gpu_processes",), ("owner", "owner_cpu_cores")))
     out.append(Explains(t.POWER_BRAKE, t.HW_SLOWDOWN, "the driver sets hw_slowdown with "
                         "hw_power_brake", ("hw_slowdown_active",), ("hw_power_brake_active",)))
     out.append(Explains(t.THERMAL, t.HW_SLOWDOWN, "the driver sets hw_slowdown for high "

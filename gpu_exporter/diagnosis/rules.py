@@ -27,6 +27,7 @@ from collections.abc import Callable
 # The rules of what the exporter remembers, of the Xids and of the NVLink
 # links register from their own modules.
 from gpu_exporter.diagnosis import (
+    allocation_rules,  # noqa: F401
     fault_rules,  # noqa: F401
     link_rules,  # noqa: F401
     network_rules,  # noqa: F401

@@ -16,6 +16,7 @@ from gpu_exporter.readings import (
     GpuReading,
     HostSignals,
     MigReading,
+    OwnerCpu,
     PcieKernelView,
     PollReadings,
     ProcessReading,
@@ -121,6 +122,9 @@ class GpuSignals:
     # The node's RDMA ports and the GPU's distance to each RDMA device (None:
     # the network reader did not run, or the GPU's PCI place is not known).
     network: GpuNetwork | None = read_from("network", default=None)
+    # The node's allocated owners whose pod is placed: whether the pod has a
+    # process on a GPU, and its cgroup's CPU use where none does.
+    owner_cpu: dict[GpuOwner, OwnerCpu] = read_from("attribution", default_factory=dict)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -209,6 +213,7 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             sig.owners = attribution.owners.get(index, ())
             sig.workloads = attribution.workloads.get(index, ())
             sig.allocations_known = attribution.allocations_known
+            sig.owner_cpu = attribution.owner_cpu
         sig.xid_blames = [
             XidBlame(e.at, e.xid, f"{e.culprit.process or '?'} (pid {e.culprit.pid})",
                      owner_of(e.culprit, sig.owners), e.culprit.pid, e.lines)
@@ -254,4 +259,5 @@ def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
                                        float(m.memory_total_bytes)),
                       xids_known=gpu.xids_known,
                       dram_active=None if activity is None else activity.dram_active,
-                      tensor_active=None if activity is None else activity.tensor_active)
+                      tensor_active=None if activity is None else activity.tensor_active,
+                      owner_cpu=gpu.owner_cpu)

@@ -18,6 +18,9 @@ numbers the rules use.
 
 from __future__ import annotations
 
+# The row of an allocated GPU whose pod runs its code on the CPU.
+from gpu_exporter.diagnosis.allocation_rows import ALLOCATED_RUNS_ON_CPU as ALLOCATED_RUNS_ON_CPU
+
 # The link rows beside PCIe live in their own module (this one stays readable).
 from gpu_exporter.diagnosis.link_rows import C2C_ERRORS as C2C_ERRORS
 from gpu_exporter.diagnosis.link_rows import NVLINK_ERRORS as NVLINK_ERRORS
@@ -528,7 +531,7 @@ ROWS: tuple[Row, ...] = (
     MEMORY_NEAR_FULL, UTILIZATION_INFLATED, PERSISTENCE_OFF, NUMA_MISPLACED,
     RECOVERY_GPU_RESET, RECOVERY_NODE_REBOOT, RECOVERY_DRAIN_P2P, RECOVERY_DRAIN_AND_RESET,
     FABRIC_DEGRADED,
-    IDLE_CPU_LIMIT_THROTTLED, ALLOCATED_UNUSED,
+    IDLE_CPU_LIMIT_THROTTLED, ALLOCATED_UNUSED, ALLOCATED_RUNS_ON_CPU,
     UNDERFED_CPU_LIMIT_THROTTLED, IDLE_MEMORY_LIMIT_RECLAIM, UNDERFED_MEMORY_LIMIT_RECLAIM,
     IDLE_CPU_STEAL, UNDERFED_CPU_STEAL, FAN_STOPPED,
     MEMORY_FILLING, HOST_CPU_THERMAL, HOST_MEMORY_GROWTH, MEMORY_BOUND,

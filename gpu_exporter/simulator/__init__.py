@@ -22,7 +22,7 @@ from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_place
 from gpu_exporter.simulator.clib import FakeNvmlLibrary
 from gpu_exporter.simulator.hostfs import HostFs
 from gpu_exporter.simulator.kmsg import KernelLogFile
-from gpu_exporter.simulator.kubelet import PodResourcesServer
+from gpu_exporter.simulator.kubelet import PodResourcesServer, device_checkpoint
 from gpu_exporter.simulator.model import DeviceProfile, ProcessCondition, Scenario
 from gpu_exporter.simulator.nvidia_proc import write_information
 from gpu_exporter.simulator.tenants import Tenants
@@ -359,10 +359,15 @@ class SimulatedNode:
         self._tenant_fs = TenantFs(
             tenants, self.procfs, self.sysfs / "fs" / "cgroup", self.world.jitter,
             lambda t: bool(self.world.host_condition(t)["psi_available"]),
-            int(self.world.host_condition(0.0)["cpus"]), _unplaced_cgroups(scenario))
+            int(self.world.host_condition(0.0)["cpus"]), _unplaced_cgroups(scenario),
+            lambda pids, t: sum(p.cpu_ratio for p in self.world.processes(t) if p.pid in pids))
         if tenants is not None and (tenants.pods or tenants.free_devices):
             os.makedirs(os.path.dirname(self.pod_resources_socket), exist_ok=True)
             self.kubelet = PodResourcesServer(self.pod_resources_socket, tenants).start()
+            if tenants.device_checkpoint:
+                checkpoint = self._root / "device-plugins" / "kubelet_internal_checkpoint"
+                os.makedirs(checkpoint.parent, exist_ok=True)
+                checkpoint.write_text(device_checkpoint(tenants))
         self.refresh()
 
     @property

@@ -6,7 +6,9 @@ cgroup v2 (pods, Slurm jobs with ``cgroup_version: 2``), under the v2 root:
 ``cpu.pressure``, ``io.pressure``, ``memory.pressure`` (not on a kernel
 without PSI), ``cpu.stat``, ``cpu.max``, ``memory.current``, ``memory.max``,
 ``memory.stat``, ``memory.events``, ``memory.swap.current``, and
-``cpuset.cpus``/``cpuset.cpus.effective`` for a workload with a cpuset.
+``cpuset.cpus``/``cpuset.cpus.effective`` for a workload with a cpuset; and
+each pod's own slice (above its containers) a ``cpu.stat`` whose usage is its
+containers' summed, as a parent cgroup's is.
 
 cgroup v1 (Slurm jobs with ``cgroup_version: 1``), each controller its own
 hierarchy under the root (``memory/``, ``cpu,cpuacct/``, ``cpuset/``), at the
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,6 +115,7 @@ class _Workload:
 
 
 Jitter = Callable[[str, float], float]
+CpuOf = Callable[[Sequence[int], float], float]
 
 
 class TenantFs:
@@ -121,10 +124,13 @@ class TenantFs:
 
     def __init__(self, tenants: Tenants | None, procfs: Path | str, cgroup_root: Path | str,
                  jitter: Jitter | None = None, psi: Callable[[float], bool] | None = None,
-                 cpus: int = 128, others: Mapping[str, int] | None = None) -> None:
+                 cpus: int = 128, others: Mapping[str, int] | None = None,
+                 cpu_of: CpuOf | None = None) -> None:
         """``others``: the cgroup v2 paths of processes no tenant places, with
-        the memory their processes hold."""
+        the memory their processes hold. ``cpu_of(pids, t)``: CPUs' worth of
+        time those processes burn at t (none given: nothing)."""
         self._proc, self._root = os.fspath(procfs), os.fspath(cgroup_root)
+        self._cpu_of = cpu_of or (lambda pids, t: 0.0)
         self._jitter = jitter or (lambda key, t: 1.0)
         self._psi = psi or (lambda t: True)
         self._cpus = cpus
@@ -179,10 +185,27 @@ class TenantFs:
             if p.v1_job is not None:
                 for controller, files in self._v1_files(p.v1_job, w, elapsed, dt).items():
                     _write_cgroup(os.path.join(self._root, controller), p.v1_job, files)
+        self._pod_slices()
         for w in self._unplaced:
             path = w.placement.cgroup or ""
             _write_cgroup(self._root, path, self._v2_files(path, w, elapsed, dt, psi=False),
                           _PRESSURE_FILES)
+
+    def _pod_slices(self) -> None:
+        """Each pod's own cgroup (the slice above its containers): its CPU use
+        is its containers', as a parent's cpu.stat counts its children's."""
+        used: dict[str, float] = {}
+        for w in self._work:
+            p = w.placement
+            if p.cgroup is not None and p.cgroup.startswith("/kubepods"):
+                pod_slice = os.path.dirname(p.cgroup)
+                used[pod_slice] = used.get(pod_slice, 0.0) + self._totals[p.cgroup].usage_us
+        for pod_slice, usage_us in used.items():
+            usage = int(usage_us)
+            _write_cgroup(self._root, pod_slice, {"cpu.stat": (
+                f"usage_usec {usage}\nuser_usec {usage * 9 // 10}\n"
+                f"system_usec {usage - usage * 9 // 10}\nnr_periods 0\nnr_throttled 0\n"
+                "throttled_usec 0\nnr_bursts 0\nburst_usec 0\n")})
 
     # --- what grows ------------------------------------------------------------------
     def _advance(self, path: str, w: _Workload, t: float, dt: float) -> _Totals:
@@ -198,8 +221,10 @@ class TenantFs:
             tot.periods += periods
             share = min(1.0, c.cpu_throttled_ratio * j(f"cg{path}/throttled", t))
             tot.throttled += periods * share
-        cores = w.cpu_limit if w.cpu_limit is not None else 1.0
-        tot.usage_us += dt * 1e6 * cores * (1 - c.cpu_some)
+        # What its tasks burn: the scenario's figure, else its processes'.
+        busy = self._cpu_of(w.pids, t) if c.cpu_busy_cores is None else \
+            c.cpu_busy_cores * j(f"cg{path}/usage", t)
+        tot.usage_us += dt * 1e6 * min(busy, w.cpu_limit or busy)
         tot.scanned += c.reclaim_scan_bytes_per_s * dt * j(f"cg{path}/scan", t) / PAGE_SIZE
         tot.stolen += c.reclaim_steal_bytes_per_s * dt * j(f"cg{path}/steal", t) / PAGE_SIZE
         tot.refaults += c.refault_bytes_per_s * dt * j(f"cg{path}/refault", t) / PAGE_SIZE

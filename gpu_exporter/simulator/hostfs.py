@@ -25,9 +25,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.model import ProcessCondition
 from gpu_exporter.simulator.nicfs import NicRenderer
-from gpu_exporter.simulator.world import GpuState, World
+from gpu_exporter.simulator.world import World
 
 # The readers convert with this machine's values, so the files use them too.
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -18,9 +18,10 @@ import heapq
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpu_exporter.simulator.gpu_state import bus_id
 from gpu_exporter.simulator.hostfs import boot_uptime
 from gpu_exporter.simulator.model import KernelLogLine, Scenario
-from gpu_exporter.simulator.world import World, bus_id
+from gpu_exporter.simulator.world import World
 
 # Kernel log levels (syslog severities) the driver logs at.
 KERN_ERR, KERN_WARNING, KERN_INFO = 3, 4, 6

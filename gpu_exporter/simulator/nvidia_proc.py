@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_exporter.simulator.world import World, bus_id
+from gpu_exporter.simulator.gpu_state import bus_id
+from gpu_exporter.simulator.world import World
 
 
 def proc_bus(index: int) -> str:

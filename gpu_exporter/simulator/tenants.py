@@ -51,6 +51,9 @@ class CgroupCondition(_Strict):
     reclaim_steal_bytes_per_s: float = Field(0.0, ge=0)  # pgsteal: reclaimed
     refault_bytes_per_s: float = Field(0.0, ge=0)  # workingset_refault_file
     memory_max_events_per_s: float = Field(0.0, ge=0)  # memory.events "max"
+    # CPUs' worth of time its tasks use (cpu.stat usage_usec's rate); None:
+    # one CPU, or its limit, less the share its tasks stall on the CPU.
+    cpu_busy_cores: float | None = Field(None, ge=0)
 
 
 class DeviceGrant(_Strict):
@@ -141,6 +144,10 @@ class Tenants(_Strict):
     slurm_jobs: list[SlurmJob] = Field(default_factory=list)
     # Devices the kubelet could give besides those given (GetAllocatableResources).
     free_devices: list[DeviceGrant] = Field(default_factory=list)
+    # The kubelet's device-manager checkpoint (each device grant's pod UID) is
+    # written beside the PodResources socket; False: absent, as where it is
+    # not mounted into the exporter's container.
+    device_checkpoint: bool = True
 
     @model_validator(mode="after")
     def _one_owner_per_pid(self) -> Tenants:

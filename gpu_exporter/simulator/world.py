@@ -1,22 +1,20 @@
-"""The simulated node's state at a moment: the scenario's conditions, resolved
-for time t, turned into what a real GPU would report (in NVML's units), with
-counters (energy, PCIe bytes, replays) integrated over time.
+"""The simulated node's GPUs at a moment: the scenario's conditions at time t
+(timeline.py) turned into what a real GPU would report (in NVML's units,
+gpu_state.py), with counters (energy, PCIe bytes, replays) integrated over
+time, and a recording's answers laid over them (replay.py).
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import threading
 import uuid as uuidlib
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 from gpu_exporter.nvml.constants import (
-    EVENT_NAMES,
     FI_DEV_C2C_LINK_ERROR_INTR,
     FI_DEV_C2C_LINK_ERROR_REPLAY,
     FI_DEV_C2C_LINK_ERROR_REPLAY_B2B,
@@ -24,233 +22,20 @@ from gpu_exporter.nvml.constants import (
     THROTTLE_TIME_FIELDS,
 )
 from gpu_exporter.nvml.errors import Return
-from gpu_exporter.simulator.model import (
-    DeviceProfile,
-    GpuCondition,
-    HostCondition,
-    ProcessCondition,
-    Scenario,
-    XidCondition,
+from gpu_exporter.simulator.gpu_state import (
+    MIB,
+    NO_MIG,
+    UTILIZATION_SAMPLES,
+    GpuProcess,
+    GpuState,
+    MigState,
+    bus_id,
 )
+from gpu_exporter.simulator.model import DeviceProfile, Scenario
+from gpu_exporter.simulator.replay import RecordedPolls, apply_replay
+from gpu_exporter.simulator.timeline import ScenarioTimeline
 
-MIB = 1024 * 1024
-# Bus ids of an 8-GPU HGX H100 board; further GPUs continue the pattern.
-_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _THERMAL = ("hw_slowdown", "hw_thermal", "sw_thermal")
-
-
-def bus_id(index: int) -> str:
-    bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0x100 - 8 + index % 8
-    return f"00000000:{bus:02X}:00.0"
-
-
-_REPLAY_SCALARS = ("util_pct", "mem_util_pct", "mem_total", "mem_reserved", "mem_used",
-                   "temp_c", "mem_temp_c", "power_mw", "limit_mw", "default_limit_mw",
-                   "energy_mj", "pstate", "reasons", "supported_reasons", "pcie_gen",
-                   "pcie_width", "pcie_max_gen", "pcie_max_width", "pcie_replays",
-                   "pcie_tx_bytes", "pcie_rx_bytes", "uuid", "serial", "bus_id")
-_REPLAY_CLOCKS = ("clocks_mhz", "max_clocks_mhz", "app_clocks_mhz", "default_app_clocks_mhz")
-
-
-def _apply_replay(st: GpuState, rec: dict[str, Any]) -> None:
-    """Overwrite the derived state with what the recorded GPU answered."""
-    for key in _REPLAY_SCALARS:
-        if key in rec:
-            setattr(st, key, rec[key])
-    for key in _REPLAY_CLOCKS:
-        getattr(st, key).update({int(k): int(v) for k, v in rec.get(key, {}).items()})
-    if "fans_pct" in rec:
-        st.fans_pct = [int(v) for _, v in sorted(rec["fans_pct"].items())]
-    if "ecc" in rec:
-        st.ecc = {tuple(int(x) for x in k.split("/")): int(v)  # type: ignore[misc]
-                  for k, v in rec["ecc"].items()}
-    if "ecc_enabled" in rec:
-        st.ecc_enabled = bool(rec["ecc_enabled"])
-    if "persistence" in rec:
-        st.persistence = bool(rec["persistence"])
-    if "remapped" in rec:
-        st.remapped = tuple(int(x) for x in rec["remapped"])  # type: ignore[assignment]
-    # The driver's verdicts are read from the condition, as a scenario sets them.
-    verdicts: dict[str, Any] = {
-        key: rec[key] for key in ("recovery_action", "fabric_state", "fabric_status",
-                                  "fabric_health") if key in rec}
-    if verdicts:
-        st.condition = {**st.condition, **verdicts}
-    # A recording holds the throttle time counters only where it read them;
-    # without them NVML's answer is unknown, so the fields answer NOT_SUPPORTED.
-    st.throttle_ns = {str(k): int(v) for k, v in rec.get("throttle_ns", {}).items()}
-    st.lost = bool(rec.get("lost", False))
-    st.errors.update({name: int(Return[code]) for name, code in rec.get("errors", {}).items()})
-    st.field_errors = {int(k): int(Return[v]) for k, v in rec.get("field_errors", {}).items()}
-    if "nvlink_up" in rec:
-        links = sorted(int(k) for k in rec["nvlink_up"])
-        st.nvlink_up = [bool(rec["nvlink_up"][k]) for k in links]
-        st.nvlink_errors = [{int(cid): int(n) for cid, n in
-                             rec.get("nvlink_errors", {}).get(k, {}).items()} for k in links]
-        st.nvlink_tx_kib = [int(rec.get("nvlink_tx_kib", {}).get(k, 0)) for k in links]
-        st.nvlink_rx_kib = [int(rec.get("nvlink_rx_kib", {}).get(k, 0)) for k in links]
-    if "processes" in rec:
-        sm = rec.get("process_sm_pct", {})
-        st.processes = [GpuProcess(
-            pid=int(pr["pid"]), used_bytes=int(pr["used_bytes"]),
-            gpu_instance=NO_MIG if pr["gpu_instance"] is None else int(pr["gpu_instance"]),
-            compute_instance=NO_MIG if pr["compute_instance"] is None
-            else int(pr["compute_instance"]),
-            graphics=bool(pr["graphics"]),
-            sm_util_pct=None if pr["pid"] not in sm else int(sm[pr["pid"]]))
-            for pr in rec["processes"]]
-    for m, r in zip(st.mig, sorted(rec.get("mig", {}).items()), strict=False):
-        slot = r[1]
-        if "uuid" in slot or "memory_total" in slot:
-            st.mig[st.mig.index(m)] = replace(
-                m, uuid=slot.get("uuid", m.uuid),
-                memory_total=int(slot.get("memory_total", m.memory_total)),
-                memory_used=int(slot.get("memory_used", m.memory_used)))
-
-
-# The host of a typical 8-GPU training node when a scenario says nothing else.
-HOST_DEFAULTS: dict[str, Any] = {
-    "cpus": 128,
-    "numa_nodes": 2,
-    "cpu_busy_ratio": 0.25,
-    "iowait_ratio": 0.002,
-    "steal_ratio": 0.0,
-    "pressure_cpu": {"some": 0.01, "full": 0.0},
-    "pressure_memory": {"some": 0.0, "full": 0.0},
-    "pressure_io": {"some": 0.005, "full": 0.002},
-    "psi_available": True,
-    "schedstat_available": True,
-    "delay_accounting": False,
-    "memory_total_bytes": 2 * 1024**4,
-    "memory_available_ratio": 0.7,
-    "memory_available_drop_ratio_per_s": 0.0,
-    "swap_total_bytes": 0,
-    "swap_used_ratio": 0.0,
-    "swap_in_bytes_per_s": 0.0,
-    "swap_out_bytes_per_s": 0.0,
-    "load1": 24.0,
-    "context_switches_per_s": 40000.0,
-    "disks": {"nvme0n1": 0.05, "nvme1n1": 0.04},
-    "net_rx_drops_per_s": {"eth0": 0.0, "ib0": 0.0},
-    "net_rx_errors_per_s": {"eth0": 0.0, "ib0": 0.0},
-    "cpu_thermal_counters": True,
-    "cpu_thermal_throttles_per_s": 0.0,
-    "cpu_thermal_throttled_ratio": 0.0,
-    # One fixed boot (the uptime is the scenario's, see hostfs.boot_uptime).
-    "boot_id": "5e1f0a9c-2b3d-4c8e-9f6a-0d1e2f3a4b5c",
-}
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """A process as NVML lists it on one GPU."""
-
-    pid: int
-    used_bytes: int
-    gpu_instance: int  # 0xFFFFFFFF when MIG is off
-    compute_instance: int
-    graphics: bool
-    sm_util_pct: int | None  # None: no utilization samples for it
-
-
-NO_MIG = 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class MigState:
-    gpu_instance: int
-    compute_instance: int
-    uuid: str
-    memory_total: int
-    memory_used: int
-    sm_active_s: float  # GPM integral for this instance
-    profile_id: int = 0  # the GPU instance's profile ID
-    # Its GPM integrals by metric (sm_active, sm_occupancy, tensor_active,
-    # dram_active), as the GPU's own.
-    gpm: dict[str, float] = field(default_factory=dict)
-    placement: tuple[int, int] = (0, 1)  # (first memory slice, slices), as NVML places it
-
-
-@dataclass
-class GpuState:
-    """One GPU as NVML would report it now (NVML units)."""
-
-    index: int
-    lost: bool
-    uuid: str
-    serial: str
-    bus_id: str
-    util_pct: int
-    mem_util_pct: int
-    mem_total: int
-    mem_reserved: int
-    mem_used: int
-    temp_c: int
-    mem_temp_c: int | None
-    power_mw: int
-    limit_mw: int
-    default_limit_mw: int
-    energy_mj: int
-    clocks_mhz: dict[int, int]
-    max_clocks_mhz: dict[int, int]
-    app_clocks_mhz: dict[int, int]
-    default_app_clocks_mhz: dict[int, int]
-    pstate: int
-    fans_pct: list[int]
-    reasons: int
-    supported_reasons: int
-    pcie_gen: int
-    pcie_width: int
-    pcie_max_gen: int
-    pcie_max_width: int
-    pcie_replays: int
-    pcie_tx_bytes: int
-    pcie_rx_bytes: int
-    ecc_enabled: bool
-    ecc: dict[tuple[int, int], int]
-    remapped: tuple[int, int, int, int]
-    persistence: bool
-    errors: dict[str, int]
-    field_errors: dict[int, int] = field(default_factory=dict)
-    hangs: dict[str, float] = field(default_factory=dict)
-    processes: list[GpuProcess] = field(default_factory=list)
-    # GPM activity integrals (seconds of activity) and byte counters at t
-    gpm: dict[str, float] = field(default_factory=dict)
-    # The PCIe byte counters GPM differences: the integrated ones, also in a
-    # replay, where pcie_tx/rx_bytes hold what the recording last read.
-    gpm_pcie: tuple[int, int] = (0, 0)
-    nvlink_up: list[bool] = field(default_factory=list)
-    nvlink_errors: list[dict[int, int]] = field(default_factory=list)  # counter id -> count
-    # NVLink 5's FEC, per link: "effective" | "symbol" -> its count, and the
-    # bit-error rate of each now (empty on older boards and in replays).
-    nvlink_fec: list[dict[str, int]] = field(default_factory=list)
-    nvlink_ber: list[dict[str, float]] = field(default_factory=list)
-    nvlink_tx_kib: list[int] = field(default_factory=list)
-    nvlink_rx_kib: list[int] = field(default_factory=list)
-    # A C2C board's error counters by field id (empty on other boards).
-    c2c_errors: dict[int, int] = field(default_factory=dict)
-    mig: list[MigState] = field(default_factory=list)
-    # Per-reason clock event time (ns since the driver loaded), for the reasons
-    # NVML counts (THROTTLE_TIME_FIELDS) that the board supports.
-    throttle_ns: dict[str, int] = field(default_factory=dict)
-    t: float = 0.0
-    condition: dict[str, Any] = field(default_factory=dict)
-    # Fan index -> the NVML error nvmlDeviceGetFanSpeed_v2 answers for it.
-    fan_errors: dict[int, int] = field(default_factory=dict)
-    # The board's ambient sensor (NVML_THERMAL_TARGET_BOARD), on boards with one.
-    board_temp_c: int | None = None
-
-
-@dataclass(frozen=True)
-class XidLogEntry:
-    """An Xid as the kernel log has it: the driver prints the process it
-    attributes the error to, where it knows one."""
-
-    t: float
-    gpu: int
-    xid: int
-    pid: int | None
-    link: int | None = None  # the NVLink an Xid 74 names
 
 
 @dataclass
@@ -299,14 +84,9 @@ NVLINK5_BITS_PER_S = 53.125e9 * 8
 _BLACKWELL = 10
 # Per direction and link, a busy NVLink 4 link moves a share of its 25 GB/s.
 _NVLINK_BUSY_BYTES_PER_S = 0.3 * 25e9
-# The driver's sample ring buffers, as measured on an H100 80GB HBM3 (driver
-# 580.159.04): power every 20 ms, 119 kept (2.4 s); utilization (GPU, memory,
-# encoder, decoder) every 200 ms, 71 kept (14 s).
-POWER_SAMPLES = (0.02, 119)  # (period in seconds, buffer length)
-UTILIZATION_SAMPLES = (0.2, 71)
 
 
-class World:
+class World(ScenarioTimeline):
     """``tick_s``: how long the GPUs' state stands once computed. 0 (the
     default) computes it again whenever the clock has moved, which a virtual
     clock (tests) needs; on a real clock every NVML call would otherwise
@@ -316,13 +96,10 @@ class World:
 
     def __init__(self, scenario: Scenario, profile: DeviceProfile,
                  clock: Callable[[], float], tick_s: float = 0.0) -> None:
-        self.scenario = scenario
+        super().__init__(scenario, clock)
         self.profile = profile
-        self.clock = clock
         self.tick_s = tick_s
         self._lock = threading.Lock()
-        self._t0 = clock()
-        self.gpu_count = scenario.node.gpus
         self._uuids = [str(uuidlib.uuid5(uuidlib.NAMESPACE_URL,
                                          f"gpu-exporter-sim/{scenario.node.id}/{i}"))
                        for i in range(self.gpu_count)]
@@ -337,197 +114,8 @@ class World:
         # bus comes back only through a reset or a driver reload), and the
         # driver's counters of it start again from 0.
         self._lost: set[int] = set()
-        self._steps = sorted(scenario.timeline, key=lambda s: s.at)
-        self._step_times = [s.at for s in self._steps]
-        self._changes: frozenset[float] | None = None
-        # Conditions are constant between two timeline steps: resolved once per
-        # (GPU or host, steps in force), not at every call (model_dump is costly).
-        self._conditions: dict[tuple[int, int], dict[str, Any]] = {}
-        self._host_conditions: dict[int, dict[str, Any]] = {}
-        # When NVML as a whole changes (node-level faults), in time order.
-        self.nvml_changes: list[tuple[float, str]] = [
-            (s.at, s.nvml) for s in self._steps if s.nvml is not None]
         self._cache: tuple[float, list[GpuState]] | None = None
-        # Xid events as (time, gpu, xid), delivered once each, and the same
-        # Xids as the kernel log has them (with the process the driver names).
-        self.events: list[tuple[float, int, int]] = []
-        self.xid_log: list[XidLogEntry] = []
-
-        # An Xid of a process on a MIG instance: NVML's event names the
-        # instance (gpuInstanceId, computeInstanceId); others say 0xFFFFFFFF.
-        self.xid_instances: dict[tuple[float, int, int], tuple[int, int]] = {}
-
-        def xid(at: float, i: int, item: int | XidCondition) -> None:
-            code, pid, link = ((item, None, None) if isinstance(item, int)
-                               else (item.code, item.pid, item.link))
-            self.events.append((at, i, code))
-            self.xid_log.append(XidLogEntry(at, i, code, pid, link))
-            proc = next((p for p in self.processes(at) if p.pid == pid), None)
-            if proc is not None and proc.mig is not None and i in proc.gpus:
-                self.xid_instances[(at, i, code)] = proc.mig
-
-        for i in range(self.gpu_count):
-            for cond in (scenario.state, scenario.gpus.get(i)):
-                for item in (cond.xid or []) if cond else []:
-                    xid(0.0, i, item)
-        for step in self._steps:
-            for i in range(self.gpu_count):
-                if step.gpus == "all" or i in step.gpus:
-                    for item in step.set.xid or []:
-                        xid(step.at, i, item)
-        # Other health events as (time, gpu, nvmlEventType bit), delivered once each.
-        self.health_events: list[tuple[float, int, int]] = []
-        bits = {name: bit for bit, name in EVENT_NAMES.items()}
-        for i in range(self.gpu_count):
-            for cond in (scenario.state, scenario.gpus.get(i)):
-                for name in (cond.nvml_events or []) if cond else []:
-                    self.health_events.append((0.0, i, bits[name]))
-            for step in self._steps:
-                if step.gpus == "all" or i in step.gpus:
-                    for name in step.set.nvml_events or []:
-                        self.health_events.append((step.at, i, bits[name]))
-        self.health_events.sort()
-        replay = scenario.replay
-        # Each recorded poll holds only what changed: accumulate full answers.
-        self._replay: list[tuple[float, dict[int, dict[str, Any]]]] = []
-        full: dict[int, dict[str, Any]] = {}
-        for poll in sorted(replay.polls, key=lambda p: p.t) if replay else []:
-            for index, changed in poll.gpus.items():
-                full[index] = {**full.get(index, {}), **changed}
-            self._replay.append((poll.t, {i: dict(g) for i, g in full.items()}))
-        for ev in replay.events if replay else []:
-            xid(float(ev["t"]), int(ev["gpu"]), int(ev["xid"]))
-            if ev.get("gpu_instance") is not None:
-                self.xid_instances[(float(ev["t"]), int(ev["gpu"]), int(ev["xid"]))] = (
-                    int(ev["gpu_instance"]), 0)
-        self.events.sort()
-        self.xid_log.sort(key=lambda e: (e.t, e.gpu))
-
-    # --- time ------------------------------------------------------------
-    def elapsed(self) -> float:
-        return max(0.0, self.clock() - self._t0)
-
-    def jitter(self, key: str, t: float) -> float:
-        """The factor ``key``'s rate is scaled by at t: within 1 +- the
-        scenario's jitter, drawn anew every second, the same for the same seed,
-        key and second (so two readers of one value agree)."""
-        amount = self.scenario.jitter
-        if not amount:
-            return 1.0
-        draw = zlib.crc32(f"{self.scenario.seed}/{key}/{int(t)}".encode()) / 0xFFFFFFFF
-        return 1.0 + amount * (2.0 * draw - 1.0)
-
-    def xid_process(self, t: float, gpu: int, code: int) -> tuple[int, str] | None:
-        """The process (pid, comm) the driver names for the Xid ``code`` on
-        ``gpu`` at ``t`` (the kernel log's line, simulator/kmsg.py), or None."""
-        pid = next((e.pid for e in self.xid_log
-                    if (e.t, e.gpu, e.xid) == (t, gpu, code) and e.pid is not None), None)
-        if pid is None:
-            return None
-        comm = next((p.comm for p in self.processes(t) if p.pid == pid), "<unknown>")
-        return pid, comm
-
-    # --- conditions ------------------------------------------------------
-    def nvml_condition(self, t: float | None = None) -> str:
-        """NVML as a whole at t (now by default): the node's, then its steps'."""
-        mode: str = self.scenario.node.nvml
-        if self.nvml_changes:
-            t = self.elapsed() if t is None else t
-            for at, changed in self.nvml_changes:
-                if at > t:
-                    break
-                mode = changed
-        return mode
-
-    def _steps_in_force(self, t: float) -> int:
-        """How many timeline steps have begun at t."""
-        return bisect.bisect_right(self._step_times, t)
-
-    def change_times(self) -> frozenset[float]:
-        """When the node's conditions change: the timeline's steps and the
-        processes' exits."""
-        if self._changes is None:
-            exits = {float(p.exits_at) for procs in
-                     [self.scenario.processes, *(s.processes or [] for s in self._steps)]
-                     for p in procs if p.exits_at is not None}
-            self._changes = frozenset(self._step_times) | exits
-        return self._changes
-
-    def condition(self, index: int, t: float) -> dict[str, Any]:
-        """GPU ``index``'s condition at t (a copy: callers may change it)."""
-        key = (index, self._steps_in_force(t))
-        cached = self._conditions.get(key)
-        if cached is None:
-            cached = self._conditions[key] = self._resolve_condition(index, key[1])
-        return dict(cached)
-
-    def _resolve_condition(self, index: int, steps: int) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        errors: dict[str, str] = {}
-        hangs: dict[str, float] = {}
-
-        def apply(cond: GpuCondition) -> None:
-            values = cond.model_dump(exclude_none=True)
-            errors.update(values.pop("errors", {}))
-            hangs.update(values.pop("hangs", {}))
-            values.pop("xid", None)  # events, not state
-            merged.update(values)
-
-        apply(self.scenario.state)
-        if index in self.scenario.gpus:
-            apply(self.scenario.gpus[index])
-        for step in self._steps[:steps]:
-            if step.gpus == "all" or index in step.gpus:
-                apply(step.set)
-        merged["errors"] = errors
-        merged["hangs"] = hangs
-        return merged
-
-    def host_condition(self, t: float) -> dict[str, Any]:
-        """The host's condition at t: defaults, the scenario's, then its steps
-        (a copy: callers may change it)."""
-        steps = self._steps_in_force(t)
-        cached = self._host_conditions.get(steps)
-        if cached is None:
-            cached = self._host_conditions[steps] = self._resolve_host(steps)
-        return dict(cached)
-
-    def _resolve_host(self, steps: int) -> dict[str, Any]:
-        merged = dict(HOST_DEFAULTS)
-
-        def apply(cond: HostCondition) -> None:
-            merged.update(cond.model_dump(exclude_none=True))
-
-        apply(self.scenario.host)
-        for step in self._steps[:steps]:
-            if step.host is not None:
-                apply(step.host)
-        return merged
-
-    def processes(self, t: float) -> list[ProcessCondition]:
-        """Processes alive at t: the scenario's list or the latest step's."""
-        procs = self.scenario.processes
-        for step in self._steps:
-            if step.at > t:
-                break
-            if step.processes is not None:
-                procs = step.processes
-        return [p for p in procs if p.exits_at is None or p.exits_at > t]
-
-    def gpu_numa_node(self, index: int, t: float) -> int:
-        c = self.condition(index, t)
-        if "numa_node" in c:
-            return int(c["numa_node"])
-        nodes = int(self.host_condition(t)["numa_nodes"])
-        per_node = max(1, -(-self.gpu_count // nodes))
-        return min(nodes - 1, index // per_node)
-
-    def node_cpus(self, node: int, t: float) -> tuple[int, int]:
-        """First and last CPU of a NUMA node (CPUs split evenly, in order)."""
-        host = self.host_condition(t)
-        cpus, nodes = int(host["cpus"]), int(host["numa_nodes"])
-        per = max(1, cpus // nodes)
-        return node * per, min(cpus, (node + 1) * per) - 1
+        self._replay = RecordedPolls(scenario.replay)
 
     # --- state -----------------------------------------------------------
     def states(self) -> list[GpuState]:
@@ -548,21 +136,11 @@ class World:
             return 0.0
         return amplitude * math.sin(speed * t + 1.7 * index)
 
-    def _replay_at(self, i: int, t: float) -> dict[str, Any] | None:
-        """The recorded answers of GPU i at the last poll at or before t."""
-        if not self._replay:
-            return None
-        current = self._replay[0][1]
-        for at, gpus in self._replay:
-            if at > t + 1e-9:
-                break
-            current = gpus
-        return current.get(i)
 
     def _state(self, i: int, t: float) -> GpuState:
         p = self.profile
         c = self.condition(i, t)
-        rec = self._replay_at(i, t)
+        rec = self._replay.at(i, t)
         if rec is not None:
             c = {**c, **rec.get("rates", {})}
             if rec.get("mig"):
@@ -817,9 +395,8 @@ class World:
             if p.board_temperature_sensor else None,
         )
         if rec is not None:
-            _apply_replay(st, rec)
+            apply_replay(st, rec)
         return st
-
 
     @staticmethod
     def _inlet(c: dict[str, Any]) -> float:

@@ -9,6 +9,7 @@ from ctypes import Structure, c_int, c_uint, c_ulonglong
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.drivers import knows_field
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.libnvml.fields import NVLINK_FEC_FIELDS, SCALAR_FIELDS, nvlink_fec
 from gpu_exporter.simulator.libnvml.table import (
     OK,
@@ -25,7 +26,6 @@ from gpu_exporter.simulator.libnvml.table import (
     put,
     put_str,
 )
-from gpu_exporter.simulator.world import GpuState
 
 
 # --- identity ----------------------------------------------------------------

@@ -8,6 +8,7 @@ from ctypes import Structure, c_uint, c_ulonglong, c_void_p
 
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.drivers import event_types
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     STRUCTS,
@@ -18,7 +19,6 @@ from gpu_exporter.simulator.libnvml.table import (
     nvml_function,
     put,
 )
-from gpu_exporter.simulator.world import GpuState
 
 
 # --- events (Xid) -----------------------------------------------------------------------

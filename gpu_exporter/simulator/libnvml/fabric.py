@@ -7,8 +7,8 @@ from ctypes import Structure, c_int, c_ubyte, c_uint
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.drivers import FABRIC_INFO_VERSION_SINCE
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.libnvml.table import OK, STRUCTS, FakeNvmlLibrary, P, nvml_function
-from gpu_exporter.simulator.world import GpuState
 
 
 class FabricInfoV2(Structure):  # nvmlGpuFabricInfo_v2_t

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.model import DeviceProfile
-from gpu_exporter.simulator.world import GpuState
 
 # nvml.h on NVML_FI_DEV_POWER_AVERAGE: "supported on Ampere (except GA100) or
 # newer architectures" (GA100 boards list the field in unsupported_fields).

@@ -6,6 +6,7 @@ import ctypes
 from ctypes import Structure, c_double, c_int, c_uint, c_void_p
 
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     STRUCTS,
@@ -16,7 +17,6 @@ from gpu_exporter.simulator.libnvml.table import (
     nvml_function,
     put,
 )
-from gpu_exporter.simulator.world import GpuState
 
 
 # --- GPM ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from gpu_exporter.simulator.drivers import (
     GPU_INSTANCE_PROFILE_INFO_VERSION_SINCE,
     gpu_instance_profiles_known,
 )
+from gpu_exporter.simulator.gpu_state import GpuState, MigState
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     STRUCTS,
@@ -25,7 +26,6 @@ from gpu_exporter.simulator.libnvml.table import (
     put_str,
 )
 from gpu_exporter.simulator.model import MigProfile
-from gpu_exporter.simulator.world import GpuState, MigState
 
 NAME_V2_BUFFER_SIZE = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
 

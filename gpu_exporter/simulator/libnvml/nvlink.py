@@ -5,8 +5,8 @@ from __future__ import annotations
 from ctypes import c_uint, c_ulonglong
 
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.libnvml.table import OK, FakeNvmlLibrary, P, U, nvml_function, put
-from gpu_exporter.simulator.world import GpuState
 
 
 # --- NVLink ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ctypes import c_uint, c_ulonglong
 
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     FakeNvmlLibrary,
@@ -13,7 +14,6 @@ from gpu_exporter.simulator.libnvml.table import (
     ProcessUtilizationSample,
     nvml_function,
 )
-from gpu_exporter.simulator.world import GpuState
 
 
 # --- processes ------------------------------------------------------------------

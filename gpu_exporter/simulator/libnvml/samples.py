@@ -6,6 +6,7 @@ from ctypes import Structure, c_int, c_uint, c_ulonglong
 
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.simulator.gpu_state import POWER_SAMPLES, UTILIZATION_SAMPLES, GpuState
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     STRUCTS,
@@ -15,7 +16,6 @@ from gpu_exporter.simulator.libnvml.table import (
     Value,
     nvml_function,
 )
-from gpu_exporter.simulator.world import POWER_SAMPLES, UTILIZATION_SAMPLES, GpuState
 
 # --- sub-second samples (nvmlDeviceGetSamples) ---------------------------------------
 # nvmlSamplingType_t. On an H100 (driver 580.159.04) types 0-4 answer, the clock

@@ -30,7 +30,8 @@ from typing import Any
 
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.simulator.drivers import exports
-from gpu_exporter.simulator.world import GpuState, World
+from gpu_exporter.simulator.gpu_state import GpuState
+from gpu_exporter.simulator.world import World
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,43 @@
+"""How a reason for a row not judged names what was absent: the words for a
+reading NVML did not give, a host figure, a process figure (coverage.py)."""
+
+from __future__ import annotations
+
+# How a person names what NVML did not give (GpuReading's fields); a field not
+# named here is said by its name.
+NVML_WORDS: dict[str, str] = {
+    "utilization": "GPU utilization",
+    "memory_used_bytes": "memory usage", "memory_total_bytes": "memory usage",
+    "memory_used_ratio": "memory usage",
+    "temperature_celsius": "temperature", "slowdown_celsius": "slowdown temperature",
+    "power_watts": "power draw", "power_limit_watts": "power limit",
+    "power_default_limit_watts": "default power limit",
+    "clocks_hz": "SM clock", "clocks_max_hz": "maximum SM clock",
+    "clocks_application_hz": "application clocks",
+    "clocks_application_default_hz": "default application clocks",
+    "throttle_reasons": "throttle reasons",
+    "pcie_generation": "PCIe link state", "pcie_generation_max": "PCIe link state",
+    "pcie_width": "PCIe link state", "pcie_width_max": "PCIe link state",
+    "pcie_replays": "PCIe replay counter",
+    "ecc_uncorrected_volatile": "ECC error counts (ECC off, or not on this board)",
+    "remap_pending": "row remapping state", "remap_failed": "row remapping state",
+    "persistence_mode": "persistence mode",
+    "fan_speeds": "fan speed",
+    "recovery_action": "recovery action (drivers R565 and newer)",
+    "c2c_errors": "C2C link error counts (drivers R575 and newer)",
+    "fabric_state": "NVSwitch fabric state (Hopper and newer in an NVSwitch system, drivers "
+                    "R550 and newer)",
+}
+HOST_WORDS: dict[str, str] = {
+    "iowait_ratio": "no CPU iowait reading (/proc/stat)",
+    "io_pressure_some": "no pressure stall information from the kernel (PSI, /proc/pressure)",
+    "cpu_pressure_some": "no pressure stall information from the kernel (PSI, /proc/pressure)",
+    "memory_pressure_full": "no pressure stall information from the kernel (PSI, "
+                            "/proc/pressure)",
+    "swap_bytes_per_s": "no swap activity reading (/proc/vmstat)",
+}
+PROCESS_WORDS: dict[str, str] = {
+    "cpu_ratio": "no CPU time read yet for its processes (/proc/PID/stat)",
+    "affinity_local": "no CPU affinity read for its processes (/proc/PID/status)",
+    "run_queue_wait_ratio": "no run queue wait read for its processes (/proc/PID/schedstat)",
+}
