@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from gpu_exporter.attribution.pod_cpu import checkpoint_path
 from gpu_exporter.cli import parse_settings
 from tests.test_deploy import (
     CUSTOM,
@@ -67,6 +69,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
                                      "password": _SECRET_KEY}}},
     "podResources-non-root": {"podResources": {"runAsRoot": False}},
     "podResources-off": {"podResources": {"enabled": False}},
+    "deviceCheckpoint": {"podResources": {"deviceCheckpoint": True,
+                                          "hostPath": "/var/lib/k0s/kubelet/pod-resources"}},
     "kernelLog": {"kernelLog": {"enabled": True}},
     "kernelLog-unprivileged": {"kernelLog": {"enabled": True, "privileged": False}},
     "privileged": {"securityContext": {"privileged": True}},
@@ -525,6 +529,24 @@ def test_pod_resources_can_be_switched_off(chart: helm.Chart) -> None:
     (c,) = pod["containers"]
     assert parse_settings(c["args"]).kubernetes.pod_resources_socket == ""
     assert all(v["name"] != "pod-resources" for v in pod["volumes"])
+
+
+def test_the_device_checkpoint_is_mounted_only_when_asked_where_the_exporter_reads_it(
+        chart: helm.Chart) -> None:
+    """Off by default (its folder holds the kubelet's registration socket);
+    asked for, the kubelet's device-plugins folder beside the pod-resources
+    one, read-only, where checkpoint_path finds it from the socket's path."""
+    default = pod_of(chart, "defaults")
+    assert all(v["name"] != "device-plugins" for v in default["volumes"])
+    pod = pod_of(chart, "deviceCheckpoint")
+    (c,) = pod["containers"]
+    socket = parse_settings(c["args"]).kubernetes.pod_resources_socket
+    checkpoint = checkpoint_path(socket)
+    mount, volume = mounts_of(pod)[os.path.dirname(checkpoint)]
+    assert mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": "/var/lib/k0s/kubelet/device-plugins",
+                                  "type": "Directory"}
+    assert api_server_refusals(pod) == []
 
 
 def test_host_network_for_node_problem_detector(chart: helm.Chart) -> None:
