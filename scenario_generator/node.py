@@ -20,7 +20,7 @@ GIB = 1024**3
 MIB = 1024**2
 Tenant = Literal["bare", "pod", "slurm-v1", "slurm-v2", "mig"]
 # A GPU its job keeps busy: utilization drawn here, clear of a starved one's
-# (causes.STARVED) by more than the jitter moves either.
+# (host_causes.STARVED) by more than the jitter moves either.
 FED = (0.86, 0.98)
 TENANTS: tuple[Tenant, ...] = ("bare", "pod", "slurm-v1", "slurm-v2", "mig")
 
