@@ -26,6 +26,7 @@ from scenario_generator.confounders import (
     idle_server,
     low_steal,
     memory_near_limit,
+    memory_one_step,
     moderate_load,
     neighbour_io,
     neighbour_memory_pressure,
@@ -51,6 +52,7 @@ from scenario_generator.gpu_causes import (
     link_degraded,
     link_integrity,
     memory_bound,
+    memory_growth,
     no_process,
     nvswitch_fabric,
     oom_risk,
@@ -68,11 +70,13 @@ from scenario_generator.host_causes import (
     cpu_limit_throttled,
     cpu_steal,
     data_pipeline_io,
+    host_cpu_thermal,
     host_swapping,
     input_starvation,
     memory_limit_reclaim,
     process_stalled,
 )
+from scenario_generator.job_causes import straggler
 from scenario_generator.mig_causes import (
     mig_application_fault,
     mig_cpu_limit_throttled,
@@ -112,6 +116,9 @@ class Cause:
     # Host shape it needs (the composer draws the host so): VM, swap, NUMA, PSI.
     needs: frozenset[str] = frozenset()
     exclusive: bool = False  # nothing else on its GPU (the GPU is gone or empty)
+    # A multi-GPU job's straggler: drawn on a node of two GPUs or more, and
+    # only as a case's first cause (it regroups the GPUs' owners into one job).
+    job: bool = False
 
 
 _HOST = frozenset({"host_io", "host_cpu", "host_mem", "swap", "steal"})
@@ -121,6 +128,7 @@ _WHOLE_GPU: frozenset[Tenant] = frozenset({"bare", "pod", "slurm-v1", "slurm-v2"
 _V2: frozenset[Tenant] = frozenset({"pod", "slurm-v2"})
 _PODS: frozenset[Tenant] = frozenset({"pod"})
 _MIG: frozenset[Tenant] = frozenset({"mig"})
+_JOBS: frozenset[Tenant] = frozenset({"pod", "slurm-v1", "slurm-v2"})
 _GPM = "gpm"
 
 
@@ -136,14 +144,32 @@ def _c(name: str, finding: str | None, loads: tuple[int, int], touches: set[str]
     return Cause(name, finding, loads, frozenset(touches), inject, **kw)
 
 
+def _straggler(own: Cause) -> Cause:
+    """A job's straggler slowed by ``own``: where ``own`` can be, in a job
+    (a pod of a container per rank, or a Slurm job) of two GPUs or more."""
+    return Cause(f"straggler_{own.name}", own.finding, own.loads, own.touches | {"job"},
+                 straggler(own.inject), boards=own.boards,
+                 tenants=own.tenants & _JOBS, host=own.host, needs=own.needs, job=True)
+
+
 STARVE = {"util", "memory", "main", "starve"}
+# A host cause that concerns every GPU of the node (none may be emptied).
+EVERY_GPU = "every_gpu"
+# The straggler's own causes: each slows one rank alone.
+CPU_LIMIT = _c("cpu_limit_throttled", "cpu_limit_throttled", STARVED,
+               STARVE | {"host_cpu", "workload_cpu"}, cpu_limit_throttled, tenants=_PODS)
+THERMAL = _c("thermal", "thermal", (50, 100), {"temperature", "clocks"}, thermal)
+LINK = _c("link_degraded", "link_degraded", (0, 100), {"pcie"}, link_degraded)
+# A pod's rank process alone on the wrong socket (a Slurm job's cpuset is
+# every rank's: not one rank's cause).
+AFFINITY = _c("cpu_affinity", "cpu_affinity", (0, 100), {"affinity"}, cpu_affinity,
+              needs=frozenset({"numa"}), tenants=_PODS)
 CAUSES: tuple[Cause, ...] = (
     _c("data_pipeline_io", "data_pipeline_io", STARVED, STARVE | {"host_io", "workload_io"},
        data_pipeline_io),
     _c("cpu_contention", "cpu_contention", STARVED, STARVE | {"host_cpu", "workload_cpu"},
        cpu_contention, host=lambda h: h.psi or h.schedstat),
-    _c("cpu_limit_throttled", "cpu_limit_throttled", STARVED,
-       STARVE | {"host_cpu", "workload_cpu"}, cpu_limit_throttled, tenants=_PODS),
+    CPU_LIMIT,
     _c("host_swapping", "host_swapping", STARVED, STARVE | _HOST | {"workload_mem"},
        host_swapping, needs=frozenset({"swap"})),
     _c("memory_limit_reclaim", "memory_limit_reclaim", STARVED,
@@ -154,14 +180,14 @@ CAUSES: tuple[Cause, ...] = (
     _c("input_starvation", "input_starvation", (20, 70), STARVE | {"burst"}, input_starvation),
     _c("power_cap", "power_cap", (70, 100), {"power", "clocks"}, power_cap,
        boards=_has("power_cap")),
-    _c("thermal", "thermal", (50, 100), {"temperature", "clocks"}, thermal),
+    THERMAL,
     _c("fan_stopped", "fan_stopped", (40, 100), {"temperature", "clocks", "fans"}, fan_stopped,
        boards=_has("fans")),
     _c("hw_slowdown", "hw_slowdown", (50, 100), {"clocks"}, hw_slowdown),
     _c("power_brake", "power_brake", (50, 100), {"clocks", "power"}, power_brake),
     _c("application_clocks", "application_clocks", (10, 100), {"app_clocks"},
        application_clocks, boards=_has("app_clocks")),
-    _c("link_degraded", "link_degraded", (0, 100), {"pcie"}, link_degraded),
+    LINK,
     _c("link_integrity", "link_integrity", (0, 100), {"pcie_errors"}, link_integrity,
        tenants=_WHOLE_GPU),
     # An uncorrectable error on HBM queues its row for remapping: it touches
@@ -206,6 +232,12 @@ CAUSES: tuple[Cause, ...] = (
        mig_cpu_limit_throttled, boards=lambda b: b.mig and b.gpm, tenants=_MIG),
     _c("mig_application_fault", "application_fault", (0, 100), {"instance", "xid"},
        mig_application_fault, boards=_has("mig"), tenants=_MIG),
+    # Where the kernel keeps CPU thermal counters (bare metal: a VM's CPUs
+    # keep none). It concerns every GPU holding a job: none may be emptied.
+    _c("host_cpu_thermal", "host_cpu_thermal", (0, 100), {"host_heat", EVERY_GPU},
+       host_cpu_thermal, tenants=_WHOLE_GPU, host=lambda h: not h.vm),
+    _c("memory_growth", "memory_growth", (0, 100), {"memory"}, memory_growth),
+    *(_straggler(c) for c in (CPU_LIMIT, THERMAL, LINK, AFFINITY)),
 )
 
 CONFOUNDERS: tuple[Cause, ...] = (
@@ -226,5 +258,6 @@ CONFOUNDERS: tuple[Cause, ...] = (
     _c("small_throttle", None, (85, 100), {"workload_cpu"}, small_throttle, tenants=_PODS),
     _c("moderate_load", None, (15, 65), STARVE, moderate_load),
     _c("saturated_symbol_errors", None, (0, 100), {"rdma"}, saturated_symbol_errors),
+    _c("memory_one_step", None, (0, 100), {"memory"}, memory_one_step),
 )
 BY_NAME = {c.name: c for c in (*CAUSES, *CONFOUNDERS)}

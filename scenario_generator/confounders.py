@@ -133,3 +133,17 @@ def moderate_load(b: NodeBuilder) -> list[Expected]:
     model, latency-bound inference): it runs, nothing waits on the host."""
     starved(b, memory=(0.2, 0.7))
     return []
+
+
+def memory_one_step(b: NodeBuilder) -> list[Expected]:
+    """The GPU's process takes one large allocation partway through (a
+    bigger batch, a second model loaded) and then holds still: a step up of
+    10-25 % of the GPU's memory, never a climb, and not near full."""
+    before = float(b.tgt.condition.get("memory_used_ratio", 0.5))
+    before = min(before, 0.6)
+    b.tgt.condition["memory_used_ratio"] = round(before, 4)
+    main = b.main()
+    if main is not None:
+        main["gpu_memory_ratio"] = round(before * 0.97, 4)
+    b.at(round(b.u(15, 50), 1), memory_used_ratio=round(before + b.u(0.1, 0.25), 4))
+    return []

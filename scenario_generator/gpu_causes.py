@@ -246,12 +246,14 @@ def persistence_off(b: NodeBuilder) -> list[Expected]:
 
 def cpu_affinity(b: NodeBuilder) -> list[Expected]:
     """The GPU's process runs on CPUs of another NUMA node than its GPU's: its
-    own affinity, or its Slurm job's cpuset on the wrong socket."""
+    own affinity, or its Slurm job's cpuset on the wrong socket (a job of one
+    GPU; a rank of a job of several is bound to its CPUs by srun, and the
+    binding is what goes wrong)."""
     main = b.main()
     assert main is not None
     remote = b.remote_cpus(b.target)
     spec = b.container()
-    if spec is not None and "job_id" in spec:
+    if spec is not None and "job_id" in spec and "cpus_allowed" not in main:
         spec["cpus"] = remote
     else:
         main["cpus_allowed"] = remote
@@ -281,3 +283,18 @@ def gpu_reset(b: NodeBuilder) -> list[Expected]:
 def nvswitch_fabric(b: NodeBuilder) -> list[Expected]:
     b.tgt.condition["fabric_health"] = b.rng.choice(["unhealthy", "limited_capacity"])
     return at_gpu(b, "nvswitch_fabric")
+
+
+def memory_growth(b: NodeBuilder) -> list[Expected]:
+    """The GPU's process keeps what it should let go (losses kept with their
+    graphs, a cache without bound): its memory climbs steadily from 30-75 %
+    of what processes can allocate, at a rate that fills it in 5-30 minutes
+    (the minute's climb ends well short of full)."""
+    main = b.main()
+    assert main is not None
+    start = b.u(0.3, 0.75)
+    to_full = b.u(300, 1800)
+    b.tgt.condition["memory_used_ratio"] = round(start * 0.97, 4)
+    main.update(gpu_memory_ratio=round(start, 4),
+                gpu_memory_growth_ratio_per_s=round((1 - start) / to_full, 6))
+    return at_gpu(b, "memory_growth")

@@ -210,3 +210,16 @@ def input_starvation(b: NodeBuilder) -> list[Expected]:
     b.tgt.condition["burst_period_s"] = round(b.u(0.6, 3.0), 2)
     main.update(state="R", cpu_ratio=round(b.u(1.0, 3.0), 3))
     return at_gpu(b, "input_starvation")
+
+
+def host_cpu_thermal(b: NodeBuilder) -> list[Expected]:
+    """The host's CPUs run hot (a blocked intake, a failed fan, dried thermal
+    paste): every core and package goes over its temperature limit again and
+    again (0.5-5 times a second) and spends 5-40 % of its time throttled.
+    Every job on the node runs slower at each CPU-side step; the GPUs
+    themselves are as they were. It concerns every GPU that holds a job."""
+    b.host.update(cpu_thermal_counters=True,
+                  cpu_thermal_throttles_per_s=round(b.u(0.5, 5.0), 2),
+                  cpu_thermal_throttled_ratio=round(b.u(0.05, 0.4), 3))
+    held = sorted({i for p in b.processes.values() for i in p.get("gpus", [])})
+    return [Expected(i, "host_cpu_thermal", b.owners(i)) for i in held]
