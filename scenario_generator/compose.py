@@ -17,11 +17,13 @@ from functools import cache
 
 from gpu_exporter.simulator import builtin_profiles, load_profile
 from gpu_exporter.simulator.model import DeviceProfile
-from scenario_generator.causes import CAUSES, CONFOUNDERS, Cause
+from scenario_generator.causes import CAUSES, CONFOUNDERS, EVERY_GPU, Cause
+from scenario_generator.job_causes import PEER_TOUCHES
 from scenario_generator.node import TENANTS, HostShape, NodeBuilder, Tenant
 from scenario_generator.truth import Case, Expected
 
-_HOST_KEYS = frozenset({"host_io", "host_cpu", "host_mem", "swap", "steal"})
+_HOST_KEYS = frozenset({"host_io", "host_cpu", "host_mem", "swap", "steal", "host_heat",
+                        EVERY_GPU})
 # Every class comes up in turn; causes twice as often as confounders.
 ROTATION: tuple[Cause, ...] = (*CAUSES, *CAUSES, *CONFOUNDERS)
 
@@ -62,7 +64,12 @@ def _fits(c: Cause, b: NodeBuilder, gpu: int, taken: dict[int, frozenset[str]],
         return False
     if not c.host(b.shape) or any(not _has_need(b.shape, n) for n in c.needs):
         return False
-    if c.touches & host_taken & _HOST_KEYS:
+    if c.touches & host_taken & _HOST_KEYS or c.job:
+        return False
+    # A cause of every GPU holding a job, and one that empties or loses a GPU.
+    if c.exclusive and EVERY_GPU in host_taken:
+        return False
+    if EVERY_GPU in c.touches and any("exclusive" in t for t in taken.values()):
         return False
     here = taken.get(gpu, frozenset())
     if c.touches & here or (here and (c.exclusive or "exclusive" in here)):
@@ -102,13 +109,17 @@ def compose(seed: int, index: int) -> Case:
         host = draw_host(rng, first.needs)
     band = rng.choice(_bands(first.loads))
     util = _util(rng, band, first.loads)
-    count = rng.choice([1, 2] if tenant == "mig" else [1, 2, 2, 3, 4])
+    count = rng.choice([1, 2] if tenant == "mig" else [2, 2, 3, 4] if first.job
+                       else [1, 2, 2, 3, 4])
     target = rng.randrange(count)
     b = NodeBuilder(rng, board_key, boards()[board_key], tenant, host, count, target, util)
     expected: list[Expected] = _tagged(first.inject(b), first, band)
     causes = [first.name] if first.finding else []
     confounders = [] if first.finding else [first.name]
     taken = {target: first.touches | ({"exclusive"} if first.exclusive else set())}
+    for peer in b.job_gpus:  # a straggler's waiting peers
+        if peer != target:
+            taken[peer] = PEER_TOUCHES
     host_taken = first.touches & _HOST_KEYS
 
     def join(pool: tuple[Cause, ...], gpu: int) -> Cause | None:

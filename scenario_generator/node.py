@@ -20,7 +20,7 @@ GIB = 1024**3
 MIB = 1024**2
 Tenant = Literal["bare", "pod", "slurm-v1", "slurm-v2", "mig"]
 # A GPU its job keeps busy: utilization drawn here, clear of a starved one's
-# (causes.STARVED) by more than the jitter moves either.
+# (host_causes.STARVED) by more than the jitter moves either.
 FED = (0.86, 0.98)
 TENANTS: tuple[Tenant, ...] = ("bare", "pod", "slurm-v1", "slurm-v2", "mig")
 
@@ -88,6 +88,8 @@ class NodeBuilder:
         self.slurm_jobs: list[dict[str, Any]] = []
         self.free_devices: list[str] = []
         self.jitter = 0.0
+        # The GPUs of the multi-GPU job the target is a rank of (empty: none).
+        self.job_gpus: list[int] = []
         self.gpus = [self._healthy_gpu(i, target_util if i == target else None)
                      for i in range(gpus)]
 
@@ -259,8 +261,46 @@ class NodeBuilder:
         if owner.startswith("slurm job "):
             job_id = int(owner.removeprefix("slurm job "))
             return next(j for j in self.slurm_jobs if j["job_id"] == job_id)
-        container: dict[str, Any] = self.pod_of(owner)["containers"][0]
+        _, _, name = owner.split("/")
+        pod = self.pod_of(owner)
+        container: dict[str, Any] = next(c for c in pod["containers"] if c["name"] == name)
         return container
+
+    def form_job(self, gpus: list[int]) -> None:
+        """Make GPUs ``gpus`` the ranks of one job: one pod with a container
+        per rank (each its own cgroup, limits and processes, as a job's
+        launcher starts them), or one Slurm job holding them all (one cgroup,
+        the union of their cpusets)."""
+        ranks = sorted(gpus)
+        self.job_gpus = ranks
+        if self.tenant == "pod":
+            name = f"ddp-{ranks[0]}"
+            containers = []
+            for k, i in enumerate(ranks):
+                g = self.gpus[i]
+                assert g.owner is not None
+                old = self.pod_of(g.owner)
+                self.pods.remove(old)
+                container = {**old["containers"][0], "name": f"rank-{k}"}
+                containers.append(container)
+                g.owner = f"ml/{name}/rank-{k}"
+            self.pods.append({"namespace": "ml", "name": name, "uid": _uid(self.rng),
+                              "containers": containers})
+            return
+        assert self.tenant in ("slurm-v1", "slurm-v2")
+        olds = [self.spec_of(f"slurm job {5000 + i}") for i in ranks]
+        for old in olds:
+            self.slurm_jobs.remove(old)
+        job = {**olds[0], "gpus": ranks, "pids": [p for o in olds for p in o["pids"]],
+               "cpus": ",".join(o["cpus"] for o in olds)}
+        self.slurm_jobs.append(job)
+        for i, old in zip(ranks, olds, strict=True):
+            self.gpus[i].owner = f"slurm job {job['job_id']}"
+            self.gpus[i].workload = job["cgroup"]
+            # srun binds each task to its own CPUs: its GPU's socket.
+            main = self.main(i)
+            assert main is not None
+            main["cpus_allowed"] = old["cpus"]
 
     @property
     def cgroup_read(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scenario_generator.node import NodeBuilder
+
 
 @dataclass(frozen=True)
 class Expected:
@@ -46,3 +48,8 @@ class Case:
         """The case's class in the tables (where its false findings count):
         its first cause, else its confounder, in parentheses."""
         return self.causes[0] if self.causes else f"({self.confounders[0]})"
+
+
+def at_gpu(b: NodeBuilder, cause: str) -> list[Expected]:
+    """``cause`` on the target GPU, naming who holds it."""
+    return [Expected(b.target, cause, b.owners())]

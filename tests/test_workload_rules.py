@@ -17,7 +17,7 @@ from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import Row
 from gpu_exporter.diagnosis.workload_rules import steady_climb
 from gpu_exporter.thresholds import DiagnosisConfig
-from tests.rule_signals import CFG, GIB, NOW, busy_gpu, proc, quiet_host, signals
+from tests.rule_signals import CFG, GIB, NOW, POD, busy_gpu, proc, quiet_host, signals
 
 
 class History:
@@ -174,6 +174,18 @@ def test_an_idle_gpu_is_not_slowed_by_its_hosts_heat() -> None:
     idle = host_throttles(lambda s: 2 * s, procs=[],
                           gpu=busy_gpu(utilization=0.0, memory_used_bytes=0.0))
     assert not any(v.holds for v in run(t.HOST_CPU_THERMAL, idle))
+
+
+def test_a_gpu_split_into_instances_is_slowed_where_its_instances_are_given() -> None:
+    """A split GPU has no processes or memory of its own (they are its
+    instances'): its pods' jobs are what the host's heat slows."""
+    split = busy_gpu(memory_used_bytes=None)
+    given = host_throttles(lambda s: 1000 + 2 * s, lambda s: 0.1 * s, procs=[], gpu=split,
+                           mig=True, owners=(POD,))
+    assert turns_on(run(t.HOST_CPU_THERMAL, given))
+    unused = host_throttles(lambda s: 1000 + 2 * s, lambda s: 0.1 * s, procs=[], gpu=split,
+                            mig=True)
+    assert all(v.holds is None for v in run(t.HOST_CPU_THERMAL, unused))
 
 
 def test_cpus_without_thermal_counters_leave_nothing_to_judge() -> None:

@@ -112,9 +112,14 @@ def _recurring(samples: Sequence[tuple[float, float]]) -> bool:
 
 
 def _holds_job(s: GpuSignals, cfg: DiagnosisConfig) -> bool | None:
-    """A process has a context on the GPU; where none is listed, its memory says."""
+    """A process has a context on the GPU; where none is listed, its memory says.
+    A GPU split into MIG instances holds the jobs of its instances: it has no
+    processes or memory of its own, and is held where its instances are
+    given to someone."""
     if s.processes:
         return True
+    if s.mig and s.gpu_instance is None:
+        return True if s.owners else None
     used = s.memory_used_ratio
     return None if used is None else used > cfg.memory_held_ratio
 
