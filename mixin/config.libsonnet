@@ -109,6 +109,15 @@
         "mad_multiplier": 3.0,
         "min_gap": 0.2,
         "job_busy": 0.5,
+        "pod_job_kinds": [
+          "Job",
+          "PyTorchJob",
+          "MPIJob",
+          "TFJob",
+          "JAXJob",
+          "XGBoostJob",
+          "PaddleJob"
+        ],
         "for": "10m"
       },
       "driver_drift": {

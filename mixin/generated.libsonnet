@@ -9,6 +9,7 @@ function(cfg)
   assert cfg["diagnosis"]["informational_xids"] == [160] : "diagnosis.informational_xids is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg["diagnosis"]["expect_persistence"] == true : "diagnosis.expect_persistence is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg["fleet"]["job_straggler"]["min_nodes"] == 3 : "fleet.job_straggler.min_nodes is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
+  assert cfg["fleet"]["job_straggler"]["pod_job_kinds"] == ["Job", "PyTorchJob", "MPIJob", "TFJob", "JAXJob", "XGBoostJob", "PaddleJob"] : "fleet.job_straggler.pod_job_kinds is written into the table's prose: to change it, regenerate the rules and dashboards (gpu-exporter-alerts and gpu-exporter-dashboards --config)";
   assert cfg.selector != '' : 'selector must not be empty';
   {
     groups: [
@@ -179,8 +180,12 @@ function(cfg)
             "expr": "rate(gpu_energy_joules_total{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}[5m])\n  <= on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left ()\n    (gpu_power_floor_watts{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "} * 1.02\n      and on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) gpu_power_smoothing_enabled{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "} == 1)"
           },
           {
+            "record": "gpu:gpu_job_owner:info",
+            "expr": "max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, owner) (\n  label_join(\n    gpu_allocation_info{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}\n    * on (" + cfg["cluster_label"] + ", namespace, pod) group_left (owner_kind, owner_name)\n    group by (" + cfg["cluster_label"] + ", namespace, pod, owner_kind, owner_name) (\n      kube_pod_owner{owner_kind=~\"Job|PyTorchJob|MPIJob|TFJob|JAXJob|XGBoostJob|PaddleJob\", owner_is_controller=\"true\"}\n    ),\n    \"owner\", \"/\", \"namespace\", \"owner_kind\", \"owner_name\"\n  )\n)\nor\ngpu:gpu_owner:info unless on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) max by (" + cfg["cluster_label"] + ", instance, job, gpu, uuid, owner) (\n  label_join(\n    gpu_allocation_info{" + std.stripChars(std.stripChars(cfg["selector"], ' \t\n'), ',') + "}\n    * on (" + cfg["cluster_label"] + ", namespace, pod) group_left (owner_kind, owner_name)\n    group by (" + cfg["cluster_label"] + ", namespace, pod, owner_kind, owner_name) (\n      kube_pod_owner{owner_kind=~\"Job|PyTorchJob|MPIJob|TFJob|JAXJob|XGBoostJob|PaddleJob\", owner_is_controller=\"true\"}\n    ),\n    \"owner\", \"/\", \"namespace\", \"owner_kind\", \"owner_name\"\n  )\n)"
+          },
+          {
             "record": "owner_instance:gpu_utilization_ratio:avg",
-            "expr": "avg by (" + cfg["cluster_label"] + ", owner, instance, job) (\n  gpu:gpu_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left () gpu:gpu_utilization_ratio:rate2m\n)"
+            "expr": "avg by (" + cfg["cluster_label"] + ", owner, instance, job) (\n  gpu:gpu_job_owner:info * on (" + cfg["cluster_label"] + ", instance, job, gpu, uuid) group_left () gpu:gpu_utilization_ratio:rate2m\n)"
           },
           {
             "record": "owner:gpu_utilization_ratio:median_node",

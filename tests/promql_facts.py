@@ -276,7 +276,11 @@ def clauses(expr: str) -> list[tuple[str, list[str]]]:
 # (kube-state-metrics' docs/metrics/workload/pod-metrics.md).
 FOREIGN = {"kube_pod_info": {"namespace", "pod", "uid", "host_ip", "pod_ip", "node",
                              "created_by_kind", "created_by_name", "priority_class",
-                             "host_network"}}
+                             "host_network"},
+           # kube-state-metrics' docs/metrics/workload/pod-metrics.md: the
+           # pod's owner reference, one series per owner.
+           "kube_pod_owner": {"namespace", "pod", "uid", "owner_kind", "owner_name",
+                              "owner_is_controller"}}
 
 
 def series_labels(expr: str, records: set[str],

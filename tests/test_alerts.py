@@ -175,8 +175,10 @@ def test_every_metric_a_rule_reads_exists() -> None:
         for rule in group["rules"]:
             for name in metric_names(rule["expr"]):
                 # up: Prometheus' own; kube_pod_info: kube-state-metrics', for
-                # the pod of each process where the kubelet's socket is not read.
-                assert name in BY_NAME or name in records or name in ("up", "kube_pod_info"), \
+                # the pod of each process where the kubelet's socket is not read;
+                # kube_pod_owner: kube-state-metrics', for a job of pods over nodes.
+                assert name in BY_NAME or name in records or name in (
+                    "up", "kube_pod_info", "kube_pod_owner"), \
                     f"{rule.get('alert') or rule.get('record')}: unknown metric {name}"
 
 

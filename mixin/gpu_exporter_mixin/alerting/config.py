@@ -68,6 +68,11 @@ class Straggler(_Strict):
     for_: Duration = Field(900.0, alias="for")
 
 
+# A Kubernetes kind (CamelCase, letters and digits): it is written into a
+# PromQL regular expression, so nothing else may reach it.
+KindName = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$")]
+
+
 class JobStraggler(_Strict):
     """A node of a job spread over nodes whose GPUs work far less than the
     job's median node: far below is more than ``mad_multiplier`` times the
@@ -81,6 +86,15 @@ class JobStraggler(_Strict):
     # The job's median node works above this: a job that waits as a whole
     # (checkpointing, starting, idle) has no straggler.
     job_busy: float = Field(0.5, gt=0, le=1)
+    # A job of pods over nodes is one owner where kube-state-metrics names
+    # the same controller of one of these kinds (kube_pod_owner) for each of
+    # its pods: a batch Job (an indexed Job, the Jobs JobSet and Kubeflow
+    # Trainer's TrainJob make, Volcano's) or a Kubeflow training operator's
+    # job. A Deployment's or StatefulSet's replicas are no job: each serves
+    # on its own, and one slower than the others straggles for no one.
+    pod_job_kinds: tuple[KindName, ...] = Field(
+        default=("Job", "PyTorchJob", "MPIJob", "TFJob", "JAXJob", "XGBoostJob", "PaddleJob"),
+        min_length=1)
     for_: Duration = Field(600.0, alias="for")
 
 

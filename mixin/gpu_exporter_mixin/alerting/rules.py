@@ -445,6 +445,7 @@ def recording_rules(config: AlertConfig) -> list[RecordingRule]:
     return rules
 
 
+JOB_OWNER_RECORD = "gpu:gpu_job_owner:info"
 JOB_NODE_RECORD = "owner_instance:gpu_utilization_ratio:avg"
 JOB_MEDIAN_RECORD = "owner:gpu_utilization_ratio:median_node"
 JOB_DEVIATION_RECORD = "owner_instance:gpu_utilization_ratio:median_deviation"
@@ -452,24 +453,51 @@ JOB_MAD_RECORD = "owner:gpu_utilization_ratio:median_abs_deviation"
 JOB_STRAGGLER_RECORD = "owner_instance:gpu_utilization_ratio:job_straggler"
 
 
+def job_owner_rule(config: AlertConfig, x: Exprs) -> RecordingRule:
+    """Whose job each GPU works for, over nodes: a Slurm job has one id on
+    every node (``OWNER_RECORD`` names it so already); a pod is one node's
+    part of a job, which is its controller where kube-state-metrics names one
+    of a job's kinds (``kube_pod_owner``), ``namespace/Kind/name``. Any other
+    GPU keeps its owner from ``OWNER_RECORD``."""
+    kinds = "|".join(config.fleet.job_straggler.pod_job_kinds)
+    pod_key = f"{x.cluster}, namespace, pod"
+    # One series per pod and controller, whatever kube-state-metrics replicas
+    # or extra labels: a pod has one controller.
+    controller = (f"group by ({pod_key}, owner_kind, owner_name) (\n"
+                  f'      kube_pod_owner{{owner_kind=~"{kinds}", owner_is_controller="true"}}\n'
+                  "    )")
+    of_job = (f"max by ({x.gpu_key}, owner) (\n"
+              "  label_join(\n"
+              f"    {x.m('gpu_allocation_info')}\n"
+              f"    * on ({pod_key}) group_left (owner_kind, owner_name)\n"
+              f"    {controller},\n"
+              '    "owner", "/", "namespace", "owner_kind", "owner_name"\n'
+              "  )\n"
+              ")")
+    return RecordingRule(
+        JOB_OWNER_RECORD,
+        f"{of_job}\nor\n{OWNER_RECORD} unless on ({x.gpu_key}) {of_job}",
+        "Whose job each GPU works for across nodes: a pod's controller of a job kind "
+        "(kube-state-metrics' kube_pod_owner), else the GPU's owner.")
+
+
 def job_rules(config: AlertConfig, x: Exprs) -> list[RecordingRule]:
-    """A job spread over nodes, by its owner (``OWNER_RECORD``: a Slurm job
-    has one id on every node; a pod owner is one container, so it spans nodes
-    only where the same owner holds GPUs on several): each node's share of the
-    job, and the node far below the job's median by a robust spread. PromQL
-    has quantile() but no median absolute deviation: the deviations from the
-    median are recorded per node, and the median of their absolute values
-    taken over them."""
+    """A job spread over nodes, by its owner over nodes (``JOB_OWNER_RECORD``):
+    each node's share of the job, and the node far below the job's median by
+    a robust spread. PromQL has quantile() but no median absolute deviation:
+    the deviations from the median are recorded per node, and the median of
+    their absolute values taken over them."""
     js = config.fleet.job_straggler
     owner_key = f"{x.cluster}, owner"
     node_in_job = f"{x.cluster}, owner, {', '.join(NODE_LABELS)}"
     spread = (f"clamp_min({JOB_MAD_RECORD} * {js.mad_multiplier:.15g}, "
               f"{js.min_gap:.15g})")
     return [
+        job_owner_rule(config, x),
         RecordingRule(
             JOB_NODE_RECORD,
             f"avg by ({node_in_job}) (\n"
-            f"  {OWNER_RECORD} * on ({x.gpu_key}) group_left () {UTILIZATION_RECORD}\n)",
+            f"  {JOB_OWNER_RECORD} * on ({x.gpu_key}) group_left () {UTILIZATION_RECORD}\n)",
             "Each node's share of each owner's work: the mean utilization of the owner's "
             "GPUs on the node."),
         RecordingRule(
