@@ -22,6 +22,7 @@ from typing import Any
 from gpu_exporter.simulator.model import DeviceProfile
 from scenario_generator.confounders import (
     corrected_ecc,
+    host_memory_one_step,
     hot_full_clocks,
     idle_server,
     low_steal,
@@ -54,6 +55,7 @@ from scenario_generator.gpu_causes import (
     memory_bound,
     memory_growth,
     no_process,
+    no_process_cpu_idle,
     nvswitch_fabric,
     oom_risk,
     persistence_off,
@@ -61,6 +63,7 @@ from scenario_generator.gpu_causes import (
     power_cap,
     power_cap_fits,
     row_remap_pending,
+    runs_on_cpu,
     small_kernels,
     thermal,
 )
@@ -71,6 +74,7 @@ from scenario_generator.host_causes import (
     cpu_steal,
     data_pipeline_io,
     host_cpu_thermal,
+    host_memory_growth,
     host_swapping,
     input_starvation,
     memory_limit_reclaim,
@@ -83,6 +87,7 @@ from scenario_generator.mig_causes import (
     mig_no_process,
     mig_oom_risk,
     mig_process_stalled,
+    mig_runs_on_cpu,
 )
 from scenario_generator.network_causes import (
     rdma_link_integrity,
@@ -147,7 +152,10 @@ def _c(name: str, finding: str | None, loads: tuple[int, int], touches: set[str]
 def _straggler(own: Cause) -> Cause:
     """A job's straggler slowed by ``own``: where ``own`` can be, in a job
     (a pod of a container per rank, or a Slurm job) of two GPUs or more."""
-    return Cause(f"straggler_{own.name}", own.finding, own.loads, own.touches | {"job"},
+    # Its SM activity too: a second cause setting it (small kernels) would
+    # make the slow rank read like one of its waiting peers.
+    return Cause(f"straggler_{own.name}", own.finding, own.loads,
+                 own.touches | {"job", _GPM},
                  straggler(own.inject), boards=own.boards,
                  tenants=own.tenants & _JOBS, host=own.host, needs=own.needs, job=True)
 
@@ -215,6 +223,11 @@ CAUSES: tuple[Cause, ...] = (
        needs=frozenset({"numa"})),
     _c("no_process", "no_process", (0, 5), {"util", "memory", "main"}, no_process,
        tenants=_PODS, exclusive=True),
+    # The pod's container runs its job on the CPU (a MIG instance's below).
+    _c("runs_on_cpu", "runs_on_cpu", (0, 5), {"util", "memory", "main"}, runs_on_cpu,
+       tenants=_PODS, exclusive=True),
+    _c("no_process_cpu_idle", "no_process", (0, 5), {"util", "memory", "main"},
+       no_process_cpu_idle, tenants=_PODS, exclusive=True),
     _c("gpu_reset", "gpu_reset", (0, 100), {"recovery"}, gpu_reset, tenants=_WHOLE_GPU),
     _c("nvswitch_fabric", "nvswitch_fabric", (0, 100), {"fabric"}, nvswitch_fabric,
        boards=_has("fabric"), tenants=_WHOLE_GPU),
@@ -228,6 +241,8 @@ CAUSES: tuple[Cause, ...] = (
        boards=lambda b: b.mig and b.gpm, tenants=_MIG),
     _c("mig_no_process", "no_process", (0, 5), {"instance"}, mig_no_process,
        boards=_has("mig"), tenants=_MIG),
+    _c("mig_runs_on_cpu", "runs_on_cpu", (0, 5), {"instance"}, mig_runs_on_cpu,
+       boards=_has("mig"), tenants=_MIG),
     _c("mig_cpu_limit_throttled", "cpu_limit_throttled", STARVED, {"instance"},
        mig_cpu_limit_throttled, boards=lambda b: b.mig and b.gpm, tenants=_MIG),
     _c("mig_application_fault", "application_fault", (0, 100), {"instance", "xid"},
@@ -236,6 +251,9 @@ CAUSES: tuple[Cause, ...] = (
     # keep none). It concerns every GPU holding a job: none may be emptied.
     _c("host_cpu_thermal", "host_cpu_thermal", (0, 100), {"host_heat", EVERY_GPU},
        host_cpu_thermal, tenants=_WHOLE_GPU, host=lambda h: not h.vm),
+    # Every job shares the host's memory: it concerns every GPU holding one.
+    _c("host_memory_growth", "host_memory_growth", (0, 100), {"host_mem", EVERY_GPU},
+       host_memory_growth, tenants=_WHOLE_GPU),
     _c("memory_growth", "memory_growth", (0, 100), {"memory"}, memory_growth),
     *(_straggler(c) for c in (CPU_LIMIT, THERMAL, LINK, AFFINITY)),
 )
@@ -258,6 +276,8 @@ CONFOUNDERS: tuple[Cause, ...] = (
     _c("small_throttle", None, (85, 100), {"workload_cpu"}, small_throttle, tenants=_PODS),
     _c("moderate_load", None, (15, 65), STARVE, moderate_load),
     _c("saturated_symbol_errors", None, (0, 100), {"rdma"}, saturated_symbol_errors),
+    _c("host_memory_one_step", None, (0, 100), {"host_mem"}, host_memory_one_step,
+       tenants=_WHOLE_GPU),
     _c("memory_one_step", None, (0, 100), {"memory"}, memory_one_step),
 )
 BY_NAME = {c.name: c for c in (*CAUSES, *CONFOUNDERS)}

@@ -147,3 +147,14 @@ def memory_one_step(b: NodeBuilder) -> list[Expected]:
         main["gpu_memory_ratio"] = round(before * 0.97, 4)
     b.at(round(b.u(15, 50), 1), memory_used_ratio=round(before + b.u(0.1, 0.25), 4))
     return []
+
+
+def host_memory_one_step(b: NodeBuilder) -> list[Expected]:
+    """The host's memory in use steps up once partway through (a job loads a
+    dataset into memory, a second job starts) and then holds still: 10-25 %
+    of MemTotal in one go, never a climb, and plenty left available."""
+    start = b.u(0.4, 0.8)
+    b.host["memory_available_ratio"] = round(start, 4)
+    b.timeline.append({"at": round(b.u(15, 50), 1), "host": {
+        "memory_available_ratio": round(start - b.u(0.1, min(0.25, start - 0.15)), 4)}})
+    return []

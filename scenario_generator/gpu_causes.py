@@ -274,6 +274,56 @@ def no_process(b: NodeBuilder) -> list[Expected]:
     return at_gpu(b, "no_process")
 
 
+def runs_on_cpu(b: NodeBuilder) -> list[Expected]:
+    """The kubelet gave the GPU to a pod whose container sees no CUDA (no
+    runtime hook, CUDA_VISIBLE_DEVICES emptied), so its framework runs the
+    job on the CPU: its process holds no context on any GPU and keeps 2-12
+    cores busy, alone or with loader workers; the GPU idles, memory empty."""
+    main = _off_gpu(b)
+    main.update(state="R", cpu_ratio=round(b.u(2.0, 12.0), 3),
+                run_queue_wait_ratio=b.u(0.0, 0.04))
+    if b.rng.random() < 0.4:
+        _workers(b, main, "R", (0.3, 1.0))
+    return at_gpu(b, "runs_on_cpu")
+
+
+def no_process_cpu_idle(b: NodeBuilder) -> list[Expected]:
+    """The kubelet gave the GPU to a pod whose container runs nothing on any
+    GPU and waits (a server that never got its model, a shell left open):
+    its processes sleep on a few hundredths of a CPU, 0.5 at most in all.
+    Nothing computes anywhere: the GPU is unused, not worked around."""
+    main = _off_gpu(b)
+    main.update(state="S", cpu_ratio=round(b.u(0.0, 0.2), 3), run_queue_wait_ratio=0.0,
+                voluntary_ctxt_switches_per_s=b.u(1, 50))
+    if b.rng.random() < 0.4:
+        _workers(b, main, "S", (0.0, 0.05))
+    return at_gpu(b, "no_process")
+
+
+def _off_gpu(b: NodeBuilder) -> dict[str, Any]:
+    """The target's main process, kept in its container with no context on
+    any GPU; the GPU idle with its memory empty."""
+    main = b.main()
+    assert main is not None
+    main.update(gpus=[], gpu_memory_ratio=0.0, sm_utilization=0.0)
+    b.tgt.pid = None
+    b.tgt.condition.update(utilization=0.0, memory_used_ratio=0.0)
+    return main
+
+
+def _workers(b: NodeBuilder, main: dict[str, Any], state: str,
+             cpu: tuple[float, float]) -> None:
+    """Two to four helpers of ``main`` in its container, on no GPU either."""
+    spec = b.container()
+    assert spec is not None
+    base = main["pid"] * 10 + 1
+    n = b.rng.randint(2, 4)
+    for k in range(n):
+        b.processes[base + k] = {"pid": base + k, "ppid": main["pid"], "comm": "pt_worker",
+                                 "gpus": [], "state": state, "cpu_ratio": round(b.u(*cpu), 3)}
+    spec["pids"] = [*spec["pids"], *range(base, base + n)]
+
+
 def gpu_reset(b: NodeBuilder) -> list[Expected]:
     """The driver says the GPU must be reset (its recovery action)."""
     b.at(5.0, recovery_action="gpu_reset")

@@ -223,3 +223,19 @@ def host_cpu_thermal(b: NodeBuilder) -> list[Expected]:
                   cpu_thermal_throttled_ratio=round(b.u(0.05, 0.4), 3))
     held = sorted({i for p in b.processes.values() for i in p.get("gpus", [])})
     return [Expected(i, "host_cpu_thermal", b.owners(i)) for i in held]
+
+
+def host_memory_growth(b: NodeBuilder) -> list[Expected]:
+    """The jobs leak host memory (loader workers that keep a copy of every
+    batch, a cache without bound): the host's memory in use climbs steadily
+    from 20-60 % of MemTotal, at a rate that leaves none available within
+    5-40 minutes, so well within the minute judged the kernel still has
+    plenty left (it never reaches its last reserves). The GPUs work on as
+    they were; every job on the node shares the one host's memory, so it
+    concerns every GPU that holds a job."""
+    start = b.u(0.4, 0.8)
+    to_empty = b.u(300, 2400)
+    b.host.update(memory_available_ratio=round(start, 4),
+                  memory_available_drop_ratio_per_s=round(start / to_empty, 7))
+    held = sorted({i for p in b.processes.values() for i in p.get("gpus", [])})
+    return [Expected(i, "host_memory_growth", b.owners(i)) for i in held]

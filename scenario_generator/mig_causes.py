@@ -50,6 +50,21 @@ def mig_no_process(b: NodeBuilder) -> list[Expected]:
     return [Expected(b.target, "no_process", owners, gi)]
 
 
+def mig_runs_on_cpu(b: NodeBuilder) -> list[Expected]:
+    """A pod holds an instance, but its container sees no CUDA and runs its
+    job on 2-8 CPUs: its process holds no context anywhere, the instance's
+    SMs do nothing and its memory is empty."""
+    inst = b.tgt.instances[0]
+    assert inst.pid is not None
+    proc = b.processes[inst.pid]
+    proc.pop("mig", None)
+    proc.update(gpus=[], gpu_memory_ratio=0.0, sm_utilization=0.0, state="R",
+                cpu_ratio=round(b.u(2.0, 8.0), 3))
+    inst.sm_active, inst.memory_used_ratio = 0.0, 0.0
+    gi, owners = _instance(b)
+    return [Expected(b.target, "runs_on_cpu", owners, gi)]
+
+
 def mig_cpu_limit_throttled(b: NodeBuilder) -> list[Expected]:
     """The pod on one instance is throttled by its CPU limit: its own cgroup
     shows it, the instance's SMs wait."""
