@@ -36,7 +36,7 @@ import yaml
 
 from benchmarks.central_store import CentralStore
 from gpu_exporter.commands.fleet import FleetNode, parse_jobs, parse_mix, place_jobs, plan
-from gpu_exporter_mixin.alerting.rules import JOB_STRAGGLER_RECORD
+from gpu_exporter_mixin.alerting.owner_rules import JOB_STRAGGLER_RECORD
 from gpu_exporter_mixin.dashboards.build import JOB_STRAGGLER_NODES, JOBS_OVER_NODES
 from gpu_exporter_mixin.dashboards.generate import FLEET
 from gpu_exporter_mixin.dashboards.queries import panels, substitute

@@ -37,7 +37,8 @@ from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter_mixin.alerting.config import load_config
 from gpu_exporter_mixin.alerting.render import alert_annotations
-from gpu_exporter_mixin.alerting.rules import UTILIZATION_RATE_WINDOW, alert_rules
+from gpu_exporter_mixin.alerting.rule_types import UTILIZATION_RATE_WINDOW
+from gpu_exporter_mixin.alerting.rules import alert_rules
 from gpu_exporter_mixin.alerting.templates import render
 from gpu_exporter_mixin.dashboards.generate import FLEET, NODE
 from gpu_exporter_mixin.dashboards.queries import panels, substitute

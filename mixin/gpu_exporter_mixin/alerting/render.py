@@ -7,13 +7,13 @@ from typing import Any
 import yaml
 
 from gpu_exporter_mixin.alerting.config import AlertConfig
+from gpu_exporter_mixin.alerting.rule_types import RecordingRule
 from gpu_exporter_mixin.alerting.rules import (
     GROUP_DIAGNOSIS,
     GROUP_EXPORTER,
     GROUP_FLEET,
     GROUP_RECORDING,
     AlertRule,
-    RecordingRule,
     alert_rules,
     recording_rules,
 )

@@ -12,7 +12,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from gpu_exporter.diagnosis.table import ROWS
 from gpu_exporter_mixin.alerting.config import AlertConfig
-from gpu_exporter_mixin.alerting.rules import (
+from gpu_exporter_mixin.alerting.owner_rules import (
     ENERGY_RECORD,
     JOB_DEVIATION_RECORD,
     JOB_NODE_RECORD,

@@ -17,7 +17,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from gpu_exporter_mixin.alerting.config import AlertConfig
-from gpu_exporter_mixin.alerting.rules import GPU_LABELS
+from gpu_exporter_mixin.alerting.rule_types import GPU_LABELS
 
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
