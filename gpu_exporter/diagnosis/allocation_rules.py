@@ -1,6 +1,7 @@
-"""The rule of a GPU allocated to a pod whose code runs on the CPU
-(``allocation_rows.py``): the place is allocated, nothing runs on it, and its
-pod, with no process on any GPU, keeps its CPUs busy."""
+"""The rules of a GPU allocated and unused: allocated to a pod or claim
+with nothing running on it (``ALLOCATED_UNUSED``), and allocated to a pod
+whose code runs on the CPU (``allocation_rows.py``): nothing runs on the
+place, and its pod, with no process on any GPU, keeps its CPUs busy."""
 
 from __future__ import annotations
 
@@ -11,20 +12,41 @@ from gpu_exporter.readings import GpuOwner
 from gpu_exporter.thresholds import DiagnosisConfig
 
 
-def _runs_on_cpu(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+def _place_unused(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool, Evidence] | None:
+    """Whether nothing runs on the place (no process, idle, no memory held),
+    with its evidence; None where allocations, processes or memory are not
+    read. Memory held with no process listed is a process the exporter
+    cannot see (another PID namespace, no permission), not an unused place;
+    a MIG instance without GPM says nothing of its activity, and with no
+    process on it nothing can be running."""
     used, load = s.memory_used_ratio, s.load
     if not s.allocations_known or not s.processes_known or used is None:
-        return Verdict(None)
+        return None
     ev: Evidence = {"gpu_processes": len(s.processes), "gpu_memory_used_ratio": round(used, 3)}
     if load is not None:
         ev["gpu_utilization_ratio"] = round(load, 3)
-    pods = [o for o in s.owners if o.pod and not o.slurm_job_id]
-    # Work on the place, seen or not (memory held with no process listed is a
-    # process the exporter cannot see), is no job kept off it; a MIG instance
-    # without GPM says nothing of its activity, and with no process on it
-    # nothing can be running.
     idle = load is None or load < cfg.idle_utilization
-    if not pods or s.processes or not idle or used >= cfg.memory_held_ratio:
+    return not s.processes and idle and used < cfg.memory_held_ratio, ev
+
+
+def _allocated_unused(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    place = _place_unused(s, cfg)
+    if place is None:
+        return Verdict(None)
+    unused, ev = place
+    return Verdict(unused and any(not o.slurm_job_id for o in s.owners), ev)
+
+
+rule(t.ALLOCATED_UNUSED)(_allocated_unused)
+
+
+def _runs_on_cpu(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
+    place = _place_unused(s, cfg)
+    if place is None:
+        return Verdict(None)
+    unused, ev = place
+    pods = [o for o in s.owners if o.pod and not o.slurm_job_id]
+    if not pods or not unused:
         return Verdict(False, ev)
     unknown = False
     for owner in pods:

@@ -650,25 +650,6 @@ def _numa(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
 rule(t.NUMA_MISPLACED)(_numa)
 
 
-def _allocated_unused(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
-    pods = [o for o in s.owners if not o.slurm_job_id]
-    used, load = s.memory_used_ratio, s.load
-    if not s.allocations_known or not s.processes_known or used is None:
-        return Verdict(None)
-    ev: Evidence = {"gpu_processes": len(s.processes), "gpu_memory_used_ratio": round(used, 3)}
-    if load is not None:
-        ev["gpu_utilization_ratio"] = round(load, 3)
-    # Memory held with no process listed is a process the exporter cannot
-    # see (another PID namespace, no permission), not an unused GPU; a MIG
-    # instance without GPM says nothing of its activity, and with no process
-    # on it nothing can be running.
-    idle = load is None or load < cfg.idle_utilization
-    return Verdict(bool(pods) and not s.processes and idle and used < cfg.memory_held_ratio, ev)
-
-
-rule(t.ALLOCATED_UNUSED)(_allocated_unused)
-
-
 def _check_every_row_has_a_rule() -> None:
     missing = [r.key for r in ROWS if r not in RULES]
     if missing:
