@@ -263,8 +263,10 @@ def test_a_poll_reads_past_garbage_but_at_most_its_bytes(
     garbage = (b"\x00" * 255 + b"\n") * 4096  # one batch (1 MiB) of lines that are not records
     node.write(garbage + garbage + xid(0, code=43))
     c = node.collector()
-    node.poll(c)
+    snap = node.poll(c)
     assert c.store.totals[(BUS, 43)].before_start == 1  # two batches found nothing: read on
+    # each line skipped is said, once, in the exporter's own counter
+    assert snap.get("gpu_exporter_kernel_log_records_malformed_total") == 2 * 4096
     monkeypatch.setattr(collector_module, "MAX_BYTES_PER_POLL", len(garbage) * 2)
     node.write(garbage + garbage + xid(1, code=45))
     node.poll(c)

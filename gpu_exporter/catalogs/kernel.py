@@ -24,6 +24,13 @@ EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL = _m(
     "(from the records' sequence numbers; those before the exporter started count too): "
     "Xids among them are not counted from the log.", (), SOURCE)
 
+EXPORTER_KERNEL_LOG_RECORDS_MALFORMED_TOTAL = _m(
+    "gpu_exporter_kernel_log_records_malformed_total", "counter",
+    "Kernel log records the exporter skipped as not in /dev/kmsg's record format "
+    "(\"prefix,seq,usec,flags;message\"), or longer than a record can be: an Xid line "
+    "among them is not counted. Rising on a node: something other than the kernel's ring "
+    "is behind --path.kmsg.", (), SOURCE)
+
 EXPORTER_KERNEL_LOG_OVERFLOW_TOTAL = _m(
     "gpu_exporter_kernel_log_overflow_total", "counter",
     "Xid and SXid lines whose (GPU, code, process) found the exporter's table of distinct "

@@ -45,6 +45,7 @@ from gpu_exporter.attribution.slurm import read_job
 from gpu_exporter.catalogs.kernel import (
     EXPORTER_KERNEL_LOG_OVERFLOW_TOTAL,
     EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL,
+    EXPORTER_KERNEL_LOG_RECORDS_MALFORMED_TOTAL,
     EXPORTER_KERNEL_LOG_STATE,
     NIC_KERNEL_EVENTS_TOTAL,
     NVSWITCH_SXID_ERRORS_TOTAL,
@@ -285,6 +286,8 @@ class KmsgCollector(Collector):
         with self._lock:
             lost = self._reader.lost if self._reader is not None else 0
             out.add(EXPORTER_KERNEL_LOG_RECORDS_LOST_TOTAL, lost)
+            malformed = self._reader.malformed if self._reader is not None else 0
+            out.add(EXPORTER_KERNEL_LOG_RECORDS_MALFORMED_TOTAL, malformed)
             out.add(EXPORTER_KERNEL_LOG_OVERFLOW_TOTAL, self.store.overflow)
             for e in sorted(self.store.sxids.values(),
                             key=lambda e: (e.switch, e.bus, e.code)):

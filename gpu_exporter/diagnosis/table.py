@@ -647,6 +647,7 @@ NOT_READ: dict[str, str] = {
                                       "the dashboards",
     "gpu_exporter_kernel_log_state": _OURS,
     "gpu_exporter_kernel_log_records_lost_total": _OURS,
+    "gpu_exporter_kernel_log_records_malformed_total": _OURS,
     "gpu_exporter_kernel_log_overflow_total": _OURS,
     "gpu_diagnosis_active": _OURS, "gpu_diagnosis_not_judged": _OURS,
     "gpu_diagnosis_input_missing": _OURS, "gpu_baseline_drift": _OURS,
