@@ -261,6 +261,20 @@ def test_one_read_of_a_file_takes_at_most_a_batch(tmp_path: Path) -> None:
     reader.close()
 
 
+def test_what_one_chunk_held_beyond_a_limit_is_all_that_waits(tmp_path: Path) -> None:
+    """Records read past a read's limit wait for the next read: never more
+    than one chunk (256 KiB) of them, however small and however many."""
+    size = 32
+    per_chunk = 256 * 1024 // size
+    reader = file_reader(tmp_path, b"".join(of_size(i, size) for i in range(4 * per_chunk)))
+    seen = []
+    for _ in range(3 * per_chunk):
+        seen += [r.seq for r in reader.read(1)]
+        assert len(reader._ready) < per_chunk
+    assert seen == list(range(3 * per_chunk))  # in order, none lost or read twice
+    reader.close()
+
+
 def test_closing_forgets_an_unfinished_record(tmp_path: Path) -> None:
     reader = file_reader(tmp_path, record(0) + record(1) + b"6,2,0,-;unfin")
     assert [r.seq for r in reader.read(1)] == [0]

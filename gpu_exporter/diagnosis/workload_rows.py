@@ -59,7 +59,7 @@ HOST_MEMORY_GROWTH = Row(
     "ends a process: a job that gets slower hour by hour on a host whose free memory "
     "shrinks. The evidence gives the growth rate and the time until none is available. "
     "Memory that holds still, falls or rose in one step is no climb.",
-    "Find what grows: `ps aux --sort=-rss | head` now and a few minutes later (data loader "
+    "Find what grows: the processes by resident memory now and a few minutes later (data loader "
     "workers that copy the dataset, caches without a bound, pinned-memory buffers kept per "
     "batch, a logging or metrics buffer); fix the leak or bound the cache, set a memory "
     "limit on the job so it is stopped before the node.",
