@@ -70,6 +70,9 @@ def test_every_aggregation_keeps_the_configured_cluster_label(generated: Path) -
     assert keys >= 15  # the fleet rules are many; a regex that found none proves nothing
 
 
+# Every promtool test file in one run (each row's alert and the fleet's):
+# minutes on a loaded 2-core machine, as long as its promtool call may take.
+@pytest.mark.timeout(660)
 def test_the_promtool_tests_use_the_new_labels_and_pass(generated: Path) -> None:
     files = sorted((generated / TESTS_DIR).glob("*.yml"))
     assert len(files) >= 5
