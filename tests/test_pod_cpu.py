@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from gpu_exporter.attribution import pod_cpu
 from gpu_exporter.attribution.cgroup_tree import discover
 from gpu_exporter.attribution.devices import parse_device_id
 from gpu_exporter.attribution.kubelet_answers import Allocation, Claim, Owner
 from gpu_exporter.attribution.pod_cpu import (
+    CheckpointReader,
     checkpoint_path,
     cores_since,
     parse_checkpoint,
@@ -100,6 +102,31 @@ def test_an_unreadable_checkpoint_places_nothing(tmp_path: Path) -> None:
     path.write_bytes(checkpoint(entry()))
     grants = read_checkpoint(str(path))
     assert grants is not None and grants[0].pod_uid == UID
+
+
+def test_the_checkpoint_is_parsed_again_only_when_the_kubelet_replaced_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "kubelet_internal_checkpoint"
+    path.write_bytes(checkpoint(entry()))
+    parsed: list[bytes] = []
+    real = pod_cpu.parse_checkpoint
+    monkeypatch.setattr(pod_cpu, "parse_checkpoint",
+                        lambda data: parsed.append(data) or real(data))
+    reader = CheckpointReader(str(path))
+    first = reader.grants()
+    assert first is not None and first[0].pod_uid == UID
+    assert reader.grants() == first and len(parsed) == 1  # unchanged: not read again
+    # the kubelet writes a new file and renames it over the old one
+    other = "33333333-3333-4333-8333-333333333333"
+    (tmp_path / "new").write_bytes(checkpoint(entry(uid=other)))
+    os.replace(tmp_path / "new", path)
+    again = reader.grants()
+    assert again is not None and again[0].pod_uid == other and len(parsed) == 2
+    path.unlink()
+    assert reader.grants() is None  # gone: nothing placed, and asked again next poll
+    path.write_bytes(b"not json")  # not the kubelet's: nothing placed, tried again
+    assert reader.grants() is None and reader.grants() is None
+    assert len(parsed) == 4
 
 
 def cgroup_file(root: Path, relative: str, name: str, text: str) -> None:

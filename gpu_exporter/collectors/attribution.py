@@ -40,11 +40,11 @@ from gpu_exporter.attribution.grouping import (
     workload_signals,
 )
 from gpu_exporter.attribution.pod_cpu import (
+    CheckpointReader,
     checkpoint_path,
     cores_since,
     pod_cpu_seconds,
     pod_uids,
-    read_checkpoint,
 )
 from gpu_exporter.attribution.podresources import Allocations, PodResourcesWatcher, Status
 from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
@@ -137,7 +137,7 @@ class AttributionCollector(Collector):
         self._refresh_every = refresh_every
         self._next_refresh: float | None = None
         self.watcher: PodResourcesWatcher | None = None
-        self._checkpoint = checkpoint_path(socket_path) if socket_path else ""
+        self._checkpoint = CheckpointReader(checkpoint_path(socket_path) if socket_path else "")
         # pod UID -> (monotonic time, CPU seconds its cgroup used) at the last read
         self._pod_cpu_before: dict[str, tuple[float, float]] = {}
         if socket_path:
@@ -256,7 +256,7 @@ class AttributionCollector(Collector):
         """Each allocated owner whose pod UID the device manager's checkpoint
         gives: whether its pod has a process on a GPU and, where none does,
         how busy its pod's cgroup is on the CPU (pod_cpu.py)."""
-        grants = read_checkpoint(self._checkpoint) if snap.allocations else None
+        grants = self._checkpoint.grants() if snap.allocations else None
         if grants is None:
             self._pod_cpu_before = {}
             return
