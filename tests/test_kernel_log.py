@@ -24,7 +24,6 @@ from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.host import kmsg
 from gpu_exporter.host.driver_log import MAX_KEYS, DriverLog, XidEntry
 from gpu_exporter.host.kmsg import (
-    Fragments,
     KmsgReader,
     KmsgState,
     KmsgUnavailable,
@@ -163,30 +162,6 @@ def test_malformed_records_are_refused(raw: bytes) -> None:
 def test_orphan_continuation_lines_are_dropped() -> None:
     records, rest = split_records(b" KEY=value\n6,1,2,-;line\n")
     assert records == [b"6,1,2,-;line\n"] and rest == b""
-
-
-def _rec(seq: int, flags: str, message: str, facility: int = 0) -> Record:
-    return Record(facility, 4, seq, seq * 10, flags, message)
-
-
-def test_fragments_join_and_an_interleaved_line_ends_them() -> None:
-    f = Fragments()
-    assert f.feed(_rec(1, "c", "NVRM: Xid (PCI:0000:18:00): ")) == []
-    assert f.feed(_rec(2, "+", "13, pid=9, name=a, b")) == []
-    out = f.feed(_rec(3, "-", "usb 1-1: new device"))
-    assert [r.message for r in out] == ["NVRM: Xid (PCI:0000:18:00): 13, pid=9, name=a, b",
-                                        "usb 1-1: new device"]
-    # An unrelated line between a fragment and its rest: the fragment stands
-    # alone (a truncated Xid that is not counted), the rest is not glued to
-    # the wrong line.
-    f.feed(_rec(4, "c", "NVRM: Xid (PCI:0000:18:00): 7"))
-    out = f.feed(_rec(5, "-", "eth0: link up"))
-    out += f.feed(_rec(6, "+", "9, pid=1, name=a, b"))
-    store = DriverLog()
-    for r in out:
-        store.add(r)
-    assert store.totals == {}
-    assert [r.message for r in out][:2] == ["NVRM: Xid (PCI:0000:18:00): 7", "eth0: link up"]
 
 
 # --- the device: one record per read, EPIPE, EAGAIN --------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.config_types import KMSG_DEVICE
+from gpu_exporter.host.driver_log import DriverLog
 from gpu_exporter.host.kmsg import (
     MAX_BATCH_BYTES,
     MAX_RECORD,
@@ -428,6 +429,26 @@ def test_a_fragment_of_another_facility_is_not_glued_on() -> None:
                    frag(2, "+", "9, forged", facility=1)]
     # a continuation with nothing open stands alone
     assert Fragments().feed(frag(5, "+", "x")) == [frag(5, "+", "x")]
+
+
+def test_fragments_join_and_an_interleaved_line_ends_them() -> None:
+    f = Fragments()
+    assert f.feed(frag(1, "c", "NVRM: Xid (PCI:0000:18:00): ")) == []
+    assert f.feed(frag(2, "+", "13, pid=9, name=a, b")) == []
+    out = f.feed(frag(3, "-", "usb 1-1: new device"))
+    assert [r.message for r in out] == ["NVRM: Xid (PCI:0000:18:00): 13, pid=9, name=a, b",
+                                        "usb 1-1: new device"]
+    # An unrelated line between a fragment and its rest: the fragment stands
+    # alone (a truncated Xid that is not counted), the rest is not glued to
+    # the wrong line.
+    f.feed(frag(4, "c", "NVRM: Xid (PCI:0000:18:00): 7"))
+    out = f.feed(frag(5, "-", "eth0: link up"))
+    out += f.feed(frag(6, "+", "9, pid=1, name=a, b"))
+    store = DriverLog()
+    for r in out:
+        store.add(r)
+    assert store.totals == {}
+    assert [r.message for r in out][:2] == ["NVRM: Xid (PCI:0000:18:00): 7", "eth0: link up"]
 
 
 def test_a_new_first_fragment_ends_the_one_open() -> None:
