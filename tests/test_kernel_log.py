@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import stat
 import threading
 import time
 import tracemalloc
@@ -19,9 +18,7 @@ import pytest
 
 from gpu_exporter.collectors import kmsg as kmsg_collector
 from gpu_exporter.collectors.kmsg import find_culprit, merge_counts, merge_events
-from gpu_exporter.config_types import KMSG_DEVICE
 from gpu_exporter.diagnosis.engine import FINDINGS
-from gpu_exporter.host import kmsg
 from gpu_exporter.host.driver_log import MAX_KEYS, DriverLog, XidEntry
 from gpu_exporter.host.kmsg import (
     KmsgReader,
@@ -165,63 +162,6 @@ def test_orphan_continuation_lines_are_dropped() -> None:
 
 
 # --- the device: one record per read, EPIPE, EAGAIN --------------------------------------
-
-class FakeDevice:
-    """read() as /dev/kmsg answers it: one record per call, EPIPE once when
-    the ring overran, EAGAIN (BlockingIOError) when there is nothing new."""
-
-    def __init__(self, answers: list[bytes | int]) -> None:
-        self.answers = answers
-        self.sizes: list[int] = []
-
-    def read(self, fd: int, size: int) -> bytes:
-        self.sizes.append(size)
-        if not self.answers:
-            raise BlockingIOError(errno.EAGAIN, "again")
-        answer = self.answers.pop(0)
-        if isinstance(answer, int):
-            raise OSError(answer, os.strerror(answer))
-        return answer
-
-
-def _device_reader(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                   device: FakeDevice) -> KmsgReader:
-    path = tmp_path / "kmsg"
-    path.write_bytes(b"")
-    real_fstat = os.fstat
-
-    def fstat(fd: int) -> os.stat_result:
-        st = real_fstat(fd)
-        fields = list(st)
-        fields[0] = stat.S_IFCHR | 0o644
-        return os.stat_result(fields, {"st_rdev": os.makedev(*KMSG_DEVICE)})
-
-    monkeypatch.setattr(kmsg.os, "fstat", fstat)
-    monkeypatch.setattr(kmsg.os, "read", device.read)
-    reader = KmsgReader(str(path))
-    reader.open()
-    return reader
-
-
-def test_the_device_gives_one_record_per_read_and_counts_what_the_ring_lost(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    device = FakeDevice([
-        b"6,5,10,-;first left in the ring\n",
-        b"6,6,11,-;second\n SUBSYSTEM=pci\n",
-        errno.EPIPE,  # overwritten while we read: the next is the oldest left
-        b"4,40,90,-;after the overrun\n",
-        errno.EINVAL,  # a record longer than the buffer
-        b"garbage\n",
-    ])
-    reader = _device_reader(monkeypatch, tmp_path, device)
-    records = reader.read()
-    assert [r.seq for r in records] == [5, 6, 40]
-    # 0-4 before the first (since boot), 7-39 in the overrun.
-    assert reader.lost == 5 + 33
-    assert reader.overruns == 1 and reader.malformed == 2
-    assert set(device.sizes) == {kmsg.MAX_RECORD}
-    assert reader.read() == []  # EAGAIN: nothing new, never a block
-
 
 @pytest.mark.parametrize(("error", "state"), [
     (PermissionError(errno.EACCES, "Permission denied"), KmsgState.UNREADABLE),

@@ -363,6 +363,21 @@ def test_the_device_reads_one_record_a_call_and_goes_on_past_errors(
     reader.close()
 
 
+def test_records_before_the_first_and_in_an_overrun_are_lost_and_counted(
+        tmp_path: Path, device: Device) -> None:
+    device.answers = [
+        b"6,5,10,-;first left in the ring\n",
+        b"6,6,11,-;second\n SUBSYSTEM=pci\n",  # its key=value lines are not records
+        errno.EPIPE,  # overwritten while read: the next is the oldest left
+        b"4,40,90,-;after the overrun\n",
+    ]
+    reader = device_reader(tmp_path)
+    assert [r.seq for r in reader.read()] == [5, 6, 40]
+    assert reader.lost == 5 + 33  # 0-4 before the first (since boot), 7-39 in the overrun
+    assert (reader.overruns, reader.malformed) == (1, 0)
+    reader.close()
+
+
 def test_the_device_gives_at_most_the_records_asked(tmp_path: Path, device: Device) -> None:
     device.answers = [record(i) for i in range(6)]
     reader = device_reader(tmp_path)
