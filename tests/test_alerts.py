@@ -216,6 +216,11 @@ def test_config_errors_name_the_field(tmp_path: Path) -> None:
     bad.write_text("selector: 'job=\"x\"'\nfor_overrides: {GpuNoSuchAlert: 5m}\n")
     with pytest.raises(AlertConfigError, match="GpuNoSuchAlert"):
         alert_rules(load_config(bad))
+    # A kind reaches a regular expression: only a Kubernetes kind name may.
+    for kinds in ('["Job\\"|.*"]', "[job]", "[]"):
+        bad.write_text(f"fleet: {{job_straggler: {{pod_job_kinds: {kinds}}}}}\n")
+        with pytest.raises(AlertConfigError, match=r"fleet\.job_straggler\.pod_job_kinds"):
+            load_config(bad)
 
 
 def test_template_helpers_match_prometheus() -> None:
