@@ -25,7 +25,7 @@ import yaml
 
 from gpu_exporter.attribution.pod_cpu import checkpoint_path
 from gpu_exporter.cli import parse_settings
-from tests.test_deploy import (
+from tests.deploy_files import (
     CUSTOM,
     K8S_VERSIONS,
     assert_stays_on_sick_nodes,
