@@ -4,7 +4,7 @@
 (deploy/central-store/central.yml) that evaluates the rules. The shipped
 configs are used as they are, with only addresses, intervals and paths set.
 
-Shared by the live test (tests/test_fleet_stack.py) and the fleet benchmark
+Shared by the live test (tests/mixin/test_fleet_stack.py) and the fleet benchmark
 (benchmarks/fleet_scale.py). Every process listens on 127.0.0.1 with a random
 port and works in the given directory; ``stop()`` ends them all.
 """

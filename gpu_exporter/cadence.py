@@ -4,7 +4,7 @@ the metric help texts that tell users about it.
 Measured on an H100 80GB HBM3 (driver 580.159.04); see BENCHMARKS.md "Measured
 on a real H100" and the collectors' docstrings for the costs behind each. Every
 NVML call is a round trip into the driver: the budget is a handful of calls
-per GPU and poll (tests/test_call_budget.py holds it).
+per GPU and poll (tests/nvml/test_call_budget.py holds it).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ row-remapping codes (48, 63, 64, 94, 95). The catalog is one page for every
 current driver branch, not versioned per branch, and NVIDIA's Xid
 documentation states that each code's meaning is consistent across driver
 versions (https://docs.nvidia.com/deploy/xid-errors/introduction.html).
-tests/test_policy_tables.py holds every code below to its catalog row (copied
+tests/diagnosis/test_policy_tables.py holds every code below to its catalog row (copied
 there by hand, as published in October 2025): check it, and any code a new
 branch adds, against the spreadsheet the catalog page offers.
 

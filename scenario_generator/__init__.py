@@ -7,7 +7,7 @@ tenant shape and host shape. What the diagnosis must find follows from the
 injected causes alone: the generator knows the physics of each cause (what it
 does to NVML's readings and the kernel's files) and draws its magnitudes
 clearly inside it, or, for a confounder, clearly outside any cause; it never
-reads the diagnosis' thresholds or rules (``tests/test_scenario_generator.py``
+reads the diagnosis' thresholds or rules (``tests/scenario_generator/test_scenario_generator.py``
 holds the composing modules to that).
 
     python -m scenario_generator --cases 2000 --seed 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Put Debian's chromium and chromedriver in .tools/chromium/bin for the node
-# page's browser test (tests/test_node_page_browser.py). Uses the ones on PATH
+# page's browser test (tests/web/test_node_page_browser.py). Uses the ones on PATH
 # when both are there; otherwise unpacks Debian's chromium, chromium-common and
 # chromium-driver packages, and the shared libraries they need that a minimal
 # Debian 12 lacks, without installing anything (the download stays cached in

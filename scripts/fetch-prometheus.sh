@@ -3,7 +3,7 @@
 # prometheus-node-exporter in .tools/bin. Uses the ones on PATH when present;
 # otherwise unpacks Debian's packages (prometheus 2.42, prometheus-alertmanager
 # 0.25, prometheus-node-exporter 1.5: the HTTP comparison in
-# tests/test_http_side_by_side.py) without installing them.
+# tests/web/test_http_side_by_side.py) without installing them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .tools/bin

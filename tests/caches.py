@@ -32,7 +32,7 @@ class Kept:
 
 
 CHURN = "test_bounds.py::test_nothing_kept_grows_with_processes_that_come_and_go"
-FLOOD = "test_kernel_log.py::test_a_flood_of_duplicate_lines_costs_bounded_memory"
+FLOOD = "host/test_kernel_log.py::test_a_flood_of_duplicate_lines_costs_bounded_memory"
 PER_GPU = "one entry per GPU (or MIG instance) NVML lists now"
 
 KEPT: dict[str, Kept] = {
@@ -66,7 +66,7 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.collectors.pcie:PcieCollector._warned": Kept("the GPUs' sysfs files", CHURN),
     "gpu_exporter.collectors.network:NetworkCollector._warned":
         Kept("the NICs' and ports' sysfs files (one per file said), at most MAX_WARNED",
-             "test_network_collector.py::test_a_garbled_file_counts_one_error_and_warns_once"),
+             "collectors/test_network_collector.py::test_a_garbled_file_counts_one_error_and_warns_once"),
     "gpu_exporter.collectors.network:NetworkCollector._places": Kept(PER_GPU, CHURN),
     "gpu_exporter.collectors.pcie:PcieCollector._placements":
         Kept("one per GPU bus id (cleared when the GPUs change)", CHURN),
@@ -98,7 +98,7 @@ KEPT: dict[str, Kept] = {
         Kept(PER_GPU + " (a GPU gone is forgotten: Reasons.forget)", CHURN),
     "gpu_exporter.diagnosis.memory:FaultMemory._gpus":
         Kept("MAX_GPUS (64) GPUs, each MAX_FAULTS_PER_GPU (24) faults",
-             "test_fault_memory.py::test_the_memory_and_its_file_stay_within_their_bounds"),
+             "diagnosis/test_fault_memory.py::test_the_memory_and_its_file_stay_within_their_bounds"),
     "gpu_exporter.collectors.device:DeviceCollector._offers": Kept(PER_GPU, CHURN),
     "gpu_exporter.daemon:Exporter._reloads_ok":
         Kept("the two sources a reload reads (settings, web config)", CHURN),
@@ -142,7 +142,7 @@ KEPT: dict[str, Kept] = {
                                                             CHURN),
     "gpu_exporter.host.kmsg:KmsgReader._ready":
         Kept("the records one read chunk (256 KiB) held beyond a read's limit",
-             "test_kmsg_reader.py::test_what_one_chunk_held_beyond_a_limit_is_all_that_waits"),
+             "host/test_kmsg_reader.py::test_what_one_chunk_held_beyond_a_limit_is_all_that_waits"),
     "gpu_exporter.collectors.kmsg:KmsgCollector._culprits":
         Kept("one per driver-log line kept (MAX_KEYS)",
              FLOOD),
@@ -166,22 +166,22 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.web.doctor:NodePage._bodies": Kept("one body per view of the newest poll",
                                                      CHURN),
     "gpu_exporter.web.gate:BasicAuth._users": Kept("the web config file's users",
-                                                   "test_web_gate.py::test_successes_are_remembered_up_to_the_cache_size"),
+                                                   "web/test_web_gate.py::test_successes_are_remembered_up_to_the_cache_size"),
     "gpu_exporter.web.gate:BasicAuth._cache":
         Kept("_CACHE_SIZE, oldest first out",
-             "test_web_gate.py::test_successes_are_remembered_up_to_the_cache_size"),
+             "web/test_web_gate.py::test_successes_are_remembered_up_to_the_cache_size"),
     "gpu_exporter.web.gate:BasicAuth._failed":
         Kept("_CACHE_SIZE, oldest first out",
-             "test_web_gate.py::test_failures_are_remembered_up_to_the_cache_size"),
+             "web/test_web_gate.py::test_failures_are_remembered_up_to_the_cache_size"),
     "gpu_exporter.web.render:LabelCache._prefixes":
         Kept("its limit of prefixes, then cleared",
-             "test_http.py::test_remembered_value_texts_stay_bounded_and_correct"),
+             "web/test_http.py::test_remembered_value_texts_stay_bounded_and_correct"),
     "gpu_exporter.web.render:FamilyTexts._texts":
         Kept("one per family and format",
-             "test_http.py::test_remembered_value_texts_stay_bounded_and_correct"),
+             "web/test_http.py::test_remembered_value_texts_stay_bounded_and_correct"),
     "gpu_exporter.web.server:ExporterHTTPServer._open":
         Kept("--web.max-connections",
-             "test_http.py::test_at_the_connection_limit_the_longest_idle_connection_makes_room"),
+             "web/test_http.py::test_at_the_connection_limit_the_longest_idle_connection_makes_room"),
     "gpu_exporter.web.server:http_date": Kept("maxsize=1", CHURN),
     "gpu_exporter.diagnosis.precedence:_index": Kept("one call: the fixed table", CHURN),
 }

@@ -487,7 +487,7 @@ def _stragglers_table(f: NodeFacts, p: Panels, r: Results) -> list[str]:
 
 def _no_job_over_nodes(f: NodeFacts, p: Panels, r: Results) -> list[str]:
     """The node's jobs hold GPUs on it alone: no job over nodes, no straggler
-    node (tests/test_fleet_jobs.py shows the panels with jobs over nodes)."""
+    node (tests/mixin/test_fleet_jobs.py shows the panels with jobs over nodes)."""
     return equal({ref: len(found) for ref, found in r.items()}, dict.fromkeys(r, 0),
                  "rows of jobs over nodes")
 

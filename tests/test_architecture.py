@@ -52,3 +52,38 @@ def test_a_module_in_no_layer_breaks_the_contract(tmp_path: Path) -> None:
     broken = _lint(tree)
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "gpu_exporter.stray" in broken.stdout
+
+
+# Test folders that mirror something other than a package of gpu_exporter:
+# the mixin, the deployment files, the scenario generator, and the tests that
+# run the exporter on the real kernel (cgroups, namespaces, Slurm).
+OTHER_TREES = {"mixin": ROOT / "mixin" / "gpu_exporter_mixin",
+               "deploy": ROOT / "deploy",
+               "scenario_generator": ROOT / "scenario_generator",
+               "kernel": None}
+# What sits beside the tests and holds none (fixtures, golden files, caches).
+NOT_TESTS = {"fixtures", "golden", "__pycache__"}
+
+
+def test_the_test_folders_mirror_the_package() -> None:
+    """The tests of gpu_exporter/<package>/ live in tests/<package>/, so a
+    module's tests are found by its path, not by grep: every test folder is
+    a package of the exporter or one of the trees named above, and every
+    package the exporter has is tested in a folder of its name."""
+    package = ROOT / "gpu_exporter"
+    folders = {p.name for p in (ROOT / "tests").iterdir()
+               if p.is_dir() and p.name not in NOT_TESTS}
+    packages = {p.parent.name for p in package.glob("*/__init__.py")}
+    for name in sorted(folders):
+        tests = list((ROOT / "tests" / name).glob("test_*.py"))
+        assert tests, f"tests/{name}/ holds no tests"
+        assert (ROOT / "tests" / name / "__init__.py").is_file(), name
+        if name in OTHER_TREES:
+            tree = OTHER_TREES[name]
+            assert tree is None or tree.is_dir(), f"tests/{name}/ mirrors {tree}, gone"
+        else:
+            assert name in packages, f"tests/{name}/ is no package of gpu_exporter"
+    # The catalogs declare series and hold no code of their own: they are
+    # tested where their series are read (collectors) and budgeted (the root).
+    untested = packages - folders - {"catalogs"}
+    assert not untested, f"packages with no tests/<name>/: {sorted(untested)}"

@@ -35,11 +35,11 @@ class Row:
     # judge the physical GPU.
     per_instance: bool = False
     # The metric families whose readings the rule judges (the catalog walk in
-    # tests/test_cause_signals.py holds every cause signal to a row or a reason).
+    # tests/diagnosis/test_cause_signals.py holds every cause signal to a row or a reason).
     reads: tuple[str, ...] = ()
     # Why the rule looks at how busy the GPU is, where it does; empty: the
     # cause is judged at every load (docs/diagnosis.md, "Judged at every load
-    # at which it can exist"; tests/test_diagnosis_principles.py sweeps it).
+    # at which it can exist"; tests/diagnosis/test_diagnosis_principles.py sweeps it).
     load_gate: str = ""
     # A link or the fabric, which train while the node boots: the row waits
     # diagnosis.boot_grace after boot before it judges (docs/diagnosis.md).

@@ -541,7 +541,7 @@ ROWS: tuple[Row, ...] = (
 BY_KEY: dict[str, Row] = {row.key: row for row in ROWS}
 
 # Every metric the exporter exports, walked against the rows
-# (tests/test_cause_signals.py): a row reads it (``Row.reads``), or it is
+# (tests/diagnosis/test_cause_signals.py): a row reads it (``Row.reads``), or it is
 # another form of a signal a row reads (a counter beside its ratio), or the
 # catalog entry below says why no row reads it. A cause signal the playbooks
 # name left out of all three fails that test.
@@ -671,7 +671,7 @@ def _check_rows() -> None:
     misspelled ``{name}`` fails here, at import, not in an alert), and every
     row has its runbook entry. (Its one rule is checked where rules register,
     in rules.py; its built-in scenario, named after its anchor, belongs to the
-    simulator, and tests/test_diagnosis.py holds every row to one.)"""
+    simulator, and tests/diagnosis/test_diagnosis.py holds every row to one.)"""
     if len(BY_KEY) != len(ROWS) or len({r.anchor for r in ROWS}) != len(ROWS):
         raise ImportError("diagnosis table: two rows share a key or anchor")
     for r in ROWS:

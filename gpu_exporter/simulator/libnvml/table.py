@@ -143,7 +143,7 @@ class FakeNvmlLibrary:
         self._latency_by_arg = {key.partition(":")[0] for key in self.latency_us if ":" in key}
         # Every call, by C function; and each device call by (function, GPU
         # index; -1 for a handle no GPU has): the NVML call budget of a poll,
-        # per GPU (tests/test_call_budget.py).
+        # per GPU (tests/nvml/test_call_budget.py).
         self.calls: Counter[str] = Counter()
         self.calls_per_gpu: Counter[tuple[str, int]] = Counter()
         # Symbols pynvml asked for that this library does not have.

@@ -133,7 +133,8 @@ def _how_the_diagnosis_decides(config: AlertConfig) -> list[str]:
     out += [
         "## How well it works: the confusion matrix",
         "",
-        "`tests/test_confusion_matrix.py` builds, from a catalogue of single faults, every "
+        "`tests/diagnosis/test_confusion_matrix.py` builds, from a catalogue of single faults, "
+        "every "
         "pair that can occur on one GPU and its host (host-side causes on an idle and on an "
         "under-fed GPU, throttling on a busy one, errors, Xids, a lost GPU and settings on "
         "any), near misses just inside and just outside every threshold, and noise (the "
@@ -151,7 +152,7 @@ def _how_the_diagnosis_decides(config: AlertConfig) -> list[str]:
     return out
 
 
-# The confusion-matrix test's result (tests/test_confusion_matrix.py), as
+# The confusion-matrix test's result (tests/diagnosis/test_confusion_matrix.py), as
 # (cases, expected root causes, found, false findings); the test fails when
 # the measured result differs, so the runbook never quotes a stale number.
 DIAGNOSIS_MATRIX = (336, 565, 565, 0)

@@ -533,7 +533,7 @@ def fleet_dashboard(config: AlertConfig) -> dm.Dashboard:
 
 
 # The fleet's panels on jobs spread over nodes: they show data only where a
-# job holds GPUs on several nodes (tests/test_fleet_jobs.py runs them).
+# job holds GPUs on several nodes (tests/mixin/test_fleet_jobs.py runs them).
 JOBS_OVER_NODES = "Jobs over nodes"
 JOB_STRAGGLER_NODES = "Straggler nodes of jobs"
 JOB_PANELS = (JOBS_OVER_NODES, JOB_STRAGGLER_NODES)
