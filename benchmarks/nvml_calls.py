@@ -58,6 +58,22 @@ class _Counted:
         setattr(self._fn, attr, value)
 
 
+# nvmlDeviceGetFieldValues(device, valuesCount, values): the fields asked,
+# summed over its calls, kept apart from the call counts (the floor of
+# benchmarks.floor asks as many per call).
+FIELD_VALUES = "nvmlDeviceGetFieldValues"
+_FIELDS_ASKED: Counter[str] = Counter()
+
+
+class _CountedFieldValues(_Counted):
+    __slots__ = ()
+
+    def __call__(self, *args: Any) -> Any:
+        count = args[1] if len(args) > 1 else 0
+        _FIELDS_ASKED[FIELD_VALUES] += int(getattr(count, "value", count))
+        return super().__call__(*args)
+
+
 def install() -> Counter[str]:
     """Count from now on (idempotent); the live counter, by C function name."""
     with _LOCK:
@@ -70,7 +86,8 @@ def install() -> Counter[str]:
             fn = lookup(name)  # pynvml's own cache; emptied when the library changes
             counted = wrapped.get(name)
             if counted is None or counted._fn is not fn:
-                counted = wrapped[name] = _Counted(fn, name)
+                kind = _CountedFieldValues if name == FIELD_VALUES else _Counted
+                counted = wrapped[name] = kind(fn, name)
             return counted
 
         counting_lookup.counts_calls = True  # type: ignore[attr-defined]
@@ -80,6 +97,11 @@ def install() -> Counter[str]:
 
 def snapshot() -> dict[str, int]:
     return dict(_COUNTS)
+
+
+def fields_asked() -> int:
+    """Fields asked in every nvmlDeviceGetFieldValues call so far."""
+    return _FIELDS_ASKED[FIELD_VALUES]
 
 
 def difference(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -100,6 +122,19 @@ def read_log(path: Path) -> list[tuple[float, dict[str, int]]]:
     return out
 
 
+def fields_per_call(path: Path) -> float:
+    """Fields asked per nvmlDeviceGetFieldValues call, from the last whole
+    line ``main`` wrote (NaN where it made none)."""
+    for line in reversed(path.read_text().splitlines()):
+        try:
+            entry = json.loads(line)
+            calls, fields = int(entry["calls"].get(FIELD_VALUES, 0)), int(entry["fields"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a torn line, or one from before fields were counted
+        return fields / calls if calls else float("nan")
+    return float("nan")
+
+
 def calls_in(log: list[tuple[float, dict[str, int]]], start: float, end: float,
              quiet_after: float = float("inf")) -> dict[str, int] | None:
     """The calls made from ``start`` to ``end``, from the last line written
@@ -116,7 +151,8 @@ def calls_in(log: list[tuple[float, dict[str, int]]], start: float, end: float,
 def _dump_every(path: Path, every_s: float) -> None:
     with path.open("a") as out:
         while True:
-            out.write(json.dumps({"t": time.monotonic(), "calls": snapshot()}) + "\n")
+            out.write(json.dumps({"t": time.monotonic(), "calls": snapshot(),
+                                  "fields": fields_asked()}) + "\n")
             out.flush()
             time.sleep(every_s)
 

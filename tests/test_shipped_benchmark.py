@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks.daemon_probe import bursts, count_mock_calls, mock_call, mock_missing
-from benchmarks.shipped import BOARD_COLUMNS, HEADLINE_COLUMNS, NVITOP, OURS
+from benchmarks.shipped import (
+    BOARD_COLUMNS,
+    FLOOR,
+    HEADLINE_COLUMNS,
+    NVITOP,
+    NVITOP_SAME,
+    OURS,
+    SAME_COLUMNS,
+)
 from tests.procs import stop_bound_s
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +105,7 @@ def test_the_side_by_side_on_the_mock_fills_every_column(tmp_path: Path) -> None
     report.write_text("# Benchmarks\n\nhand-written text stays\n")
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.shipped", "--boards", "t4", "--warmup", "2",
-         "--window", "6", "--calls-window", "6", "--single", "3", "--rounds", "1",
+         "--window", "12", "--calls-window", "6", "--single", "3", "--rounds", "1",
          "--output", str(report), "--json", str(raw)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -127,7 +135,21 @@ def test_the_side_by_side_on_the_mock_fills_every_column(tmp_path: Path) -> None
     # once wait for retried connects (about a second); ours has no such queue.
     assert ours["p99_32_ms"] < peer["p99_32_ms"]
 
+    # At one interval, beside the floor: both polled every 2 s, CPU measured in
+    # the same window, and the floor replays every C function ours called,
+    # with as many fields per field-values call and as many series.
+    assert ours["fields_per_call"] >= 1
+    for name in (NVITOP_SAME, FLOOR):
+        r = results[name]
+        assert r["error"] == "" and r["interval_s"] == ours["interval_s"], name
+        # CPU is counted in 10 ms ticks: the floor's few milliseconds in a
+        # short window may be none (the benchmark's window is 120 s).
+        assert r["cpu_ms_per_s"] >= 0 and 10 < r["rss_mib"] < 1000, name
+    assert results[FLOOR]["not_replayed"] == ""
+    assert abs(results[FLOOR]["series"] - ours["series"]) <= 4  # whole lines per GPU
+
     text = report.read_text()
+    assert "| " + " | ".join(SAME_COLUMNS) + " |" in text
     assert "hand-written text stays" in text
     lines = text.splitlines()
     headline = lines[lines.index("| " + " | ".join(HEADLINE_COLUMNS) + " |"):]
