@@ -26,11 +26,18 @@ class MemInfo:
         return self.swap_total_bytes - self.swap_free_bytes
 
 
+# The lines of /proc/meminfo the exporter uses, of some fifty: only these are
+# parsed (and so held to being numbers), the rest skipped by their key.
+MEMINFO_KEYS = frozenset(("MemTotal", "MemAvailable", "SwapTotal", "SwapFree"))
+
+
 def read_meminfo(procfs: Path) -> MemInfo:
     path = procfs / "meminfo"
     fields: dict[str, int] = {}
     for line in read_text(path).splitlines():
         key, sep, rest = line.partition(":")
+        if key not in MEMINFO_KEYS:
+            continue
         parts = rest.split()
         if not sep or not parts:
             continue
