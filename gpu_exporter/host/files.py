@@ -3,6 +3,7 @@ it cannot understand."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -19,18 +20,33 @@ class MalformedFile(ValueError):
         self.problem = problem
 
 
-def read_text(path: Path | str) -> str:
+# The most a kernel text file may hold: /proc/stat of a 1,024-CPU node is
+# about 150 KiB and /proc/net/dev of 10,000 interfaces about 1.5 MiB. Past it
+# the file is no kernel's (something mounted over /proc or /sys, a fixture gone
+# wrong, a file that never ends), and reading it would hold it in memory.
+TEXT_FILE_LIMIT = 4 * 1024 * 1024
+
+
+def read_text(path: Path | str, limit: int = TEXT_FILE_LIMIT) -> str:
     """The whole file. Plain os.read calls rather than a text-mode file object:
     the readers open a few hundred small files every poll, and most of the
     cost of a buffered text file is its setup. Names (comm) can hold any bytes;
-    what is not UTF-8 is replaced rather than failing the read."""
+    what is not UTF-8 is replaced rather than failing the read.
+
+    A file longer than ``limit`` is refused, read no further than that, with
+    OSError(EFBIG): every reader already counts a file it cannot read and
+    says so once."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         # A short read is not the end of a /proc file (seq_file stops before a
         # record that does not fit); only an empty one is.
         parts = []
-        while chunk := os.read(fd, _CHUNK):
+        size = 0
+        while chunk := os.read(fd, min(_CHUNK, limit + 1 - size)):
             parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise OSError(errno.EFBIG, f"longer than {limit} bytes", str(path))
     finally:
         os.close(fd)
     return b"".join(parts).decode("utf-8", errors="replace")

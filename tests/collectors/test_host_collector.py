@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_exporter.collectors.host import HostCollector
+from gpu_exporter.host.files import TEXT_FILE_LIMIT
 from gpu_exporter.host.reading import HostReading
 from gpu_exporter.readings import HostSignals
 from gpu_exporter.simulator.clock import VirtualClock
@@ -348,3 +349,22 @@ def test_a_root_where_every_file_is_garbage_fails_the_collector_naming_the_first
     assert str(err.value) == (f"no host source under {host.root} could be read: "
                               f"{host.root / 'stat'}: no aggregate cpu line")
     assert host.collector.errors() == 9
+
+
+def test_a_file_that_never_ends_is_refused_at_the_limit_and_the_rest_exported(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Something mounted over /proc can serve a file with no end: /dev/zero in
+    place of meminfo. It is read no further than the limit, counted as one
+    error and said once, and every other source is still exported."""
+    host = Host(tmp_path)
+    (host.root / "meminfo").unlink()
+    (host.root / "meminfo").symlink_to("/dev/zero")
+    with caplog.at_level(logging.WARNING):
+        snap = host.collect()
+        host.collect()
+    assert host.collector.errors() == 1
+    assert snap.get("gpu_host_memory_available_bytes") is None
+    assert snap.get("gpu_host_load_average", window="15m") == 8.0  # the fixture's
+    warned = [r.getMessage() for r in caplog.records if "meminfo" in r.getMessage()]
+    assert len(warned) == 1 and f"longer than {TEXT_FILE_LIMIT} bytes" in warned[0]
+    assert "\n" not in warned[0]
