@@ -226,6 +226,9 @@ class Diagnosis(Derivation):
         self._instance_rows = _judged(INSTANCE_ROWS)
         self._timelines: dict[tuple[int, int | None], _Timeline] = {}
         self._counters: dict[tuple[int, str], deque[tuple[float, float]]] = {}
+        # The names a rule reads the readings of (Trend.series), not only their
+        # increase: those keep a reading every poll (see increase()).
+        self._read_as_series: set[str] = set()
         # GPU uuid -> its owners when last known: a lost GPU lists no process,
         # and its job was its job until it fell off the bus.
         self._last_owners: dict[str, tuple[GpuOwner, ...]] = {}
@@ -344,7 +347,7 @@ class Diagnosis(Derivation):
         A row an instance cannot judge is not the GPU's unjudged row."""
         place = (sig.index, sig.gpu_instance)
         trend = Trend(self._increase_fn(sig.index, now), wall, past,
-                      lambda name: tuple(self._counters.get((sig.index, name), ())))
+                      lambda name: self._readings(sig.index, name))
         timeline = self._timelines.get(place)
         if timeline is None:
             timeline = self._timelines[place] = _Timeline(now)
@@ -476,12 +479,29 @@ class Diagnosis(Derivation):
         st.since = wall if verdict.since is None else min(wall, verdict.since)
         return True
 
+    def _readings(self, gpu: int, name: str) -> tuple[tuple[float, float], ...]:
+        self._read_as_series.add(name)
+        return tuple(self._counters.get((gpu, name), ()))
+
     def _increase_fn(self, gpu: int, now: float) -> Callable[[str, float | None], float | None]:
         def increase(name: str, value: float | None) -> float | None:
             if value is None:
                 return None
             series = self._counters.setdefault((gpu, name), deque())
-            series.append((now, value))
+            if (len(series) > 1 and series[-1][1] == value and series[-2][1] == value
+                    and name not in self._read_as_series):
+                # The level has not moved: the last reading's time moves to now
+                # instead of a reading a poll. The increase over the window is
+                # the same (the first reading kept is the value in force at the
+                # window's start), and a GPU keeps two readings of each idle
+                # counter (18 NVLink links x 3 kinds on an H100) instead of a
+                # window's. Names a rule reads the readings of keep every poll:
+                # a steady climb's span runs from the first poll in the window.
+                # A rule reads them in the poll of its first increase, before a
+                # third reading could be folded.
+                series[-1] = (now, value)
+            else:
+                series.append((now, value))
             while len(series) > 1 and series[1][0] <= now - self.cfg.window:
                 series.popleft()
             first = series[0][1]

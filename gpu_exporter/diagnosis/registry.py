@@ -42,7 +42,9 @@ class Trend:
         self.past = past
         # The (monotonic time, value) readings ``increase`` kept of a name within
         # the window, oldest first: how a level moved, not only how far (a
-        # steady climb and one step rise as far). Empty where not kept.
+        # steady climb and one step rise as far): one a poll, for a name read
+        # here (the engine folds repeated readings only of names it is asked
+        # the increase of alone). Empty where not kept.
         self._series = series
 
     def series(self, name: str) -> Sequence[tuple[float, float]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from gpu_exporter.thresholds import DiagnosisConfig
@@ -44,6 +44,16 @@ class Row:
     # A link or the fabric, which train while the node boots: the row waits
     # diagnosis.boot_grace after boot before it judges (docs/diagnosis.md).
     boot_grace: bool = False
+    # The row's hash, taken once: rows are dict keys and set members on every
+    # poll of every GPU, and a frozen dataclass would hash all its fields (the
+    # texts included) each time. (symptom, cause) names one row of the table.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.symptom, self.cause)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def key(self) -> str:
