@@ -92,7 +92,7 @@ class SamplesCollector(NvmlCollector):
         self._errors = 0
         stats: dict[int, dict[str, SampleStats]] = {}
         out.readings.samples = stats
-        if not self.session.up:
+        if not self.session.begin(self.name, out):
             return
         if self.session.generation != self._generation:
             self._last_seen.clear()
