@@ -319,10 +319,10 @@ class DeviceCollector(NvmlCollector):
         self._offers: dict[int, tuple[tuple[int, int, int | None],
                                       tuple[frozenset[str], frozenset[str]]]] = {}
         # GPU index -> its pass of this poll, planned by whichever reader of
-        # the GPU asked its fields first (_first_fields()).
+        # the GPU asked its fields first: those of its first read are asked then.
         self._passes: dict[int, _GpuPass] = {}
         self._counters = CounterMemory()
-        session.reads.want(self.name, self._first_fields)
+        session.reads.want(self.name, lambda gpu, d: self._pass(gpu, d).first_fields)
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -347,10 +347,6 @@ class DeviceCollector(NvmlCollector):
                 self.session.reads, reads, device, self.detail, self.session.driver_version)
             held.plan()
         return held
-
-    def _first_fields(self, gpu: Gpu, device: Device) -> Request:
-        """The fields this reader asks of the GPU in the poll's first call."""
-        return self._pass(gpu, device).first_fields
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
