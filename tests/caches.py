@@ -122,6 +122,8 @@ KEPT: dict[str, Kept] = {
         Kept("the values a GPU's readers read on a cadence", CHURN),
     "gpu_exporter.nvml.values:GpuReads.asked":
         Kept("the fields asked of the GPU this poll (replaced each poll)", CHURN),
+    "gpu_exporter.nvml.values:GpuReads.called":
+        Kept("the calls the GPU's readers make (emptied each poll)", CHURN),
     "gpu_exporter.nvml.values:GpuReads.charged":
         Kept("the readers of the pipeline (emptied each poll)", CHURN),
     "gpu_exporter.collectors.device:DeviceCollector._passes":

@@ -137,7 +137,7 @@ def read(fields: FieldValues, gpu: Gpu, device: Device, sources: Iterable[Source
             continue
         key = (source.calls, source.args)
         if key not in called:
-            called[key] = _call(gpu, device, source)
+            called[key] = _call(fields.of(gpu), device, source)
         whole = called[key]
         values[source] = whole if whole is None or source.part is None else whole[source.part]
     return values
@@ -154,13 +154,14 @@ def field_pairs(gpu: Gpu, sources: Iterable[Source]) -> Request:
         if s.field is not None and s.field_key not in unsupported))
 
 
-def _call(gpu: Gpu, device: Device, source: Source) -> Any:
+def _call(reads: GpuReads, device: Device, source: Source) -> Any:
     """The first call of the chain that answers; the next is tried only where
     the one before is absent for good (NOT_SUPPORTED, a symbol this branch
     lacks), never after a refusal (the older call is refused the same way)."""
+    gpu = reads.gpu
     for index, fn in enumerate(source.calls):
         key = source.call_key(index)
-        value = gpu.read(key, fn, device, *source.args)
+        value = reads.call(key, fn, device, *source.args)
         if value is not None or key not in gpu.unsupported or key in gpu.denied:
             return value
     return None
@@ -207,6 +208,8 @@ class GpuReads:
         self.asked: set[tuple[int, int]] = set()
         self.failed = False
         self.charged: set[str] = set()
+        # This poll's answers of calls by key (call()), for every reader.
+        self.called: dict[str, object] = {}
         # The last call's request and the providers' requests it was made of:
         # the same tuple where they ask the same (the array for a request is
         # prepared once per distinct tuple; an NVLink GPU's holds some 130 pairs).
@@ -219,6 +222,15 @@ class GpuReads:
         self.answers = None
         self.failed = False
         self.charged.clear()
+        self.called.clear()
+
+    def call(self, key: str, fn: Callable[..., Any], *args: object) -> Any:
+        """Gpu.read(), made once a poll for every reader of the GPU: the first
+        to ask makes the call, whichever it is, and the others take its answer."""
+        if key in self.called:
+            return self.called[key]
+        value = self.called[key] = self.gpu.read(key, fn, *args)
+        return value
 
     # --- values read on a cadence -------------------------------------------
     def due(self, key: str, every: int) -> bool:
