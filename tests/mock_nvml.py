@@ -89,10 +89,11 @@ def measure(polls: int, order_seed: int | None = None) -> dict[str, Any]:
                   for name in FAMILIES if name in BY_NAME}
         return {"gpus": len(exporter.session.gpus), "polls": polls - 1,
                 "calls": dict(counts), "series": series, "order": order,
-                # Every series but the exporter's own timings (real CPU time).
+                # Every series of the GPUs (not the host's, read from this
+                # machine's /proc, nor the exporter's own timings).
                 "exported": sorted([name, list(s.labels), s.value]
                                    for name, samples in snap.samples.items()
-                                   if "duration" not in name and "cpu_seconds" not in name
+                                   if not name.startswith(("gpu_host_", "gpu_exporter_"))
                                    for s in samples),
                 "read_errors": sum(value for _, value in
                                    snap.series("gpu_exporter_collector_errors_total"))}
