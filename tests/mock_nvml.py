@@ -9,8 +9,9 @@ on a virtual clock (every poll ``--poll.interval`` apart, as the daemon would)
 and prints one JSON object: the C calls into the library per function over
 the polls after the first (NVML's own count, through
 ``nvml.binding.count_calls``), the GPUs, what the last poll exported of the
-families the tests check, and every series it exported. With SEED, the
-per-GPU readers run in an order drawn from it (``simnode.shuffle_readers``).
+families the tests check, every series it exported, and every field id asked.
+With SEED, the per-GPU readers run in an order drawn from it
+(``simnode.shuffle_readers``).
 
 The library is found as ``$GPU_EXPORTER_MOCKNVML`` or
 ``<repository>/../shared/nvidia-mocknvml``; it must be on the loader's path
@@ -68,9 +69,19 @@ def measure(polls: int, order_seed: int | None = None) -> dict[str, Any]:
     from gpu_exporter.catalog import BY_NAME, metric
     from gpu_exporter.config import Settings
     from gpu_exporter.daemon import Exporter
+    from gpu_exporter.nvml.adapter import Device
     from gpu_exporter.nvml.binding import count_calls
     from tests.simnode import PER_GPU_READERS, VirtualClock, shuffle_readers
 
+    # Every field id the exporter asks in a field-values call, whatever for.
+    fields_asked: set[int] = set()
+    scoped = Device.scoped_field_values
+
+    def recording(device: Device, fields: Any) -> Any:
+        fields_asked.update(fid for fid, _scope in fields)
+        return scoped(device, fields)
+
+    Device.scoped_field_values = recording  # type: ignore[method-assign]
     clock = VirtualClock()
     settings = Settings(web={"listen_address": "127.0.0.1:0"})
     exporter = Exporter(settings, None, monotonic=clock, wall_clock=clock, synchronous=True)
@@ -89,6 +100,7 @@ def measure(polls: int, order_seed: int | None = None) -> dict[str, Any]:
                   for name in FAMILIES if name in BY_NAME}
         return {"gpus": len(exporter.session.gpus), "polls": polls - 1,
                 "calls": dict(counts), "series": series, "order": order,
+                "fields_asked": sorted(fields_asked),
                 # Every series of the GPUs (not the host's, read from this
                 # machine's /proc, nor the exporter's own timings).
                 "exported": sorted([name, list(s.labels), s.value]

@@ -298,6 +298,9 @@ def _not_offered(gpu: Gpu, fan_count: int | None) -> tuple[frozenset[str], froze
             refused.add("fan_speeds")
         elif not any(answers):
             unavailable.add("fan_speeds")
+    if board.c2c_link(gpu) is False:  # no C2C link: its counters are not asked, nor offered
+        refused.discard("c2c_errors")
+        unavailable.add("c2c_errors")
     for name, key in _OTHER_READERS.items():
         if key in gpu.denied:
             refused.add(name)
@@ -389,7 +392,7 @@ class DeviceCollector(NvmlCollector):
                        vbios_version=ident.vbios_version)
         device = gpu.device
         place = ("", "", "", "") if gpu.lost or gpu.hung or device is None \
-            else _place(gpu, device)
+            else board.place(gpu, device)
         out.add_values(m.INFO, (*base, ident.name, ident.pci_bus_id, ident.serial,
                                 self.session.driver_version, ident.vbios_version,
                                 self.session.cuda_driver_version, ident.architecture,
@@ -442,6 +445,7 @@ class _GpuPass:
         self.first_fields: Request = ()
         self.fan_count: int | None = None
         self._ecc_on = False
+        self._c2c = False
 
     # --- reading ------------------------------------------------------------
     def want(self, sources: Iterable[tuple[Source, Every]], now: bool = False) -> None:
@@ -488,6 +492,9 @@ class _GpuPass:
         self._ecc_on = bool(self.reads.held(ECC_MODE.key))
         self.want(_ROW_SETS[self.detail].wanted)
         self.want(self.board)
+        self._c2c = board.c2c_link(self.gpu) is True
+        if self._c2c:
+            self.want(board.C2C_ERROR_WANTS)
         if self._ecc_on:
             self.want(_ECC_COUNTS)
         self.fan_count = self._fan_count()
@@ -513,6 +520,8 @@ class _GpuPass:
         mode = self.values.get(ECC_MODE)
         if mode and not ecc_on:
             self.want(_ECC_COUNTS)
+        if not self._c2c and board.c2c_link(self.gpu) is not False:
+            self.want(board.C2C_ERROR_WANTS)  # the link first read, or not yet told
         self.read()
         if mode and self._volatile_moved():
             self.want(_AFTER_ECC_ERRORS, now=True)
@@ -652,15 +661,6 @@ class _GpuPass:
                       fabric.health or "unknown")
             board.export_fabric_issues(fabric, out)
         board.export(self.gpu, self.values, out, r)
-
-
-def _place(gpu: Gpu, device: Device) -> tuple[str, str, str, str]:
-    """gpu_info's rack location and confidential-computing mode, read once;
-    a GPU lost on the way says nothing of them this poll."""
-    try:
-        return board.place(gpu, device)
-    except GpuGone:
-        return "", "", "", ""
 
 
 def _busy(utilization: float | None) -> bool | None:
