@@ -104,16 +104,35 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.collectors.device:DeviceCollector._offers": Kept(PER_GPU, CHURN),
     "gpu_exporter.daemon:Exporter._reloads_ok":
         Kept("the two sources a reload reads (settings, web config)", CHURN),
-    "gpu_exporter.nvml.session:MissingCapabilities._said": Kept("the capabilities read", CHURN),
-    "gpu_exporter.nvml.session:MissingCapabilities._gpus":
+    "gpu_exporter.nvml.gpu:MissingCapabilities._said": Kept("the capabilities read", CHURN),
+    "gpu_exporter.nvml.gpu:MissingCapabilities._gpus":
         Kept("the capabilities read x the GPUs", CHURN),
-    "gpu_exporter.nvml.session:MissingCapabilities._pending":
+    "gpu_exporter.nvml.gpu:MissingCapabilities._pending":
         Kept("the capabilities read (emptied each poll)", CHURN),
     "gpu_exporter.nvml.session:NvmlSession.timeouts": Kept(PER_GPU, CHURN),
     "gpu_exporter.nvml.session:NvmlSession._abandoned":
         Kept("one poll thread per hung GPU at most", CHURN),
     "gpu_exporter.nvml.session:NvmlSession._returned": Kept(PER_GPU, CHURN),
     "gpu_exporter.nvml.session:NvmlSession.gpus": Kept(PER_GPU, CHURN),
+    "gpu_exporter.nvml.session:NvmlSession._began":
+        Kept("the readers of the pipeline (emptied each poll)", CHURN),
+    "gpu_exporter.nvml.values:FieldValues._providers":
+        Kept("one per reader that asks fields", CHURN),
+    "gpu_exporter.nvml.values:FieldValues._gpus":
+        Kept(PER_GPU + " (made anew when NVML finds its GPUs)", CHURN),
+    "gpu_exporter.nvml.values:GpuReads.slow":
+        Kept("the values a GPU's readers read on a cadence", CHURN),
+    "gpu_exporter.nvml.values:GpuReads.asked":
+        Kept("the fields asked of the GPU this poll (replaced each poll)", CHURN),
+    "gpu_exporter.nvml.values:GpuReads.called":
+        Kept("the calls the GPU's readers make (emptied each poll)", CHURN),
+    "gpu_exporter.nvml.values:GpuReads.charged":
+        Kept("the readers of the pipeline (emptied each poll)", CHURN),
+    "gpu_exporter.collectors.device:DeviceCollector._passes":
+        Kept(PER_GPU + ": its pass of the last poll", CHURN),
+    "gpu_exporter.collectors.values:CounterMemory._gpus":
+        Kept(PER_GPU + " x its counter series (emptied when NVML finds its GPUs anew)",
+             CHURN),
     "gpu_exporter.poller:Poller.stages": Kept("the stages of the pipeline", CHURN),
     "gpu_exporter.poller:Poller._failing": Kept("the stages of the pipeline", CHURN),
     "gpu_exporter.poller:Poller._errors_total": Kept("the stages of the pipeline", CHURN),

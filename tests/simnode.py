@@ -4,6 +4,7 @@ reproducible."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -107,3 +108,27 @@ def served(scenario: str, polls: int = 60) -> Iterator[str]:
         run.exporter.server.start()
         run.poll(polls)
         yield f"http://127.0.0.1:{run.exporter.port}"
+
+
+# The readers that read each GPU through NVML and need no other reader's
+# reading: the order they run in is the pipeline's choice, not a rule. MIG is
+# here too, but stays before GPM, which samples each MIG instance it found.
+PER_GPU_READERS = ("device", "mig", "gpm", "samples", "nvlink")
+
+
+def shuffle_readers(exporter: Exporter, seed: int) -> list[str]:
+    """Run the exporter's per-GPU readers in an order drawn from ``seed``
+    (MIG before GPM), in the places they hold in the pipeline; the order."""
+    poller = exporter.poller
+    stages = list(poller.stages)
+    places = [i for i, stage in enumerate(stages) if stage.name in PER_GPU_READERS]
+    readers = [stages[i] for i in places]
+    random.Random(seed).shuffle(readers)
+    names = [r.name for r in readers]
+    if "mig" in names and "gpm" in names and names.index("gpm") < names.index("mig"):
+        a, b = names.index("gpm"), names.index("mig")
+        readers[a], readers[b] = readers[b], readers[a]
+    for place, reader in zip(places, readers, strict=True):
+        stages[place] = reader
+    poller.stages = stages
+    return [r.name for r in readers]

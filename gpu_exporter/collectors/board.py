@@ -9,7 +9,9 @@ nvmlDeviceGetFieldValues call), the rest their own calls; all on the slow
 cadence (they change after an NVML event, which reads them again at once) or
 once (the C2C mode, the place, the confidential-computing mode): what a board
 or its driver lacks is asked once, its series stays absent, and it is listed
-as not available on that board (``unavailable``)."""
+as not available on that board (``unavailable``). The C2C error counters are
+asked only of a GPU whose C2C mode or link count says it has the link (in
+the first poll, once those are read): no other board has them."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from gpu_exporter.cadence import Every
 from gpu_exporter.catalogs import board as m
 from gpu_exporter.collectors.values import Series
 from gpu_exporter.nvml import constants as c
+from gpu_exporter.nvml import values as nv
 from gpu_exporter.nvml.adapter import Device
-from gpu_exporter.nvml.session import Gpu
+from gpu_exporter.nvml.session import Gpu, GpuGone
 from gpu_exporter.nvml.values import Source
 from gpu_exporter.readings import GpuReading
 
@@ -38,8 +41,10 @@ FLOOR = Source("power_floor", c.FI_PWR_SMOOTHING_PRIMARY_POWER_FLOOR)
 
 Want = tuple[tuple[Source, Every], ...]
 _ALWAYS: Want = ((C2C_MODE, Every.ONCE), (C2C_LINKS, Every.ONCE),
-                 *((s, Every.SLOW) for s in C2C_ERRORS.values()),
                  (REPAIR, Every.SLOW), (UNREPAIRABLE, Every.SLOW))
+# Asked only of a GPU with a C2C link (c2c_link()): a board without one
+# answers them NOT_SUPPORTED, nothing to ask, and nothing to say in the log.
+C2C_ERROR_WANTS: Want = tuple((s, Every.SLOW) for s in C2C_ERRORS.values())
 # R570 numbered the power-smoothing fields otherwise ("Changes between v575 and
 # v580": "Fixed bug with NVML_FI_PWR_SMOOTHING_* field value numbering"): the
 # ids asked here mean these values from R580 on only.
@@ -104,6 +109,17 @@ def board_class(gpu: Gpu, c2c_link: bool | None) -> BoardClass:
                       isinstance(links, int) and links > 0)
 
 
+def c2c_link(gpu: Gpu) -> bool | None:
+    """Whether the GPU has a Grace C2C link, as its mode and link count read
+    once say; None until they are read (or where they failed)."""
+    mode, links = gpu.static.get(C2C_MODE.key), gpu.static.get(C2C_LINKS.key)
+    if mode or (isinstance(links, int | float) and links > 0):
+        return True
+    if mode is False or links == 0 or nv.offered(gpu, C2C_MODE) is False:
+        return False
+    return None
+
+
 def branch(driver_version: str) -> int:
     """The driver's branch number ("580.65.06" -> 580); 0 where unknown."""
     head = driver_version.partition(".")[0]
@@ -151,10 +167,14 @@ def export_fabric_issues(fabric: Any, out: Series) -> None:
 
 def place(gpu: Gpu, device: Device) -> tuple[str, str, str, str]:
     """gpu_info's (chassis serial, slot, tray, confidential-computing mode),
-    read once; "" for what the board or driver does not say."""
-    where = gpu.read_first(("platform_info", device.platform_location),
-                           ("platform_info_v1", device.platform_location_v1), static=True)
-    cc = gpu.static_read("cc_mode", device.confidential_computing)
+    read once; "" for what the board or driver does not say, and all of it
+    for a GPU lost on the way (it says nothing of them this poll)."""
+    try:
+        where = gpu.read_first(("platform_info", device.platform_location),
+                               ("platform_info_v1", device.platform_location_v1), static=True)
+        cc = gpu.static_read("cc_mode", device.confidential_computing)
+    except GpuGone:
+        return "", "", "", ""
     chassis, slot, tray = where or ("", "", "")
     return chassis, slot, tray, cc or ""
 

@@ -42,7 +42,7 @@ from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import device as m
 from gpu_exporter.collectors import board
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.collectors.values import Series
+from gpu_exporter.collectors.values import CounterMemory, Series
 from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml import values as nv
@@ -57,7 +57,7 @@ from gpu_exporter.nvml.session import (
     NvmlGone,
     NvmlSession,
 )
-from gpu_exporter.nvml.values import Source
+from gpu_exporter.nvml.values import GpuReads, Request, Source
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
@@ -298,6 +298,9 @@ def _not_offered(gpu: Gpu, fan_count: int | None) -> tuple[frozenset[str], froze
             refused.add("fan_speeds")
         elif not any(answers):
             unavailable.add("fan_speeds")
+    if board.c2c_link(gpu) is False:  # no C2C link: its counters are not asked, nor offered
+        refused.discard("c2c_errors")
+        unavailable.add("c2c_errors")
     for name, key in _OTHER_READERS.items():
         if key in gpu.denied:
             refused.add(name)
@@ -318,6 +321,11 @@ class DeviceCollector(NvmlCollector):
         # GPU index -> (what the answer was worked out from, the answer).
         self._offers: dict[int, tuple[tuple[int, int, int | None],
                                       tuple[frozenset[str], frozenset[str]]]] = {}
+        # GPU index -> its pass of this poll, planned by whichever reader of
+        # the GPU asked its fields first: those of its first read are asked then.
+        self._passes: dict[int, _GpuPass] = {}
+        self._counters = CounterMemory()
+        session.reads.want(self.name, lambda gpu, d: self._pass(gpu, d).first_fields)
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -327,15 +335,32 @@ class DeviceCollector(NvmlCollector):
         self.detail = settings.metrics.detail
         # A reload may follow a change on the node: read every fact again.
         for gpu in self.session.gpus:
-            gpu.refresh()
+            self.session.reads.held_for(gpu).refresh()
+
+    def close(self) -> None:
+        self.session.reads.drop(self.name)
+
+    def _pass(self, gpu: Gpu, device: Device) -> _GpuPass:
+        """The GPU's pass of this poll, its first read planned."""
+        reads = self.session.reads.of(gpu)
+        held = self._passes.get(gpu.index)
+        if held is None or held.reads is not reads or held.poll != reads.polls \
+                or held.device is not device:
+            held = self._passes[gpu.index] = _GpuPass(
+                self.session.reads, reads, device, self.detail, self.session.driver_version)
+            held.plan()
+        return held
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         readings: dict[int, GpuReading] = {}
         out.readings.gpus = readings
-        if not self.session.ensure():
+        if not self.session.begin(self.name, out):
+            self._passes.clear()
             return
-        self.session.begin_poll()
+        if len(self._passes) > len(self.session.gpus):
+            self._passes.clear()
+        self._counters.keep(self.session.generation)
         try:
             for gpu in self.session.gpus:
                 readings[gpu.index] = self._collect_gpu(gpu, out)
@@ -357,8 +382,8 @@ class DeviceCollector(NvmlCollector):
         return held[1]
 
     def _collect_gpu(self, gpu: Gpu, out: SnapshotBuilder) -> GpuReading:
-        if gpu.lost:
-            self.session.try_recover(gpu)
+        if gpu.lost and self.session.try_recover(gpu):
+            self._counters.forget(gpu.index)  # a GPU that came back may have been reset
         ident = gpu.identity
         base = (str(gpu.index), ident.uuid)
         r = GpuReading(gpu.index, ident.uuid, up=False, name=ident.name,
@@ -367,12 +392,11 @@ class DeviceCollector(NvmlCollector):
                        vbios_version=ident.vbios_version)
         device = gpu.device
         place = ("", "", "", "") if gpu.lost or gpu.hung or device is None \
-            else _place(gpu, device)
+            else board.place(gpu, device)
         out.add_values(m.INFO, (*base, ident.name, ident.pci_bus_id, ident.serial,
                                 self.session.driver_version, ident.vbios_version,
                                 self.session.cuda_driver_version, ident.architecture,
                                 ident.compute_capability, *place), 1)
-        gpu.shared_answers = None
         if gpu.lost or gpu.hung or device is None:
             out.add_values(m.UP, base, 0)
             return r
@@ -380,11 +404,10 @@ class DeviceCollector(NvmlCollector):
         # half-read values, only gpu_up 0.
         scratch = SnapshotBuilder(out.timestamp)
         gpu.errors = 0
-        gpu.polls += 1
+        counters = self._counters.of(gpu.index)
         try:
-            driver = self.session.driver_version
-            self.session.run(gpu, lambda: _GpuPass(gpu, device, self.detail, driver).collect(
-                Series(scratch, gpu, base), r))
+            self.session.run(gpu, lambda: self._pass(gpu, device).collect(
+                Series(scratch, gpu, base, counters), r))
         except (GpuGone, GpuHung) as exc:
             if isinstance(exc, GpuGone):
                 self.session.mark_lost(gpu, str(exc))
@@ -406,22 +429,30 @@ class _GpuPass:
     make due (the load changed, ECC counts moved), and holds calls only,
     unless ECC counts first became readable."""
 
-    def __init__(self, gpu: Gpu, device: Device, detail: bool, driver: str = "") -> None:
+    def __init__(self, fields: nv.FieldValues, reads: GpuReads, device: Device, detail: bool,
+                 driver: str = "") -> None:
         self.board = board.wanted(driver)
-        self.gpu = gpu
+        self.fields = fields
+        self.reads = reads
+        self.gpu = reads.gpu
+        self.poll = reads.polls
         self.device = device
         self.detail = detail
         # Every source asked for this poll -> its value (read now, or held).
         self.values: dict[Source, Any] = {}
         self._fresh: set[Source] = set()  # read this poll
         self._due: dict[Source, Every] = {}
+        self.first_fields: Request = ()
+        self.fan_count: int | None = None
+        self._ecc_on = False
+        self._c2c = False
 
     # --- reading ------------------------------------------------------------
     def want(self, sources: Iterable[tuple[Source, Every]], now: bool = False) -> None:
         """Ask for these: those due (or all, ``now``) are read at the next
         read(), the others answer from their last read."""
-        gpu, fresh, due, values = self.gpu, self._fresh, self._due, self.values
-        static, once, poll = gpu.static, Every.ONCE, Every.POLL
+        reads, fresh, due, values = self.reads, self._fresh, self._due, self.values
+        static, once, poll = self.gpu.static, Every.ONCE, Every.POLL
         for source, every in sources:
             if source in fresh or source in due or (not now and source in values):
                 continue
@@ -429,18 +460,16 @@ class _GpuPass:
                 if source.key in static:
                     values[source] = static[source.key]
                     continue
-            elif every is not poll and not now and not gpu.due(source.key, _POLLS[id(every)]):
-                values[source] = gpu.held(source.key)
+            elif every is not poll and not now and not reads.due(source.key, _POLLS[id(every)]):
+                values[source] = reads.held(source.key)
                 continue
             due[source] = every
 
-    def read(self, also: tuple[tuple[int, int], ...] = ()) -> None:
+    def read(self) -> None:
         due, self._due = self._due, {}
-        if not due and not also:
+        if not due:
             return
-        values, answers = nv.read(self.gpu, self.device, due, also=also)
-        if also:
-            self.gpu.shared_answers = answers
+        values = nv.read(self.fields, self.gpu, self.device, due, reader=DeviceCollector.name)
         self._fresh.update(due)
         for source, every in due.items():
             value = values.get(source)
@@ -449,38 +478,50 @@ class _GpuPass:
                 if value is not None:
                     self.gpu.static[source.key] = value
             elif every is not Every.POLL:
-                self.gpu.hold(source.key, _POLLS[id(every)], value)
+                self.reads.hold(source.key, _POLLS[id(every)], value)
 
     def forget(self, source: Source) -> None:
         """A held value that was no reading: asked again next poll."""
-        self.gpu.slow.pop(source.key, None)
+        self.reads.forget(source.key)
         self.gpu.static.pop(source.key, None)
 
     # --- the pass -----------------------------------------------------------
-    def collect(self, out: Series, r: GpuReading) -> None:
-        gpu = self.gpu
-        row_set = _ROW_SETS[self.detail]
-        ecc_on = gpu.held(ECC_MODE.key)
-        self.want(row_set.wanted)
+    def plan(self) -> None:
+        """What the first read asks: the values due this poll, from what the
+        GPU held when the poll began; first_fields, the fields among them."""
+        self._ecc_on = bool(self.reads.held(ECC_MODE.key))
+        self.want(_ROW_SETS[self.detail].wanted)
         self.want(self.board)
-        if ecc_on:
+        self._c2c = board.c2c_link(self.gpu) is True
+        if self._c2c:
+            self.want(board.C2C_ERROR_WANTS)
+        if self._ecc_on:
             self.want(_ECC_COUNTS)
-        r.fan_count = self._fan_count()
-        if r.fan_count:
-            self.want((_fan(fan), Every.POLL) for fan in range(r.fan_count))
-        self.read(also=gpu.shared_request())
+        self.fan_count = self._fan_count()
+        if self.fan_count:
+            self.want((_fan(fan), Every.POLL) for fan in range(self.fan_count))
+        self.first_fields = nv.field_pairs(self.gpu, self._due)
+
+    def collect(self, out: Series, r: GpuReading) -> None:
+        reads = self.reads
+        row_set = _ROW_SETS[self.detail]
+        ecc_on = self._ecc_on
+        r.fan_count = self.fan_count
+        self.read()
         # What this poll's answers make due: the states that follow the load
         # when the GPU turned busy or idle; the ECC counts when ECC is on and
         # they were not asked (the first poll); the aggregates and remapped
         # rows at once when a volatile count moved.
         busy = _busy(self.values.get(UTILIZATION))
-        turned = busy is not None and busy != gpu.held("load_busy")
+        turned = busy is not None and busy != reads.held("load_busy")
         self.want(row_set.with_load, now=turned)
-        if turned or "load_busy" not in gpu.slow:
-            gpu.hold("load_busy", Every.LOAD.polls, busy)
+        if turned or "load_busy" not in reads.slow:
+            reads.hold("load_busy", Every.LOAD.polls, busy)
         mode = self.values.get(ECC_MODE)
         if mode and not ecc_on:
             self.want(_ECC_COUNTS)
+        if not self._c2c and board.c2c_link(self.gpu) is not False:
+            self.want(board.C2C_ERROR_WANTS)  # the link first read, or not yet told
         self.read()
         if mode and self._volatile_moved():
             self.want(_AFTER_ECC_ERRORS, now=True)
@@ -499,8 +540,8 @@ class _GpuPass:
     def _volatile_moved(self) -> bool:
         volatile = tuple(self.values.get(ECC_COUNT[tname, "volatile"])
                          for tname in c.ECC_TYPES)
-        before = self.gpu.held("ecc_volatile_seen")
-        self.gpu.hold("ecc_volatile_seen", 1, volatile)
+        before = self.reads.held("ecc_volatile_seen")
+        self.reads.hold("ecc_volatile_seen", 1, volatile)
         return before is not None and before != volatile
 
     # --- the series -----------------------------------------------------------
@@ -620,15 +661,6 @@ class _GpuPass:
                       fabric.health or "unknown")
             board.export_fabric_issues(fabric, out)
         board.export(self.gpu, self.values, out, r)
-
-
-def _place(gpu: Gpu, device: Device) -> tuple[str, str, str, str]:
-    """gpu_info's rack location and confidential-computing mode, read once;
-    a GPU lost on the way says nothing of them this poll."""
-    try:
-        return board.place(gpu, device)
-    except GpuGone:
-        return "", "", "", ""
 
 
 def _busy(utilization: float | None) -> bool | None:

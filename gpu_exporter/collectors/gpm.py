@@ -107,7 +107,7 @@ class GpmCollector(NvmlCollector):
         out.readings.gpm_instances = instances
         pending: set[int] = set()
         out.readings.gpm_pending = pending
-        if not self.session.up:
+        if not self.session.begin(self.name, out):
             return
         if self.session.generation != self._generation:
             # Sample buffers belong to one NVML session.

@@ -166,7 +166,7 @@ class HostCollector(Collector):
         """Export the counter if collectors.values.accept_counter() accepts it;
         its rate per second since its last accepted reading (None on the
         first one, when rejected, or when no time passed)."""
-        if not accept_counter(self._src, metric, value, *series):
+        if not accept_counter(self._src, self._src.counters, metric, value, *series):
             return None
         out.add_values(metric, series, value)
         key = series_key(metric, series)
@@ -343,12 +343,13 @@ class HostCollector(Collector):
         events: dict[str, int] = {}
         seconds: dict[str, float] = {}
         for kind, count in found.events.items():
-            if accept_counter(self._src, m.HOST_CPU_THERMAL_THROTTLES_TOTAL, count, kind):
-                out.add_values(m.HOST_CPU_THERMAL_THROTTLES_TOTAL, (kind,), count)
+            metric = m.HOST_CPU_THERMAL_THROTTLES_TOTAL
+            if accept_counter(self._src, self._src.counters, metric, count, kind):
+                out.add_values(metric, (kind,), count)
                 events[kind] = count
         for kind, secs in found.seconds.items():
             metric = m.HOST_CPU_THERMAL_THROTTLED_SECONDS_TOTAL
-            if accept_counter(self._src, metric, secs, kind):
+            if accept_counter(self._src, self._src.counters, metric, secs, kind):
                 out.add_values(metric, (kind,), secs)
                 seconds[kind] = secs
         return thermal.ThermalThrottle(events, seconds), True

@@ -18,6 +18,7 @@ from gpu_exporter.nvml.adapter import Device, MigDevice
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.nvml.mig import profile_name
 from gpu_exporter.nvml.session import Gpu, GpuGone
+from gpu_exporter.nvml.values import GpuReads
 from gpu_exporter.readings import MigReading
 from gpu_exporter.snapshot import SnapshotBuilder
 
@@ -63,11 +64,11 @@ def instance_memory(gpu: Gpu, mig: MigDevice) -> tuple[int, int]:
     return mig.memory_v1()
 
 
-def read_instances(gpu: Gpu, d: Device) -> list[MigReading] | None:
+def read_instances(gpu: Gpu, d: Device, reads: GpuReads) -> list[MigReading] | None:
     """The GPU's MIG instances; None when MIG is unsupported or off."""
     # MIG mode changes only across a GPU reset, and the call costs 0.13-0.3 ms
     # on an H100: read with the facts (and at once after an event or a reload).
-    if not gpu.slow_read("mig_mode", d.mig_mode, every=FACT_READ_EVERY_POLLS):
+    if not reads.slow_read("mig_mode", d.mig_mode, every=FACT_READ_EVERY_POLLS):
         return None
     slots = gpu.static_read("mig_max", d.max_mig_devices) or 0
     # A profile does not change while its instance lives, and a new instance
@@ -109,11 +110,11 @@ class MigCollector(NvmlCollector):
         self._errors = 0
         found: dict[int, list[MigReading]] = {}
         out.readings.mig = found
-        if not self.session.up:
+        if not self.session.begin(self.name, out):
             return
 
         def one(gpu: Gpu, device: Device) -> None:
-            instances = read_instances(gpu, device)
+            instances = read_instances(gpu, device, self.session.reads.of(gpu))
             if "mig_mode" in gpu.unsupported:
                 return
             labels = {"gpu": str(gpu.index), "uuid": gpu.identity.uuid}

@@ -186,25 +186,6 @@ def _plan(gpu: Gpu, links: int, driver: str) -> _LinkPlan:
 _PER_LINK_FAMILIES = (m.NVLINK_ERRORS_TOTAL, m.NVLINK_BYTES_TOTAL, fec_m.NVLINK_FEC_ERRORS_TOTAL,
                       fec_m.NVLINK_BIT_ERROR_RATE)
 
-# How the device reader knows the fields this reader wants of a GPU
-# (Gpu.shared_fields).
-_READER = "nvlink"
-
-
-def _answers(gpu: Gpu, d: Device, request: tuple[tuple[int, int], ...],
-             ) -> dict[tuple[int, int], float | NvmlError] | None:
-    """This poll's answers to ``request``: from the device reader's one
-    nvmlDeviceGetFieldValues call of the GPU where it asked them this poll,
-    else from a call of this reader's own. From then on the device reader asks
-    them with its own fields."""
-    shared, gpu.shared_answers = gpu.shared_answers, None
-    registered = gpu.shared_fields.get(_READER) == request
-    gpu.shared_fields[_READER] = request
-    if registered and shared is not None:
-        return shared
-    return gpu.read("nvlink_fields", d.scoped_field_values, request)
-
-
 class NvlinkCollector(NvmlCollector):
     name = "nvlink"
     description = "NVLink state, errors and throughput, per GPU (per link with --metrics.detail)"
@@ -216,16 +197,22 @@ class NvlinkCollector(NvmlCollector):
         # the all-links total, so the total never dips (a dip would read as a
         # counter reset).
         self._last: dict[str, dict[int, list[float | None]]] = {}
+        session.reads.want(self.name, self._wanted)
 
     def close(self) -> None:
-        for gpu in self.session.gpus:
-            gpu.shared_fields.pop(_READER, None)
+        self.session.reads.drop(self.name)
+
+    def _wanted(self, gpu: Gpu, d: Device) -> tuple[tuple[int, int], ...]:
+        """The (field id, link) pairs this reader asks of the GPU this poll,
+        in the one nvmlDeviceGetFieldValues call of the GPU (nvml/values.py)."""
+        links = link_count(gpu, d)
+        return _plan(gpu, links, self.session.driver_version).request if links else ()
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
         found: dict[int, NvlinkReading] = {}
         out.readings.nvlink = found
-        if not self.session.up:
+        if not self.session.begin(self.name, out):
             return
         self._errors = self.session.each_gpu(
             lambda gpu, d: self._collect_gpu(gpu, d, out, found))
@@ -237,7 +224,7 @@ class NvlinkCollector(NvmlCollector):
             return
         driver = self.session.driver_version
         plan = _plan(gpu, links, driver)
-        answers = _answers(gpu, d, plan.request) or {}
+        answers = self.session.reads.answers(gpu, d, self.name, plan.request)
         # The per-link series are made only where they are exported
         # (--metrics.detail): 108 of them on an 18-link GPU. The totals and the
         # reading come from the same answers either way. They are added once
@@ -295,10 +282,6 @@ class NvlinkCollector(NvmlCollector):
         # board or driver lacks.
         if any(states.values()):
             self._forget_absent(gpu, absent, read)
-        if _asked(gpu, driver) != plan.fields:
-            # The next poll's request, told to the device reader now: its one
-            # call then holds it, and this reader makes no call of its own.
-            gpu.shared_fields[_READER] = _plan(gpu, links, driver).request
         add = out.add_values
         for metric, labels, number in series:
             add(metric, labels, number)

@@ -214,6 +214,7 @@ class ProcessesCollector(NvmlCollector):
         out.readings.processes = readings
         series = SnapshotBuilder(out.timestamp)
         out.publish(PROCESS_SERIES, series)
+        self.session.begin(self.name, out)  # NVML's poll, begun where no reader began it
         self._collect(series, readings, out.readings)
 
     def _collect(self, out: SnapshotBuilder, readings: list[ProcessReading],

@@ -38,7 +38,8 @@ from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.session import UTILIZATION_SAMPLES_KEY, Gpu, NvmlSession
-from gpu_exporter.readings import GpuReading, SampleStats
+from gpu_exporter.nvml.values import GpuReads
+from gpu_exporter.readings import SampleStats
 from gpu_exporter.runtime import Runtime
 from gpu_exporter.snapshot import SnapshotBuilder
 
@@ -92,14 +93,13 @@ class SamplesCollector(NvmlCollector):
         self._errors = 0
         stats: dict[int, dict[str, SampleStats]] = {}
         out.readings.samples = stats
-        if not self.session.up:
+        if not self.session.begin(self.name, out):
             return
         if self.session.generation != self._generation:
             self._last_seen.clear()
             self._held.clear()
             self._rate_at.clear()
             self._generation = self.session.generation
-        gpus = out.readings.gpus
 
         def one(gpu: Gpu, device: Device) -> None:
             # Label values in catalog order (*GPU, "stat"), for add_values.
@@ -124,8 +124,7 @@ class SamplesCollector(NvmlCollector):
                 out.add_values(metric, at_min, st.min)
                 out.add_values(metric, at_mean, st.mean)
                 out.add_values(metric, at_max, st.max)
-            reading = gpus.get(gpu.index) if gpus is not None else None
-            source = self._busy(gpu, device, reading, now)
+            source = self._busy(gpu, device, now)
             if gpu.identity.uuid in self._busy_s:
                 out.add_values(m.BUSY_SECONDS_TOTAL, base, self._busy_s[gpu.identity.uuid])
                 out.add_values(m.BUSY_SOURCE_INFO, (*base, source), 1)
@@ -150,7 +149,7 @@ class SamplesCollector(NvmlCollector):
         values = [v * scale for _, v in raw]
         return SampleStats(len(values), min(values), sum(values) / len(values), max(values))
 
-    def _busy(self, gpu: Gpu, device: Device, reading: GpuReading | None, now: float) -> str:
+    def _busy(self, gpu: Gpu, device: Device, now: float) -> str:
         """Where the GPU's busy time comes from this poll; integrates it from
         the utilization rate where the driver keeps no samples."""
         uuid = gpu.identity.uuid
@@ -159,7 +158,7 @@ class SamplesCollector(NvmlCollector):
             self._say(gpu, SAMPLES)
             return SAMPLES
         self._say(gpu, RATE)
-        utilization = reading.utilization if reading is not None else self._rate(gpu, device)
+        utilization = self._rate(self.session.reads.of(gpu), device)
         total = self._busy_s.setdefault(uuid, 0.0)
         before, self._rate_at[uuid] = self._rate_at.get(uuid), now
         if before is not None and utilization is not None and 0 < now - before <= \
@@ -168,9 +167,10 @@ class SamplesCollector(NvmlCollector):
         return RATE
 
     @staticmethod
-    def _rate(gpu: Gpu, device: Device) -> float | None:
-        """The utilization rate, where no device reader took it this poll."""
-        rates = gpu.read("utilization", device.utilization)
+    def _rate(reads: GpuReads, device: Device) -> float | None:
+        """The utilization rate, read once a poll for the GPU's readers (the
+        device reader's too)."""
+        rates: tuple[float, float] | None = reads.call("utilization", device.utilization)
         if rates is None or not plausible(device_metrics.UTILIZATION_RATIO, rates[0]):
             return None
         return rates[0]

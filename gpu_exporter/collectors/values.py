@@ -23,16 +23,14 @@ log = logging.getLogger(__name__)
 
 class Tally(Protocol):
     """One source of readings (a GPU, the host) as the checks keep it: its
-    read errors this poll, the series already logged, each counter's last
-    accepted reading, and how the log names it."""
+    read errors this poll, the series already logged, and how the log names
+    it. Its counters' last accepted readings are kept apart (``Counters``):
+    what a reader checks is no part of the source."""
 
     errors: int
 
     @property
     def warned(self) -> set[str]: ...
-
-    @property
-    def counters(self) -> dict[str, float]: ...
 
     @property
     def label(self) -> str:
@@ -43,6 +41,33 @@ class Tally(Protocol):
     def kind(self) -> str:
         """What no source of its kind can report: "GPU", "host"."""
         ...
+
+
+# Each counter's last accepted reading, by series_key(): a counter that goes
+# backwards is no reading.
+Counters = dict[str, float]
+
+
+class CounterMemory:
+    """Each GPU's counters' last accepted readings, by GPU index: forgotten
+    for a GPU that came back (it may have been reset), and for every GPU when
+    NVML is initialised anew (keep())."""
+
+    def __init__(self) -> None:
+        self._gpus: dict[int, Counters] = {}
+        self._generation: int | None = None
+
+    def keep(self, generation: int) -> None:
+        """The GPUs of this NVML initialisation: those of another are forgotten."""
+        if generation != self._generation:
+            self._gpus.clear()
+            self._generation = generation
+
+    def of(self, index: int) -> Counters:
+        return self._gpus.setdefault(index, {})
+
+    def forget(self, index: int) -> None:
+        self._gpus.pop(index, None)
 
 
 def series_key(metric: Metric, series: tuple[str, ...]) -> str:
@@ -84,11 +109,12 @@ def accept_share(t: Tally, metric: Metric, value: float, *series: str) -> float 
     return min(bounds.high, max(bounds.low, value))
 
 
-def accept_counter(t: Tally, metric: Metric, value: float, *series: str) -> bool:
-    """Check a counter reading: in range, and not lower than the last one
-    (unless its resets are documented)."""
+def accept_counter(t: Tally, last: Counters, metric: Metric, value: float,
+                   *series: str) -> bool:
+    """Check a counter reading: in range, and not lower than the last one in
+    ``last`` (unless its resets are documented)."""
     key = series_key(metric, series)
-    if plausible(metric, value) and not _backwards(t, metric, series, key, value):
+    if plausible(metric, value) and not _backwards(last, metric, series, key, value):
         return True
     reject(t, key, value)
     return False
@@ -104,16 +130,16 @@ def resettable(metric: Metric, series: tuple[str, ...]) -> bool:
     return 0 <= at < len(series) and series[at] == value
 
 
-def went_backwards(t: Tally, metric: Metric, series: tuple[str, ...], value: float) -> bool:
-    """Whether this counter series of ``t`` is lower than its last accepted
-    reading with no documented reset; remembers ``value`` when it is not."""
-    return _backwards(t, metric, series, series_key(metric, series), value)
+def went_backwards(last: Counters, metric: Metric, series: tuple[str, ...],
+                   value: float) -> bool:
+    """Whether this counter series is lower than its last accepted reading
+    in ``last`` with no documented reset; remembers ``value`` when it is not."""
+    return _backwards(last, metric, series, series_key(metric, series), value)
 
 
-def _backwards(t: Tally, metric: Metric, series: tuple[str, ...], key: str,
+def _backwards(counters: Counters, metric: Metric, series: tuple[str, ...], key: str,
                value: float) -> bool:
     """went_backwards() for the series named ``key``."""
-    counters = t.counters
     last = counters.get(key)
     if last is not None and value < last and not resettable(metric, series):
         return True
@@ -135,12 +161,14 @@ class Series:
     """One source's series this poll (a GPU's: its index and UUID first), each
     value through its metric's handle and checked against its bounds."""
 
-    __slots__ = ("base", "out", "tally")
+    __slots__ = ("base", "counters", "out", "tally")
 
-    def __init__(self, out: SnapshotBuilder, tally: Tally, base: tuple[str, ...]) -> None:
+    def __init__(self, out: SnapshotBuilder, tally: Tally, base: tuple[str, ...],
+                 counters: Counters) -> None:
         self.out = out
         self.tally = tally
         self.base = base
+        self.counters = counters
 
     def gauge(self, metric: Metric, value: float | None, *series: str,
               ceiling: float | None = None) -> float | None:
@@ -161,7 +189,8 @@ class Series:
         it went backwards."""
         if value is None:
             return None
-        if metric.bounds is not None and not accept_counter(self.tally, metric, value, *series):
+        if metric.bounds is not None and not accept_counter(self.tally, self.counters, metric,
+                                                            value, *series):
             return None
         self.out.add_values(metric, (*self.base, *series), value)
         return value

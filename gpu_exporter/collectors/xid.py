@@ -166,7 +166,7 @@ class XidCollector(NvmlCollector):
                     if g.device is not None and g.device.handle_value == device), None)
         index, uuid = (gpu.index, gpu.identity.uuid) if gpu else (-1, "")
         if gpu is not None and event_type & REFRESHING:
-            gpu.refresh()
+            self.session.reads.held_for(gpu).refresh()
         if event_type & c.EVENT_XID_CRITICAL:
             self._xids[(index, uuid, data)] += 1
             self._totals[(index, uuid)] += 1

@@ -2,7 +2,7 @@
 
 An event is no verdict by itself: it says that what a row judges has just
 changed, and the Xid reader has the GPU's readers read that again at once
-(``collectors/xid.py``, ``Gpu.refresh``), so the row judges the fresh reading
+(``collectors/xid.py``, ``GpuReads.refresh``), so the row judges the fresh reading
 in the poll after the event instead of one held for up to ten polls. The row
 named here is the one whose signal the event concerns; None where no row is
 concerned (a power-source change is no fault of the GPU's).

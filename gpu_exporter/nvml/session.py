@@ -9,13 +9,24 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device, Nvml
 from gpu_exporter.nvml.errors import NvmlError, Return
+
+# What a GPU is, imported from here too (named once more, so mypy sees it said).
+from gpu_exporter.nvml.gpu import GPM_KEY as GPM_KEY
+from gpu_exporter.nvml.gpu import UTILIZATION_SAMPLES_KEY as UTILIZATION_SAMPLES_KEY
+from gpu_exporter.nvml.gpu import Gpu as Gpu
+from gpu_exporter.nvml.gpu import GpuGone as GpuGone
+from gpu_exporter.nvml.gpu import Identity as Identity
+from gpu_exporter.nvml.gpu import MissingCapabilities as MissingCapabilities
+from gpu_exporter.nvml.gpu import NvmlGone as NvmlGone
+from gpu_exporter.nvml.gpu import gpu_list as gpu_list
+from gpu_exporter.nvml.values import FieldValues
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,10 +45,6 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}" if domain else text
 
 
-class GpuGone(Exception):
-    """The GPU stopped answering in the middle of a poll (lost, needs reset)."""
-
-
 class GpuHung(Exception):
     """A call on this GPU did not return before the poll's deadline."""
 
@@ -46,260 +53,6 @@ class PollAbandoned(BaseException):
     """Raised in a poll thread that was given up on while one of its calls hung,
     once that call returns: the thread unwinds without touching anything shared
     again (a BaseException, so no collector's ``except Exception`` stops it)."""
-
-
-class NvmlGone(Exception):
-    """NVML as a whole stopped answering (driver upgraded or unloaded)."""
-
-    def __init__(self, error: NvmlError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class MissingCapabilities:
-    """What NVML on this node cannot answer, said in the log once per
-    capability for the whole node (not once per GPU, not every poll): a
-    function the driver lacks at once; a capability the GPUs answer
-    NOT_SUPPORTED for when the next poll begins, with every GPU that
-    answered so ("GPUs 0-7"), and again only for a GPU that answers so later."""
-
-    def __init__(self) -> None:
-        self._said: set[str] = set()
-        self._gpus: dict[str, set[int]] = {}  # key -> the GPUs noted so far
-        self._pending: dict[str, tuple[NvmlError, set[int]]] = {}
-        self._lock = threading.Lock()
-
-    def note(self, index: int, key: str, exc: NvmlError) -> None:
-        if exc.code == Return.FUNCTION_NOT_FOUND:
-            with self._lock:
-                if key in self._said:
-                    return
-                self._said.add(key)
-            log.info("NVML on this node has no %s (the driver predates it): %s is read another "
-                     "way where there is one, else its series stay absent; the README's "
-                     "driver table says what each branch lacks", exc.call or key, key)
-            return
-        with self._lock:
-            noted = self._gpus.setdefault(key, set())
-            if index in noted:
-                return
-            noted.add(index)
-            self._pending.setdefault(key, (exc, set()))[1].add(index)
-
-    def flush(self) -> None:
-        """Say what the GPUs answered NOT_SUPPORTED for since the last flush."""
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        for key, (exc, gpus) in sorted(pending.items()):
-            log.info("%s: NVML answers %s for %s (%s): read another way where there is one, "
-                     "else its series stay absent; not asked again", gpu_list(gpus), exc.name,
-                     exc.call or key, key)
-
-
-def gpu_list(indices: set[int]) -> str:
-    """``GPU 3``, ``GPUs 0-7``, ``GPUs 0-2, 5``: runs of indices as ranges."""
-    ordered = sorted(indices)
-    runs: list[str] = []
-    start = prev = ordered[0]
-    for i in [*ordered[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        runs.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return f"GPU {ordered[0]}" if len(ordered) == 1 else "GPUs " + ", ".join(runs)
-
-
-@dataclass
-class Identity:
-    index: int
-    uuid: str = ""
-    name: str = ""
-    pci_bus_id: str = ""
-    serial: str = ""
-    vbios_version: str = ""
-    architecture: str = ""
-    compute_capability: str = ""
-
-
-# Keys of Gpu.unsupported that more than one reader asks about: the GPM and
-# sampling readers record them, the device reader reports them with the GPU's
-# reading (what the board or driver does not offer, for the diagnosis).
-GPM_KEY = "gpm"
-UTILIZATION_SAMPLES_KEY = f"samples_{c.SAMPLING_GPU_UTILIZATION}"
-
-
-@dataclass
-class Gpu:
-    """A GPU as the exporter tracks it between polls."""
-
-    index: int
-    device: Device | None
-    identity: Identity
-    # Capability keys NVML answered NOT_SUPPORTED (or lacks the function) for:
-    # never asked again, their series stay absent.
-    unsupported: set[str] = field(default_factory=set)
-    # Keys NVML refused (NO_PERMISSION): not asked again, and never a reason
-    # to try an older call, which the driver refuses the same way.
-    denied: set[str] = field(default_factory=set)
-    # Facts read once at discovery (limits, maxima, thresholds...), by key.
-    static: dict[str, object] = field(default_factory=dict)
-    lost: bool = False
-    lost_since: float | None = None
-    # A call on this GPU outlived the poll deadline and has not returned yet:
-    # the GPU is skipped until it does.
-    hung: bool = False
-    next_recovery_try: float = 0.0
-    errors: int = 0  # errors in the current poll
-    warned: set[str] = field(default_factory=set)
-    # Polls this GPU has been read in (the device collector counts them), the
-    # clock of the reads taken on a cadence (due()).
-    polls: int = 0
-    # Values read on a cadence, by key: (the poll they were read at, the epoch
-    # then, the value).
-    slow: dict[str, tuple[int, int, object]] = field(default_factory=dict)
-    # Bumped where something may have changed what the slow reads hold (an
-    # NVML event on the GPU, a reload): each of them is read again at once.
-    epoch: int = 0
-    # Fields other readers want of the GPU every poll, by reader (NVLink's
-    # per-link counters): the device reader asks them in the same
-    # nvmlDeviceGetFieldValues call as its own, one call per GPU and poll, and
-    # leaves this poll's answers here for them to take (None once taken, or
-    # where the device reader did not run).
-    shared_fields: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
-    shared_answers: dict[tuple[int, int], float | NvmlError] | None = None
-    # The GPU's last nvmlDeviceGetFieldValues request (nvml/values.py): its
-    # own fields, the other readers' pairs, the pairs asked.
-    field_request: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...],
-                         tuple[tuple[int, int], ...]] = field(
-        default=((), (), ()), init=False, repr=False, compare=False)
-    # shared_request()'s last answer, and the requests it was made of.
-    _shared: tuple[tuple[tuple[tuple[int, int], ...], ...], tuple[tuple[int, int], ...]] = field(
-        default=((), ()), init=False, repr=False, compare=False)
-    # Each counter's last accepted reading, by series: a counter that goes
-    # backwards is no reading (collectors/values.py).
-    counters: dict[str, float] = field(default_factory=dict)
-    # Shared by the session's GPUs: a missing capability is logged once per node.
-    missing: MissingCapabilities = field(default_factory=MissingCapabilities)
-
-    # How collectors/values.py names this GPU when it rejects a reading.
-    kind = "GPU"
-
-    @property
-    def label(self) -> str:
-        return f"GPU {self.index}"
-
-    def shared_request(self) -> tuple[tuple[int, int], ...]:
-        """Every (field id, scope id) pair the other readers want of the GPU
-        (shared_fields), once each: made again only when a request changed (a
-        reader passes the same tuple every poll, compared by identity first)."""
-        made_of, request = self._shared
-        now = tuple(self.shared_fields.values())
-        if now != made_of:
-            request = tuple(dict.fromkeys(
-                pair for wanted in self.shared_fields.values() for pair in wanted))
-            self._shared = (now, request)
-        return request
-
-    def read(self, key: str, fn: Callable[..., T], *args: object,
-             refusal_has_fallback: bool = False) -> T | None:
-        """Call ``fn``; None when the GPU cannot answer this (and remember why).
-
-        Raises GpuGone when the device itself has gone away. With
-        ``refusal_has_fallback``, NO_PERMISSION is said once for the node like a
-        missing capability, not warned per GPU: the caller reads it another way
-        (NVML keeps some reads to privileged users).
-        """
-        if key in self.unsupported:
-            return None
-        try:
-            return fn(*args)
-        except NvmlError as exc:
-            if exc.capability_absent:
-                self.unsupported.add(key)
-                self.missing.note(self.index, key, exc)
-                return None
-            if exc.device_gone:
-                raise GpuGone(str(exc)) from None
-            if exc.library_gone:
-                raise NvmlGone(exc) from None
-            if exc.code == Return.NO_PERMISSION:
-                self.unsupported.add(key)
-                self.denied.add(key)
-                if refusal_has_fallback:
-                    self.missing.note(self.index, key, exc)
-                elif key not in self.warned:
-                    self.warned.add(key)
-                    log.warning("GPU %d: no permission to read %s (%s); run with access to "
-                                "the NVIDIA device nodes to export it", self.index, key, exc)
-                return None
-            self.errors += 1
-            if key not in self.warned:
-                self.warned.add(key)
-                log.warning("GPU %d: reading %s failed: %s", self.index, key, exc)
-            return None
-
-    def read_first(self, *calls: tuple[str, Callable[[], T]], static: bool = False) -> T | None:
-        """The first of ``calls`` (key, function) that answers; the next is tried
-        only where the one before is absent for good (NOT_SUPPORTED, or a symbol
-        this driver lacks): a call under its newer name, then its older one."""
-        for key, fn in calls:
-            value = self.static_read(key, fn) if static else self.read(key, fn)
-            if value is not None or key not in self.unsupported or key in self.denied:
-                return value
-        return None
-
-    def static_read(self, key: str, fn: Callable[..., T], *args: object,
-                    refusal_has_fallback: bool = False) -> T | None:
-        """Like read(), but the value is remembered after the first answer."""
-        if key in self.static:
-            return self.static[key]  # type: ignore[return-value]
-        value = self.read(key, fn, *args, refusal_has_fallback=refusal_has_fallback)
-        if value is not None:
-            self.static[key] = value
-        return value
-
-
-    def due(self, key: str, every: int) -> bool:
-        """Whether the value read on a cadence under ``key`` is to be read this
-        poll: never read, read ``every`` polls ago or more, or read before the
-        last event that may have changed it (refresh())."""
-        held = self.slow.get(key)
-        return held is None or self.polls - held[0] >= every or held[1] != self.epoch
-
-    def hold(self, key: str, every: int, value: object) -> None:
-        """Keep ``value``, read this poll, until it is due again; None forgets
-        it (asked again next poll). GPUs start their cadence at different
-        offsets, so their slow reads fall on different polls."""
-        if value is None:
-            self.slow.pop(key, None)
-            return
-        start = self.polls - (self.index % every if key not in self.slow else 0)
-        self.slow[key] = (start, self.epoch, value)
-
-    def held(self, key: str) -> object | None:
-        """The value last kept under ``key``, or None."""
-        held = self.slow.get(key)
-        return None if held is None else held[2]
-
-    def refresh(self) -> None:
-        """Something happened to the GPU (an NVML event, a reload): every
-        value read on a cadence is read again at its reader's next poll.
-        Safe from another thread: one integer written."""
-        self.epoch += 1
-
-    def slow_read(self, key: str, fn: Callable[..., T], *args: object, every: int,
-                  now: bool = False) -> T | None:
-        """Like read(), but a value read less than ``every`` polls ago (and
-        since the last refresh()) is answered again without asking NVML,
-        unless ``now``. For facts that change rarely: NVML calls are the cost
-        of a poll on a real node."""
-        if not now and not self.due(key, every):
-            return self.held(key)  # type: ignore[return-value]
-        value = self.read(key, fn, *args)
-        self.hold(key, every, value)
-        return value
 
 
 @dataclass(frozen=True)
@@ -385,6 +138,13 @@ class NvmlSession:
         self._poll_threads = 0
         self.up = False
         self.gpus: list[Gpu] = []
+        # What the readers read of each GPU between polls, and this poll's
+        # field values (nvml/values.py).
+        self.reads = FieldValues()
+        # The poll the readers are in: the snapshot being built (held weakly)
+        # and the readers that began it.
+        self._poll_of: weakref.ref[object] | None = None
+        self._began: set[str] = set()
         self.driver_version = ""
         self.cuda_driver_version = ""
         self.missing = MissingCapabilities()
@@ -416,6 +176,7 @@ class NvmlSession:
                 self.driver_version = self._safe(self.nvml.driver_version) or ""
                 self.cuda_driver_version = self._safe(self.nvml.cuda_driver_version) or ""
                 self.gpus = self._discover()
+                self.reads.track(self.gpus)
             except (NvmlError, NvmlGone) as failure:
                 # NvmlGone: NVML as a whole failed while the GPUs were discovered.
                 exc = failure.error if isinstance(failure, NvmlGone) else failure
@@ -440,6 +201,24 @@ class NvmlSession:
             log.info("NVML initialised: driver %s, CUDA %s, %d GPU(s)", self.driver_version,
                      self.cuda_driver_version, len(self.gpus))
             return True
+
+    def begin(self, reader: str, poll: object) -> bool:
+        """What every NVML reader does first in a poll (``poll``: the
+        snapshot it builds): NVML initialised where it is not yet, and, for
+        the first reader of a poll, whichever it is, the poll begun
+        (begin_poll()). True when NVML is usable now. A reader that already
+        began this poll begins the next: readers polled without a snapshot
+        of their own (tests) keep their polls apart."""
+        if not self.ensure():
+            return False
+        held = self._poll_of() if self._poll_of is not None else None
+        if held is not poll or reader in self._began:
+            self._poll_of = weakref.ref(poll)
+            self._began = set()
+            self.reads.next_poll()
+            self.begin_poll()
+        self._began.add(reader)
+        return True
 
     # --- guarded reads ------------------------------------------------------
     def now(self) -> float:
@@ -669,8 +448,7 @@ class NvmlSession:
         if fresh.lost:
             return False
         gpu.device, gpu.identity, gpu.static = fresh.device, fresh.identity, {}
-        gpu.slow.clear()
-        gpu.counters.clear()  # a GPU that came back may have been reset
+        self.reads.renew(gpu)  # a GPU that came back may have been reset
         gpu.unsupported.clear()
         gpu.lost, gpu.lost_since = False, None
         log.info("GPU %d (%s) answers again", gpu.index, gpu.identity.uuid)

@@ -10,25 +10,35 @@ name). A field that a branch answers NOT_SUPPORTED in its own return code is
 never asked again on that GPU, and its value comes from the call from then on,
 in the same poll: nothing is lost on a branch without the field, and nothing is
 asked twice on one with it.
+
+What the readers read of a GPU between polls lives here too, one
+:class:`GpuReads` per GPU in the session's :class:`FieldValues`: the values
+read on a cadence, and this poll's field values. Each reader that asks fields
+says which through a provider (:meth:`FieldValues.want`); the first reader of
+a GPU in a poll, whichever it is, makes the one call that asks every
+provider's fields, and the others take their answers from it. So the readers
+share nothing through the GPU, and the order they run in does not matter.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
-from gpu_exporter.nvml.session import Gpu, GpuGone
+from gpu_exporter.nvml.gpu import Gpu, GpuGone
 
 log = logging.getLogger(__name__)
 
 Call = Callable[..., Any]
 Request = tuple[tuple[int, int], ...]
 Answers = dict[tuple[int, int], float | NvmlError]
+# What a reader wants of a GPU this poll: its (field id, scope id) pairs.
+Provider = Callable[[Gpu, Device], Request]
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,26 +104,20 @@ def _field_answer(gpu: Gpu, source: Source, answer: float | NvmlError | None) ->
     return True, answer * source.scale / source.per
 
 
-def read(gpu: Gpu, device: Device, sources: Iterable[Source], *,
-         also: Request = ()) -> tuple[dict[Source, Any], Answers]:
-    """``sources``' values (None where there is none this poll), and the
-    answers to the (field id, scope id) pairs of ``also`` (another reader's
-    fields, asked in the same call).
+def read(fields: FieldValues, gpu: Gpu, device: Device, sources: Iterable[Source], *,
+         reader: str) -> dict[Source, Any]:
+    """``sources``' values (None where there is none this poll): their fields
+    from this poll's field values of the GPU (``reader``'s share of them),
+    the others through their own calls.
 
     Raises GpuGone when the GPU itself went away.
     """
     wanted = list(sources)
     unsupported = gpu.unsupported
+    own = field_pairs(gpu, wanted)
+    answers: Answers = fields.answers(gpu, device, reader, own) if own else {}
     # A driver without the call at all (or refusing it): every value through its own.
     batched = "field_values" not in unsupported
-    own = tuple(dict.fromkeys(
-        (s.field, 0) for s in wanted
-        if batched and s.field is not None and s.field_key not in unsupported))
-    request = _request(gpu, own, also)
-    answers: Answers = {}
-    if request:
-        answers = gpu.read("field_values", device.scoped_field_values, request) or {}
-        batched = "field_values" not in unsupported
     values: dict[Source, Any] = {}
     called: dict[tuple[tuple[Call, ...], tuple[int, ...]], Any] = {}
     for source in wanted:
@@ -133,32 +137,31 @@ def read(gpu: Gpu, device: Device, sources: Iterable[Source], *,
             continue
         key = (source.calls, source.args)
         if key not in called:
-            called[key] = _call(gpu, device, source)
+            called[key] = _call(fields.of(gpu), device, source)
         whole = called[key]
         values[source] = whole if whole is None or source.part is None else whole[source.part]
-    return values, answers
+    return values
 
 
-def _request(gpu: Gpu, own: Request, also: Request) -> Request:
-    """The pairs of one nvmlDeviceGetFieldValues call: ``own``, then those of
-    ``also`` not among them. The same tuple as the GPU's last call where it
-    asks the same: a poll's call holds some 130 pairs on an NVLink GPU, and
-    the array for a request is prepared once per distinct tuple."""
-    last_own, last_also, last = gpu.field_request
-    if own == last_own and also == last_also:
-        return last
-    request = tuple(dict.fromkeys(own + also)) if also else own
-    gpu.field_request = (own, also, request)
-    return request
+def field_pairs(gpu: Gpu, sources: Iterable[Source]) -> Request:
+    """The (field id, 0) pairs ``sources`` are asked as, once each: none
+    where the GPU lacks the field-values call, nor for a field it lacks."""
+    unsupported = gpu.unsupported
+    if "field_values" in unsupported:
+        return ()
+    return tuple(dict.fromkeys(
+        (s.field, 0) for s in sources
+        if s.field is not None and s.field_key not in unsupported))
 
 
-def _call(gpu: Gpu, device: Device, source: Source) -> Any:
+def _call(reads: GpuReads, device: Device, source: Source) -> Any:
     """The first call of the chain that answers; the next is tried only where
     the one before is absent for good (NOT_SUPPORTED, a symbol this branch
     lacks), never after a refusal (the older call is refused the same way)."""
+    gpu = reads.gpu
     for index, fn in enumerate(source.calls):
         key = source.call_key(index)
-        value = gpu.read(key, fn, device, *source.args)
+        value = reads.call(key, fn, device, *source.args)
         if value is not None or key not in gpu.unsupported or key in gpu.denied:
             return value
     return None
@@ -183,6 +186,174 @@ def offered(gpu: Gpu, source: Source) -> bool | None:
     return not (field_gone and all(key in unsupported for key in keys[:len(source.calls)]))
 
 
-def fields(gpu: Gpu, device: Device, request: Sequence[tuple[int, int]]) -> Answers | None:
-    """One nvmlDeviceGetFieldValues call of its own (None where it failed)."""
-    return gpu.read("field_values", device.scoped_field_values, tuple(request))
+class GpuReads:
+    """What the readers read of one GPU between polls (made anew with the
+    GPU: at discovery, and when it comes back from being lost)."""
+
+    def __init__(self, gpu: Gpu) -> None:
+        self.gpu = gpu
+        # Polls this GPU has been read in: the clock of the reads on a cadence.
+        self.polls = 0
+        # The session's poll this GPU was last read in.
+        self.poll = -1
+        # Values read on a cadence, by key: (the poll they were read at, the
+        # epoch then, the value).
+        self.slow: dict[str, tuple[int, int, object]] = {}
+        # Bumped where something may have changed what the slow reads hold (an
+        # NVML event on the GPU, a reload): each of them is read again at once.
+        self.epoch = 0
+        # This poll's field values: the answers, the pairs asked, whether the
+        # one call that asked them failed, and the readers told so.
+        self.answers: Answers | None = None
+        self.asked: set[tuple[int, int]] = set()
+        self.failed = False
+        self.charged: set[str] = set()
+        # This poll's answers of calls by key (call()), for every reader.
+        self.called: dict[str, object] = {}
+        # The last call's request and the providers' requests it was made of:
+        # the same tuple where they ask the same (the array for a request is
+        # prepared once per distinct tuple; an NVLink GPU's holds some 130 pairs).
+        self.made_of: tuple[Request, ...] = ()
+        self.request: Request = ()
+
+    def begin(self, poll: int) -> None:
+        self.poll = poll
+        self.polls += 1
+        self.answers = None
+        self.failed = False
+        self.charged.clear()
+        self.called.clear()
+
+    def call(self, key: str, fn: Callable[..., Any], *args: object) -> Any:
+        """Gpu.read(), made once a poll for every reader of the GPU: the first
+        to ask makes the call, whichever it is, and the others take its answer."""
+        if key in self.called:
+            return self.called[key]
+        value = self.called[key] = self.gpu.read(key, fn, *args)
+        return value
+
+    # --- values read on a cadence -------------------------------------------
+    def due(self, key: str, every: int) -> bool:
+        """Whether the value read on a cadence under ``key`` is to be read this
+        poll: never read, read ``every`` polls ago or more, or read before the
+        last event that may have changed it (refresh())."""
+        held = self.slow.get(key)
+        return held is None or self.polls - held[0] >= every or held[1] != self.epoch
+
+    def hold(self, key: str, every: int, value: object) -> None:
+        """Keep ``value``, read this poll, until it is due again; None forgets
+        it (asked again next poll). GPUs start their cadence at different
+        offsets, so their slow reads fall on different polls."""
+        if value is None:
+            self.slow.pop(key, None)
+            return
+        start = self.polls - (self.gpu.index % every if key not in self.slow else 0)
+        self.slow[key] = (start, self.epoch, value)
+
+    def held(self, key: str) -> object | None:
+        """The value last kept under ``key``, or None."""
+        held = self.slow.get(key)
+        return None if held is None else held[2]
+
+    def forget(self, key: str) -> None:
+        """A held value that was no reading: asked again next poll."""
+        self.slow.pop(key, None)
+
+    def refresh(self) -> None:
+        """Something happened to the GPU (an NVML event, a reload): every
+        value read on a cadence is read again at its reader's next poll.
+        Safe from another thread: one integer written."""
+        self.epoch += 1
+
+    def slow_read(self, key: str, fn: Callable[..., Any], *args: object, every: int,
+                  now: bool = False) -> Any:
+        """Like Gpu.read(), but a value read less than ``every`` polls ago (and
+        since the last refresh()) is answered again without asking NVML,
+        unless ``now``. For facts that change rarely: NVML calls are the cost
+        of a poll on a real node."""
+        if not now and not self.due(key, every):
+            return self.held(key)
+        value = self.gpu.read(key, fn, *args)
+        self.hold(key, every, value)
+        return value
+
+
+class FieldValues:
+    """The session's reads of its GPUs: each GPU's :class:`GpuReads`, the
+    poll the session is in, and what each reader wants of a GPU's fields."""
+
+    def __init__(self) -> None:
+        self.poll = 0
+        self._providers: dict[str, Provider] = {}
+        self._gpus: dict[int, GpuReads] = {}
+
+    def want(self, reader: str, provider: Provider) -> None:
+        """``provider(gpu, device)``: the pairs ``reader`` wants of the GPU
+        this poll, asked in the one call the first reader of the GPU makes."""
+        self._providers[reader] = provider
+
+    def drop(self, reader: str) -> None:
+        self._providers.pop(reader, None)
+
+    def next_poll(self) -> None:
+        self.poll += 1
+
+    def track(self, gpus: Iterable[Gpu]) -> None:
+        """These GPUs, found anew: nothing read of any GPU before is kept."""
+        self._gpus = {gpu.index: GpuReads(gpu) for gpu in gpus}
+
+    def renew(self, gpu: Gpu) -> None:
+        """The GPU came back (it may have been reset): nothing read before is kept."""
+        self._gpus[gpu.index] = GpuReads(gpu)
+
+    def held_for(self, gpu: Gpu) -> GpuReads:
+        """The GPU's reads as they stand (its poll not begun)."""
+        reads = self._gpus.get(gpu.index)
+        if reads is None or reads.gpu is not gpu:
+            reads = self._gpus[gpu.index] = GpuReads(gpu)
+        return reads
+
+    def of(self, gpu: Gpu) -> GpuReads:
+        """The GPU's reads, this poll's begun where no reader began it yet."""
+        reads = self.held_for(gpu)
+        if reads.poll != self.poll:
+            reads.begin(self.poll)
+        return reads
+
+    def answers(self, gpu: Gpu, device: Device, reader: str, request: Request) -> Answers:
+        """This poll's answers for the GPU's fields, ``request``'s among them.
+        The first reader to ask makes the one call with every provider's
+        pairs; a pair no provider asked (wanted since) is asked in a call of
+        its own. A failed call is a read error of each reader it answered."""
+        reads = self.of(gpu)
+        if reads.answers is None:
+            wanted = tuple(provide(gpu, device) for provide in self._providers.values())
+            if wanted != reads.made_of:
+                reads.request = tuple(dict.fromkeys(
+                    pair for asked in wanted for pair in asked))
+                reads.made_of = wanted
+            reads.answers, reads.failed = self._call(gpu, device, reads.request)
+            reads.asked = set(reads.request)
+        answers = reads.answers
+        missing = tuple(pair for pair in request if pair not in reads.asked)
+        if missing:
+            more, failed = self._call(gpu, device, missing)
+            answers = reads.answers = {**answers, **more}
+            reads.asked.update(missing)
+            gpu.errors += failed
+        if reads.failed and reader not in reads.charged:
+            reads.charged.add(reader)
+            gpu.errors += 1
+        return answers
+
+    @staticmethod
+    def _call(gpu: Gpu, device: Device, request: Request) -> tuple[Answers, bool]:
+        """One nvmlDeviceGetFieldValues call: its answers, and whether it
+        failed this once (counted by the caller)."""
+        if not request or "field_values" in gpu.unsupported:
+            return {}, False
+        errors = gpu.errors
+        answers = gpu.read("field_values", device.scoped_field_values, request)
+        failed = gpu.errors > errors
+        gpu.errors = errors
+        return answers or {}, failed

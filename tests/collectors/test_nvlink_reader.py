@@ -303,7 +303,7 @@ def test_error_fields_not_supported_on_every_link_are_not_asked_again(
     reader = make("gb200", nvlink_down=[4], **FEC_ERRING)
     for fid in ERROR_FIELDS:
         reader.fail_on_every_link(fid, Return.NOT_SUPPORTED)
-    caplog.set_level("INFO", logger="gpu_exporter.nvml.session")
+    caplog.set_level("INFO", logger="gpu_exporter.nvml.gpu")
     reader.poll()
     calls = reader.lib.calls["nvmlDeviceGetFieldValues"]
     for _ in range(3):
@@ -349,7 +349,7 @@ def test_without_the_state_field_each_links_state_comes_from_the_per_link_call(
     # A driver before R525 answers the field NOT_SUPPORTED on every link.
     reader = make(nvlink_down=[3])
     reader.fail_on_every_link(c.FI_DEV_NVLINK_GET_STATE, Return.NOT_SUPPORTED)
-    caplog.set_level("INFO", logger="gpu_exporter.nvml.session")
+    caplog.set_level("INFO", logger="gpu_exporter.nvml.gpu")
     for _ in range(3):
         snap = reader.poll()
         assert links_up(snap) == {link: float(link != 3) for link in range(LINKS)}
@@ -601,6 +601,8 @@ def test_the_plan_is_made_once_per_gpu_not_every_poll(make: Any) -> None:
         reader.poll()
         assert reader.gpu.static["nvlink_plan"] is plan
     reader.fail_on_every_link(c.FI_DEV_NVLINK_COUNT_SYMBOL_BER, Return.NOT_SUPPORTED)
+    reader.poll()  # answered NOT_SUPPORTED on every link: not asked from the next poll on
+    assert reader.gpu.static["nvlink_plan"] is plan
     reader.poll()
     assert reader.gpu.static["nvlink_plan"] is not plan
 
@@ -626,7 +628,7 @@ def test_a_failed_field_values_call_is_named_and_the_totals_hold(
     first = reader.poll(10.0)
     reader.lib.inject_error = _field_values_fail
     snap = reader.poll(10.0)
-    assert "GPU 0: reading nvlink_fields failed: " in caplog.text
+    assert "GPU 0: reading field_values failed: " in caplog.text
     assert reader.nvlink.errors() == 1
     # Nothing read this poll: no per-link series, no count of active links,
     # and the totals at their last readings (a dip would read as a reset).

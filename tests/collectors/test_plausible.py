@@ -141,25 +141,25 @@ def test_a_ceiling_for_a_metric_not_held_against_one_is_a_programming_error() ->
 ])
 def test_a_counter_that_goes_backwards(name: str, series: tuple[str, ...], values: list[float],
                                        backwards: list[bool]) -> None:
-    g = gpu()
-    assert [v.went_backwards(g, metric(name), series, x) for x in values] == backwards
+    last: v.Counters = {}
+    assert [v.went_backwards(last, metric(name), series, x) for x in values] == backwards
 
 
 def test_a_dropped_counter_keeps_the_last_accepted_reading() -> None:
-    g = gpu()
+    last: v.Counters = {}
     replays, energy = metric("gpu_pcie_replays_total"), metric("gpu_energy_joules_total")
-    v.went_backwards(g, replays, (), 10)
-    v.went_backwards(g, replays, (), 3)
-    assert g.counters == {"gpu_pcie_replays_total": 10}
-    v.went_backwards(g, energy, (), 10)
-    v.went_backwards(g, energy, (), 3)
-    assert g.counters["gpu_energy_joules_total"] == 3
+    v.went_backwards(last, replays, (), 10)
+    v.went_backwards(last, replays, (), 3)
+    assert last == {"gpu_pcie_replays_total": 10}
+    v.went_backwards(last, energy, (), 10)
+    v.went_backwards(last, energy, (), 3)
+    assert last["gpu_energy_joules_total"] == 3
 
 
 def test_counters_of_other_series_do_not_mix() -> None:
-    g = gpu()
-    assert not v.went_backwards(g, metric("gpu_pcie_bytes_total"), ("tx",), 100)
-    assert not v.went_backwards(g, metric("gpu_pcie_bytes_total"), ("rx",), 50)
+    last: v.Counters = {}
+    assert not v.went_backwards(last, metric("gpu_pcie_bytes_total"), ("tx",), 100)
+    assert not v.went_backwards(last, metric("gpu_pcie_bytes_total"), ("rx",), 50)
 
 
 @pytest.mark.parametrize(("name", "series", "resets"), [
@@ -173,10 +173,10 @@ def test_counters_of_other_series_do_not_mix() -> None:
 ])
 def test_a_documented_reset_is_told_by_the_metric_and_its_labels(
         name: str, series: tuple[str, ...], resets: bool) -> None:
-    g = gpu()
-    assert not v.went_backwards(g, metric(name), series, 10.0)
-    assert v.went_backwards(g, metric(name), series, 1.0) is not resets
-    assert g.counters[v.series_key(metric(name), series)] == (1.0 if resets else 10.0)
+    last: v.Counters = {}
+    assert not v.went_backwards(last, metric(name), series, 10.0)
+    assert v.went_backwards(last, metric(name), series, 1.0) is not resets
+    assert last[v.series_key(metric(name), series)] == (1.0 if resets else 10.0)
 
 
 def test_a_reset_by_a_label_the_metric_lacks_is_refused() -> None:
@@ -193,9 +193,10 @@ def test_a_reset_by_a_label_the_metric_lacks_is_refused() -> None:
 
 def test_accept_passes_a_reading_without_a_trace(caplog: pytest.LogCaptureFixture) -> None:
     g = gpu()
+    last: v.Counters = {}
     with caplog.at_level(logging.WARNING):
         assert v.accept(g, metric("gpu_power_watts"), 300.0, ceiling=700.0)
-        assert v.accept_counter(g, metric("gpu_pcie_replays_total"), 3)
+        assert v.accept_counter(g, last, metric("gpu_pcie_replays_total"), 3)
     assert g.errors == 0 and not caplog.records and not g.warned
 
 
@@ -224,29 +225,32 @@ def test_a_rejected_reading_counts_an_error_and_logs_once_per_series(
 
 def test_a_counter_is_remembered_by_its_series() -> None:
     g = gpu()
-    assert v.accept_counter(g, metric("gpu_pcie_replays_total"), 3)
-    assert v.accept_counter(g, metric("gpu_pcie_bytes_total"), 7.0, "rx")
-    assert g.counters == {"gpu_pcie_replays_total": 3, "gpu_pcie_bytes_total:rx": 7.0}
+    last: v.Counters = {}
+    assert v.accept_counter(g, last, metric("gpu_pcie_replays_total"), 3)
+    assert v.accept_counter(g, last, metric("gpu_pcie_bytes_total"), 7.0, "rx")
+    assert last == {"gpu_pcie_replays_total": 3, "gpu_pcie_bytes_total:rx": 7.0}
 
 
 def test_a_counter_going_backwards_is_rejected_and_counted(
         caplog: pytest.LogCaptureFixture) -> None:
     g = gpu()
+    last: v.Counters = {}
     pcie_bytes = metric("gpu_pcie_bytes_total")
-    assert v.accept_counter(g, pcie_bytes, 1000.0, "tx")
+    assert v.accept_counter(g, last, pcie_bytes, 1000.0, "tx")
     with caplog.at_level(logging.WARNING):
-        assert not v.accept_counter(g, pcie_bytes, 10.0, "tx")
+        assert not v.accept_counter(g, last, pcie_bytes, 10.0, "tx")
     assert g.errors == 1
     assert "gpu_pcie_bytes_total:tx reads 10.0" in caplog.records[0].getMessage()
-    assert v.accept_counter(g, pcie_bytes, 1001.0, "tx")
+    assert v.accept_counter(g, last, pcie_bytes, 1001.0, "tx")
 
 
 def test_the_energy_counter_is_exported_after_the_driver_resets_it() -> None:
     g = gpu()
+    last: v.Counters = {}
     energy = metric("gpu_energy_joules_total")
-    assert v.accept_counter(g, energy, 100.0)
-    assert v.accept_counter(g, energy, 5.0)
-    assert g.counters == {"gpu_energy_joules_total": 5.0}
+    assert v.accept_counter(g, last, energy, 100.0)
+    assert v.accept_counter(g, last, energy, 5.0)
+    assert last == {"gpu_energy_joules_total": 5.0}
     assert g.errors == 0
 
 
