@@ -22,6 +22,8 @@ from gpu_exporter.attribution.cgroup_pressure import (
 )
 from gpu_exporter.attribution.cgroup_tree import discover
 from gpu_exporter.attribution.procfiles import SMALL_FILE
+from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.cgroupfs import IO_SIZE, TenantFs, pod_placement
 from gpu_exporter.simulator.tenants import Tenants
@@ -166,8 +168,8 @@ def _figures(tmp_path: Path, times: list[float]) -> list[tuple[str, str, int, in
     base = tmp_path / "cg" / str(pod_placement(tenants.pods[0], tenants.pods[0].containers[0])
                                  .cgroup).lstrip("/")
     out = []
-    for t in times:
-        fs.write(t)
+    for at in times:
+        fs.write(at)
         stat = parse_io_stat((base / "io.stat").read_text())
         assert stat is not None
         cpu = dict(line.split() for line in (base / "cpu.stat").read_text().splitlines())
@@ -214,3 +216,18 @@ def test_the_exporter_exports_the_limit_and_the_traffic_on_the_limited_device() 
         # The unlimited pod beside it has no limit series, and no device series.
         assert all(lab["pod_uid"] == limits[0][0]["pod_uid"]
                    for lab, _ in snap.series("gpu_workload_io_bytes_total"))
+
+
+def test_where_io_max_is_not_read_the_row_is_not_judged_and_says_why(tmp_path: Path) -> None:
+    # cgroup v1 has no io.max: a starved GPU's I/O limit cannot be judged.
+    path = tmp_path / "v1-starved.yaml"
+    path.write_text("name: v1-starved\ndescription: a starved GPU of a v1 Slurm job\n"
+                    "extends: slurm-node-cgroup-v1\n"
+                    "gpus:\n  1: {utilization: 0.02, memory_used_ratio: 0.8}\n"
+                    "kernel_log: {lines: []}\nexpect: []\n")
+    with SimRun(load_scenario(str(path))) as run:
+        cov = answer(run.poll(40.0, interval=2.0))
+    reasons = {(section, g["reason"]) for section in ("not_checked", "nothing_to_check")
+               for g in cov[section] if t.IDLE_IO_LIMIT_THROTTLED.key in g["checks"]}
+    assert reasons == {("not_checked", "its workload's io.max could not be read (no io "
+                        "controller enabled for its cgroup, or cgroup v1)")}
