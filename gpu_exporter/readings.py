@@ -398,6 +398,13 @@ class WorkloadSignals:
     memory_used_bytes: float | None = None
     memory_limit_hits_per_s: float | None = None
     memory_reclaimed_bytes_per_s: float | None = None
+    # Whether io.max limits it on any device (None: io.max not read: no io
+    # controller for its cgroup, cgroup v1), and since the last read the
+    # largest share of such a limit its I/O used, on which device (None
+    # before a second read, or no traffic counted there).
+    io_limited: bool | None = None
+    io_limit_used_ratio: float | None = None
+    io_limit_device: str | None = None
     # Why none of its cgroup's files could be read (no mount, a private cgroup
     # namespace, permission): a gap the diagnosis names; None when read.
     problem: str | None = None

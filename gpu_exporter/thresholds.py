@@ -68,6 +68,10 @@ class DiagnosisConfig(Section):
     memory_limit_used_ratio: float = setting(
         0.95, gt=0, le=1, description="A workload using this share of its memory limit "
         "(memory.max) or more is at its limit")
+    io_limit_used_ratio: float = setting(
+        0.9, gt=0, le=1, description="A workload whose reads or writes on a device move this "
+        "share of its io.max limit there (bytes or I/Os per second) or more runs at its "
+        "I/O limit")
     reclaim_bytes_per_s: float = setting(
         1024 * 1024, ge=0, description="Bytes per second the kernel reclaims from a workload "
         "at its memory limit at or above which the limit starves it (or any hit of the limit)")

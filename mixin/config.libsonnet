@@ -28,6 +28,7 @@
       "stalled_wakeups_per_s": 3.0,
       "cpu_throttled_high": 0.25,
       "memory_limit_used_ratio": 0.95,
+      "io_limit_used_ratio": 0.9,
       "reclaim_bytes_per_s": 1048576,
       "steal_high": 0.15,
       "power_cap_draw_ratio": 0.9,

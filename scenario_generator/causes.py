@@ -77,6 +77,9 @@ from scenario_generator.host_causes import (
     host_memory_growth,
     host_swapping,
     input_starvation,
+    io_limit_applied_partway,
+    io_limit_far_slow_storage,
+    io_limit_throttled,
     memory_limit_reclaim,
     process_stalled,
 )
@@ -184,6 +187,14 @@ CAUSES: tuple[Cause, ...] = (
        STARVE | {"host_mem", "swap", "workload_mem"}, memory_limit_reclaim, tenants=_V2),
     _c("cpu_steal", "cpu_steal", STARVED, STARVE | {"steal", "host_cpu"}, cpu_steal,
        needs=frozenset({"vm"})),
+    # io.max is cgroup v2's: a pod's container or a Slurm job on v2.
+    _c("io_limit_throttled", "io_limit_throttled", STARVED,
+       STARVE | {"host_io", "workload_io"}, io_limit_throttled, tenants=_V2),
+    _c("io_limit_applied_partway", "io_limit_throttled", STARVED,
+       STARVE | {"host_io", "workload_io"}, io_limit_applied_partway, tenants=_V2),
+    # A look-alike: a limit set and far from reached while the storage is slow.
+    _c("io_limit_far_slow_storage", "data_pipeline_io", STARVED,
+       STARVE | {"host_io", "workload_io"}, io_limit_far_slow_storage, tenants=_V2),
     _c("process_stalled", "process_stalled", (0, 5), STARVE, process_stalled),
     _c("input_starvation", "input_starvation", (20, 70), STARVE | {"burst"}, input_starvation),
     _c("power_cap", "power_cap", (70, 100), {"power", "clocks"}, power_cap,

@@ -55,6 +55,24 @@ def workers(b: NodeBuilder, n: int, state: str, cpu: float) -> None:
 STARVED = (0, 65)
 
 
+def _blocked_on_reads(b: NodeBuilder, main: dict[str, Any]) -> float:
+    """The process that feeds the GPU blocked in the kernel (D) on its reads,
+    or its loader workers while it sleeps waiting for their batches: how
+    many tasks are blocked."""
+    if b.util < 0.4 and (b.rng.random() < 0.5 or not b.shape.psi):
+        # num_workers=0: the GPU process reads itself
+        main.update(state="D", cpu_ratio=round(b.u(0.0, 0.03), 3), run_queue_wait_ratio=0.0,
+                    voluntary_ctxt_switches_per_s=b.u(1, 20),
+                    nonvoluntary_ctxt_switches_per_s=b.u(0, 1))
+        return 1.0
+    n = b.rng.randint(4, 16)
+    workers(b, n, "D", b.u(0.0, 0.05))
+    main.update(state="S", cpu_ratio=round(b.u(0.05, 0.4), 3),
+                run_queue_wait_ratio=b.u(0.0, 0.03),
+                voluntary_ctxt_switches_per_s=b.u(50, 500))
+    return n * b.u(0.6, 0.95)
+
+
 def data_pipeline_io(b: NodeBuilder) -> list[Expected]:
     """Reads from slow storage: the process that feeds the GPU is blocked in
     the kernel (D) on its reads, or its loader workers are while it sleeps
@@ -62,27 +80,74 @@ def data_pipeline_io(b: NodeBuilder) -> list[Expected]:
     host's I/O pressure: PSI "some" is the share of time any task waited);
     iowait is the blocked tasks' share of all CPUs, small on a large host."""
     main = starved(b)
-    in_main = b.util < 0.4 and (b.rng.random() < 0.5 or not b.shape.psi)
-    cpus = b.shape.cpus
-    if in_main:  # num_workers=0: the GPU process reads itself
-        main.update(state="D", cpu_ratio=round(b.u(0.0, 0.03), 3), run_queue_wait_ratio=0.0,
-                    voluntary_ctxt_switches_per_s=b.u(1, 20),
-                    nonvoluntary_ctxt_switches_per_s=b.u(0, 1))
-        blocked = 1.0
-    else:
-        n = b.rng.randint(4, 16)
-        workers(b, n, "D", b.u(0.0, 0.05))
-        main.update(state="S", cpu_ratio=round(b.u(0.05, 0.4), 3),
-                    run_queue_wait_ratio=b.u(0.0, 0.03),
-                    voluntary_ctxt_switches_per_s=b.u(50, 500))
-        blocked = n * b.u(0.6, 0.95)
+    blocked = _blocked_on_reads(b, main)
     stall = b.u(0.45, 0.95)
-    b.host["iowait_ratio"] = min(0.9, blocked / cpus + b.host["iowait_ratio"])
+    b.host["iowait_ratio"] = min(0.9, blocked / b.shape.cpus + b.host["iowait_ratio"])
     b.host["pressure_io"] = {"some": stall, "full": stall * b.u(0.05, 0.4)}
     if b.cgroup_read and b.tgt.workload is not None:
         b.tgt.workload.update(io_some=stall, io_full=stall * b.u(0.2, 0.6))
     bursty(b)
     return at_gpu(b, "data_pipeline_io")
+
+
+# The node's NVMe drive as the kernel numbers it (io.max and io.stat name it).
+IO_DEVICE = "259:0"
+
+
+def _io_limited(b: NodeBuilder, partway: float | None) -> list[Expected]:
+    """The workload's io.max read limit on the drive its dataset is on holds
+    its reads: it asks for 1.5-6 times what the limit lets through, so its
+    reads run at the limit, its readers block on them (D) and its own I/O
+    pressure is high. The drive would serve it faster: the limit, not the
+    storage, holds the job back. ``partway``: the limit is applied then (the
+    GPU busy and nothing stalled before)."""
+    main = starved(b)
+    spec = b.container()
+    assert spec is not None and b.tgt.workload is not None
+    limit = b.rng.choice([25, 50, 100, 200, 400]) * MIB
+    b.tgt.workload.update(io_read_bytes_per_s=round(limit * b.u(1.5, 6.0)),
+                          io_device=IO_DEVICE)
+    io_max = [{"device": IO_DEVICE, "rbps": limit}]
+    blocked = _blocked_on_reads(b, main)
+    stall = b.u(0.45, 0.9)
+    held = {"io_some": stall, "io_full": stall * b.u(0.2, 0.6)}
+    host = {"iowait_ratio": min(0.9, blocked / b.shape.cpus + b.host["iowait_ratio"]),
+            "pressure_io": {"some": stall, "full": stall * b.u(0.05, 0.2)}}
+    if partway is None:
+        spec["io_max"] = io_max
+        b.tgt.workload.update(held)
+        b.host.update(host)
+    else:
+        b.tgt.condition["utilization"] = round(b.u(0.88, 0.97), 4)
+        b.at(partway, utilization=round(b.util, 4))
+        spec["changes"] = [{"at": partway, "io_max": io_max, "cgroup": held}]
+        b.timeline.append({"at": partway, "host": host})
+    bursty(b)
+    return at_gpu(b, "io_limit_throttled")
+
+
+def io_limit_throttled(b: NodeBuilder) -> list[Expected]:
+    return _io_limited(b, None)
+
+
+def io_limit_applied_partway(b: NodeBuilder) -> list[Expected]:
+    """The I/O limit applied to the running job 2-16 s in (the run lasts a
+    minute): the job ran fed until then."""
+    return _io_limited(b, round(b.u(2, 16), 1))
+
+
+def io_limit_far_slow_storage(b: NodeBuilder) -> list[Expected]:
+    """Slow storage under an io.max limit far above what it delivers: the
+    workload reads at 2-20 % of its limit while it stalls on I/O. The limit
+    is set and not reached: the storage holds the job back, not the limit."""
+    found = data_pipeline_io(b)
+    spec = b.container()
+    assert spec is not None and b.tgt.workload is not None
+    rate = b.u(10, 80) * MIB
+    b.tgt.workload.update(io_read_bytes_per_s=round(rate), io_device=IO_DEVICE)
+    spec["io_max"] = [{"device": IO_DEVICE, "rbps": round(rate / b.u(0.02, 0.2)),
+                       "wbps": b.rng.choice([None, 100 * MIB])}]
+    return found
 
 
 def cpu_contention(b: NodeBuilder) -> list[Expected]:

@@ -50,6 +50,11 @@ KEPT: dict[str, Kept] = {
         Kept("the workload cgroups seen at the last poll (replaced each poll)", CHURN),
     "gpu_exporter.collectors.attribution:AttributionCollector._memory_seen":
         Kept("the workload cgroups seen this poll (replaced each poll)", CHURN),
+    "gpu_exporter.collectors.attribution:AttributionCollector._io_before":
+        Kept("the I/O-limited workload cgroups seen at the last poll (replaced each poll)",
+             CHURN),
+    "gpu_exporter.collectors.attribution:AttributionCollector._io_seen":
+        Kept("the I/O-limited workload cgroups seen this poll (replaced each poll)", CHURN),
     "gpu_exporter.collectors.gpm:GpmCollector._pairs": Kept(PER_GPU, CHURN),
     "gpu_exporter.collectors.gpm:GpmCollector._active_s":
         Kept(PER_GPU + " x the GPM metrics", CHURN),

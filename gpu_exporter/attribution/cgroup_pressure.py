@@ -1,7 +1,8 @@
-"""A cgroup's own pressure, CPU limit and memory limit (cgroup v2): what its
-tasks stalled on, how often its CPU limit throttled it, how close it runs to
-its memory limit and how hard the kernel reclaims from it there, and whether
-the OOM killer struck.
+"""A cgroup's own pressure, CPU limit, memory limit and I/O limit (cgroup
+v2): what its tasks stalled on, how often its CPU limit throttled it, how
+close it runs to its memory limit and how hard the kernel reclaims from it
+there, whether the OOM killer struck, and what io.max allows it on each
+device beside what io.stat counts it moved there.
 
 Read per job (a container's or a Slurm job's cgroup), so a cause is pinned on
 the job that shows it rather than judged from host-wide counters. Every file
@@ -65,6 +66,32 @@ class MemoryState:
 
 
 @dataclass(frozen=True, slots=True)
+class IoLimit:
+    """One device's line of io.max: bytes and I/Os per second it may read and
+    write; None where "max" (no limit)."""
+
+    rbps: int | None = None
+    wbps: int | None = None
+    riops: int | None = None
+    wiops: int | None = None
+
+    def limited(self) -> bool:
+        return any(v is not None for v in (self.rbps, self.wbps, self.riops, self.wiops))
+
+
+@dataclass(frozen=True, slots=True)
+class IoCounters:
+    """One device's line of io.stat: bytes and I/Os read and written since
+    the cgroup was made. The kernel lists a device once the cgroup did I/O
+    on it: one not listed has moved nothing."""
+
+    rbytes: int
+    wbytes: int
+    rios: int
+    wios: int
+
+
+@dataclass(frozen=True, slots=True)
 class CgroupSignals:
     """One cgroup's signals; each None when it could not be read."""
 
@@ -76,6 +103,11 @@ class CgroupSignals:
     cpu_limit: CpuLimit | None
     oom_kills: int | None  # memory.events oom_kill: tasks killed, a counter
     memory_state: MemoryState | None = None
+    # io.max by device ("MAJ:MIN"), only the devices with a limit ({}: none
+    # anywhere); io.stat by device. None: the file could not be read or
+    # understood (no io controller for the subtree, cgroup v1).
+    io_limits: dict[str, IoLimit] | None = None
+    io_stat: dict[str, IoCounters] | None = None
     # Why none of its files could be read (a gap to close); None when read.
     problem: str | None = None
 
@@ -168,6 +200,111 @@ def parse_memory_max(text: str) -> int | bool | None:
 
 def parse_count(text: str) -> int | None:
     return _count(text.strip())
+
+
+# A node has a few block devices; a file listing more than this is not the
+# kernel's, and no more are kept (each is a series).
+MAX_IO_DEVICES = 64
+_IO_MAX_KEYS = ("rbps", "wbps", "riops", "wiops")
+_IO_STAT_KEYS = ("rbytes", "wbytes", "rios", "wios")
+
+
+def _device(text: str) -> str | None:
+    """"MAJ:MIN" as the kernel prints a block device number."""
+    major, sep, minor = text.partition(":")
+    if not sep or len(major) > 10 or len(minor) > 10:
+        return None
+    return text if _count(major) is not None and _count(minor) is not None else None
+
+
+_Values = dict[str, int | bool]
+
+
+def _device_lines(text: str, keys: tuple[str, ...],
+                  value: Callable[[str], int | bool | None]) -> dict[str, _Values] | None:
+    """Lines of "MAJ:MIN key=value ..." (io.max, io.stat): each device's
+    values of ``keys``; keys it does not know are skipped (newer kernels add
+    some). None when a line is not of that shape, a value is not understood
+    or a device repeats: a file the kernel did not write is refused whole."""
+    devices: dict[str, _Values] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        device = _device(parts[0])
+        if device is None or device in devices or len(devices) >= MAX_IO_DEVICES:
+            return None
+        values: _Values = {}
+        for field in parts[1:]:
+            key, sep, raw = field.partition("=")
+            if not sep:
+                return None
+            if key in keys:
+                got = value(raw)
+                if got is None or key in values:
+                    return None
+                values[key] = got
+        devices[device] = values
+    return devices
+
+
+def _limit_value(text: str) -> int | bool | None:
+    """An io.max value: a count, or True for "max"."""
+    return True if text == "max" else _count(text)
+
+
+def parse_io_max(text: str) -> dict[str, IoLimit] | None:
+    """io.max: the devices it limits (a device set back to "max" everywhere
+    is left out, as the kernel leaves it out)."""
+    devices = _device_lines(text, _IO_MAX_KEYS, _limit_value)
+    if devices is None:
+        return None
+    out: dict[str, IoLimit] = {}
+    for device, values in devices.items():
+        limit = IoLimit(*(None if (v := values.get(k, True)) is True else int(v)
+                          for k in _IO_MAX_KEYS))
+        if limit.limited():
+            out[device] = limit
+    return out
+
+
+def parse_io_stat(text: str) -> dict[str, IoCounters] | None:
+    """io.stat: each device's bytes and I/Os read and written; a line
+    without all four is refused with the file."""
+    devices = _device_lines(text, _IO_STAT_KEYS, _count)
+    if devices is None or any(len(v) != len(_IO_STAT_KEYS) for v in devices.values()):
+        return None
+    return {device: IoCounters(*(int(v[k]) for k in _IO_STAT_KEYS))
+            for device, v in devices.items()}
+
+
+_NONE_MOVED = IoCounters(0, 0, 0, 0)
+
+
+def io_limit_use(limits: dict[str, IoLimit], devices: list[str],
+                 before: dict[str, IoCounters], now: dict[str, IoCounters],
+                 seconds: float) -> tuple[float, str] | None:
+    """The largest share of an io.max limit the workload used on one of
+    ``devices`` over ``seconds`` between two io.stat reads, and the device;
+    None with no limit or no time between the reads. A counter that went back
+    (the cgroup was made again) counts nothing."""
+    if seconds <= 0:
+        return None
+    worst: tuple[float, str] | None = None
+    for device in devices:
+        a, b, limit = before.get(device, _NONE_MOVED), now.get(device, _NONE_MOVED), \
+            limits.get(device)
+        if limit is None:
+            continue
+        moved = ((b.rbytes - a.rbytes, limit.rbps), (b.wbytes - a.wbytes, limit.wbps),
+                 (b.rios - a.rios, limit.riops), (b.wios - a.wios, limit.wiops))
+        for amount, allowed in moved:
+            if allowed is None or amount < 0:
+                continue
+            share = amount / seconds / allowed if allowed else 1.0
+            if worst is None or share > worst[0]:
+                worst = (share, device)
+    return worst
 
 
 # cgroup v1's memory.limit_in_bytes when no limit is set is PAGE_COUNTER_MAX
@@ -297,7 +434,8 @@ def read_signals(tree: CgroupTree, paths: CgroupPaths) -> CgroupSignals:
         io=v2("io.pressure", parse_pressure),
         memory=v2("memory.pressure", parse_pressure),
         cpu_stat=cpu_stat, cpu_limit=cpu_limit, oom_kills=oom_kills,
-        memory_state=memory_state)
+        memory_state=memory_state, io_limits=v2("io.max", parse_io_max),
+        io_stat=v2("io.stat", parse_io_stat))
     if reads.found:
         return signals
     placed = [d for d in (unified, cpu_v1, memory_v1) if d is not None]

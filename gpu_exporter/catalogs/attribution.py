@@ -104,6 +104,37 @@ WORKLOAD_MEMORY_RECLAIMED_BYTES_TOTAL = _m(
     "Memory the kernel reclaimed from the workload at its own limit (its tasks "
     "reclaiming as they charge), from memory.stat pgsteal_direct.", WORKLOAD, SOURCE)
 
+# Each limited device is a series of its own; a pod limits the disk or two it uses.
+IO_DEVICES_PER_WORKLOAD = 8
+_IO_DEVICES = (f"Only devices io.max limits, at most {IO_DEVICES_PER_WORKLOAD} per workload "
+               "(the first by number; device is the block device's MAJ:MIN as lsblk prints "
+               "it); absent without a limit.")
+
+WORKLOAD_IO_LIMIT_BYTES_PER_SECOND = _m(
+    "gpu_workload_io_limit_bytes_per_second", "gauge",
+    "The workload's I/O limit on a block device in bytes per second, from io.max rbps "
+    "(direction=read) and wbps (direction=write). " + _IO_DEVICES,
+    (*WORKLOAD, "device", "direction"), SOURCE)
+
+WORKLOAD_IO_LIMIT_OPERATIONS_PER_SECOND = _m(
+    "gpu_workload_io_limit_operations_per_second", "gauge",
+    "The workload's I/O limit on a block device in I/Os per second, from io.max riops "
+    "(direction=read) and wiops (direction=write). " + _IO_DEVICES,
+    (*WORKLOAD, "device", "direction"), SOURCE)
+
+WORKLOAD_IO_BYTES_TOTAL = _m(
+    "gpu_workload_io_bytes_total", "counter",
+    "Bytes the workload read (direction=read) and wrote (direction=write) on a block "
+    "device its io.max limits, from io.stat rbytes and wbytes: rate() against "
+    "gpu_workload_io_limit_bytes_per_second is how close it runs to its limit. "
+    + _IO_DEVICES, (*WORKLOAD, "device", "direction"), SOURCE)
+
+WORKLOAD_IO_OPERATIONS_TOTAL = _m(
+    "gpu_workload_io_operations_total", "counter",
+    "I/Os the workload issued on a block device its io.max limits, from io.stat rios "
+    "(direction=read) and wios (direction=write). " + _IO_DEVICES,
+    (*WORKLOAD, "device", "direction"), SOURCE)
+
 EXPORTER_WORKLOAD_CGROUPS = _m(
     "gpu_exporter_workload_cgroups", "gauge",
     "Workloads with a process on a GPU, by how their own cgroup signals were read this "

@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
 
-from gpu_exporter.attribution.cgroup_pressure import RESOURCES, CgroupSignals
+from gpu_exporter.attribution.cgroup_pressure import (
+    RESOURCES,
+    CgroupSignals,
+    IoCounters,
+    io_limit_use,
+)
 from gpu_exporter.attribution.cgroup_tree import CgroupTree, Problem, discover
 from gpu_exporter.attribution.gpu_owners import (
     GpuIdentity,
@@ -54,12 +59,17 @@ from gpu_exporter.catalogs.attribution import (
     EXPORTER_POD_RESOURCES_FAILURES_TOTAL,
     EXPORTER_POD_RESOURCES_STATE,
     EXPORTER_WORKLOAD_CGROUPS,
+    IO_DEVICES_PER_WORKLOAD,
     JOB_INFO,
     OWNER_SM_SHARE_RATIO,
     WORKLOAD_CPU_LIMIT_CORES,
     WORKLOAD_CPU_PERIODS_TOTAL,
     WORKLOAD_CPU_THROTTLED_PERIODS_TOTAL,
     WORKLOAD_CPU_THROTTLED_SECONDS_TOTAL,
+    WORKLOAD_IO_BYTES_TOTAL,
+    WORKLOAD_IO_LIMIT_BYTES_PER_SECOND,
+    WORKLOAD_IO_LIMIT_OPERATIONS_PER_SECOND,
+    WORKLOAD_IO_OPERATIONS_TOTAL,
     WORKLOAD_MEMORY_LIMIT_BYTES,
     WORKLOAD_MEMORY_LIMIT_HITS_TOTAL,
     WORKLOAD_MEMORY_RECLAIMED_BYTES_TOTAL,
@@ -152,6 +162,9 @@ class AttributionCollector(Collector):
         # limit) at the last read
         self._memory_before: dict[str, tuple[float, int | None, int | None]] = {}
         self._memory_seen: dict[str, tuple[float, int | None, int | None]] = {}
+        # workload cgroup -> (when, io.stat by device) at the last read, and this one
+        self._io_before: dict[str, tuple[float, dict[str, IoCounters]]] = {}
+        self._io_seen: dict[str, tuple[float, dict[str, IoCounters]]] = {}
         self._errors = 0
         self._tree: CgroupTree | None = None
         self._tree_at = 0.0
@@ -302,6 +315,7 @@ class AttributionCollector(Collector):
         signals = workload_signals(tree, groups)
         seen: dict[str, tuple[int, int]] = {}
         self._memory_seen = {}
+        self._io_seen = {}
         per_gpu: dict[int, dict[WorkloadSignals, None]] = {}
         for workload, pids in groups.items():
             found = signals.get(workload)
@@ -320,6 +334,7 @@ class AttributionCollector(Collector):
                     per_gpu.setdefault(gpu, {})[own] = None
         self._cpu_before = seen
         self._memory_before = self._memory_seen
+        self._io_before = self._io_seen
         reading.workloads = {gpu: tuple(w) for gpu, w in sorted(per_gpu.items())}
         return {pid: _whose(cgroups.get(pid), jobs.get(pid)) for pid in process_gpus}
 
@@ -455,6 +470,7 @@ class AttributionCollector(Collector):
                 out.add(WORKLOAD_MEMORY_RECLAIMED_BYTES_TOTAL,
                         state.reclaimed_pages * PAGE_SIZE, **keys)
         memory = self._memory(sig)
+        io = self._io(out, sig, keys)
         return WorkloadSignals(
             keys["pod_uid"], keys["container_id"], keys["slurm_job_id"],
             cpu_pressure_some=sig.cpu.some.avg10 if sig.cpu else None,
@@ -464,7 +480,43 @@ class AttributionCollector(Collector):
             cpu_throttled_ratio=throttled_ratio if limit is not None else None,
             cpu_limit_cores=limit,
             memory_pressure_some=sig.memory.some.avg10 if sig.memory else None,
-            **memory)
+            **memory, **io)
+
+    def _io(self, out: SnapshotBuilder, sig: CgroupSignals,
+            keys: dict[str, str]) -> dict[str, Any]:
+        """The workload's io.max limits and its traffic on the devices they
+        limit, and since the last read the largest share of a limit it used."""
+        limits = sig.io_limits
+        if limits is None:
+            return {}
+        devices = sorted(limits)[:IO_DEVICES_PER_WORKLOAD]
+        stat = sig.io_stat or {}
+        for device in devices:
+            limit, moved = limits[device], stat.get(device)
+            for direction, bps, iops in (("read", limit.rbps, limit.riops),
+                                         ("write", limit.wbps, limit.wiops)):
+                at = {**keys, "device": device, "direction": direction}
+                if bps is not None:
+                    out.add(WORKLOAD_IO_LIMIT_BYTES_PER_SECOND, bps, **at)
+                if iops is not None:
+                    out.add(WORKLOAD_IO_LIMIT_OPERATIONS_PER_SECOND, iops, **at)
+                if moved is not None:
+                    read = direction == "read"
+                    out.add(WORKLOAD_IO_BYTES_TOTAL, moved.rbytes if read else moved.wbytes,
+                            **at)
+                    out.add(WORKLOAD_IO_OPERATIONS_TOTAL, moved.rios if read else moved.wios,
+                            **at)
+        found: dict[str, Any] = {"io_limited": bool(devices)}
+        if not devices or sig.io_stat is None:
+            return found
+        now = self._mono()
+        self._io_seen[sig.cgroup] = (now, sig.io_stat)
+        before = self._io_before.get(sig.cgroup)
+        if before is not None:
+            use = io_limit_use(limits, devices, before[1], sig.io_stat, now - before[0])
+            if use is not None:
+                found["io_limit_used_ratio"], found["io_limit_device"] = use
+        return found
 
     def _memory(self, sig: CgroupSignals) -> dict[str, Any]:
         """The workload's memory limit and use, and since the last read how often

@@ -94,6 +94,8 @@ ROW_CONDITION: dict[t.Row, str | None] = {
     t.UNDERFED_MEMORY_LIMIT_RECLAIM: None,
     t.IDLE_CPU_STEAL: None,
     t.UNDERFED_CPU_STEAL: None,
+    t.IDLE_IO_LIMIT_THROTTLED: None,
+    t.UNDERFED_IO_LIMIT_THROTTLED: None,
     # A fan that stopped is a board to repair: its GPU throttles under load.
     t.FAN_STOPPED: HARDWARE_FAULT,
     # A job's own memory, and what its kernels wait on, are the job's.

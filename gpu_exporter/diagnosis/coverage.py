@@ -333,6 +333,12 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         if unread:  # a workload is there, its cgroup could not be read: a gap
             return _Reason(f"its workload's cgroup signals could not be read: {unread[0]}",
                            Why.WORKLOAD_CGROUP_UNREAD)
+        if path.endswith(".io_limited"):
+            return _Reason("its workload's io.max could not be read (no io controller "
+                           "enabled for its cgroup, or cgroup v1)", Why.WORKLOAD_NOT_READ)
+        if path.endswith(".io_limit_used_ratio"):
+            return _Reason("its workload's I/O against its io.max limit is not read (io.stat "
+                           "unread, or the first poll: it takes two)", Why.WORKLOAD_NOT_READ)
         if path == "workloads" or path.endswith(".cpu_limit_cores"):
             return _Reason("no workload on this GPU runs under a CPU limit", Why.NO_CPU_LIMIT)
         field = path.rsplit(".", 1)[-1]

@@ -58,6 +58,7 @@ _HOST_CAUSES = (
     (t.IDLE_CPU_LIMIT_THROTTLED, t.UNDERFED_CPU_LIMIT_THROTTLED),
     (t.IDLE_MEMORY_LIMIT_RECLAIM, t.UNDERFED_MEMORY_LIMIT_RECLAIM),
     (t.IDLE_CPU_STEAL, t.UNDERFED_CPU_STEAL),
+    (t.IDLE_IO_LIMIT_THROTTLED, t.UNDERFED_IO_LIMIT_THROTTLED),
 )
 _IO_CITES = ("workload_io_pressure_some_ratio", "host_cpu_iowait_ratio",
              "host_io_pressure_some_ratio")
@@ -70,9 +71,11 @@ _MEMORY_LIMIT_CITES = ("workload_memory_limit_hits_per_second",
                        "workload_memory_reclaimed_bytes_per_second",
                        "workload_memory_limit_bytes")
 _STEAL_CITES = ("host_cpu_steal_ratio",)
+_IO_LIMIT_CITES = ("workload_io_limit_used_ratio", "workload_io_limit_device")
 _CITES = {"data_pipeline_io": _IO_CITES, "cpu_contention": _CPU_CITES,
           "host_swapping": _SWAP_CITES, "cpu_limit_throttled": _LIMIT_CITES,
-          "memory_limit_reclaim": _MEMORY_LIMIT_CITES, "cpu_steal": _STEAL_CITES}
+          "memory_limit_reclaim": _MEMORY_LIMIT_CITES, "cpu_steal": _STEAL_CITES,
+          "io_limit_throttled": _IO_LIMIT_CITES}
 # The Xids that record the same event as a row: reported once, under the
 # row that owns it (docs/diagnosis.md). From NVIDIA's Xid catalog (xids.py)
 # and its memory error guides: 48 "an uncorrectable double bit error (DBE)
@@ -160,6 +163,14 @@ def _edges() -> tuple[Explains, ...]:
         out.append(Explains(memory, io, "a workload at its memory limit reads again what the "
                             "kernel evicted to make room", (*_IO_CITES, "process_state"),
                             _MEMORY_LIMIT_CITES))
+    # A workload held at its I/O limit stalls on I/O of its own, its reads
+    # blocked in the kernel (D): the limit, not the storage, is why.
+    for limit, io in ((t.IDLE_IO_LIMIT_THROTTLED, t.IDLE_DATA_PIPELINE_IO),
+                      (t.IDLE_IO_LIMIT_THROTTLED, t.UNDERFED_DATA_PIPELINE_IO),
+                      (t.UNDERFED_IO_LIMIT_THROTTLED, t.UNDERFED_DATA_PIPELINE_IO)):
+        out.append(Explains(limit, io, "a workload held at its I/O limit waits on reads the "
+                            "limit delays, not on the storage", (*_IO_CITES, "process_state"),
+                            _IO_LIMIT_CITES))
     # A stolen CPU leaves runnable tasks waiting in the guest.
     for steal, cpu in ((t.IDLE_CPU_STEAL, t.IDLE_CPU_CONTENTION),
                        (t.IDLE_CPU_STEAL, t.UNDERFED_CPU_CONTENTION),

@@ -247,6 +247,25 @@ def _limit_throttled(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, 
     return throttled >= cfg.cpu_throttled_high, ev
 
 
+def _io_limited(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool | None, Evidence]:
+    read = [w for w in s.workloads if w.io_limited is not None]
+    if not read:
+        return None, {}  # io.max not read: coverage says why
+    measured = [w for w in read if w.io_limited and w.io_limit_used_ratio is not None]
+    if not measured:
+        # No limit (io.max "max" everywhere): the storage rows judge its reads.
+        return (None if any(w.io_limited for w in read) else False), {}
+    w = max(measured, key=lambda w: w.io_limit_used_ratio or 0.0)
+    used, own = w.io_limit_used_ratio or 0.0, w.io_pressure_some
+    ev: Evidence = {"workload_io_limit_used_ratio": round(used, 3),
+                    "workload_io_limit_device": w.io_limit_device or ""}
+    if own is not None:
+        ev["workload_io_pressure_some_ratio"] = round(own, 3)
+    # The limit it hit is the cause, as a CPU limit is of CPU waits: storage
+    # that serves others faster is not what holds this job back.
+    return used >= cfg.io_limit_used_ratio and (own is None or own >= cfg.io_pressure_high), ev
+
+
 def _with(base: tuple[bool | None, Evidence],
           cause: tuple[bool | None, Evidence]) -> Verdict:
     held, ev = base
@@ -281,6 +300,7 @@ _starved_rules(t.IDLE_HOST_SWAPPING, t.UNDERFED_HOST_SWAPPING, _swapping)
 _starved_rules(t.IDLE_CPU_LIMIT_THROTTLED, t.UNDERFED_CPU_LIMIT_THROTTLED, _limit_throttled)
 _starved_rules(t.IDLE_MEMORY_LIMIT_RECLAIM, t.UNDERFED_MEMORY_LIMIT_RECLAIM, _memory_limited)
 _starved_rules(t.IDLE_CPU_STEAL, t.UNDERFED_CPU_STEAL, _stolen)
+_starved_rules(t.IDLE_IO_LIMIT_THROTTLED, t.UNDERFED_IO_LIMIT_THROTTLED, _io_limited)
 
 
 def _process_stalled(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

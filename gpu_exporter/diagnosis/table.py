@@ -21,6 +21,13 @@ from __future__ import annotations
 # The row of an allocated GPU whose pod runs its code on the CPU.
 from gpu_exporter.diagnosis.allocation_rows import ALLOCATED_RUNS_ON_CPU as ALLOCATED_RUNS_ON_CPU
 
+# The words of the rows of a workload held at its I/O limit.
+from gpu_exporter.diagnosis.io_limit_words import IO_LIMIT as _IO_LIMIT
+from gpu_exporter.diagnosis.io_limit_words import IO_LIMIT_CONFIRM as _IO_LIMIT_CONFIRM
+from gpu_exporter.diagnosis.io_limit_words import IO_LIMIT_ESCALATE as _IO_LIMIT_ESCALATE
+from gpu_exporter.diagnosis.io_limit_words import IO_LIMIT_FIX as _IO_LIMIT_FIX
+from gpu_exporter.diagnosis.io_limit_words import IO_LIMIT_READS as _IO_LIMIT_READS
+
 # The link rows beside PCIe live in their own module (this one stays readable).
 from gpu_exporter.diagnosis.link_rows import C2C_ERRORS as C2C_ERRORS
 from gpu_exporter.diagnosis.link_rows import NVLINK_ERRORS as NVLINK_ERRORS
@@ -199,6 +206,12 @@ IDLE_CPU_STEAL, UNDERFED_CPU_STEAL = _starved_pair(
     "GPU holds memory but works well below capacity: the VM's CPUs are stolen",
     "The job runs, slowed by the CPU time the hypervisor takes.", _STEAL_FIX, _STEAL_CONFIRM,
     _STEAL_ESCALATE, _STEAL_READS)
+IDLE_IO_LIMIT_THROTTLED, UNDERFED_IO_LIMIT_THROTTLED = _starved_pair(
+    "io_limit_throttled", _IO_LIMIT,
+    "GPU holds memory but sits idle while its workload's reads are held at its I/O limit",
+    "GPU holds memory but works well below capacity: its workload's I/O limit holds its reads",
+    "The job runs, slowed by its I/O limit.", _IO_LIMIT_FIX, _IO_LIMIT_CONFIRM,
+    _IO_LIMIT_ESCALATE, _IO_LIMIT_READS)
 # NVML's own gpu_idle reason says when the GPU has no work: the rows that
 # judge a slowdown of work judge whenever there is work, at any utilization.
 _WORKING = "the GPU has work (NVML does not report it idle)"
@@ -533,7 +546,8 @@ ROWS: tuple[Row, ...] = (
     FABRIC_DEGRADED,
     IDLE_CPU_LIMIT_THROTTLED, ALLOCATED_UNUSED, ALLOCATED_RUNS_ON_CPU,
     UNDERFED_CPU_LIMIT_THROTTLED, IDLE_MEMORY_LIMIT_RECLAIM, UNDERFED_MEMORY_LIMIT_RECLAIM,
-    IDLE_CPU_STEAL, UNDERFED_CPU_STEAL, FAN_STOPPED,
+    IDLE_CPU_STEAL, UNDERFED_CPU_STEAL, IDLE_IO_LIMIT_THROTTLED, UNDERFED_IO_LIMIT_THROTTLED,
+    FAN_STOPPED,
     MEMORY_FILLING, HOST_CPU_THERMAL, HOST_MEMORY_GROWTH, MEMORY_BOUND,
     NIC_ACROSS_SOCKETS, RDMA_PORT_DEGRADED, RDMA_ERRORS,
 )

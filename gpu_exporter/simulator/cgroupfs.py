@@ -5,7 +5,9 @@ slurmd would put it, and each workload's own cgroup files.
 cgroup v2 (pods, Slurm jobs with ``cgroup_version: 2``), under the v2 root:
 ``cpu.pressure``, ``io.pressure``, ``memory.pressure`` (not on a kernel
 without PSI), ``cpu.stat``, ``cpu.max``, ``memory.current``, ``memory.max``,
-``memory.stat``, ``memory.events``, ``memory.swap.current``, and
+``memory.stat``, ``memory.events``, ``memory.swap.current``, ``io.max`` (the
+devices it limits; empty where none is, as the kernel leaves "max" out),
+``io.stat`` (each device it moved bytes on), and
 ``cpuset.cpus``/``cpuset.cpus.effective`` for a workload with a cpuset; and
 each pod's own slice (above its containers) a ``cpu.stat`` whose usage is its
 containers' summed, as a parent cgroup's is.
@@ -20,7 +22,10 @@ job's level (``/slurm/uid_U/job_J``): ``memory.limit_in_bytes``,
 
 Counters are totals that grow between two writes at the condition's rates
 (scaled by the scenario's jitter), so two reads a few seconds apart give a
-reader the rates asked for. The per-task leaf cgroups below a Slurm job get
+reader the rates asked for. A workload's ``changes`` (a limit applied or
+lifted, its figures changed) take effect at their time: the counters grow at
+the old figures up to it and at the new ones after, however seldom the files
+are written. The per-task leaf cgroups below a Slurm job get
 files too, all zero: a reader that took the leaf instead of the job would see
 nothing.
 
@@ -36,12 +41,23 @@ unread rather than zero.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJob, Tenants
+from gpu_exporter.simulator.tenants import (
+    CgroupChange,
+    CgroupCondition,
+    Container,
+    IoLimit,
+    Pod,
+    SlurmJob,
+    Tenants,
+)
 
 CPU_PERIOD_US = 100_000  # the kubelet's and slurmd's CFS period
 # memory.stat's event counters count pages; the readers convert with this
@@ -52,6 +68,9 @@ _V1_CONTROLLERS = ("memory", "cpuset", "freezer", "devices", "cpu,cpuacct")
 _V1_UNLIMITED = 9223372036854771712
 _IDLE = CgroupCondition()
 _PRESSURE_FILES = ("cpu.pressure", "io.pressure", "memory.pressure")
+# The size of one read or write a data loader issues (the kernel's read-ahead
+# window): io.stat's I/O counts are its bytes over this.
+IO_SIZE = 128 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +121,8 @@ class _Totals:
     stolen: float = 0.0
     refaults: float = 0.0
     max_events: float = 0.0
+    # device -> [bytes read, bytes written, reads, writes]
+    io: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +133,28 @@ class _Workload:
     cpu_limit: float | None
     memory_limit: int | None
     cpus: str | None
+    io_max: tuple[IoLimit, ...] = ()
+    changes: tuple[CgroupChange, ...] = ()
+
+    def at(self, t: float) -> _Workload:
+        """The workload as its changes leave it at t."""
+        w = self
+        for change in self.changes:
+            if change.at > t:
+                break
+            given = change.model_fields_set
+            w = dataclasses.replace(
+                w, cpu_limit=change.cpu_limit if "cpu_limit" in given else w.cpu_limit,
+                io_max=tuple(change.io_max or ()) if "io_max" in given else w.io_max,
+                cond=w.cond if change.cgroup is None else w.cond.model_copy(
+                    update=change.cgroup.model_dump(exclude_unset=True)))
+        return w
+
+
+def _held_to(rate: float, bps: int | None, iops: int | None) -> float:
+    """Bytes per second moved when asked for ``rate`` under the limits."""
+    return min(rate, math.inf if bps is None else bps,
+               math.inf if iops is None else iops * IO_SIZE)
 
 
 Jitter = Callable[[str, float], float]
@@ -137,10 +180,12 @@ class TenantFs:
         pods = [] if tenants is None else tenants.pods
         jobs = [] if tenants is None else tenants.slurm_jobs
         self._work = [_Workload(pod_placement(pod, c), c.pids, c.cgroup, c.cpu_limit,
-                                c.memory_limit_bytes, c.cpus)
+                                c.memory_limit_bytes, c.cpus, tuple(c.io_max),
+                                tuple(sorted(c.changes, key=lambda ch: ch.at)))
                       for pod in pods for c in pod.containers]
         self._work += [_Workload(slurm_placement(job), job.pids, job.cgroup, job.cpu_limit,
-                                 job.memory_limit_bytes, job.cpus)
+                                 job.memory_limit_bytes, job.cpus, tuple(job.io_max),
+                                 tuple(sorted(job.changes, key=lambda ch: ch.at)))
                        for job in jobs]
         placed = {w.placement.cgroup for w in self._work} | {
             w.placement.leaf for w in self._work}
@@ -208,6 +253,16 @@ class TenantFs:
                 "throttled_usec 0\nnr_bursts 0\nburst_usec 0\n")})
 
     # --- what grows ------------------------------------------------------------------
+    def _grow(self, path: str, w: _Workload, t: float, dt: float) -> _Totals:
+        """Grow the counters over the ``dt`` up to t, cut where a change of
+        the workload's took effect: each stretch at the figures in force."""
+        start = t - dt
+        cuts = [start, *sorted(c.at for c in w.changes if start < c.at < t), t]
+        tot = self._totals.setdefault(path, _Totals())
+        for a, b in itertools.pairwise(cuts):
+            tot = self._advance(path, w.at(a), b, b - a)
+        return tot
+
     def _advance(self, path: str, w: _Workload, t: float, dt: float) -> _Totals:
         tot = self._totals.setdefault(path, _Totals())
         j, c = self._jitter, w.cond
@@ -229,6 +284,14 @@ class TenantFs:
         tot.stolen += c.reclaim_steal_bytes_per_s * dt * j(f"cg{path}/steal", t) / PAGE_SIZE
         tot.refaults += c.refault_bytes_per_s * dt * j(f"cg{path}/refault", t) / PAGE_SIZE
         tot.max_events += c.memory_max_events_per_s * dt * j(f"cg{path}/max", t)
+        limit = next((lim for lim in w.io_max if lim.device == c.io_device), IoLimit())
+        read = _held_to(c.io_read_bytes_per_s * j(f"cg{path}/read", t), limit.rbps, limit.riops)
+        written = _held_to(c.io_write_bytes_per_s * j(f"cg{path}/write", t), limit.wbps,
+                           limit.wiops)
+        if read or written:
+            moved = tot.io.setdefault(c.io_device, [0.0, 0.0, 0.0, 0.0])
+            for i, amount in enumerate((read, written, read / IO_SIZE, written / IO_SIZE)):
+                moved[i] += amount * dt
         return tot
 
     def _avg10(self, path: str, key: str, ratio: float, t: float) -> float:
@@ -237,7 +300,9 @@ class TenantFs:
     # --- cgroup v2 ---------------------------------------------------------------------
     def _v2_files(self, path: str, w: _Workload, t: float, dt: float,
                   psi: bool) -> dict[str, str]:
-        tot, c = self._advance(path, w, t, dt), w.cond
+        tot = self._grow(path, w, t, dt)
+        w = w.at(t)
+        c = w.cond
         files: dict[str, str] = {}
         if psi:
             for res in ("cpu", "io", "memory"):
@@ -268,6 +333,10 @@ class TenantFs:
         files["memory.events"] = (f"low 0\nhigh 0\nmax {int(tot.max_events)}\n"
                                   f"oom {c.oom_kills}\noom_kill {c.oom_kills}\n"
                                   "oom_group_kill 0\n")
+        files["io.max"] = "".join(_io_max_line(lim) for lim in w.io_max)
+        files["io.stat"] = "".join(
+            f"{device} rbytes={int(r)} wbytes={int(wr)} rios={int(ri)} wios={int(wi)} "
+            "dbytes=0 dios=0\n" for device, (r, wr, ri, wi) in sorted(tot.io.items()))
         if w.cpus is not None:
             files["cpuset.cpus"] = f"{w.cpus}\n"
             files["cpuset.cpus.effective"] = f"{w.cpus}\n"
@@ -276,7 +345,9 @@ class TenantFs:
     # --- cgroup v1 ---------------------------------------------------------------------
     def _v1_files(self, path: str, w: _Workload, t: float,
                   dt: float) -> dict[str, dict[str, str]]:
-        tot, c = self._advance(path, w, t, dt), w.cond
+        tot = self._grow(path, w, t, dt)
+        w = w.at(t)
+        c = w.cond
         used = c.memory_anon_bytes + c.memory_file_bytes
         limit = _V1_UNLIMITED if w.memory_limit is None else w.memory_limit
         quota = -1 if w.cpu_limit is None else round(w.cpu_limit * CPU_PERIOD_US)
@@ -302,6 +373,16 @@ class TenantFs:
             "cpuset": {"cpuset.cpus": f"{cpus}\n", "cpuset.effective_cpus": f"{cpus}\n",
                        "cpuset.mems": "0\n"},
         }
+
+
+def _io_max_line(limit: IoLimit) -> str:
+    """A device's io.max line; one with no limit left is not listed."""
+    values = (limit.rbps, limit.wbps, limit.riops, limit.wiops)
+    if all(v is None for v in values):
+        return ""
+    shown = ("max" if v is None else str(v) for v in values)
+    return f"{limit.device} " + " ".join(
+        f"{k}={v}" for k, v in zip(("rbps", "wbps", "riops", "wiops"), shown, strict=True)) + "\n"
 
 
 def _v2_memory_stat(c: CgroupCondition, tot: _Totals, kernel: int) -> str:

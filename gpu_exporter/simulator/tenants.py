@@ -14,12 +14,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpu_exporter.pydantic_types import Duration
+
 # Kubernetes object names: RFC 1123 labels / subdomains.
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _UID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 # A kernel cpulist: "0-15,32-47".
 _CPULIST = r"^\d{1,4}(-\d{1,4})?(,\d{1,4}(-\d{1,4})?){0,63}$"
+# A block device's number as the kernel prints it: "MAJ:MIN".
+_DEVICE = r"^\d{1,10}:\d{1,10}$"
 
 
 class _Strict(BaseModel):
@@ -54,6 +58,34 @@ class CgroupCondition(_Strict):
     # CPUs' worth of time its tasks use (cpu.stat usage_usec's rate); None:
     # one CPU, or its limit, less the share its tasks stall on the CPU.
     cpu_busy_cores: float | None = Field(None, ge=0)
+    # What its tasks ask to read and write on ``io_device`` (io.stat), in
+    # bytes per second; an io.max limit on the device holds them to it.
+    io_read_bytes_per_s: float = Field(0.0, ge=0)
+    io_write_bytes_per_s: float = Field(0.0, ge=0)
+    io_device: str = Field("259:0", pattern=_DEVICE)
+
+
+class IoLimit(_Strict):
+    """One device's io.max line: bytes and I/Os per second; None: "max"."""
+
+    device: str = Field("259:0", pattern=_DEVICE)
+    rbps: int | None = Field(None, gt=0)
+    wbps: int | None = Field(None, gt=0)
+    riops: int | None = Field(None, gt=0)
+    wiops: int | None = Field(None, gt=0)
+
+
+class CgroupChange(_Strict):
+    """What changes in a workload's cgroup ``at`` seconds after the node
+    started: a CPU limit or io.max limits applied (a value) or lifted (null,
+    or an empty io_max), the figures of its signals given in ``cgroup``. A
+    field left out (of ``cgroup`` too) stays as it was; the counters grow at
+    the old figures until then, at the new after."""
+
+    at: Duration = Field(ge=0)
+    cpu_limit: float | None = Field(None, gt=0)
+    io_max: list[IoLimit] | None = None
+    cgroup: CgroupCondition | None = None
 
 
 class DeviceGrant(_Strict):
@@ -102,6 +134,10 @@ class Container(_Strict):
     cpus: str | None = Field(None, pattern=_CPULIST)
     pids: list[int] = Field(default_factory=list)  # its processes on the node
     cgroup: CgroupCondition = CgroupCondition()
+    # io.max: the devices its I/O is limited on (none: "max" everywhere).
+    io_max: list[IoLimit] = Field(default_factory=list, max_length=64)
+    # Its cgroup's figures changing over time, applied in the order of ``at``.
+    changes: list[CgroupChange] = Field(default_factory=list)
 
     def container_id(self, pod: Pod) -> str:
         """A stable 64-hex-digit id, as container runtimes make."""
@@ -137,6 +173,10 @@ class SlurmJob(_Strict):
     cpus: str | None = Field(None, pattern=_CPULIST)
     pids: list[int] = Field(default_factory=list)
     cgroup: CgroupCondition = CgroupCondition()
+    # io.max: the devices its I/O is limited on (none: "max" everywhere).
+    io_max: list[IoLimit] = Field(default_factory=list, max_length=64)
+    # Its cgroup's figures changing over time, applied in the order of ``at``.
+    changes: list[CgroupChange] = Field(default_factory=list)
 
 
 class Tenants(_Strict):

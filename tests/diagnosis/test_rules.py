@@ -34,6 +34,9 @@ IDLE, UNDERFED, BUSY = 0.03, 0.15, 0.95
 AT_LIMIT = workload(memory_limit_bytes=16 * GIB, memory_used_bytes=15.9 * GIB,
                     memory_limit_hits_per_s=40.0, memory_reclaimed_bytes_per_s=200 * MIB,
                     memory_pressure_some=0.5)
+# A container whose reads run at its io.max limit on a device, stalled on I/O.
+IO_AT_LIMIT = workload(io_limited=True, io_limit_used_ratio=0.98, io_limit_device="259:0",
+                       io_pressure_some=0.6)
 # Asleep, on no CPU, never waking: stuck.
 STALLED = proc(state="S", cpu_ratio=0.001, sm_utilization=0.0, wakeups_per_s=0.0)
 
@@ -319,6 +322,36 @@ CASES: list[tuple[Row, GpuSignals, bool | None, str]] = [
         workload(cpu_throttled_ratio=0.6),)), True, "at 20 % the limit still holds it back"),
     (t.UNDERFED_CPU_LIMIT_THROTTLED, signals(held(0.2), workloads=(
         workload(cpu_throttled_ratio=0.1),)), False, "touching its limit now and then"),
+    # --- the workload's I/O limit (io.max) ----------------------------------------
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(IO_AT_LIMIT,)), True,
+     "its reads run at its io.max limit and it stalls on I/O"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        replace(IO_AT_LIMIT, io_limit_used_ratio=0.9),)), True, "at the threshold"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        replace(IO_AT_LIMIT, io_limit_used_ratio=0.89),)), False, "just below the threshold"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        replace(IO_AT_LIMIT, io_limit_used_ratio=0.1),)), False,
+     "a limit far from reached while it stalls on I/O: slow storage, not the limit"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        replace(IO_AT_LIMIT, io_pressure_some=0.05),)), False,
+     "at its limit but not stalled on I/O: the limit does not hold it back"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(BUSY), workloads=(IO_AT_LIMIT,)), False,
+     "at its limit but the GPU is busy"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(io_limited=False, io_pressure_some=0.8),)), False,
+     "io.max \"max\" everywhere: no limit to hit, the storage rows judge"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(io_pressure_some=0.8),)), None, "io.max not read: not judged"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        replace(IO_AT_LIMIT, io_limit_used_ratio=None),)), None,
+     "limited, but its I/O is read once: not judged yet"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
+        workload(io_limited=False), replace(IO_AT_LIMIT, container_id="b"))), True,
+     "two containers on one GPU: the one at its limit decides"),
+    (t.UNDERFED_IO_LIMIT_THROTTLED, signals(held(0.2), workloads=(IO_AT_LIMIT,)), True,
+     "at 20 % the limit still holds it back"),
+    (t.UNDERFED_IO_LIMIT_THROTTLED, signals(held(0.2), workloads=(
+        replace(IO_AT_LIMIT, io_limit_used_ratio=0.3),)), False, "far from its limit"),
     # --- the workload's memory limit ---------------------------------------------
     (t.IDLE_MEMORY_LIMIT_RECLAIM, signals(held(IDLE), workloads=(AT_LIMIT,)), True,
      "at its limit, hitting it and reclaiming its page cache; nothing swaps"),
@@ -457,6 +490,11 @@ PRECEDENCE_CASES: list[tuple[list[Candidate], set[Row], str]] = [
     (on(t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_DATA_PIPELINE_IO),
      {t.IDLE_CPU_LIMIT_THROTTLED, t.IDLE_DATA_PIPELINE_IO},
      "throttling does not make reads slow: two causes"),
+    (on(t.IDLE_IO_LIMIT_THROTTLED, t.IDLE_DATA_PIPELINE_IO, t.IDLE_PROCESS_STALLED),
+     {t.IDLE_IO_LIMIT_THROTTLED}, "a container at its I/O limit waits on reads its limit "
+     "delays: the limit, not the storage"),
+    (on(t.UNDERFED_IO_LIMIT_THROTTLED, t.UNDERFED_DATA_PIPELINE_IO),
+     {t.UNDERFED_IO_LIMIT_THROTTLED}, "the limit, at any starved load"),
     (on(t.IDLE_HOST_SWAPPING, t.IDLE_DATA_PIPELINE_IO), {t.IDLE_HOST_SWAPPING},
      "swapping explains iowait"),
     (on(t.IDLE_HOST_SWAPPING, t.IDLE_DATA_PIPELINE_IO, stale=(t.IDLE_HOST_SWAPPING,)),

@@ -47,6 +47,9 @@ EPS = 1e-6  # "just" inside or outside a threshold
 CAPPED = {"throttle_reasons": frozenset({"sw_power_cap"}), "power_limit_watts": 450.0,
           "clocks_hz": {"sm": 1.6e9}}
 # A container at its 16 GiB memory limit, hitting it and reclaiming its cache.
+# A container whose reads run at its io.max limit on the NVMe, stalled on I/O.
+IO_AT_LIMIT = workload(io_limited=True, io_limit_used_ratio=0.97654, io_limit_device="259:0",
+                       io_pressure_some=0.6)
 AT_LIMIT = workload(memory_limit_bytes=16 * GIB, memory_used_bytes=15.9 * GIB,
                     memory_limit_hits_per_s=40.0, memory_reclaimed_bytes_per_s=200 * MIB,
                     memory_pressure_some=0.5)
@@ -751,6 +754,17 @@ CASES: list[Case] = [
                      "workload_memory_limit_hits_per_second": 0.0,
                      "workload_memory_reclaimed_bytes_per_second": 524288}),
      "at its limit with a trickle of reclaim and no hit: not held back by it"),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(IO_AT_LIMIT,)), CFG,
+     Verdict(True, {**held_ev(IDLE), "workload_io_limit_used_ratio": 0.977,
+                    "workload_io_limit_device": "259:0",
+                    "workload_io_pressure_some_ratio": 0.6}),
+     "its reads at its limit on the NVMe, stalled on I/O: the share, the device"),
+    (t.UNDERFED_IO_LIMIT_THROTTLED, signals(held(0.3), workloads=(replace(
+        IO_AT_LIMIT, io_limit_used_ratio=CFG.io_limit_used_ratio - 0.001,
+        io_pressure_some=None),)), CFG,
+     Verdict(False, {**held_ev(0.3), "workload_io_limit_used_ratio": round(
+         CFG.io_limit_used_ratio - 0.001, 3), "workload_io_limit_device": "259:0"}),
+     "just under the share of its limit that counts as at it, its pressure not read"),
     (t.IDLE_CPU_STEAL, signals(held(IDLE), quiet_host(steal_ratio=0.34567)), CFG,
      Verdict(True, {**held_ev(IDLE), "host_cpu_steal_ratio": 0.346}), "a third stolen"),
     (t.UNDERFED_CPU_STEAL, signals(held(0.5), quiet_host(steal_ratio=CFG.steal_high - 0.001)),
@@ -896,6 +910,10 @@ CONFIG_CASES: list[tuple[Row, GpuSignals, str, float]] = [
     (t.IDLE_MEMORY_LIMIT_RECLAIM, signals(held(IDLE), workloads=(
         replace(AT_LIMIT, memory_limit_hits_per_s=0.0),)), "reclaim_bytes_per_s", 400 * MIB),
     (t.IDLE_CPU_STEAL, signals(held(IDLE), quiet_host(steal_ratio=0.2)), "steal_high", 0.3),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(IO_AT_LIMIT,)),
+     "io_limit_used_ratio", 0.99),
+    (t.IDLE_IO_LIMIT_THROTTLED, signals(held(IDLE), workloads=(IO_AT_LIMIT,)),
+     "io_pressure_high", 0.7),
     (t.POWER_CAP, signals(busy_gpu(**CAPPED, power_watts=420.0)), "power_cap_draw_ratio", 0.95),
     (t.IDLE_CPU_LIMIT_THROTTLED, signals(held(IDLE), workloads=(
         workload(cpu_throttled_ratio=0.5),)), "cpu_throttled_high", 0.6),

@@ -180,12 +180,13 @@ def test_the_full_run_meets_the_bar_and_the_docs_quote_it() -> None:
         "docs/diagnosis.md quotes another run: python -m scenario_generator --write-docs")
 
 
-# The classes of the job, trend, host and allocation rows; the small run
+# The classes of the job, trend, host, allocation and I/O limit rows; the small run
 # above draws the first classes of the rotation only.
 NEWER = ("host_cpu_thermal", "memory_growth", "straggler_cpu_limit_throttled",
          "straggler_thermal", "straggler_link_degraded", "straggler_cpu_affinity",
          "memory_one_step", "host_memory_growth", "host_memory_one_step", "runs_on_cpu",
-         "mig_runs_on_cpu", "no_process_cpu_idle")
+         "mig_runs_on_cpu", "no_process_cpu_idle", "io_limit_throttled",
+         "io_limit_applied_partway", "io_limit_far_slow_storage")
 
 
 @pytest.mark.parametrize("name", NEWER)

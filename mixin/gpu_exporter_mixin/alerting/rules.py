@@ -494,7 +494,8 @@ def _job_straggler_alert(config: AlertConfig) -> AlertRule:
                      "waits for it."),
         likely_cause="Something on this node slows its ranks, and the node's own "
                      "diagnosis usually names it on its GPUs: its data reads stall "
-                     "(memory_held_sm_underfed or _idle -> data_pipeline_io), its CPUs "
+                     "(memory_held_sm_underfed or _idle -> data_pipeline_io, "
+                     "io_limit_throttled), its CPUs "
                      "starve the ranks (-> cpu_contention, cpu_limit_throttled, cpu_steal, "
                      "host_swapping, memory_limit_reclaim), its clocks are held back "
                      "(throttled_under_load -> power_cap, thermal, power_brake, hw_slowdown), "
