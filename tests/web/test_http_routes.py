@@ -34,8 +34,6 @@ from gpu_exporter.web.server import (
 
 PLAIN = "text/plain; version=0.0.4; charset=utf-8"
 OM_ACCEPT = "application/openmetrics-text; version=1.0.0"
-HEAD_S = 0.15  # the head deadline of the test server
-IDLE_S = 0.4  # its keep-alive idle deadline
 
 
 def registry() -> CollectorRegistry:

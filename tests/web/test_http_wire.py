@@ -19,8 +19,6 @@ from collections.abc import Iterator
 
 import pytest
 import trustme
-from prometheus_client import Gauge
-from prometheus_client.registry import CollectorRegistry
 
 from gpu_exporter import __version__
 from gpu_exporter.web.app import App, Request, Response
@@ -31,21 +29,10 @@ from gpu_exporter.web.server import (
     SERVER,
     ExporterHTTPServer,
 )
+from tests.web.test_http_routes import PLAIN, registry
 
-PLAIN = "text/plain; version=0.0.4; charset=utf-8"
-OM_ACCEPT = "application/openmetrics-text; version=1.0.0"
 HEAD_S = 0.15  # the head deadline of the test server
 IDLE_S = 0.4  # its keep-alive idle deadline
-
-
-def registry() -> CollectorRegistry:
-    reg = CollectorRegistry()
-    Gauge("demo_value", "A demo.", registry=reg).set(7)
-    return reg
-
-
-def req(path: str = "/metrics", **headers: str) -> Request:
-    return Request(path, "", {k.lower().replace("_", "-"): v for k, v in headers.items()})
 
 
 # --- on the wire ----------------------------------------------------------------
