@@ -66,8 +66,9 @@ def instance_memory(gpu: Gpu, mig: MigDevice) -> tuple[int, int]:
 
 def read_instances(gpu: Gpu, d: Device, reads: GpuReads) -> list[MigReading] | None:
     """The GPU's MIG instances; None when MIG is unsupported or off."""
-    # MIG mode changes only across a GPU reset, and the call costs 0.13-0.3 ms
-    # on an H100: read with the facts (and at once after an event or a reload).
+    # MIG mode changes only across a GPU reset, and the call is among the
+    # costlier ones on a real H100 (BENCHMARKS.md): read with the facts (and at
+    # once after an event or a reload).
     if not reads.slow_read("mig_mode", d.mig_mode, every=FACT_READ_EVERY_POLLS):
         return None
     slots = gpu.static_read("mig_max", d.max_mig_devices) or 0

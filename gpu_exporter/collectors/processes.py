@@ -180,11 +180,11 @@ class ProcessesCollector(NvmlCollector):
 
     def _attribute_sm(self, gpu: Gpu, device: Device, listed: list[_Listed]) -> None:
         """Each listed process's SM utilization, the mean of its samples since the
-        last read. A read costs 2-2.4 ms of CPU on an H100 (driver 580.159.04)
-        whether or not it finds samples, and the driver keeps one sample per
-        process a second with a buffer that outlasts the cadence: it is read
-        every PROCESS_SAMPLES_EVERY_S, at once when a process without a value
-        appears, and never on a GPU with no processes."""
+        last read. A read costs milliseconds of CPU on a real H100 (BENCHMARKS.md,
+        "Measured on a real H100") whether or not it finds samples, and the
+        driver keeps one sample per process a second with a buffer that outlasts
+        the cadence: it is read every PROCESS_SAMPLES_EVERY_S, at once when a
+        process without a value appears, and never on a GPU with no processes."""
         now = self.session.now()
         held = self._sm.get(gpu.index)
         if (held is not None and now - held[0] < PROCESS_SAMPLES_EVERY_S

@@ -4,13 +4,13 @@ mean and max — what a 1 Hz point sample hides, e.g. a GPU that alternates
 between idle and flat out because its input pipeline starves it — and the
 utilization samples are integrated into gpu_busy_seconds_total.
 
-How often each buffer is read follows what it holds and what a read costs.
-Measured on an H100 80GB HBM3 (driver 580.159.04): power is sampled every
-20 ms into a buffer of 119 (2.4 s) and a read costs 0.3-0.5 ms, so it is read
-every poll; utilization is sampled every 200 ms into a buffer of 71 (14 s) and
-a read costs 2-2.8 ms of CPU whether or not it finds new samples, so it is read
-every 5 s, which loses no sample; SM clock samples are never filled on that
-GPU (NOT_FOUND) and are asked for on the same 5 s cadence. Between reads the
+How often each buffer is read follows what it holds and what a read costs
+(measured on a real H100: BENCHMARKS.md, "Measured on a real H100"). The
+power buffer holds a few seconds and a read is cheap, so it is read every
+poll; the utilization buffer holds many seconds and a read costs
+milliseconds of CPU whether or not it finds new samples, so it is read every
+5 s, which loses no sample; SM clock samples are never filled on that GPU
+(NOT_FOUND) and are asked for on the same 5 s cadence. Between reads the
 last summary is exported again. The power and SM clock summaries are detail
 (--metrics.detail) and nothing else reads them: without it those buffers are
 not read at all.
