@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from gpu_exporter import __version__, safefile
+from gpu_exporter.catalogs.diagnosis import BASELINE_DRIFT
 from gpu_exporter.config import ConfigError, Settings
 from gpu_exporter.readings import GpuReading, PcieKernelView, PollReadings
 from gpu_exporter.runtime import Runtime
@@ -229,5 +230,5 @@ class BaselineCheck(Derivation):
             index = int(entry["index"])
             uuid = str(entry.get("uuid") or "")
             for key in FIELDS:
-                out.add("gpu_baseline_drift", (index, key) in on, gpu=str(index), uuid=uuid,
+                out.add(BASELINE_DRIFT, (index, key) in on, gpu=str(index), uuid=uuid,
                         field=key)

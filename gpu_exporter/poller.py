@@ -19,9 +19,18 @@ from dataclasses import dataclass
 from gpu_exporter import __version__
 from gpu_exporter.catalog import DETAIL
 from gpu_exporter.catalogs.exporter import (
+    EXPORTER_BUILD_INFO,
     EXPORTER_COLLECTOR_DURATION_SECONDS,
     EXPORTER_COLLECTOR_ERRORS_TOTAL,
     EXPORTER_COLLECTOR_SUCCESS,
+    EXPORTER_CONFIG_LAST_RELOAD_SUCCESS,
+    EXPORTER_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+    EXPORTER_LAST_POLL_TIMESTAMP_SECONDS,
+    EXPORTER_NVML_DRIVER_INFO,
+    EXPORTER_NVML_TIMEOUTS_TOTAL,
+    EXPORTER_NVML_UP,
+    EXPORTER_POLL_DURATION_SECONDS,
+    EXPORTER_POLLS_TOTAL,
 )
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.visibility import NVML_PROBLEM
@@ -193,9 +202,9 @@ class Poller:
 
     def _add_self(self, out: SnapshotBuilder, duration: float) -> None:
         self.polls += 1
-        out.add("gpu_exporter_build_info", 1, **self._build_labels)
+        out.add(EXPORTER_BUILD_INFO, 1, **self._build_labels)
         if self.session is not None:
-            out.add("gpu_exporter_nvml_up", self.session.up)
+            out.add(EXPORTER_NVML_UP, self.session.up)
             if not self.session.up and self.session.last_error is not None:
                 out.publish(NVML_PROBLEM, self.session.last_error.init_hint())
             # Every GPU NVML knows from 0: the first timeout is an increase()
@@ -203,16 +212,16 @@ class Poller:
             timeouts = {gpu.index: 0 for gpu in self.session.gpus} if self.session.up else {}
             timeouts.update(self.session.timeouts)
             for index, count in sorted(timeouts.items()):
-                out.add("gpu_exporter_nvml_timeouts_total", count, gpu=str(index))
+                out.add(EXPORTER_NVML_TIMEOUTS_TOTAL, count, gpu=str(index))
             if self.session.up:
-                out.add("gpu_exporter_nvml_driver_info", 1,
+                out.add(EXPORTER_NVML_DRIVER_INFO, 1,
                         driver_version=self.session.driver_version,
                         cuda_driver_version=self.session.cuda_driver_version)
-        out.add("gpu_exporter_poll_duration_seconds", duration)
-        out.add("gpu_exporter_polls_total", self.polls)
-        out.add("gpu_exporter_last_poll_timestamp_seconds", out.timestamp)
-        out.add("gpu_exporter_config_last_reload_success", self.reload_success)
-        out.add("gpu_exporter_config_last_reload_success_timestamp_seconds",
+        out.add(EXPORTER_POLL_DURATION_SECONDS, duration)
+        out.add(EXPORTER_POLLS_TOTAL, self.polls)
+        out.add(EXPORTER_LAST_POLL_TIMESTAMP_SECONDS, out.timestamp)
+        out.add(EXPORTER_CONFIG_LAST_RELOAD_SUCCESS, self.reload_success)
+        out.add(EXPORTER_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
                 self.reload_success_timestamp)
 
     # --- the loop ------------------------------------------------------------

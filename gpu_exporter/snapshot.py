@@ -48,15 +48,6 @@ class Sample(NamedTuple):
 
 _new_sample = tuple.__new__  # skips NamedTuple's Python-level __new__
 
-# Metric name -> its catalog label names, filled on first use.
-_LABEL_NAMES: dict[str, tuple[str, ...]] = {}
-
-
-def _label_names(name: str) -> tuple[str, ...]:
-    names = _LABEL_NAMES.get(name)
-    if names is None:
-        names = _LABEL_NAMES[name] = metric(name).labels  # KeyError for unknown names
-    return names
 
 
 @dataclass(frozen=True)
@@ -115,15 +106,12 @@ class SnapshotBuilder:
         making the ones that would not be."""
         return family.name not in self._drop
 
-    def add(self, family: Metric | str, value: float | int | bool, /, **labels: str) -> None:
-        """One sample of ``family``: a catalog handle (readers), or its name."""
+    def add(self, family: Metric, value: float | int | bool, /, **labels: str) -> None:
+        """One sample of ``family``, a catalog handle: the only way a series is
+        written, so a metric is named, typed and bounded in its catalog alone."""
         # The hot path of every poll (~2500 calls on an 8-GPU node): the label
         # names from the handle, the values read and converted in C.
-        if isinstance(family, Metric):
-            name, names = family.name, family.labels
-        else:
-            name = family
-            names = _LABEL_NAMES.get(name) or _label_names(name)
+        name, names = family.name, family.labels
         if name in self._drop:
             return
         if len(labels) != len(names):
@@ -137,7 +125,7 @@ class SnapshotBuilder:
             raise ValueError(f"{name}: missing label {exc}") from None
         self._append(name, values, value)
 
-    def add_values(self, family: Metric | str, labels: tuple[str, ...],
+    def add_values(self, family: Metric, labels: tuple[str, ...],
                    value: float | int | bool, /) -> None:
         """Like add(), with the label values already in the catalog's order.
 
@@ -146,11 +134,7 @@ class SnapshotBuilder:
         per label. The caller keeps the order: build ``labels`` from the same
         catalog tuples (GPU, PROC...) the metric is declared with.
         """
-        if isinstance(family, Metric):
-            name, names = family.name, family.labels
-        else:
-            name = family
-            names = _LABEL_NAMES.get(name) or _label_names(name)
+        name, names = family.name, family.labels
         if name in self._drop:
             return
         if len(labels) != len(names):

@@ -5,27 +5,28 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_exporter.catalogs.deep import NVLINK_ERRORS_TOTAL, NVLINK_LINK_UP
 from gpu_exporter.readings import GpuReading
 from gpu_exporter.snapshot import Slot, SnapshotBuilder
 
 
 def test_add_values_matches_add_with_keywords() -> None:
     by_name, by_tuple = SnapshotBuilder(0.0), SnapshotBuilder(0.0)
-    by_name.add("gpu_nvlink_errors_total", 3, gpu=1, uuid="GPU-a", link=4, type="crc")  # type: ignore[arg-type]
-    by_tuple.add_values("gpu_nvlink_errors_total", ("1", "GPU-a", "4", "crc"), 3)
+    by_name.add(NVLINK_ERRORS_TOTAL, 3, gpu=1, uuid="GPU-a", link=4, type="crc")  # type: ignore[arg-type]
+    by_tuple.add_values(NVLINK_ERRORS_TOTAL, ("1", "GPU-a", "4", "crc"), 3)
     assert by_name.build().samples == by_tuple.build().samples
     assert by_tuple.build().get("gpu_nvlink_errors_total", link="4", type="crc") == 3.0
 
 
 def test_add_values_refuses_a_label_set_of_the_wrong_length() -> None:
     with pytest.raises(ValueError, match="gpu_nvlink_link_up"):
-        SnapshotBuilder(0.0).add_values("gpu_nvlink_link_up", ("0", "GPU-a"), 1)
+        SnapshotBuilder(0.0).add_values(NVLINK_LINK_UP, ("0", "GPU-a"), 1)
 
 
 def test_a_nan_value_is_not_exported() -> None:
     out = SnapshotBuilder(0.0)
-    out.add_values("gpu_nvlink_link_up", ("0", "GPU-a", "1"), float("nan"))
-    out.add("gpu_nvlink_link_up", float("nan"), gpu="0", uuid="GPU-a", link="2")
+    out.add_values(NVLINK_LINK_UP, ("0", "GPU-a", "1"), float("nan"))
+    out.add(NVLINK_LINK_UP, float("nan"), gpu="0", uuid="GPU-a", link="2")
     assert "gpu_nvlink_link_up" not in out.build().samples
 
 

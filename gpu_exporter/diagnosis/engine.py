@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Self
 
 from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
+from gpu_exporter.catalogs.diagnosis import (
+    DIAGNOSIS_ACTIVE,
+    DIAGNOSIS_INPUT_MISSING,
+    DIAGNOSIS_NOT_JUDGED,
+)
 from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage, Gap, Kind, Reasons
 from gpu_exporter.diagnosis.evidence import evidence_line
@@ -267,7 +272,7 @@ class Diagnosis(Derivation):
         findings: list[Finding] = []
         missing = missing_inputs(out.readings)
         for name in missing:
-            out.add("gpu_diagnosis_input_missing", 1, input=name)
+            out.add(DIAGNOSIS_INPUT_MISSING, 1, input=name)
         out.publish(INPUTS_MISSING, missing)
         signals = gather(out.readings)
         pasts: dict[str, GpuPast] = {}
@@ -308,7 +313,7 @@ class Diagnosis(Derivation):
             for judged in self._gpu_rows:
                 on = judged.key in on_here
                 if on or self.detail:
-                    out.add_values("gpu_diagnosis_active",
+                    out.add_values(DIAGNOSIS_ACTIVE,
                                    (gpu, uuid, judged.row.symptom, judged.row.cause), on)
         gpus = [s for s in signals if s.gpu_instance is None]
         out.publish(FINDINGS, tuple(sort_findings(findings)))
@@ -323,7 +328,7 @@ class Diagnosis(Derivation):
         for gap in gaps:
             if gap.kind is Kind.GAP:
                 state = self._states[gap.gpu, None][self._row_at[gap.row]]
-                out.add_values("gpu_diagnosis_not_judged", state.labels, 1)
+                out.add_values(DIAGNOSIS_NOT_JUDGED, state.labels, 1)
         out.publish(COVERAGE, Coverage(tuple(s.index for s in gpus), tuple(gaps), settling,
                                        self.cfg.window))
 

@@ -317,3 +317,26 @@ def test_collectors_name_no_metric_they_add_values_through_its_handle() -> None:
     written = {path.name: names for path in sorted(package.glob("*.py"))
                if (names := _metric_names_written_in(path.read_text()))}
     assert written == {}
+
+
+def _series_written_by_string(source: str) -> list[str]:
+    """Calls that write a series (``.add``/``.add_values``) naming it by a
+    string rather than by its catalog handle."""
+    return [node.args[0].value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("add", "add_values") and node.args
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+            and node.args[0].value in BY_NAME]
+
+
+def test_no_series_is_written_by_string_anywhere_in_the_exporter() -> None:
+    """Handles are the only way to write a series: the poller, the diagnosis,
+    the baseline and the readers alike (the snapshot builder takes a handle,
+    and this walk finds a name that slipped past the types)."""
+    assert _series_written_by_string('out.add("gpu_up", 1, gpu="0")') == ["gpu_up"]
+    assert _series_written_by_string('seen.add("gpu_idle")') == []  # a set, not a series
+    assert _series_written_by_string("out.add_values(UP, labels, 1)") == []
+    package = Path(collectors.__file__).parent.parent
+    written = {str(path.relative_to(package)): names for path in sorted(package.rglob("*.py"))
+               if (names := _series_written_by_string(path.read_text()))}
+    assert written == {}

@@ -19,6 +19,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from gpu_exporter.catalogs.device import UP
 from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.web.app import App, Request, Response, accepts_gzip, wants_openmetrics
 from gpu_exporter.web.render import OPENMETRICS, TEXT, _value
@@ -65,7 +66,7 @@ def test_metrics_from_the_registry_plain_openmetrics_and_gzip() -> None:
 
 def snapshot() -> Snapshot:
     b = SnapshotBuilder(1000.0)
-    b.add("gpu_up", 1, gpu="0", uuid="GPU-0")
+    b.add(UP, 1, gpu="0", uuid="GPU-0")
     return b.build()
 
 
