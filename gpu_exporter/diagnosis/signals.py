@@ -99,6 +99,7 @@ class GpuSignals:
     # (``gpu_instance`` None) or one of them.
     mig: bool = read_from("mig", default=False)
     gpu_instance: int | None = read_from("mig", default=None)
+    compute_instance: int | None = read_from("mig", default=None)
     instance_memory: tuple[float, float] | None = read_from("mig", default=None)  # (used, total)
     # GPM is supported here but its first ratio has not come yet
     gpm_pending: bool = read_from("gpm_pending", default=False)
@@ -255,6 +256,7 @@ def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
                       [b for b in gpu.xid_blames if b.owner in owners],
                       gpu.processes_known, owners, workloads, gpu.allocations_known,
                       gpu.nvlink_links, mig=True, gpu_instance=m.gpu_instance,
+                      compute_instance=m.compute_instance,
                       instance_memory=(float(m.memory_used_bytes),
                                        float(m.memory_total_bytes)),
                       xids_known=gpu.xids_known,
