@@ -273,8 +273,43 @@ def _crossing(f: Finding) -> tuple[Scope, str] | None:
     return crossing
 
 
-# Rows that say nothing of a rank's pace: not a straggler's cause.
-PACE_NEUTRAL: frozenset[Row] = frozenset({t.PERSISTENCE_OFF, t.XID_INFORMATIONAL})
+# The causes of the host itself, judged on every GPU that holds a job: one
+# host, one cause, reported once for the node (on its first GPU), with the
+# other GPUs it slows listed under it and every job it slows among its owners.
+HOST_WIDE: frozenset[Row] = frozenset({t.HOST_CPU_THERMAL, t.HOST_MEMORY_GROWTH})
+_HOST_WIDE_WHY = ("the same cause of the host, reported once for the node: it slows the "
+                  "job on this GPU too")
+
+# Rows that say nothing of a rank's pace: not a straggler's cause. A cause of
+# the whole host slows every rank alike.
+PACE_NEUTRAL: frozenset[Row] = frozenset({t.PERSISTENCE_OFF, t.XID_INFORMATIONAL}) | HOST_WIDE
+
+
+def once_for_the_node(findings: Sequence[Finding]) -> list[Finding]:
+    """Each host-wide cause once: the finding on its first GPU, the others'
+    listed under it as consequences and their owners named among its own."""
+    first: dict[Row, Finding] = {}
+    rest: dict[Row, list[Finding]] = {}
+    for f in sorted((f for f in findings if f.row in HOST_WIDE), key=_place_order_of):
+        if f.row in first:
+            rest[f.row].append(f)
+        else:
+            first[f.row], rest[f.row] = f, []
+    out: list[Finding] = []
+    for f in findings:
+        if f.row not in HOST_WIDE:
+            out.append(f)
+        elif first[f.row] is f:
+            others = rest[f.row]
+            if not others:
+                out.append(f)
+                continue
+            owners = tuple(dict.fromkeys(o for g in (f, *others) for o in g.owners))
+            under = tuple(Consequence(g.gpu, g.row, g.evidence, _HOST_WIDE_WHY, g.gpu_instance)
+                          for g in others)
+            out.append(replace(f, owners=owners, since=min(g.since for g in (f, *others)),
+                               consequences=f.consequences + under))
+    return out
 
 
 def _own_cause(findings: Iterable[Finding]) -> Finding | None:
@@ -301,6 +336,7 @@ def judge_jobs(findings: Sequence[Finding], views: Sequence[GpuView],
     GPUs) explains, each cause with its consequences; and the node's jobs.
     A job's units are its whole GPUs and its MIG instances (``views`` holds
     one per whole GPU and one per instance of a GPU split into instances)."""
+    findings = once_for_the_node(findings)
     by_place = {v.place: v for v in views}
     members: dict[str, tuple[dict[str, str], list[Place]]] = {}
     for v in views:
@@ -411,7 +447,9 @@ def judge_jobs(findings: Sequence[Finding], views: Sequence[GpuView],
         if id(f) in under or id(f) in silenced:
             continue
         more = explained.get(id(f), []) + seen_waiting.get(id(f), [])
-        reported[id(f)] = replace(f, consequences=tuple(sorted(more, key=_order))) if more else f
+        reported[id(f)] = (replace(f, consequences=tuple(sorted((*f.consequences, *more),
+                                                                key=_order)))
+                           if more else f)
         kept.append(reported[id(f)])
     return kept, tuple(j if j.cause is None else replace(j, cause=reported[id(j.cause)])
                        for j in jobs)
@@ -424,6 +462,10 @@ def _rank(view: GpuView, cfg: DiagnosisConfig) -> Rank:
 
 def _place_order(place: Place) -> tuple[int, int]:
     return place[0], -1 if place[1] is None else place[1]
+
+
+def _place_order_of(f: Finding) -> tuple[int, int]:
+    return _place_order(_place(f))
 
 
 def _first_cause(f: Finding) -> tuple[bool, int, int]:

@@ -34,7 +34,7 @@ from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS, Finding, explanation
 from gpu_exporter.diagnosis.evidence import evidence_line, percent
 from gpu_exporter.diagnosis.finding import Consequence
-from gpu_exporter.diagnosis.jobs import Job, unit_label
+from gpu_exporter.diagnosis.jobs import HOST_WIDE, Job, unit_label
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.history import History, Window
@@ -140,7 +140,12 @@ def _waiting_notes(findings: Sequence[Finding], jobs: Sequence[Job]) -> dict[int
     notes: dict[int, str] = {}
     for f in findings:
         for c in f.consequences:
-            if c.gpu != f.gpu:
+            if c.gpu != f.gpu and f.row in HOST_WIDE:
+                notes.setdefault(c.gpu, '<p class="warn">This GPU\'s job is slowed by a cause '
+                                 f'of the host, reported once on GPU {f.gpu}: '
+                                 f'<a href="#gpu-{f.gpu}-{f.row.anchor}">'
+                                 f"{html_escape(f.row.summary)}</a>.</p>")
+            elif c.gpu != f.gpu:
                 notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on GPU {f.gpu}: '
                                  f'<a href="#gpu-{f.gpu}-{f.row.anchor}">'
                                  f"{html_escape(f.row.summary)}</a>.</p>")
