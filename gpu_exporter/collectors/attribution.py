@@ -296,7 +296,8 @@ class AttributionCollector(Collector):
             out.add(JOB_INFO, 1, gpu=str(row.gpu), uuid=row.uuid, scheduler="slurm",
                     slurm_job_id=row.job_id, slurm_uid=_opt(row.uid),
                     slurm_step=row.step or "")
-            owners.setdefault(row.gpu, {})[GpuOwner(slurm_job_id=row.job_id)] = None
+            owners.setdefault(row.gpu, {})[
+                GpuOwner(slurm_job_id=row.job_id, slurm_uid=_opt(row.uid))] = None
         groups = group_by_workload(cgroups)
         tree = self._cgroup_tree(out)
         signals = workload_signals(tree, groups)

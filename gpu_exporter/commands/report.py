@@ -21,7 +21,7 @@ def owner_text(owner: Mapping[str, Any]) -> str:
     any destination)."""
     return GpuOwner(**{k: str(owner.get(k, "")) for k in
                        ("namespace", "pod", "container", "slurm_job_id", "claim",
-                        "pod_uid")}).describe()
+                        "pod_uid", "slurm_uid")}).describe()
 
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
