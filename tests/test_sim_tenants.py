@@ -10,8 +10,8 @@ import yaml
 from pydantic import ValidationError
 
 from gpu_exporter.host.procs import cgroup_ids
-from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement
 from gpu_exporter.simulator import load_scenario
+from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement
 from gpu_exporter.simulator.model import ProcessCondition
 from gpu_exporter.simulator.tenants import Container, Pod, SlurmJob, Tenants
 from tests.simnode import SimRun
