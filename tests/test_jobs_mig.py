@@ -22,6 +22,7 @@ from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.readings import GpuOwner
 from gpu_exporter.simulator.model import Scenario
+from gpu_exporter.simulator.tenants import SlurmJob
 from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter.web.doctor import _jobs
 from tests.simnode import DetailRun
@@ -155,7 +156,7 @@ def test_an_xid_on_the_gpu_reaches_every_instance_and_every_job_on_it() -> None:
     assert "its peers wait" in whys[1, 1]
     for name in ("pod ml/train", "slurm job 77"):
         assert named(jobs, name).cause is cause
-    assert sorted(c.gpu_instance for c in named(jobs, "slurm job 77").consequences) == [2]
+    assert [c.gpu_instance for c in named(jobs, "slurm job 77").consequences] == [2]
 
 
 def test_a_fault_of_another_gpu_of_a_tenant_does_not_reach_its_neighbours() -> None:
@@ -212,3 +213,17 @@ def test_a_gpu_lost_while_split_loses_every_instance_and_job_on_it() -> None:
         "pod ml/train": ["lost", "lost"], "pod ml/serve": ["lost"]}
     for j in jobs:
         assert j.cause is not None and j.cause.row is t.GPU_LOST, j.name
+
+
+def test_a_slurm_job_on_two_instances_is_one_job_end_to_end() -> None:
+    """A Slurm job's processes on two instances make it their owner; the
+    third instance's pod is a job of its own."""
+    scenario = _split(None)
+    assert scenario.tenants is not None
+    tenants = scenario.tenants.model_copy(update={
+        "pods": [p for p in scenario.tenants.pods if p.name == "serve"],
+        "slurm_jobs": [SlurmJob(job_id=88, uid=2345, pids=[4101, 4102])]})
+    with DetailRun(scenario.model_copy(update={"tenants": tenants})) as run:
+        jobs = run.poll(30).derived(JOBS) or ()
+    assert {j.name: [r.place for r in j.ranks] for j in jobs} == {
+        "slurm job 88": [(0, 7), (0, 8)], "pod ml/serve": [(0, 9)]}
