@@ -353,10 +353,14 @@ class GpuOwner:
     slurm_job_id: str = ""
     claim: str = ""
     pod_uid: str = ""
+    # A Slurm job's user, by its numeric uid (its cgroup v1 path's uid_N, or
+    # its processes' real uid): who to ask about the job.
+    slurm_uid: str = ""
 
     def as_dict(self) -> dict[str, str]:
         if self.slurm_job_id:
-            return {"scheduler": "slurm", "slurm_job_id": self.slurm_job_id}
+            user = {"slurm_uid": self.slurm_uid} if self.slurm_uid else {}
+            return {"scheduler": "slurm", "slurm_job_id": self.slurm_job_id, **user}
         if not self.pod and self.pod_uid:
             return {"pod_uid": self.pod_uid}
         out = {"namespace": self.namespace, "pod": self.pod, "container": self.container}
@@ -366,9 +370,11 @@ class GpuOwner:
 
     def describe(self) -> str:
         """``ml/train-a/trainer``, ``ml/train-a/trainer (claim ml/gpus)``, ``pod
-        <uid>`` or ``slurm job 4242``, for people (not escaped)."""
+        <uid>``, ``slurm job 4242`` or ``slurm job 4242 (uid 2001)``, for people
+        (not escaped)."""
         if self.slurm_job_id:
-            return f"slurm job {self.slurm_job_id}"
+            user = f" (uid {self.slurm_uid})" if self.slurm_uid else ""
+            return f"slurm job {self.slurm_job_id}{user}"
         if not self.pod and self.pod_uid:
             return f"pod {self.pod_uid}"
         named = f"{self.namespace}/{self.pod}/{self.container}"

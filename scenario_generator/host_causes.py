@@ -277,6 +277,15 @@ def input_starvation(b: NodeBuilder) -> list[Expected]:
     return at_gpu(b, "input_starvation")
 
 
+def once_for_the_node(b: NodeBuilder, cause: str, held: list[int]) -> list[Expected]:
+    """A cause of the host is one cause of the node: reported once, on the
+    first GPU that holds a job, naming the owners of every GPU it slows."""
+    if not held:
+        return []
+    named = frozenset(n for i in held for n in b.owners(i) or ())
+    return [Expected(held[0], cause, named or None)]
+
+
 def host_cpu_thermal(b: NodeBuilder) -> list[Expected]:
     """The host's CPUs run hot (a blocked intake, a failed fan, dried thermal
     paste): every core and package goes over its temperature limit again and
@@ -287,7 +296,7 @@ def host_cpu_thermal(b: NodeBuilder) -> list[Expected]:
                   cpu_thermal_throttles_per_s=round(b.u(0.5, 5.0), 2),
                   cpu_thermal_throttled_ratio=round(b.u(0.05, 0.4), 3))
     held = sorted({i for p in b.processes.values() for i in p.get("gpus", [])})
-    return [Expected(i, "host_cpu_thermal", b.owners(i)) for i in held]
+    return once_for_the_node(b, "host_cpu_thermal", held)
 
 
 def host_memory_growth(b: NodeBuilder) -> list[Expected]:
@@ -303,4 +312,4 @@ def host_memory_growth(b: NodeBuilder) -> list[Expected]:
     b.host.update(memory_available_ratio=round(start, 4),
                   memory_available_drop_ratio_per_s=round(start / to_empty, 7))
     held = sorted({i for p in b.processes.values() for i in p.get("gpus", [])})
-    return [Expected(i, "host_memory_growth", b.owners(i)) for i in held]
+    return once_for_the_node(b, "host_memory_growth", held)

@@ -87,6 +87,11 @@ class NodeBuilder:
         self.pods: list[dict[str, Any]] = []
         self.slurm_jobs: list[dict[str, Any]] = []
         self.free_devices: list[str] = []
+        # Each tenant's user, drawn apart from the case's other draws (a
+        # stream of its own, seeded from the case's, leaves every other draw
+        # of a seed as it was).
+        self._uid_rng = random.Random(repr(self.rng.getstate()[1][:4]))
+        self._uids: set[int] = set()
         self.jitter = 0.0
         # The GPUs of the multi-GPU job the target is a rank of (empty: none).
         self.job_gpus: list[int] = []
@@ -169,6 +174,7 @@ class NodeBuilder:
             name = f"train-{i}"
             container: dict[str, Any] = {
                 "name": "trainer", "pids": pids, "cgroup": cgroup,
+                "run_as_uid": self.new_uid(),
                 "devices": [{"resource": "nvidia.com/gpu", "ids": [str(i)]}],
                 "cpu_limit": float(self.rng.choice([16, 24, 32, 48]))}
             if self.rng.random() < 0.5:
@@ -187,12 +193,22 @@ class NodeBuilder:
             sharing = max(1, -(-self.count // self.shape.numa_nodes))
             width = (hi - lo + 1) // sharing
             first = lo + (i % sharing) * width
-            job: dict[str, Any] = {"job_id": job_id, "cgroup_version": int(self.tenant[-1]),
+            job: dict[str, Any] = {"job_id": job_id, "uid": self.new_uid(),
+                                   "cgroup_version": int(self.tenant[-1]),
                                    "gpus": [i], "pids": pids, "cgroup": cgroup,
                                    "cpus": f"{first}-{first + width - 1}"}
             self.slurm_jobs.append(job)
             return f"slurm job {job_id}", cgroup
         return None, None
+
+    def new_uid(self) -> int:
+        """A user no other tenant of the case runs as (1001-59999: the
+        range useradd gives out, less the first user every scenario has)."""
+        while True:
+            uid = self._uid_rng.randint(1001, 59999)
+            if uid not in self._uids:
+                self._uids.add(uid)
+                return uid
 
     def _quiet_cgroup(self) -> dict[str, Any]:
         return {"cpu_some": self.u(0.0, 0.05), "io_some": self.u(0.0, 0.03),
@@ -224,7 +240,7 @@ class NodeBuilder:
         profile = next(m.name for m in self.board.mig_profiles if m.id == inst.profile_id)
         resource = "nvidia.com/mig-" + profile.removeprefix("MIG ")
         container = {"name": "server", "pids": [] if inst.pid is None else [inst.pid],
-                     "cgroup": self._quiet_cgroup(),
+                     "cgroup": self._quiet_cgroup(), "run_as_uid": self.new_uid(),
                      "devices": [{"resource": resource, "ids": [f"{i}:{inst.slot}"]}],
                      "cpu_limit": float(self.rng.choice([4, 8]))}
         self.pods.append({"namespace": "serve", "name": name, "uid": _uid(self.rng),
@@ -245,7 +261,14 @@ class NodeBuilder:
         """Who holds the whole GPU: its workload, or every instance's pod."""
         g = self.gpus[self.target if gpu is None else gpu]
         names = {g.owner} if g.owner else {i.owner for i in g.instances if i.owner}
-        return frozenset(n for n in names if n) or None
+        return frozenset(self._with_user(n) for n in names if n) or None
+
+    def _with_user(self, owner: str) -> str:
+        """A Slurm job as the exporter names it, with its user (the uid the
+        case gave it: its cgroup v1 path, its processes' real uid on v2)."""
+        if not owner.startswith("slurm job "):
+            return owner
+        return f"{owner} (uid {self.spec_of(owner)['uid']})"
 
     def pod_of(self, owner: str) -> dict[str, Any]:
         ns, name, _ = owner.split("/")

@@ -37,7 +37,8 @@ EPOCH = 1_790_000_000.0
 
 def owner_text(owner: Mapping[str, Any]) -> str:
     if owner.get("slurm_job_id"):
-        return f"slurm job {owner['slurm_job_id']}"
+        user = f" (uid {owner['slurm_uid']})" if owner.get("slurm_uid") else ""
+        return f"slurm job {owner['slurm_job_id']}{user}"
     return f"{owner.get('namespace', '')}/{owner.get('pod', '')}/{owner.get('container', '')}"
 
 

@@ -309,7 +309,17 @@ class AttributionCollector(Collector):
             out.add(JOB_INFO, 1, gpu=str(row.gpu), uuid=row.uuid, scheduler="slurm",
                     slurm_job_id=row.job_id, slurm_uid=_opt(row.uid),
                     slurm_step=row.step or "")
-            owners.setdefault(row.gpu, {})[GpuOwner(slurm_job_id=row.job_id)] = None
+            owners.setdefault(row.gpu, {})[
+                GpuOwner(slurm_job_id=row.job_id, slurm_uid=_opt(row.uid))] = None
+        # A Slurm job with a process on a MIG instance holds that instance:
+        # its findings and its job name the job, as a pod's name the pod.
+        for p in procs:
+            job = jobs.get(p.pid)
+            if job is not None and p.gpu_instance is not None:
+                owner = GpuOwner(slurm_job_id=job.job_id, slurm_uid=_opt(job.uid))
+                held = reading.instance_owners.get((p.gpu, p.gpu_instance), ())
+                if owner not in held:
+                    reading.instance_owners[(p.gpu, p.gpu_instance)] = (*held, owner)
         groups = group_by_workload(cgroups)
         tree = self._cgroup_tree(out)
         signals = workload_signals(tree, groups)

@@ -21,7 +21,7 @@ def owner_text(owner: Mapping[str, Any]) -> str:
     any destination)."""
     return GpuOwner(**{k: str(owner.get(k, "")) for k in
                        ("namespace", "pod", "container", "slurm_job_id", "claim",
-                        "pod_uid")}).describe()
+                        "pod_uid", "slurm_uid")}).describe()
 
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
@@ -109,8 +109,18 @@ def _grouped(consequences: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, 
     groups: dict[tuple[str, str, str], list[str]] = {}
     for c in consequences:
         key = (str(c["symptom"]), str(c["cause"]), str(c["why"]))
-        groups.setdefault(key, []).append(str(c["gpu"]))
+        groups.setdefault(key, []).append(_unit(c, with_gpu=False))
     return [(gpu_list(gpus), *key) for key, gpus in groups.items()]
+
+
+def _unit(d: Mapping[str, Any], with_gpu: bool = True) -> str:
+    """``GPU 3`` (or ``3``), or a MIG instance as ``GPU 0 (GI 1, CI 0)``
+    (or ``0 (GI 1, CI 0)``), from a job's rank, root cause or consequence."""
+    text = f"GPU {d['gpu']}" if with_gpu else str(d["gpu"])
+    if d.get("gpu_instance") is None:
+        return text
+    ci = f", CI {d['compute_instance']}" if d.get("compute_instance") is not None else ""
+    return f"{text} (GI {d['gpu_instance']}{ci})"
 
 
 def _jobs_text(jobs: list[Mapping[str, Any]]) -> list[str]:
@@ -121,11 +131,11 @@ def _jobs_text(jobs: list[Mapping[str, Any]]) -> list[str]:
     safe = terminal_safe
     lines = ["Jobs (each owner's GPUs judged together):"]
     for j in jobs:
-        ranks = ", ".join(f"GPU {r['gpu']} {r['state']}" for r in j.get("ranks") or ())
+        ranks = ", ".join(f"{_unit(r)} {r['state']}" for r in j.get("ranks") or ())
         lines.append(f"  {safe(j['job'])}: {safe(ranks)}")
         root = j.get("root_cause")
         if root:
-            lines.append(f"    root cause: GPU {safe(root['gpu'])} {safe(root['symptom'])} -> "
+            lines.append(f"    root cause: {safe(_unit(root))} {safe(root['symptom'])} -> "
                          f"{safe(root['cause'])}: {safe(root['summary'])}")
             if root.get("checked"):
                 lines.append(f"    checked:    {safe(', '.join(map(str, root['checked'])))}")

@@ -35,3 +35,15 @@ ALLOCATED_RUNS_ON_CPU = Row(
     reads=("gpu_allocation_info", "gpu_process_memory_used_bytes", "gpu_utilization_ratio",
            "gpu_mig_sm_active_ratio", "gpu_memory_used_bytes", "gpu_mig_memory_used_bytes"),
     load_gate="a GPU doing work is used, whether or not its process can be seen")
+
+# Why the runs-on-CPU row (and the allocated-unused row) cannot be judged
+# for the owners no unprivileged source places (coverage.py says it).
+SLURM_UNNAMED = ("Slurm jobs run on this node, and no unprivileged source the exporter reads "
+                 "says which GPUs a Slurm job holds (slurmctld's allocation needs its API; "
+                 "cgroup v2 keeps the job's device rules in a BPF program; cgroup v1's "
+                 "devices.list is not read): a Slurm job is seen only through its processes, "
+                 "so one with none on its GPU is not seen")
+CLAIM_UNPLACED = ("the GPU is allocated through a ResourceClaim (DRA): the pod-resources "
+                  "API names its pod by name, its cgroup is named by the pod's UID, and the "
+                  "kubelet's device-plugin checkpoint, which gives that UID, lists "
+                  "device-plugin grants only; no unprivileged source places the claim's pod")

@@ -1,7 +1,11 @@
 """The rules of a GPU allocated and unused: allocated to a pod or claim
 with nothing running on it (``ALLOCATED_UNUSED``), and allocated to a pod
 whose code runs on the CPU (``allocation_rows.py``): nothing runs on the
-place, and its pod, with no process on any GPU, keeps its CPUs busy."""
+place, and its pod, with no process on any GPU, keeps its CPUs busy.
+
+Only the kubelet's device-plugin grants name a GPU's holder and its pod's
+cgroup: a Slurm job's GPUs and a ResourceClaim's pod are named by no source
+an unprivileged reader has, so on them the second row is not judged."""
 
 from __future__ import annotations
 
@@ -46,8 +50,12 @@ def _runs_on_cpu(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
         return Verdict(None)
     unused, ev = place
     pods = [o for o in s.owners if o.pod and not o.slurm_job_id]
-    if not pods or not unused:
+    if not unused:
         return Verdict(False, ev)
+    if not pods:
+        # A free GPU idling is fine; but where Slurm jobs run, an idle GPU
+        # may be one's, and no unprivileged source says whose.
+        return Verdict(False if s.gpu_holders_known else None, ev)
     unknown = False
     for owner in pods:
         # Keyed as the kubelet names the grant: a ResourceClaim's owner is not

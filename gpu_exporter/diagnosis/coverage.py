@@ -42,6 +42,7 @@ from enum import Enum, StrEnum, auto
 from typing import Any, cast
 
 from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.diagnosis.allocation_rows import CLAIM_UNPLACED, SLURM_UNNAMED
 from gpu_exporter.diagnosis.coverage_words import HOST_WORDS, NVML_WORDS, PROCESS_WORDS
 from gpu_exporter.diagnosis.rules import RULES, Trend
 from gpu_exporter.diagnosis.signals import READER_OF_SIGNAL, GpuSignals
@@ -96,6 +97,8 @@ class Why(Enum):
     WORKLOAD_NOT_READ = auto()
     WORKLOAD_CGROUP_UNREAD = auto()
     OWNER_CPU_NOT_READ = auto()
+    SLURM_GPUS_UNNAMED = auto()
+    CLAIM_POD_UNPLACED = auto()
     BOOT_GRACE = auto()
     HOST_NOT_READ = auto()
     GPM_PENDING = auto()
@@ -131,6 +134,9 @@ KIND_OF: dict[Why, Kind] = {
     Why.PROCESS_NOT_READ: Kind.GAP,
     Why.WORKLOAD_CGROUP_UNREAD: Kind.GAP,
     Why.OWNER_CPU_NOT_READ: Kind.GAP,
+    # No unprivileged source names them, on any node: a fact, not a gap.
+    Why.SLURM_GPUS_UNNAMED: Kind.UNAVAILABLE,
+    Why.CLAIM_POD_UNPLACED: Kind.UNAVAILABLE,
     # The node booted moments ago: like a GPU settling, closed by waiting.
     Why.BOOT_GRACE: Kind.GAP,
     Why.NO_CPU_LIMIT: Kind.NO_SUBJECT,
@@ -268,6 +274,10 @@ def _absent_reads(row: Row, sig: GpuSignals, cfg: DiagnosisConfig) -> dict[str, 
 
 # --- why ---------------------------------------------------------------------------------
 
+# Facts of the node's schedulers, not of its board and driver.
+_NOT_THE_BOARDS = frozenset({Why.SLURM_GPUS_UNNAMED, Why.CLAIM_POD_UNPLACED})
+
+
 class _Context:
     def __init__(self, sig: GpuSignals, cfg: DiagnosisConfig, missing: Sequence[str],
                  switched_off: Sequence[str]) -> None:
@@ -314,6 +324,9 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
             return _Reason("the host's CPUs keep no thermal throttle counters (no "
                            "/sys/devices/system/cpu/cpu*/thermal_throttle: AMD, Arm and most "
                            "virtual machines)", Why.NO_CPU_THERMAL_COUNTERS)
+        if path == "gpu_holders_known" or (path == "allocations_known"
+                                           and not ctx.sig.gpu_holders_known):
+            return _Reason(SLURM_UNNAMED, Why.SLURM_GPUS_UNNAMED)
         if path == "allocations_known":
             return _Reason("no kubelet allocates this GPU (not a Kubernetes node, or its pod "
                            "resources socket is not mounted)", Why.NO_KUBELET)
@@ -354,11 +367,14 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         if path.endswith(".cpu_cores"):
             return _Reason("the CPU use of the pod it is allocated to is not read yet (it "
                            "takes two polls)", Why.OWNER_CPU_NOT_READ)
+        pods = [o for o in ctx.sig.owners if o.pod]
+        # owner_cpu[<owner>]: that owner's; owner_cpu (none placed): every pod's.
+        if ("claim=''" not in path if "[" in path else pods and all(o.claim for o in pods)):
+            return _Reason(CLAIM_UNPLACED, Why.CLAIM_POD_UNPLACED)
         return _Reason("the pod it is allocated to is not placed: its UID comes from the "
                        "kubelet's device-plugin checkpoint (device-plugins/"
                        "kubelet_internal_checkpoint beside the pod-resources socket; not "
-                       "mounted or not readable), which does not list devices allocated "
-                       "through a ResourceClaim", Why.OWNER_CPU_NOT_READ)
+                       "mounted or not readable)", Why.OWNER_CPU_NOT_READ)
     if head == "network":
         # NCCL_SOCKET_IFNAME and NCCL_IB_HCA are not read either: they are in
         # the job's environment, and /proc/<pid>/environ needs privilege the
@@ -478,7 +494,8 @@ class Reasons:
         key = (tuple(rows), tuple(missing), tuple(switched_off), cfg, gpu.up, sig.gpm_pending,
                gpu.unavailable, gpu.refused, gpu.fan_count, gpu.name, gpu.driver_version,
                sig.nvlink_links, len(sig.processes), len(sig.workloads),
-               sig.allocations_known, used is not None and used > cfg.memory_held_ratio,
+               sig.allocations_known, sig.gpu_holders_known,
+               used is not None and used > cfg.memory_held_ratio,
                boot_grace_left > 0)
         held = self._held.get(sig.index)
         if held is not None and held[0] == key and now - held[1] < REASONS_KEPT_S:
@@ -489,7 +506,8 @@ class Reasons:
             reason = (_Reason(boot_grace_reason(boot_grace_left), Why.BOOT_GRACE)
                       if row.boot_grace and boot_grace_left > 0
                       else _row_reason(row, sig, ctx))
-            on = board_and_driver(gpu) if reason.kind is Kind.UNAVAILABLE else ""
+            on = (board_and_driver(gpu) if reason.kind is Kind.UNAVAILABLE
+                  and reason.why not in _NOT_THE_BOARDS else "")
             gaps.append(Gap(sig.index, row, reason.text, reason.kind, on))
         self._held[sig.index] = (key, now, tuple(gaps))
         return self._held[sig.index][2]

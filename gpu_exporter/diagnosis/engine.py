@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Self
 
@@ -237,6 +237,9 @@ class Diagnosis(Derivation):
         # GPU uuid -> its owners when last known: a lost GPU lists no process,
         # and its job was its job until it fell off the bus.
         self._last_owners: dict[str, tuple[GpuOwner, ...]] = {}
+        # GPU uuid -> its MIG instances' views when last read: a GPU lost
+        # while split lists no instance, and each was its job's unit.
+        self._last_instances: dict[str, tuple[GpuView, ...]] = {}
         self._errors = 0
         self._failing: set[str] = set()
         # Why the rows it could not judge went unjudged (coverage.py).
@@ -289,10 +292,17 @@ class Diagnosis(Derivation):
         views: list[GpuView] = []
         for sig in signals:
             labels[sig.index] = sig.uuid
-            findings += self._evaluate(sig, now, wall, out, unjudged.setdefault(sig.index, []),
+            place_unjudged = (unjudged.setdefault(sig.index, []) if sig.gpu_instance is None
+                              else [])
+            findings += self._evaluate(sig, now, wall, out, place_unjudged,
                                        settling, pasts.get(sig.uuid), grace_left > 0)
-            if sig.gpu_instance is None and not sig.mig:
-                views.append(self._view(sig, unjudged[sig.index]))
+            if sig.gpu_instance is not None:
+                views.append(self._instance_view(sig, place_unjudged, unjudged[sig.index]))
+            elif not sig.mig:
+                views += self._views(sig, unjudged[sig.index])
+        split = {v.uuid for v in views if v.gpu_instance is not None and v.up}
+        for uuid in split:  # the instances as they are now, for when the GPU is lost
+            self._last_instances[uuid] = tuple(v for v in views if v.uuid == uuid)
         # The GPUs of each job judged together: what a cause on one GPU does
         # to the others is listed under it, not reported on each (jobs.py).
         findings, jobs = judge_jobs(findings, views, self.cfg)
@@ -378,7 +388,9 @@ class Diagnosis(Derivation):
             else:
                 if self._failing:
                     self._failing.discard(j.key)
-            if verdict.holds is None and sig.gpu_instance is None:
+            if verdict.holds is None and sig.gpu_instance is not None:
+                unjudged.append(row)  # the instance's own: for its job only
+            elif verdict.holds is None:
                 # The board, the driver or a missing reader leaves the rule
                 # nothing to judge: its 0 means unknown, not healthy
                 # (gpu_diagnosis_not_judged, once coverage says why).
@@ -430,11 +442,31 @@ class Diagnosis(Derivation):
                                         sig.gpu_instance))
         return findings
 
-    def _view(self, sig: GpuSignals, unjudged: list[Row]) -> GpuView:
+    def _views(self, sig: GpuSignals, unjudged: list[Row]) -> list[GpuView]:
+        """A whole GPU's view for its job; for a GPU lost while split into
+        MIG instances, each instance it had, lost with it: the jobs on them
+        were their jobs until the GPU fell off the bus."""
         left_out = set(unjudged)
-        return GpuView(sig.index, sig.uuid, sig.gpu.up, sig.gpu.utilization, sig.sm_active,
-                       len(sig.processes), self._owners(sig),
-                       tuple(j.row for j in self._gpu_rows if j.row not in left_out))
+        judged = tuple(j.row for j in self._gpu_rows if j.row not in left_out)
+        had = self._last_instances.get(sig.uuid, ()) if not sig.gpu.up else ()
+        if had:
+            return [replace(v, up=False, utilization=None, sm_active=None, judged=judged)
+                    for v in had]
+        self._last_instances.pop(sig.uuid, None)
+        return [GpuView(sig.index, sig.uuid, sig.gpu.up, sig.gpu.utilization, sig.sm_active,
+                        len(sig.processes), self._owners(sig), judged)]
+
+    def _instance_view(self, sig: GpuSignals, unjudged: list[Row],
+                       gpu_unjudged: list[Row]) -> GpuView:
+        """A MIG instance's view for its job: its pace is GPM's SM activity
+        (NVML has none for an instance); what was judged on it, its own rows
+        and its GPU's board rows."""
+        left_out = set(unjudged) | set(gpu_unjudged)
+        judged = tuple(j.row for j in self._instance_rows if j.row not in left_out) + tuple(
+            j.row for j in self._gpu_rows if not j.row.per_instance and j.row not in left_out)
+        view = GpuView(sig.index, sig.uuid, sig.gpu.up, sig.load, None, len(sig.processes),
+                       sig.owners, judged, sig.gpu_instance, sig.compute_instance)
+        return view
 
     def _owners(self, sig: GpuSignals) -> tuple[GpuOwner, ...]:
         """The place's owners; for a GPU that is lost, those it had."""

@@ -21,11 +21,15 @@ class Consequence:
     row: Row | None
     evidence: Evidence
     why: str
+    # The MIG instance of that GPU it is about (None: the whole GPU).
+    gpu_instance: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         what = ({"symptom": self.row.symptom, "cause": self.row.cause} if self.row is not None
                 else {"symptom": "rank_waiting", "cause": "waits_on_cause"})
-        return {"gpu": str(self.gpu), **what, "evidence": dict(self.evidence), "why": self.why}
+        place = {} if self.gpu_instance is None else {"gpu_instance": str(self.gpu_instance)}
+        return {"gpu": str(self.gpu), **place, **what, "evidence": dict(self.evidence),
+                "why": self.why}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ switched off, is None, and a rule that needs it does not judge."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -46,14 +47,17 @@ class XidBlame:
     lines: int = 1
 
 
-def owner_of(culprit: XidCulprit, owners: tuple[GpuOwner, ...]) -> GpuOwner | None:
+def owner_of(culprit: XidCulprit, owners: tuple[GpuOwner, ...],
+             jobs: Mapping[str, GpuOwner] | None = None) -> GpuOwner | None:
     """Whose the process an Xid line names is: its Slurm job; for a process
     in a pod's container, the container the GPU is allocated to when it is
     allocated to one, else the pod by its UID (the kubelet names containers,
     the cgroup only UIDs, so on a GPU shared by several the UID is what is
     known); None for a host process."""
     if culprit.slurm_job_id:
-        return GpuOwner(slurm_job_id=culprit.slurm_job_id)
+        # The node's record of the job (``jobs``), with its user, where it
+        # has one.
+        return (jobs or {}).get(culprit.slurm_job_id, GpuOwner(slurm_job_id=culprit.slurm_job_id))
     if not culprit.pod_uid:
         return None
     pods = [o for o in owners if o.pod]
@@ -99,6 +103,7 @@ class GpuSignals:
     # (``gpu_instance`` None) or one of them.
     mig: bool = read_from("mig", default=False)
     gpu_instance: int | None = read_from("mig", default=None)
+    compute_instance: int | None = read_from("mig", default=None)
     instance_memory: tuple[float, float] | None = read_from("mig", default=None)  # (used, total)
     # GPM is supported here but its first ratio has not come yet
     gpm_pending: bool = read_from("gpm_pending", default=False)
@@ -125,6 +130,10 @@ class GpuSignals:
     # The node's allocated owners whose pod is placed: whether the pod has a
     # process on a GPU, and its cgroup's CPU use where none does.
     owner_cpu: dict[GpuOwner, OwnerCpu] = read_from("attribution", default_factory=dict)
+    # Every owner that can hold a GPU here is named by a source the exporter
+    # reads: False on a node running Slurm jobs, whose GPUs no unprivileged
+    # source names (a Slurm job is seen only through its processes).
+    gpu_holders_known: bool = read_from("attribution", default=True)
 
     @property
     def memory_used_ratio(self) -> float | None:
@@ -193,6 +202,10 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
     nvlink = readings.nvlink
     mig = readings.mig or {}
     network = readings.network
+    slurm_jobs = {} if attribution is None else {
+        o.slurm_job_id: o for owners in attribution.owners.values() for o in owners
+        if o.slurm_job_id}
+    slurm_free = not slurm_jobs
     out = []
     for index, reading in sorted(gpus.items()):
         sig = GpuSignals(index, reading.uuid, reading, host, pcie.get(index))
@@ -214,9 +227,10 @@ def gather(readings: PollReadings) -> list[GpuSignals]:
             sig.workloads = attribution.workloads.get(index, ())
             sig.allocations_known = attribution.allocations_known
             sig.owner_cpu = attribution.owner_cpu
+            sig.gpu_holders_known = slurm_free
         sig.xid_blames = [
             XidBlame(e.at, e.xid, f"{e.culprit.process or '?'} (pid {e.culprit.pid})",
-                     owner_of(e.culprit, sig.owners), e.culprit.pid, e.lines)
+                     owner_of(e.culprit, sig.owners, slurm_jobs), e.culprit.pid, e.lines)
             for e in xids if e.gpu == index and e.culprit is not None]
         sig.xid_links = [(e.at, e.xid, e.link) for e in xids
                          if e.gpu == index and e.link is not None]
@@ -255,9 +269,10 @@ def _instance(gpu: GpuSignals, m: MigReading, activity: GpmReading | None,
                       [b for b in gpu.xid_blames if b.owner in owners],
                       gpu.processes_known, owners, workloads, gpu.allocations_known,
                       gpu.nvlink_links, mig=True, gpu_instance=m.gpu_instance,
+                      compute_instance=m.compute_instance,
                       instance_memory=(float(m.memory_used_bytes),
                                        float(m.memory_total_bytes)),
                       xids_known=gpu.xids_known,
                       dram_active=None if activity is None else activity.dram_active,
                       tensor_active=None if activity is None else activity.tensor_active,
-                      owner_cpu=gpu.owner_cpu)
+                      owner_cpu=gpu.owner_cpu, gpu_holders_known=gpu.gpu_holders_known)

@@ -276,20 +276,35 @@ def _tenant_cpusets(tenants: Tenants) -> dict[int, str]:
     return found
 
 
+def _tenant_uids(tenants: Tenants) -> dict[int, int]:
+    """PID -> the user it runs as: its container's, or its Slurm job's."""
+    found: dict[int, int] = {}
+    for pod in tenants.pods:
+        for c in pod.containers:
+            found.update((pid, c.run_as_uid) for pid in c.pids)
+    for job in tenants.slurm_jobs:
+        found.update((pid, job.uid) for pid in job.pids)
+    return found
+
+
 def _placed(scenario: Scenario) -> Scenario:
     """The scenario with each tenant's processes in their workload's cgroup,
-    confined to its cpuset unless a process names its own CPUs."""
+    confined to its cpuset unless a process names its own CPUs, and run as
+    its tenant's user unless a process names its own."""
     if scenario.tenants is None:
         return scenario
     cgroups = _tenant_cgroups(scenario.tenants)
     cpusets = _tenant_cpusets(scenario.tenants)
+    uids = _tenant_uids(scenario.tenants)
 
     def place(procs: list[ProcessCondition]) -> list[ProcessCondition]:
         out = []
         for p in procs:
-            update: dict[str, str] = {}
+            update: dict[str, str | int] = {}
             if p.pid in cgroups:
                 update["cgroup"] = cgroups[p.pid]
+            if p.pid in uids and p.uid is None:
+                update["uid"] = uids[p.pid]
             if p.pid in cpusets and p.cpus_allowed is None:
                 update["cpus_allowed"] = cpusets[p.pid]
             out.append(p.model_copy(update=update) if update else p)

@@ -28,6 +28,7 @@ from typing import Any
 from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.model import ProcessCondition
 from gpu_exporter.simulator.nicfs import NicRenderer
+from gpu_exporter.simulator.tenants import DEFAULT_UID
 from gpu_exporter.simulator.world import World
 
 # The readers convert with this machine's values, so the files use them too.
@@ -466,6 +467,8 @@ class HostFs:
         rss_pages = p.rss_bytes // PAGE_SIZE
         start = int((self._boot_uptime + c.start_t) * CLK_TCK)
         vsize = p.rss_bytes * 4
+        # Gid: the user's private group, numbered as the user.
+        uid = DEFAULT_UID if p.uid is None else p.uid
         # proc(5): pid (comm) state ppid pgrp session tty_nr tpgid flags minflt
         # cminflt majflt cmajflt utime stime cutime cstime priority nice
         # num_threads itrealvalue starttime vsize rss, then fields no reader
@@ -477,7 +480,7 @@ class HostFs:
         self._files.write(f"{base}/status", (
             f"Name:\t{p.comm}\nUmask:\t0022\nState:\t{_STATE_NAMES[p.state]}\n"
             f"Tgid:\t{p.pid}\nNgid:\t0\nPid:\t{p.pid}\nPPid:\t{p.ppid}\nTracerPid:\t0\n"
-            "Uid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n"
+            f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
             f"VmPeak:\t{vsize // 1024} kB\nVmSize:\t{vsize // 1024} kB\n"
             f"VmRSS:\t{p.rss_bytes // 1024} kB\nThreads:\t{p.threads}\n"
             f"Cpus_allowed:\t{_cpumask(allowed)}\nCpus_allowed_list:\t{allowed}\n"

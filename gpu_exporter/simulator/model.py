@@ -416,6 +416,9 @@ class ProcessCondition(_Strict):
     # with the host's delay_accounting); None: all of its time while in D, else none.
     blkio_delay_ratio: float | None = Field(None, ge=0, le=1)
     cgroup: str = "0::/user.slice"
+    # The user it runs as (/proc/PID/status's Uid); None: its tenant's (the
+    # Slurm job's user, the container's run_as_uid), else 1000.
+    uid: int | None = Field(None, ge=0, lt=2**32)
     # MIG placement when the GPU is split: (gpu_instance, compute_instance).
     mig: tuple[int, int] | None = None
     exits_at: Duration | None = None  # the process ends at this time

@@ -122,6 +122,11 @@ class ClaimGrant(_Strict):
         return [f"k8s.gpu.nvidia.com/claim={self.uid}-{device.device}"]
 
 
+# The user a tenant's processes run as where the scenario names none: the
+# first user a Linux distribution gives out.
+DEFAULT_UID = 1000
+
+
 class Container(_Strict):
     name: str = Field(pattern=_DNS_LABEL)
     devices: list[DeviceGrant] = Field(default_factory=list)
@@ -138,6 +143,8 @@ class Container(_Strict):
     io_max: list[IoLimit] = Field(default_factory=list, max_length=64)
     # Its cgroup's figures changing over time, applied in the order of ``at``.
     changes: list[CgroupChange] = Field(default_factory=list)
+    # The user its processes run as (the pod's runAsUser; /proc/PID/status's Uid).
+    run_as_uid: int = Field(DEFAULT_UID, ge=0, lt=2**32)
 
     def container_id(self, pod: Pod) -> str:
         """A stable 64-hex-digit id, as container runtimes make."""
@@ -162,7 +169,9 @@ class Pod(_Strict):
 
 class SlurmJob(_Strict):
     job_id: int = Field(ge=1, lt=2**32)
-    uid: int = Field(1000, ge=0, lt=2**32)
+    # The job's user: its cgroup v1 path's uid_N, and the real uid slurmstepd
+    # starts its tasks as (/proc/PID/status's Uid).
+    uid: int = Field(DEFAULT_UID, ge=0, lt=2**32)
     step: str = Field("0", pattern=r"^(?:\d{1,9}|batch|extern|interactive)$")
     cgroup_version: Literal[1, 2] = 2
     gpus: list[int] = Field(default_factory=list)

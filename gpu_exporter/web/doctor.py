@@ -34,7 +34,7 @@ from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS, Finding, explanation
 from gpu_exporter.diagnosis.evidence import evidence_line, percent
 from gpu_exporter.diagnosis.finding import Consequence
-from gpu_exporter.diagnosis.jobs import Job
+from gpu_exporter.diagnosis.jobs import HOST_WIDE, Job, unit_label
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.diagnosis.visibility import visibility
 from gpu_exporter.history import History, Window
@@ -140,17 +140,32 @@ def _waiting_notes(findings: Sequence[Finding], jobs: Sequence[Job]) -> dict[int
     notes: dict[int, str] = {}
     for f in findings:
         for c in f.consequences:
-            if c.gpu != f.gpu:
+            if c.gpu != f.gpu and f.row in HOST_WIDE:
+                notes.setdefault(c.gpu, '<p class="warn">This GPU\'s job is slowed by a cause '
+                                 f'of the host, reported once on GPU {f.gpu}: '
+                                 f'<a href="#gpu-{f.gpu}-{f.row.anchor}">'
+                                 f"{html_escape(f.row.summary)}</a>.</p>")
+            elif c.gpu != f.gpu:
                 notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on GPU {f.gpu}: '
                                  f'<a href="#gpu-{f.gpu}-{f.row.anchor}">'
                                  f"{html_escape(f.row.summary)}</a>.</p>")
     for j in jobs:
-        if j.cause is None and j.straggler is not None:
+        rank = j.straggler_rank
+        if j.cause is None and rank is not None:
             for c in j.consequences:
-                notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on GPU {j.straggler}, '
+                notes.setdefault(c.gpu, f'<p class="warn">This GPU waits on {rank.label}, '
                                  f"the straggler of {_text(j.name)}: "
                                  '<a href="#jobs">cause not seen</a>.</p>')
     return notes
+
+
+def _root_unit(j: Job) -> str:
+    """Where a job's root cause is: its cause's GPU or MIG instance, or its
+    straggler's."""
+    if j.cause is not None:
+        return unit_label(j.cause.gpu, j.cause.gpu_instance)
+    rank = j.straggler_rank
+    return "" if rank is None else rank.label
 
 
 def _jobs(jobs: Sequence[Job]) -> str:
@@ -158,17 +173,18 @@ def _jobs(jobs: Sequence[Job]) -> str:
     explains the rest where one does (a straggler, a fault across GPUs)."""
     items = []
     for j in jobs:
-        ranks = ", ".join(f"GPU {r.gpu} {r.state}" for r in j.ranks)
+        ranks = ", ".join(f"{r.label} {r.state}" for r in j.ranks)
         root = j.root_cause()
         if root is None:
             cause = '<span class="muted">no cause across its GPUs</span>'
         else:
             cause = (f'<span class="{_SEVERITY_CLASS[str(root["severity"])]}">'
-                     f'GPU {_text(root["gpu"])}: {_text(root["summary"])}</span>')
+                     f'{_text(_root_unit(j))}: {_text(root["summary"])}</span>')
             checked = root.get("checked")
             if isinstance(checked, list) and checked:
                 cause += f" (checked: {_text(', '.join(str(c) for c in checked))})"
-        under = "".join(f"<li>GPU {c.gpu}: {_text(_consequence_text(c))}</li>"
+        under = "".join(f"<li>{unit_label(c.gpu, c.gpu_instance)}: "
+                        f"{_text(_consequence_text(c))}</li>"
                         for c in j.consequences)
         items.append(f"<li><strong>{_text(j.name)}</strong>: {ranks}. Root cause: {cause}"
                      + (f'<ul class="explained">{under}</ul>' if under else "") + "</li>")

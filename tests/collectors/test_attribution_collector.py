@@ -216,6 +216,8 @@ def test_slurm_jobs_of_both_cgroup_layouts_are_named_per_gpu() -> None:
     assert jobs[0][:2] == ("0", "4242") and jobs[1][:2] == ("1", "4242")
     assert jobs[2] == ("3", "77", "1002", "batch", "slurm")
     assert jobs[0][3:] == ("0", "slurm")
+    # The v2 job's path names no user: its processes' real uid is its user.
+    assert jobs[0][2] == jobs[1][2] == "1001"
     # One pressure set for the v2 job whatever its processes and GPUs; none
     # for the v1 job (cgroup v1 has no pressure files).
     ratios = samples(text, "gpu_workload_pressure_ratio")

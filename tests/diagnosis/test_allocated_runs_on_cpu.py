@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.coverage import Gap, Kind, Reasons
 from gpu_exporter.diagnosis.precedence import Candidate, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.readings import GpuOwner, OwnerCpu
@@ -109,7 +110,6 @@ def test_just_below_the_idle_line_is_idle() -> None:
     (allocated(None), "its cgroup read once: no rate yet"),
     (allocated(cpu={POD: OwnerCpu(on_gpu=False, problem="not in the tree")}),
      "its cgroup could not be read"),
-    (allocated(owners=(CLAIMED,), cpu={}), "a ResourceClaim's pod is not placed"),
     (allocated(allocations_known=False), "the kubelet never answered"),
     (allocated(processes_known=False), "the processes are not read"),
     (allocated(gpu=busy_gpu(utilization=0.0, memory_used_bytes=None)), "no memory reading"),
@@ -166,3 +166,38 @@ def test_it_explains_the_allocated_and_unused_row() -> None:
 def test_the_prose_quotes_the_threshold() -> None:
     text = ROW.evidence_text(DiagnosisConfig(allocated_cpu_busy_cores=3.0))
     assert "kept CPUs busy, at least 3 of them on average" in text
+
+
+# --- the owners no unprivileged source places: one reason each ---------------
+
+
+def reason(sig: GpuSignals) -> Gap:
+    (gap,) = Reasons().of(sig, [ROW], CFG, (), (), 0.0)
+    return gap
+
+
+def test_a_claims_gpu_is_not_judged_and_says_no_source_places_its_pod() -> None:
+    sig = allocated(owners=(CLAIMED,), cpu={})
+    assert holds(sig) is None
+    gap = reason(sig)
+    assert "ResourceClaim" in gap.reason and "no unprivileged source" in gap.reason
+    assert gap.kind is Kind.UNAVAILABLE and gap.on == ""  # not the board's doing
+    # A device-plugin pod that is not placed keeps its own reason: the checkpoint.
+    unplaced = reason(allocated(cpu={}))
+    assert "checkpoint" in unplaced.reason and "ResourceClaim" not in unplaced.reason
+    assert unplaced.kind is Kind.GAP
+
+
+@pytest.mark.parametrize("kubelet", [True, False])
+def test_an_idle_gpu_where_slurm_jobs_run_is_not_judged_and_says_why(kubelet: bool) -> None:
+    """A Slurm job's GPUs are named by no unprivileged source: an idle GPU
+    with no pod on a node running Slurm jobs may be one's, its code on the
+    CPU, unseen. With a kubelet or without, the reason says so."""
+    sig = allocated(owners=(), allocations_known=kubelet, gpu_holders_known=False)
+    assert holds(sig) is None
+    gap = reason(sig)
+    assert "Slurm" in gap.reason and "no unprivileged source" in gap.reason
+    assert gap.kind is Kind.UNAVAILABLE and gap.on == ""
+    # Where no Slurm job runs, a free GPU idling is judged, and fine.
+    assert holds(allocated(owners=())) is False
+    assert "kubelet" in reason(allocated(owners=(), allocations_known=False)).reason

@@ -25,7 +25,7 @@ import pytest
 
 from gpu_exporter.commands.report import exit_status, render_text
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.engine import JOBS, Diagnosis
+from gpu_exporter.diagnosis.engine import FINDINGS, JOBS, Diagnosis
 from gpu_exporter.diagnosis.finding import Finding
 from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.precedence import XIDS_RECORDED_BY, Candidate, resolve
@@ -321,6 +321,51 @@ def test_an_xid_whose_process_could_not_be_read_keeps_the_gpus_owners() -> None:
 def test_an_xid_no_line_names_a_process_for_belongs_to_every_tenant() -> None:
     (xid,) = xid_findings([])
     assert xid.owners == (TRAIN, OTHER)
+
+
+# --- a cause of the host is reported once, for the node ----------------------
+
+
+@pytest.mark.parametrize("row", [t.HOST_CPU_THERMAL, t.HOST_MEMORY_GROWTH])
+def test_a_cause_of_the_host_is_reported_once_naming_every_gpu_and_job_it_slows(
+        row: Row) -> None:
+    """Eight GPUs, two jobs, one host whose CPUs throttle: one finding, on the
+    first GPU, the seven others listed under it, both jobs among its owners."""
+    owner = {g: TRAIN if g < 4 else OTHER for g in range(8)}
+    views = [view(g, owners=(owner[g],)) for g in range(8)]
+    found = [Finding(g, f"GPU-{g}", row, {"host": 1.0}, float(10 - g), owners=(owner[g],))
+             for g in (3, 0, 7, 1, 2, 4, 5, 6)]
+    kept, _ = judge_jobs(found, views, CFG)
+    (once,) = kept
+    assert (once.gpu, once.row) == (0, row)
+    assert sorted(c.gpu for c in once.consequences) == [1, 2, 3, 4, 5, 6, 7]
+    assert set(once.owners) == {TRAIN, OTHER}
+    assert once.since == 3.0  # since the first GPU it held on
+    text = render_text([once.as_dict()], False, coverage={"complete": True})
+    assert f"explains: GPUs 1-7 slowing_over_time -> {row.cause}" in text
+
+
+def test_a_cause_of_the_host_is_no_stragglers_own() -> None:
+    """The host's heat slows every rank alike: the straggler's own cause is
+    its CPU limit, and the host's heat stays one finding of the node."""
+    heat = [finding(g, t.HOST_CPU_THERMAL) for g in range(8)]
+    kept, jobs = straggler_node([finding(3, t.UNDERFED_CPU_LIMIT_THROTTLED), *heat])
+    assert keys(kept) == {(3, t.UNDERFED_CPU_LIMIT_THROTTLED.key), (0, t.HOST_CPU_THERMAL.key)}
+    assert job_named(jobs, "pod ml/train").cause is not None
+    assert job_named(jobs, "pod ml/train").cause.row is t.UNDERFED_CPU_LIMIT_THROTTLED
+
+
+def test_a_hot_host_pages_once_for_its_eight_gpus() -> None:
+    with DetailRun(load_scenario("slowing-over-time-host-cpu-thermal")) as run:
+        snap = run.poll(80)
+        page = run.exporter.app.handle(Request("/", "", {})).body.decode()
+    findings = snap.derived(FINDINGS) or ()
+    (once,) = [f for f in findings if f.row is t.HOST_CPU_THERMAL]
+    assert once.gpu == 0 and sorted(c.gpu for c in once.consequences) == list(range(1, 8))
+    active = {g: snap.get("gpu_diagnosis_active", gpu=str(g), symptom="slowing_over_time",
+                          cause="host_cpu_thermal") for g in range(8)}
+    assert active == {0: 1.0, **{g: 0.0 for g in range(1, 8)}}
+    assert "slowed by a cause of the host, reported once on GPU 0" in page
 
 
 # --- end to end, on the built-in scenarios ----------------------------------

@@ -153,8 +153,8 @@ def test_a_burst_of_xid_13_is_one_finding_per_process_with_its_lines(tmp_path: P
         app = [f for f in findings(snap) if f.row.cause == "application_fault"]
         got = sorted((f.gpu, f.evidence["xid_process"], f.evidence["xid_lines"],
                       f.evidence.get("xid_owner"), f.evidence["xid"]) for f in app)
-        assert got == [(6, "python (pid 24102)", 20, "slurm job 4242", "13"),
-                       (6, "python (pid 24106)", 30, "slurm job 4243", "13")]
+        assert got == [(6, "python (pid 24102)", 20, "slurm job 4242 (uid 1000)", "13"),
+                       (6, "python (pid 24106)", 30, "slurm job 4243 (uid 1000)", "13")]
         # More polls, the lines handed to each again: still 30 and 20.
         snap = sim.poll(5)
         app = [f for f in findings(snap) if f.row.cause == "application_fault"]
@@ -170,8 +170,8 @@ def test_a_burst_of_xid_13_is_one_finding_per_process_with_its_lines(tmp_path: P
     records = sorted((f["pid"], f["process"], f["owner"], f["count"])
                      for g in saved["gpus"].values() for f in g["faults"]
                      if f["kind"] == "xid" and f["code"] == 13)
-    assert records == [(24102, "python (pid 24102)", "slurm job 4242", 20),
-                       (24106, "python (pid 24106)", "slurm job 4243", 30)]
+    assert records == [(24102, "python (pid 24102)", "slurm job 4242 (uid 1000)", 20),
+                       (24106, "python (pid 24106)", "slurm job 4243 (uid 1000)", 30)]
 
 
 def test_a_flood_of_processes_never_crowds_out_a_hardware_fault_nor_the_files_bounds(

@@ -10,8 +10,11 @@ import yaml
 from pydantic import ValidationError
 
 from gpu_exporter.host.procs import cgroup_ids
+from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement
+from gpu_exporter.simulator.model import ProcessCondition
 from gpu_exporter.simulator.tenants import Container, Pod, SlurmJob, Tenants
+from tests.simnode import SimRun
 from tests.tools import ROOT
 
 UID = "6f1d3c2a-9b7e-4c1d-8e2f-0a1b2c3d4e5f"
@@ -63,3 +66,30 @@ def test_the_design_notes_example_is_a_valid_tenants_section() -> None:
     tenants = Tenants.model_validate(yaml.safe_load(block)["tenants"])
     assert [p.name for p in tenants.pods] == ["train-a", "infer-b"]
     assert tenants.slurm_jobs[0].gpus == [6, 7]
+
+
+def test_each_process_runs_as_its_tenants_user() -> None:
+    """/proc/PID/status's Uid: the Slurm job's user, the container's
+    run_as_uid, a process's own where it names one, 1000 for the rest."""
+    procs = [ProcessCondition(pid=pid, comm="python", gpus=[0], gpu_memory_ratio=0.1,
+                              **({"uid": 0} if pid == 7003 else {}))
+             for pid in (7001, 7002, 7003, 7004)]
+    tenants = Tenants(
+        pods=[Pod(namespace="ml", name="a", uid=UID,
+                  containers=[Container(name="c", pids=[7001], run_as_uid=4242)])],
+        slurm_jobs=[SlurmJob(job_id=9, uid=2001, pids=[7002, 7003])])
+    scenario = load_scenario("healthy").model_copy(
+        update={"processes": procs, "tenants": tenants})
+    with SimRun(scenario) as run:
+        run.poll(1)
+        procfs = run.node.procfs
+
+        def uid_of(pid: int) -> list[str]:
+            line = next(x for x in (procfs / str(pid) / "status").read_text().splitlines()
+                        if x.startswith("Uid:"))
+            return line.split()[1:]
+
+        assert uid_of(7001) == ["4242"] * 4
+        assert uid_of(7002) == ["2001"] * 4
+        assert uid_of(7003) == ["0"] * 4  # its own, though in the job
+        assert uid_of(7004) == ["1000"] * 4
