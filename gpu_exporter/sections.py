@@ -153,18 +153,37 @@ def _bounded(value: Any, b: Bounds, loc: Loc) -> Any:
                                  (b.lt, b.lt is None or value < b.lt, "less than")):
             if not ok:
                 raise _Problem(loc, f"Input should be {words} {limit}", "bound", value)
-    if b.max_length is not None and isinstance(value, str | tuple | list) \
+    if b.max_length is not None and isinstance(value, str | tuple | list | dict) \
             and len(value) > b.max_length:
-        what = "String" if isinstance(value, str) else "List"
+        what = "String" if isinstance(value, str) else \
+            "Dictionary" if isinstance(value, dict) else "List"
         unit = "characters" if isinstance(value, str) else "items"
         raise _Problem(loc, f"{what} should have at most {b.max_length} {unit}",
                        "too_long", value)
     return value
 
 
+def _parsed(meta: tuple[Any, ...], value: Any, loc: Loc) -> Any:
+    """``value`` through the ``Parse`` steps among ``meta``, in order."""
+    for parse in (m for m in meta if isinstance(m, Parse)):
+        try:
+            value = parse.func(value)
+        except ValueError as exc:
+            raise _Problem(loc, str(exc), "value_error", value) from None
+    return value
+
+
 def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
-    """``value`` as type ``tp`` (a plain, optional, literal, container or section type)."""
+    """``value`` as type ``tp`` (a plain, optional, literal, container or section
+    type; or one of these ``Annotated`` with ``Parse`` and ``Bounds``, as the
+    keys and items of a container are)."""
     origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        base, *meta = typing.get_args(tp)
+        value = _convert(base, _parsed(tuple(meta), value, loc), loc, strict)
+        for bounds in (m for m in meta if isinstance(m, Bounds)):
+            value = _bounded(value, bounds, loc)
+        return value
     if origin in (types.UnionType, typing.Union):
         options = typing.get_args(tp)
         if value is None and type(None) in options:
@@ -326,13 +345,14 @@ class Section:
                 continue
             value = values[name]
             try:
-                for parse in (m for m in spec.metadata if isinstance(m, Parse)):
-                    try:
-                        value = parse.func(value)
-                    except ValueError as exc:
-                        raise _Problem(where, str(exc), "value_error", values[name]) from None
-                value = _bounded(_convert(spec.annotation, value, where, cls.strict),
-                                 spec.bounds, where)
+                try:
+                    value = _parsed(spec.metadata, value, where)
+                except _Problem as exc:
+                    exc.items[0]["input"] = values[name]
+                    raise
+                value = _convert(spec.annotation, value, where, cls.strict)
+                for bounds in (m for m in spec.metadata if isinstance(m, Bounds)):
+                    value = _bounded(value, bounds, where)
                 if spec.check is not None:
                     try:
                         value = spec.check(value)

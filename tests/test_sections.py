@@ -228,6 +228,27 @@ def test_lengths_are_bounded_for_text_lists_and_tuples_and_numbers_are_not() -> 
     assert err.value.errors()[0]["type"] == "too_long"
 
 
+def _upper_only(v: Any) -> Any:
+    if isinstance(v, str) and not v.isupper():
+        raise ValueError("must be upper case")
+    return v
+
+
+def test_a_mapping_is_bounded_and_its_keys_and_items_checked_by_their_annotations() -> None:
+    Key = Annotated[str, Parse(_upper_only)]
+    Small = Annotated[int, Bounds(ge=0, le=9)]
+
+    class Table(Section):
+        rows: dict[Key, list[Small]] = setting(default_factory=dict, max_length=2)
+
+    assert Table(rows={"A": ["3"], "B": []}).rows == {"A": [3], "B": []}
+    assert problems(lambda: Table(rows={"A": [], "B": [], "C": []})) == [
+        (("rows",), "Dictionary should have at most 2 items")]
+    assert problems(lambda: Table(rows={"a": [1], "B": [4, 10]})) == [
+        (("rows", "a"), "must be upper case"),
+        (("rows", "B", 1), "Input should be less than or equal to 9")]
+
+
 @pytest.mark.parametrize(("tp", "given", "wanted"), [
     (int, 3.0, 3), (int, " 8 ", 8), (int, -2, -2),
     (bool, 1, True), (bool, 0, False), (bool, " Yes ", True), (bool, "OFF", False),
