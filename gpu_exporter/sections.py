@@ -1,5 +1,6 @@
-"""Validated, frozen groups of settings: the exporter's settings, the diagnosis's
-thresholds and the baseline file are declared with these.
+"""Validated, frozen groups of settings: every file the daemon reads is
+declared with these (the exporter's settings, the diagnosis's thresholds, the
+baseline file, the web config file, the fault memory's state file).
 
 A section is a class whose annotated attributes are its settings, each with a
 default from ``setting()`` (or none: then it must be given)::
@@ -17,9 +18,10 @@ path of the value and a sentence.
 Why not pydantic: the daemon used it for exactly this, and it was a third of
 the memory the daemon holds above the interpreter (the library, its compiled
 core and the settings' schemas: about 11.7 MiB of a 52.6 MiB daemon, measured
-in BENCHMARKS.md); what the settings need of it is this module. The
-simulator and the generators, which run beside the daemon and not in it,
-keep pydantic.
+in BENCHMARKS.md); what the settings need of it is this module. One way to
+validate a file: README's dependency table has the measurement, and
+tests/test_one_validator.py lists the simulator's models, which still use
+pydantic, as the move that is left.
 """
 
 from __future__ import annotations
