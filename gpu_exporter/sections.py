@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -79,6 +80,8 @@ class Bounds:
     le: float | None = None
     lt: float | None = None
     max_length: int | None = None
+    min_length: int | None = None
+    pattern: str | None = None  # a text setting matches it (re.search, as pydantic)
 
 
 _MISSING: Any = object()
@@ -98,11 +101,12 @@ class Setting:
 def setting(default: Any = _MISSING, *, default_factory: Callable[[], Any] | None = None,
             description: str | None = None, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None, max_length: int | None = None,
+            min_length: int | None = None, pattern: str | None = None,
             check: Callable[[Any], Any] | None = None) -> Any:
     """A setting's default, description and limits; ``check`` runs on the
     converted value and returns it (or raises ValueError)."""
     return Setting(default, default_factory, description,
-                   Bounds(ge, gt, le, lt, max_length), check)
+                   Bounds(ge, gt, le, lt, max_length, min_length, pattern), check)
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,16 @@ def _bounded(value: Any, b: Bounds, loc: Loc) -> Any:
         unit = "characters" if isinstance(value, str) else "items"
         raise _Problem(loc, f"{what} should have at most {b.max_length} {unit}",
                        "too_long", value)
+    if b.min_length is not None and isinstance(value, str | tuple | list | dict) \
+            and len(value) < b.min_length:
+        what = "String" if isinstance(value, str) else \
+            "Dictionary" if isinstance(value, dict) else "List"
+        unit = "characters" if isinstance(value, str) else "items"
+        raise _Problem(loc, f"{what} should have at least {b.min_length} {unit}",
+                       "too_short", value)
+    if b.pattern is not None and isinstance(value, str) and re.search(b.pattern, value) is None:
+        raise _Problem(loc, f"String should match pattern '{b.pattern}'", "string_pattern_mismatch",
+                       value)
     return value
 
 
@@ -191,9 +205,17 @@ def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
         if value is None and type(None) in options:
             return None
         rest = [o for o in options if o is not type(None)]
-        if len(rest) != 1:
-            raise TypeError(f"unsupported union {tp!r}")
-        return _convert(rest[0], value, loc, strict)
+        if len(rest) == 1:
+            return _convert(rest[0], value, loc, strict)
+        # The first option that takes the value, left to right; refused by
+        # all, the value is refused with what each option wanted.
+        wanted = []
+        for option in rest:
+            try:
+                return _convert(option, value, loc, strict)
+            except (_Problem, _Problems) as exc:
+                wanted.append(exc.items[0]["msg"])
+        raise _Problem(loc, "; or ".join(wanted), "union", value)
     if origin is Literal:
         choices = typing.get_args(tp)
         if value in choices and not isinstance(value, bool):
@@ -207,11 +229,13 @@ def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
         if not isinstance(value, list | tuple):
             raise _Problem(loc, f"Input should be a valid {origin.__name__}",
                            f"{origin.__name__}_type", value)
-        item_tp = args[0]
+        fixed = origin is tuple and Ellipsis not in args
+        if fixed and len(value) != len(args):
+            raise _Problem(loc, f"Tuple should have {len(args)} items", "tuple_length", value)
         items, problems = [], []
         for i, item in enumerate(value):
             try:
-                items.append(_convert(item_tp, item, (*loc, i), strict))
+                items.append(_convert(args[i] if fixed else args[0], item, (*loc, i), strict))
             except (_Problem, _Problems) as exc:
                 problems += exc.items
         if problems:
@@ -400,17 +424,21 @@ class Section:
         given: frozenset[str] = object.__getattribute__(self, "_given")
         return given
 
-    def model_dump(self, exclude_defaults: bool = False) -> dict[str, Any]:
+    def model_dump(self, exclude_defaults: bool = False,
+                   exclude_none: bool = False) -> dict[str, Any]:
         """The settings as plain values, sections as mappings; with
         ``exclude_defaults`` only those that differ from their default (what a
-        config file would have to say to build this)."""
+        config file would have to say to build this); with ``exclude_none``
+        none that is None."""
         out: dict[str, Any] = {}
         for name, spec in type(self).model_fields.items():
             value = getattr(self, name)
             if exclude_defaults and not spec.required and value == spec.get_default():
                 continue
-            out[name] = value.model_dump(exclude_defaults) if isinstance(value, Section) \
-                else _dumped(value)
+            if exclude_none and value is None:
+                continue
+            out[name] = value.model_dump(exclude_defaults, exclude_none) \
+                if isinstance(value, Section) else _dumped(value)
         return out
 
     def model_copy(self, update: Mapping[str, Any] | None = None) -> Self:

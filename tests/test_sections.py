@@ -299,13 +299,36 @@ def test_a_declaration_it_cannot_check_is_a_programming_error() -> None:
     class Bytes(Section):
         x: bytes = b""
 
-    class Either(Section):
-        x: int | str = 0
-
     with pytest.raises(TypeError, match="unsupported setting type"):
         Bytes(x=b"a")
-    with pytest.raises(TypeError, match="unsupported union"):
-        Either(x=1)
+
+
+def test_a_union_takes_the_first_option_that_fits_and_says_what_each_wanted() -> None:
+    class Either(Section):
+        strict = True
+        gpus: Literal["all"] | list[int] = "all"
+        pair: tuple[int, int] | None = None
+
+    assert Either(gpus=[0, 3]).gpus == [0, 3]
+    assert Either(gpus="all", pair=[1, 2]).pair == (1, 2)
+    assert problems(lambda: Either(gpus="some")) == [
+        (("gpus",), "Input should be 'all'; or Input should be a valid list")]
+    assert problems(lambda: Either(pair=[1, 2, 3])) == [(("pair",), "Tuple should have 2 items")]
+    assert problems(lambda: Either(pair=[1, "2"])) == [
+        (("pair", 1), "Input should be a valid integer")]
+
+
+def test_text_and_lists_have_a_least_length_and_text_a_pattern() -> None:
+    class Named(Section):
+        name: str = setting("ab", min_length=2, pattern=r"^[a-z]+$")
+        ids: list[str] = setting(default_factory=lambda: ["x"], min_length=1)
+
+    assert Named(name="abc").name == "abc"
+    assert problems(lambda: Named(name="a", ids=[])) == [
+        (("name",), "String should have at least 2 characters"),
+        (("ids",), "List should have at least 1 items")]
+    assert problems(lambda: Named(name="aB")) == [
+        (("name",), "String should match pattern '^[a-z]+$'")]
 
 
 def test_problems_in_several_items_and_keys_are_all_listed() -> None:
