@@ -418,6 +418,21 @@ class Section:
                 f"{cls.__name__}", "type": "model_type", "input": data}])
         return cls(**{str(k): v for k, v in data.items()})
 
+    @classmethod
+    def model_construct(cls, **values: Any) -> Self:
+        """A section from ``values`` without a check (a test's input that
+        validation would refuse, as a hostile peer sends it); a setting not
+        given takes its default."""
+        unknown = values.keys() - cls.model_fields.keys()
+        if unknown:
+            raise AttributeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
+        obj = cls.__new__(cls)
+        state = {name: values[name] if name in values else spec.get_default()
+                 for name, spec in cls.model_fields.items()}
+        object.__setattr__(obj, "__dict__", state)
+        object.__setattr__(obj, "_given", frozenset(values))
+        return obj
+
     @property
     def model_fields_set(self) -> frozenset[str]:
         """The settings given when it was built (the others are defaults)."""

@@ -533,3 +533,14 @@ def test_each_refusal_says_its_kind_and_what_was_given() -> None:
     assert problems(lambda: Lenient(x="abc")) == [(("x",), "Input should be a valid number")]
     required = made.Strict.model_fields["index"]
     assert required.required and required.get_default() is None
+
+
+def test_a_section_constructed_unchecked_keeps_what_validation_would_refuse() -> None:
+    class Named(Section):
+        name: str = setting("ab", max_length=2)
+        count: int = 1
+
+    made = Named.model_construct(name="far too long")
+    assert (made.name, made.count, made.model_fields_set) == ("far too long", 1, {"name"})
+    with pytest.raises(AttributeError, match="no setting nmae"):
+        Named.model_construct(nmae="x")
