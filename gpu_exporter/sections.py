@@ -1,6 +1,7 @@
-"""Validated, frozen groups of settings: every file the daemon reads is
+"""Validated, frozen groups of settings: every file the exporter reads is
 declared with these (the exporter's settings, the diagnosis's thresholds, the
-baseline file, the web config file, the fault memory's state file).
+baseline file, the web config file, the fault memory's state file, the
+simulator's scenarios, profiles, recordings and tenants).
 
 A section is a class whose annotated attributes are its settings, each with a
 default from ``setting()`` (or none: then it must be given)::
@@ -20,8 +21,7 @@ the memory the daemon holds above the interpreter (the library, its compiled
 core and the settings' schemas: about 11.7 MiB of a 52.6 MiB daemon, measured
 in BENCHMARKS.md); what the settings need of it is this module. One way to
 validate a file: README's dependency table has the measurement, and
-tests/test_one_validator.py lists the simulator's models, which still use
-pydantic, as the move that is left.
+tests/test_one_validator.py holds the package to it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
@@ -319,6 +319,10 @@ class Section:
     __slots__ = ("__dict__", "__weakref__", "_given")
     # Take JSON's own types only (no "8" for an int): for files a program wrote.
     strict: ClassVar[bool] = False
+    # Refuse assignment after it is built. The simulator's scenarios are not
+    # frozen: a test changes a loaded scenario's condition (unchecked, as code
+    # builds it) rather than write another file.
+    frozen: ClassVar[bool] = True
     # Every setting, in declaration order (a subclass's after its base's).
     model_fields: ClassVar[dict[str, FieldSpec]] = {}
 
@@ -439,21 +443,27 @@ class Section:
         given: frozenset[str] = object.__getattribute__(self, "_given")
         return given
 
-    def model_dump(self, exclude_defaults: bool = False,
-                   exclude_none: bool = False) -> dict[str, Any]:
+    def model_dump(self, exclude_defaults: bool = False, exclude_none: bool = False,
+                   exclude_unset: bool = False, exclude: Collection[str] = (),
+                   mode: Literal["python", "json"] = "python") -> dict[str, Any]:
         """The settings as plain values, sections as mappings; with
         ``exclude_defaults`` only those that differ from their default (what a
-        config file would have to say to build this); with ``exclude_none``
-        none that is None."""
+        config file would have to say to build this), with ``exclude_unset``
+        only those given when it was built, with ``exclude_none`` none that is
+        None, never those in ``exclude``; ``mode="json"``: lists for tuples,
+        text for paths."""
         out: dict[str, Any] = {}
+        given = self.model_fields_set
         for name, spec in type(self).model_fields.items():
             value = getattr(self, name)
+            if name in exclude or (exclude_unset and name not in given) \
+                    or (exclude_none and value is None):
+                continue
             if exclude_defaults and not spec.required and value == spec.get_default():
                 continue
-            if exclude_none and value is None:
-                continue
-            out[name] = value.model_dump(exclude_defaults, exclude_none) \
-                if isinstance(value, Section) else _dumped(value)
+            out[name] = value.model_dump(exclude_defaults, exclude_none, exclude_unset,
+                                         mode=mode) \
+                if isinstance(value, Section) else _dumped(value, mode)
         return out
 
     def model_copy(self, update: Mapping[str, Any] | None = None) -> Self:
@@ -475,8 +485,12 @@ class Section:
 
     # --- frozen ----------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen: build another with "
-                             "model_copy(update=...)")
+        if type(self).frozen or name not in type(self).model_fields:
+            raise AttributeError(f"{type(self).__name__} is frozen: build another with "
+                                 "model_copy(update=...)" if type(self).frozen else
+                                 f"{type(self).__name__} has no setting {name}")
+        self.__dict__[name] = value
+        object.__setattr__(self, "_given", self.model_fields_set | {name})
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen")
@@ -500,13 +514,17 @@ class Section:
         object.__setattr__(self, "_given", saved["given"])
 
 
-def _dumped(value: Any) -> Any:
+def _dumped(value: Any, mode: Literal["python", "json"] = "python") -> Any:
     if isinstance(value, Section):
-        return value.model_dump()
-    if isinstance(value, list):
-        return [_dumped(v) for v in value]
+        return value.model_dump(mode=mode)
+    if isinstance(value, list) or (mode == "json" and isinstance(value, tuple)):
+        return [_dumped(v, mode) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_dumped(v, mode) for v in value)
     if isinstance(value, dict):
-        return {k: _dumped(v) for k, v in value.items()}
+        return {k: _dumped(v, mode) for k, v in value.items()}
+    if mode == "json" and isinstance(value, Path):
+        return str(value)
     return value
 
 

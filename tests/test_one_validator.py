@@ -9,25 +9,19 @@ not pydantic (measured)."""
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gpu_exporter"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "gpu_exporter"
 # Libraries whose job is what sections do.
 VALIDATION_LIBRARIES = frozenset({"pydantic", "pydantic_core", "pydantic_settings", "msgspec",
                                   "attrs", "cattrs", "marshmallow", "cerberus", "voluptuous",
                                   "jsonschema", "schema", "typeguard", "beartype"})
-# The simulator's scenario, recording and tenant files are still pydantic
-# models: the move onto sections that is left. Each module here is one to
-# move; none may be added.
-NOT_YET_MOVED = frozenset({"gpu_exporter/pydantic_types.py",
-                           "gpu_exporter/simulator/__init__.py",
-                           "gpu_exporter/simulator/model.py",
-                           "gpu_exporter/simulator/recordings.py",
-                           "gpu_exporter/simulator/tenants.py"})
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {str(path.relative_to(PACKAGE.parent)): ast.parse(path.read_text(), str(path))
+    return {str(path.relative_to(ROOT)): ast.parse(path.read_text(), str(path))
             for path in sorted(PACKAGE.rglob("*.py"))}
 
 
@@ -44,10 +38,14 @@ def _imported_roots(tree: ast.Module) -> set[str]:
 def test_no_module_validates_with_a_library() -> None:
     users = {name: sorted(_imported_roots(tree) & VALIDATION_LIBRARIES)
              for name, tree in _modules().items()}
-    users = {name: libs for name, libs in users.items() if libs}
-    assert {name: libs for name, libs in users.items() if name not in NOT_YET_MOVED} == {}
-    # A module moved onto sections leaves the list (this test says what is left).
-    assert sorted(NOT_YET_MOVED - users.keys()) == []
+    assert {name: libs for name, libs in users.items() if libs} == {}
+
+
+def test_the_exporter_does_not_depend_on_a_validation_library() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    named = {dep.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
+             .replace("-", "_") for dep in project["dependencies"]}
+    assert named & VALIDATION_LIBRARIES == set()
 
 
 def test_validation_errors_have_one_home() -> None:

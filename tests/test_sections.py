@@ -544,3 +544,16 @@ def test_a_section_constructed_unchecked_keeps_what_validation_would_refuse() ->
     assert (made.name, made.count, made.model_fields_set) == ("far too long", 1, {"name"})
     with pytest.raises(AttributeError, match="no setting nmae"):
         Named.model_construct(nmae="x")
+
+
+def test_a_section_not_frozen_takes_an_assignment_and_counts_it_as_given() -> None:
+    class Open(Section):
+        frozen = False
+        level: int = setting(1, ge=0)
+
+    made = Open()
+    made.level = 5
+    assert (made.level, made.model_fields_set) == (5, {"level"})
+    assert made.model_dump(exclude_unset=True) == {"level": 5}
+    with pytest.raises(AttributeError, match="no setting lvl"):
+        made.lvl = 2

@@ -29,9 +29,9 @@ NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.co
                 # 14 MiB): only once the pod-resources socket exists.
                 "grpc", "google.protobuf", "gpu_exporter.attribution.kubelet_grpc",
                 "gpu_exporter.attribution.podresources_v1",
-                # Every file the daemon reads is checked by sections: pydantic
-                # (about 12 MiB with the schemas it builds) is the
-                # simulator's only.
+                # Every file the exporter reads is checked by sections:
+                # pydantic (about 12 MiB with the schemas it builds) is no
+                # dependency of it.
                 "pydantic", "pydantic_core",
                 # PyYAML: only with a YAML file given (--config.file and the like).
                 "yaml",
