@@ -26,6 +26,7 @@ tests/test_one_validator.py holds the package to it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
@@ -189,19 +190,32 @@ def _parsed(meta: tuple[Any, ...], value: Any, loc: Loc) -> Any:
     return value
 
 
+# Types a value of which is taken as it is (see _convert's first line).
+_PLAIN = (int, str, bool)
+
+
+@functools.cache
+def _shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``tp``'s origin and arguments, looked up once per type: a recording
+    converts hundreds of thousands of values of a few dozen types."""
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
 def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
     """``value`` as type ``tp`` (a plain, optional, literal, container or section
     type; or one of these ``Annotated`` with ``Parse`` and ``Bounds``, as the
     keys and items of a container are)."""
-    origin = typing.get_origin(tp)
+    if type(value) is tp and (tp is int or tp is str or tp is bool):
+        return value  # already what it should be: most values of most files
+    origin, args = _shape(tp)
     if origin is typing.Annotated:
-        base, *meta = typing.get_args(tp)
+        base, *meta = args
         value = _convert(base, _parsed(tuple(meta), value, loc), loc, strict)
         for bounds in (m for m in meta if isinstance(m, Bounds)):
             value = _bounded(value, bounds, loc)
         return value
     if origin in (types.UnionType, typing.Union):
-        options = typing.get_args(tp)
+        options = args
         if value is None and type(None) in options:
             return None
         rest = [o for o in options if o is not type(None)]
@@ -217,7 +231,7 @@ def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
                 wanted.append(exc.items[0]["msg"])
         raise _Problem(loc, "; or ".join(wanted), "union", value)
     if origin is Literal:
-        choices = typing.get_args(tp)
+        choices = args
         if value in choices and not isinstance(value, bool):
             return value
         shown = [repr(c) for c in choices]
@@ -225,7 +239,6 @@ def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
                                                   if len(shown) > 1 else shown[0]),
                        "literal_error", value)
     if origin in (tuple, list):
-        args = typing.get_args(tp)
         if not isinstance(value, list | tuple):
             raise _Problem(loc, f"Input should be a valid {origin.__name__}",
                            f"{origin.__name__}_type", value)
@@ -242,9 +255,12 @@ def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
             raise _Problems(problems)
         return tuple(items) if origin is tuple else items
     if origin is dict:
-        key_tp, value_tp = typing.get_args(tp)
+        key_tp, value_tp = args
         if not isinstance(value, Mapping):
             raise _Problem(loc, "Input should be a valid dictionary", "dict_type", value)
+        if key_tp in _PLAIN and value_tp in _PLAIN and all(
+                type(k) is key_tp and type(v) is value_tp for k, v in value.items()):
+            return dict(value)  # every key and value already what it should be
         out, problems = {}, []
         for k, v in value.items():
             try:
