@@ -35,7 +35,6 @@ END = "<!-- imports:end -->"
 # process imports, and why the daemon has each.
 DEPENDENCIES = (
     ("nvidia-ml-py", "pynvml", "NVML's Python binding: every GPU read"),
-    ("pydantic", "pydantic", "the simulator's scenarios and the web config file's model"),
     ("PyYAML", "yaml", "--config.file, --web.config.file, scenarios (not at start without them)"),
     ("h11", "h11", "the HTTP server's protocol"),
     ("grpcio", "grpc", "the kubelet's PodResources API"),

@@ -7,8 +7,8 @@ expand into gigabytes in whatever reads it next. Any problem is one line that
 names the file and the place (line and column, or the setting's path), never a
 traceback and never the expanded input.
 
-Each reader validates the data with its own model (a section; pydantic in the
-simulator and the web config file) and words a validation error with
+Each reader validates the data with its own model (a section) and words a
+validation error with
 ``validation_problem``: the value it quotes is cut short.
 """
 

@@ -1,5 +1,7 @@
-"""Validated, frozen groups of settings: the exporter's settings, the diagnosis's
-thresholds and the baseline file are declared with these.
+"""Validated, frozen groups of settings: every file the exporter reads is
+declared with these (the exporter's settings, the diagnosis's thresholds, the
+baseline file, the web config file, the fault memory's state file, the
+simulator's scenarios, profiles, recordings and tenants).
 
 A section is a class whose annotated attributes are its settings, each with a
 default from ``setting()`` (or none: then it must be given)::
@@ -17,18 +19,20 @@ path of the value and a sentence.
 Why not pydantic: the daemon used it for exactly this, and it was a third of
 the memory the daemon holds above the interpreter (the library, its compiled
 core and the settings' schemas: about 11.7 MiB of a 52.6 MiB daemon, measured
-in BENCHMARKS.md); what the settings need of it is this module. The
-simulator and the generators, which run beside the daemon and not in it,
-keep pydantic.
+in BENCHMARKS.md); what the settings need of it is this module. One way to
+validate a file: README's dependency table has the measurement, and
+tests/test_one_validator.py holds the package to it.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
+import re
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
@@ -77,6 +81,8 @@ class Bounds:
     le: float | None = None
     lt: float | None = None
     max_length: int | None = None
+    min_length: int | None = None
+    pattern: str | None = None  # a text setting matches it (re.search, as pydantic)
 
 
 _MISSING: Any = object()
@@ -96,11 +102,12 @@ class Setting:
 def setting(default: Any = _MISSING, *, default_factory: Callable[[], Any] | None = None,
             description: str | None = None, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None, max_length: int | None = None,
+            min_length: int | None = None, pattern: str | None = None,
             check: Callable[[Any], Any] | None = None) -> Any:
     """A setting's default, description and limits; ``check`` runs on the
     converted value and returns it (or raises ValueError)."""
     return Setting(default, default_factory, description,
-                   Bounds(ge, gt, le, lt, max_length), check)
+                   Bounds(ge, gt, le, lt, max_length, min_length, pattern), check)
 
 
 @dataclass(frozen=True)
@@ -153,28 +160,78 @@ def _bounded(value: Any, b: Bounds, loc: Loc) -> Any:
                                  (b.lt, b.lt is None or value < b.lt, "less than")):
             if not ok:
                 raise _Problem(loc, f"Input should be {words} {limit}", "bound", value)
-    if b.max_length is not None and isinstance(value, str | tuple | list) \
+    if b.max_length is not None and isinstance(value, str | tuple | list | dict) \
             and len(value) > b.max_length:
-        what = "String" if isinstance(value, str) else "List"
+        what = "String" if isinstance(value, str) else \
+            "Dictionary" if isinstance(value, dict) else "List"
         unit = "characters" if isinstance(value, str) else "items"
         raise _Problem(loc, f"{what} should have at most {b.max_length} {unit}",
                        "too_long", value)
+    if b.min_length is not None and isinstance(value, str | tuple | list | dict) \
+            and len(value) < b.min_length:
+        what = "String" if isinstance(value, str) else \
+            "Dictionary" if isinstance(value, dict) else "List"
+        unit = "characters" if isinstance(value, str) else "items"
+        raise _Problem(loc, f"{what} should have at least {b.min_length} {unit}",
+                       "too_short", value)
+    if b.pattern is not None and isinstance(value, str) and re.search(b.pattern, value) is None:
+        raise _Problem(loc, f"String should match pattern '{b.pattern}'", "string_pattern_mismatch",
+                       value)
     return value
 
 
+def _parsed(meta: tuple[Any, ...], value: Any, loc: Loc) -> Any:
+    """``value`` through the ``Parse`` steps among ``meta``, in order."""
+    for parse in (m for m in meta if isinstance(m, Parse)):
+        try:
+            value = parse.func(value)
+        except ValueError as exc:
+            raise _Problem(loc, str(exc), "value_error", value) from None
+    return value
+
+
+# Types a value of which is taken as it is (see _convert's first line).
+_PLAIN = (int, str, bool)
+
+
+@functools.cache
+def _shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``tp``'s origin and arguments, looked up once per type: a recording
+    converts hundreds of thousands of values of a few dozen types."""
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
 def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
-    """``value`` as type ``tp`` (a plain, optional, literal, container or section type)."""
-    origin = typing.get_origin(tp)
+    """``value`` as type ``tp`` (a plain, optional, literal, container or section
+    type; or one of these ``Annotated`` with ``Parse`` and ``Bounds``, as the
+    keys and items of a container are)."""
+    if type(value) is tp and (tp is int or tp is str or tp is bool):
+        return value  # already what it should be: most values of most files
+    origin, args = _shape(tp)
+    if origin is typing.Annotated:
+        base, *meta = args
+        value = _convert(base, _parsed(tuple(meta), value, loc), loc, strict)
+        for bounds in (m for m in meta if isinstance(m, Bounds)):
+            value = _bounded(value, bounds, loc)
+        return value
     if origin in (types.UnionType, typing.Union):
-        options = typing.get_args(tp)
+        options = args
         if value is None and type(None) in options:
             return None
         rest = [o for o in options if o is not type(None)]
-        if len(rest) != 1:
-            raise TypeError(f"unsupported union {tp!r}")
-        return _convert(rest[0], value, loc, strict)
+        if len(rest) == 1:
+            return _convert(rest[0], value, loc, strict)
+        # The first option that takes the value, left to right; refused by
+        # all, the value is refused with what each option wanted.
+        wanted = []
+        for option in rest:
+            try:
+                return _convert(option, value, loc, strict)
+            except (_Problem, _Problems) as exc:
+                wanted.append(exc.items[0]["msg"])
+        raise _Problem(loc, "; or ".join(wanted), "union", value)
     if origin is Literal:
-        choices = typing.get_args(tp)
+        choices = args
         if value in choices and not isinstance(value, bool):
             return value
         shown = [repr(c) for c in choices]
@@ -182,24 +239,28 @@ def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
                                                   if len(shown) > 1 else shown[0]),
                        "literal_error", value)
     if origin in (tuple, list):
-        args = typing.get_args(tp)
         if not isinstance(value, list | tuple):
             raise _Problem(loc, f"Input should be a valid {origin.__name__}",
                            f"{origin.__name__}_type", value)
-        item_tp = args[0]
+        fixed = origin is tuple and Ellipsis not in args
+        if fixed and len(value) != len(args):
+            raise _Problem(loc, f"Tuple should have {len(args)} items", "tuple_length", value)
         items, problems = [], []
         for i, item in enumerate(value):
             try:
-                items.append(_convert(item_tp, item, (*loc, i), strict))
+                items.append(_convert(args[i] if fixed else args[0], item, (*loc, i), strict))
             except (_Problem, _Problems) as exc:
                 problems += exc.items
         if problems:
             raise _Problems(problems)
         return tuple(items) if origin is tuple else items
     if origin is dict:
-        key_tp, value_tp = typing.get_args(tp)
+        key_tp, value_tp = args
         if not isinstance(value, Mapping):
             raise _Problem(loc, "Input should be a valid dictionary", "dict_type", value)
+        if key_tp in _PLAIN and value_tp in _PLAIN and all(
+                type(k) is key_tp and type(v) is value_tp for k, v in value.items()):
+            return dict(value)  # every key and value already what it should be
         out, problems = {}, []
         for k, v in value.items():
             try:
@@ -274,6 +335,10 @@ class Section:
     __slots__ = ("__dict__", "__weakref__", "_given")
     # Take JSON's own types only (no "8" for an int): for files a program wrote.
     strict: ClassVar[bool] = False
+    # Refuse assignment after it is built. The simulator's scenarios are not
+    # frozen: a test changes a loaded scenario's condition (unchecked, as code
+    # builds it) rather than write another file.
+    frozen: ClassVar[bool] = True
     # Every setting, in declaration order (a subclass's after its base's).
     model_fields: ClassVar[dict[str, FieldSpec]] = {}
 
@@ -326,13 +391,14 @@ class Section:
                 continue
             value = values[name]
             try:
-                for parse in (m for m in spec.metadata if isinstance(m, Parse)):
-                    try:
-                        value = parse.func(value)
-                    except ValueError as exc:
-                        raise _Problem(where, str(exc), "value_error", values[name]) from None
-                value = _bounded(_convert(spec.annotation, value, where, cls.strict),
-                                 spec.bounds, where)
+                try:
+                    value = _parsed(spec.metadata, value, where)
+                except _Problem as exc:
+                    exc.items[0]["input"] = values[name]
+                    raise
+                value = _convert(spec.annotation, value, where, cls.strict)
+                for bounds in (m for m in spec.metadata if isinstance(m, Bounds)):
+                    value = _bounded(value, bounds, where)
                 if spec.check is not None:
                     try:
                         value = spec.check(value)
@@ -372,23 +438,48 @@ class Section:
                 f"{cls.__name__}", "type": "model_type", "input": data}])
         return cls(**{str(k): v for k, v in data.items()})
 
+    @classmethod
+    def model_construct(cls, **values: Any) -> Self:
+        """A section from ``values`` without a check (a test's input that
+        validation would refuse, as a hostile peer sends it); a setting not
+        given takes its default."""
+        unknown = values.keys() - cls.model_fields.keys()
+        if unknown:
+            raise AttributeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
+        obj = cls.__new__(cls)
+        state = {name: values[name] if name in values else spec.get_default()
+                 for name, spec in cls.model_fields.items()}
+        object.__setattr__(obj, "__dict__", state)
+        object.__setattr__(obj, "_given", frozenset(values))
+        return obj
+
     @property
     def model_fields_set(self) -> frozenset[str]:
         """The settings given when it was built (the others are defaults)."""
         given: frozenset[str] = object.__getattribute__(self, "_given")
         return given
 
-    def model_dump(self, exclude_defaults: bool = False) -> dict[str, Any]:
+    def model_dump(self, exclude_defaults: bool = False, exclude_none: bool = False,
+                   exclude_unset: bool = False, exclude: Collection[str] = (),
+                   mode: Literal["python", "json"] = "python") -> dict[str, Any]:
         """The settings as plain values, sections as mappings; with
         ``exclude_defaults`` only those that differ from their default (what a
-        config file would have to say to build this)."""
+        config file would have to say to build this), with ``exclude_unset``
+        only those given when it was built, with ``exclude_none`` none that is
+        None, never those in ``exclude``; ``mode="json"``: lists for tuples,
+        text for paths."""
         out: dict[str, Any] = {}
+        given = self.model_fields_set
         for name, spec in type(self).model_fields.items():
             value = getattr(self, name)
+            if name in exclude or (exclude_unset and name not in given) \
+                    or (exclude_none and value is None):
+                continue
             if exclude_defaults and not spec.required and value == spec.get_default():
                 continue
-            out[name] = value.model_dump(exclude_defaults) if isinstance(value, Section) \
-                else _dumped(value)
+            out[name] = value.model_dump(exclude_defaults, exclude_none, exclude_unset,
+                                         mode=mode) \
+                if isinstance(value, Section) else _dumped(value, mode)
         return out
 
     def model_copy(self, update: Mapping[str, Any] | None = None) -> Self:
@@ -410,8 +501,12 @@ class Section:
 
     # --- frozen ----------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen: build another with "
-                             "model_copy(update=...)")
+        if type(self).frozen or name not in type(self).model_fields:
+            raise AttributeError(f"{type(self).__name__} is frozen: build another with "
+                                 "model_copy(update=...)" if type(self).frozen else
+                                 f"{type(self).__name__} has no setting {name}")
+        self.__dict__[name] = value
+        object.__setattr__(self, "_given", self.model_fields_set | {name})
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen")
@@ -435,13 +530,17 @@ class Section:
         object.__setattr__(self, "_given", saved["given"])
 
 
-def _dumped(value: Any) -> Any:
+def _dumped(value: Any, mode: Literal["python", "json"] = "python") -> Any:
     if isinstance(value, Section):
-        return value.model_dump()
-    if isinstance(value, list):
-        return [_dumped(v) for v in value]
+        return value.model_dump(mode=mode)
+    if isinstance(value, list) or (mode == "json" and isinstance(value, tuple)):
+        return [_dumped(v, mode) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_dumped(v, mode) for v in value)
     if isinstance(value, dict):
-        return {k: _dumped(v) for k, v in value.items()}
+        return {k: _dumped(v, mode) for k, v in value.items()}
+    if mode == "json" and isinstance(value, Path):
+        return str(value)
     return value
 
 

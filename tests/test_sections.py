@@ -228,6 +228,27 @@ def test_lengths_are_bounded_for_text_lists_and_tuples_and_numbers_are_not() -> 
     assert err.value.errors()[0]["type"] == "too_long"
 
 
+def _upper_only(v: Any) -> Any:
+    if isinstance(v, str) and not v.isupper():
+        raise ValueError("must be upper case")
+    return v
+
+
+def test_a_mapping_is_bounded_and_its_keys_and_items_checked_by_their_annotations() -> None:
+    Key = Annotated[str, Parse(_upper_only)]
+    Small = Annotated[int, Bounds(ge=0, le=9)]
+
+    class Table(Section):
+        rows: dict[Key, list[Small]] = setting(default_factory=dict, max_length=2)
+
+    assert Table(rows={"A": ["3"], "B": []}).rows == {"A": [3], "B": []}
+    assert problems(lambda: Table(rows={"A": [], "B": [], "C": []})) == [
+        (("rows",), "Dictionary should have at most 2 items")]
+    assert problems(lambda: Table(rows={"a": [1], "B": [4, 10]})) == [
+        (("rows", "a"), "must be upper case"),
+        (("rows", "B", 1), "Input should be less than or equal to 9")]
+
+
 @pytest.mark.parametrize(("tp", "given", "wanted"), [
     (int, 3.0, 3), (int, " 8 ", 8), (int, -2, -2),
     (bool, 1, True), (bool, 0, False), (bool, " Yes ", True), (bool, "OFF", False),
@@ -278,13 +299,36 @@ def test_a_declaration_it_cannot_check_is_a_programming_error() -> None:
     class Bytes(Section):
         x: bytes = b""
 
-    class Either(Section):
-        x: int | str = 0
-
     with pytest.raises(TypeError, match="unsupported setting type"):
         Bytes(x=b"a")
-    with pytest.raises(TypeError, match="unsupported union"):
-        Either(x=1)
+
+
+def test_a_union_takes_the_first_option_that_fits_and_says_what_each_wanted() -> None:
+    class Either(Section):
+        strict = True
+        gpus: Literal["all"] | list[int] = "all"
+        pair: tuple[int, int] | None = None
+
+    assert Either(gpus=[0, 3]).gpus == [0, 3]
+    assert Either(gpus="all", pair=[1, 2]).pair == (1, 2)
+    assert problems(lambda: Either(gpus="some")) == [
+        (("gpus",), "Input should be 'all'; or Input should be a valid list")]
+    assert problems(lambda: Either(pair=[1, 2, 3])) == [(("pair",), "Tuple should have 2 items")]
+    assert problems(lambda: Either(pair=[1, "2"])) == [
+        (("pair", 1), "Input should be a valid integer")]
+
+
+def test_text_and_lists_have_a_least_length_and_text_a_pattern() -> None:
+    class Named(Section):
+        name: str = setting("ab", min_length=2, pattern=r"^[a-z]+$")
+        ids: list[str] = setting(default_factory=lambda: ["x"], min_length=1)
+
+    assert Named(name="abc").name == "abc"
+    assert problems(lambda: Named(name="a", ids=[])) == [
+        (("name",), "String should have at least 2 characters"),
+        (("ids",), "List should have at least 1 items")]
+    assert problems(lambda: Named(name="aB")) == [
+        (("name",), "String should match pattern '^[a-z]+$'")]
 
 
 def test_problems_in_several_items_and_keys_are_all_listed() -> None:
@@ -489,3 +533,27 @@ def test_each_refusal_says_its_kind_and_what_was_given() -> None:
     assert problems(lambda: Lenient(x="abc")) == [(("x",), "Input should be a valid number")]
     required = made.Strict.model_fields["index"]
     assert required.required and required.get_default() is None
+
+
+def test_a_section_constructed_unchecked_keeps_what_validation_would_refuse() -> None:
+    class Named(Section):
+        name: str = setting("ab", max_length=2)
+        count: int = 1
+
+    made = Named.model_construct(name="far too long")
+    assert (made.name, made.count, made.model_fields_set) == ("far too long", 1, {"name"})
+    with pytest.raises(AttributeError, match="no setting nmae"):
+        Named.model_construct(nmae="x")
+
+
+def test_a_section_not_frozen_takes_an_assignment_and_counts_it_as_given() -> None:
+    class Open(Section):
+        frozen = False
+        level: int = setting(1, ge=0)
+
+    made = Open()
+    made.level = 5
+    assert (made.level, made.model_fields_set) == (5, {"level"})
+    assert made.model_dump(exclude_unset=True) == {"level": 5}
+    with pytest.raises(AttributeError, match="no setting lvl"):
+        made.lvl = 2

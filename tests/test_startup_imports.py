@@ -29,9 +29,9 @@ NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.co
                 # 14 MiB): only once the pod-resources socket exists.
                 "grpc", "google.protobuf", "gpu_exporter.attribution.kubelet_grpc",
                 "gpu_exporter.attribution.podresources_v1",
-                # The settings are sections: pydantic (about 11.7 MiB with
-                # the schemas it builds) is the simulator's and the web config
-                # file's only.
+                # Every file the exporter reads is checked by sections:
+                # pydantic (about 12 MiB with the schemas it builds) is no
+                # dependency of it.
                 "pydantic", "pydantic_core",
                 # PyYAML: only with a YAML file given (--config.file and the like).
                 "yaml",
@@ -86,6 +86,21 @@ def test_a_web_config_file_loads_its_module(tmp_path: Path) -> None:
     config.write_text("basic_auth_users: {}\n")
     modules = _modules_after_start("--web.config.file", str(config))
     assert _loaded(modules, "gpu_exporter.web.webconfig")
+
+
+def test_a_web_config_file_and_a_state_file_are_read_without_pydantic(tmp_path: Path
+                                                                      ) -> None:
+    """The files a node may be given are checked by sections, as the
+    settings are: neither brings pydantic into the daemon."""
+    config = tmp_path / "web.yml"
+    config.write_text("basic_auth_users: {}\nhttp_server_config: {http2: true}\n")
+    state = tmp_path / "state.json"
+    state.write_text('{"version": 1, "gpus": {}}')
+    modules = _modules_after_start("--web.config.file", str(config),
+                                   "--path.state-file", str(state))
+    assert _loaded(modules, "gpu_exporter.web.webconfig")
+    assert _loaded(modules, "gpu_exporter.diagnosis.memory_file")
+    assert [m for m in modules if m.split(".")[0] in ("pydantic", "pydantic_core")] == []
 
 
 def test_a_kubelet_socket_loads_the_grpc_client(tmp_path: Path) -> None:

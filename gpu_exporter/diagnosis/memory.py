@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_exporter import safefile
+from gpu_exporter.diagnosis.memory_file import StateModel, ValidationError
 from gpu_exporter.diagnosis.memory_limits import (
     MAX_FAULTS_PER_GPU,
     MAX_FILE_BYTES,
@@ -300,10 +301,6 @@ class FaultMemory:
         except safefile.FileRefused as exc:
             self._refuse(path, exc.problem)
             return {}
-        # pydantic loads with the first file read, not at start: a node that
-        # keeps no state file never pays for it.
-        from gpu_exporter.diagnosis.memory_file import StateModel, ValidationError
-
         try:
             state = StateModel.model_validate(data)
         except ValidationError as exc:

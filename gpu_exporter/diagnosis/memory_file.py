@@ -1,13 +1,11 @@
-"""The state file's shape, checked by pydantic (strict, frozen, no unknown
-key, every string by pattern): loaded only when a state file is set, so an
-exporter that keeps no file never loads pydantic (tests/test_startup_imports.py)."""
+"""The state file's shape, checked as the settings are (sections: strict, frozen,
+no unknown key, every string by pattern)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-from pydantic import ValidationError as ValidationError
 
 from gpu_exporter.diagnosis.memory_limits import (
     MAX_FAULTS_PER_GPU,
@@ -17,30 +15,48 @@ from gpu_exporter.diagnosis.memory_limits import (
     FaultKind,
 )
 from gpu_exporter.host.boot import BOOT_ID
+from gpu_exporter.sections import Bounds, Parse, Section, setting
+from gpu_exporter.sections import ValidationError as ValidationError
 
-_Uuid = Annotated[str, StringConstraints(pattern=r"^GPU-[0-9A-Za-z-]{1,64}$")]
-_BootId = Annotated[str, StringConstraints(pattern=f"^{BOOT_ID.pattern}$")]
+
+def _matching(pattern: str) -> Parse:
+    """A text that matches ``pattern`` whole; any other type is left to the
+    type's own check (a number is "not a valid string")."""
+    compiled = re.compile(pattern)
+
+    def check(value: object) -> object:
+        if isinstance(value, str) and compiled.search(value) is None:
+            raise ValueError(f"String should match pattern '{pattern}'")
+        return value
+
+    matches: Callable[[object], object] = check
+    return Parse(matches)
+
+
+_Uuid = Annotated[str, _matching(r"^GPU-[0-9A-Za-z-]{1,64}$")]
+_BootId = Annotated[str, _matching(f"^{BOOT_ID.pattern}$")]
 # Unix times between 2001 and 2286: a time outside is no time this file wrote.
-_Time = Annotated[float, Field(ge=1e9, le=1e10)]
-_Process = Annotated[str, StringConstraints(pattern=f"^[ -~]{{0,{MAX_PROCESS_CHARS}}}$")]
-_Owner = Annotated[str, StringConstraints(pattern=f"^[ -~]{{0,{MAX_OWNER_CHARS}}}$")]
+_Time = Annotated[float, Bounds(ge=1e9, le=1e10)]
+_Process = Annotated[str, _matching(f"^[ -~]{{0,{MAX_PROCESS_CHARS}}}$")]
+_Owner = Annotated[str, _matching(f"^[ -~]{{0,{MAX_OWNER_CHARS}}}$")]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+class _Strict(Section):
+    # A file this program wrote: JSON's own types only.
+    strict = True
 
 
 class _FaultModel(_Strict):
     kind: FaultKind
-    code: int = Field(ge=0, le=65535)  # the Xid; 0 for the other kinds
+    code: int = setting(ge=0, le=65535)  # the Xid; 0 for the other kinds
     first: _Time
     last: _Time
-    count: int = Field(ge=1, le=10**9)
+    count: int = setting(ge=1, le=10**9)
     boot_id: _BootId
-    resets: int = Field(ge=0, le=10**6)
+    resets: int = setting(ge=0, le=10**6)
     # What the kernel log's line named (absent in a file from before it did).
-    link: int | None = Field(None, ge=0, le=63)
-    pid: int | None = Field(None, ge=0, le=2**22)
+    link: int | None = setting(None, ge=0, le=63)
+    pid: int | None = setting(None, ge=0, le=2**22)
     process: _Process = ""
     owner: _Owner = ""
 
@@ -48,11 +64,11 @@ class _FaultModel(_Strict):
 class _GpuModel(_Strict):
     seen: _Time
     lost: bool
-    resets: int = Field(ge=0, le=10**6)
-    back: float = Field(ge=0, le=1e10)
-    faults: list[_FaultModel] = Field(max_length=MAX_FAULTS_PER_GPU)
+    resets: int = setting(ge=0, le=10**6)
+    back: float = setting(ge=0, le=1e10)
+    faults: list[_FaultModel] = setting(max_length=MAX_FAULTS_PER_GPU)
 
 
 class StateModel(_Strict):
     version: Literal[1]
-    gpus: dict[_Uuid, _GpuModel] = Field(max_length=MAX_GPUS)
+    gpus: dict[_Uuid, _GpuModel] = setting(max_length=MAX_GPUS)

@@ -9,19 +9,42 @@ mJ, KB/s, percent) at its C boundary, exactly where a real driver would.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
+from gpu_exporter.config_types import Duration
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
-from gpu_exporter.pydantic_types import Duration
+from gpu_exporter.sections import Parse, Section, setting
 from gpu_exporter.simulator.drivers import BY_NAME, NEWEST, DriverBranch
 from gpu_exporter.simulator.tenants import Tenants
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(Section):
+    """No unknown key (as every section); not frozen: a test may change a
+    loaded scenario's condition in place (unchecked)."""
+
+    frozen = False
+
+
+def _check_error_name(name: Any) -> Any:
+    # Before the type's check: a value that is no text is refused by it.
+    if isinstance(name, str) and name not in Return.__members__:
+        raise ValueError(f"unknown NVML error {name!r}; known: " +
+                         ", ".join(n for n in Return.__members__ if n != "SUCCESS"))
+    return name
+
+
+# An NVML error as Return names it: NOT_SUPPORTED.
+ErrorName = Annotated[str, Parse(_check_error_name)]
+
+
+def _known_reasons(what: str) -> Any:
+    def check(v: list[str] | None) -> list[str] | None:
+        for r in v or []:
+            if r not in REASON_BITS:
+                raise ValueError(f"unknown {what} reason {r!r}; known: {', '.join(REASON_BITS)}")
+        return v
+    return check
 
 
 class Clocks(_Strict):
@@ -34,18 +57,18 @@ class MigProfile(_Strict):
     """One GPU instance profile of a board, as nvmlDeviceGetGpuInstanceProfileInfoV
     describes it (``nvidia-smi mig -lgip`` prints the same table)."""
 
-    profile: int = Field(ge=0, le=0x11)  # the NVML_GPU_INSTANCE_PROFILE_* it is asked by
-    id: int = Field(ge=0)  # the profile ID its GPU instances carry (nvmlGpuInstanceGetInfo)
+    profile: int = setting(ge=0, le=0x11)  # the NVML_GPU_INSTANCE_PROFILE_* it is asked by
+    id: int = setting(ge=0)  # the profile ID its GPU instances carry (nvmlGpuInstanceGetInfo)
     name: str  # as NVML names it: "MIG 1g.10gb"
-    slices: int = Field(gt=0)
-    instances: int = Field(gt=0)
-    multiprocessors: int = Field(gt=0)
-    copy_engines: int = Field(ge=0)
-    decoders: int = Field(0, ge=0)
-    encoders: int = Field(0, ge=0)
-    jpegs: int = Field(0, ge=0)
-    ofas: int = Field(0, ge=0)
-    memory_mib: int = Field(gt=0)  # memorySizeMB
+    slices: int = setting(gt=0)
+    instances: int = setting(gt=0)
+    multiprocessors: int = setting(gt=0)
+    copy_engines: int = setting(ge=0)
+    decoders: int = setting(0, ge=0)
+    encoders: int = setting(0, ge=0)
+    jpegs: int = setting(0, ge=0)
+    ofas: int = setting(0, ge=0)
+    memory_mib: int = setting(gt=0)  # memorySizeMB
 
 
 class MigInstance(_Strict):
@@ -54,20 +77,20 @@ class MigInstance(_Strict):
     boards with GPM (Hopper and newer), its activity (nvmlGpmMigSampleGet); a
     MIG device answers nvmlDeviceGetUtilizationRates NOT_SUPPORTED."""
 
-    gpu_instance: int = Field(ge=0, le=64)
+    gpu_instance: int = setting(ge=0, le=64)
     # The GPU instance's profile ID; None: the board's one-slice profile. An ID
     # the board's table lacks is answered as such (a driver newer than the table).
-    profile_id: int | None = Field(None, ge=0)
-    compute_instance: int = Field(0, ge=0, le=64)
-    memory_total_mib: int = Field(gt=0)
-    memory_used_ratio: float = Field(0.0, ge=0, le=1)
-    sm_active: float = Field(0.0, ge=0, le=1)
+    profile_id: int | None = setting(None, ge=0)
+    compute_instance: int = setting(0, ge=0, le=64)
+    memory_total_mib: int = setting(gt=0)
+    memory_used_ratio: float = setting(0.0, ge=0, le=1)
+    sm_active: float = setting(0.0, ge=0, le=1)
     # The instance's other GPM ratios; unset, they follow its SM activity in the
     # proportions of a well-fed GPU (occupancy 0.5/0.85, tensor 0.6/0.85 and
     # DRAM 0.45/0.85 of it), as the GPU's own do.
-    sm_occupancy: float | None = Field(None, ge=0, le=1)
-    tensor_active: float | None = Field(None, ge=0, le=1)
-    dram_active: float | None = Field(None, ge=0, le=1)
+    sm_occupancy: float | None = setting(None, ge=0, le=1)
+    tensor_active: float | None = setting(None, ge=0, le=1)
+    dram_active: float | None = setting(None, ge=0, le=1)
 
 
 class FanCondition(_Strict):
@@ -78,14 +101,9 @@ class FanCondition(_Strict):
     board's remaining fans carry its share of the heat. ``error``: the call
     answers this NVML error for the fan (nvidia-smi prints "ERR!")."""
 
-    speed_ratio: float | None = Field(None, ge=0, le=2)  # None: the fan curve (load)
+    speed_ratio: float | None = setting(None, ge=0, le=2)  # None: the fan curve (load)
     stopped: bool = False
-    error: str | None = None
-
-    @field_validator("error")
-    @classmethod
-    def _error(cls, v: str | None) -> str | None:
-        return None if v is None else _check_error_name(v)
+    error: ErrorName | None = None
 
 
 class XidCondition(_Strict):
@@ -93,10 +111,10 @@ class XidCondition(_Strict):
     ("NVRM: Xid (PCI:...): 13, pid=4242, name=python, ..."); NVML's event
     carries the code only."""
 
-    code: int = Field(ge=0, le=1023)
-    pid: int | None = Field(None, gt=0, lt=4194304)
+    code: int = setting(ge=0, le=1023)
+    pid: int | None = setting(None, gt=0, lt=4194304)
     # The NVLink an Xid 74's line names ("NVLink: fatal error detected on link 14").
-    link: int | None = Field(None, ge=0, le=63)
+    link: int | None = setting(None, ge=0, le=63)
 
 
 class Thresholds(_Strict):
@@ -139,20 +157,21 @@ class DeviceProfile(_Strict):
     vbios_version: str
     serial_base: int = 1650000000000
     # The nine classic reasons; newer drivers add board_limit and reliability.
-    supported_clock_reasons: list[str] = Field(
-        default_factory=lambda: [r for r in REASON_BITS if r not in ("board_limit", "reliability")])
+    supported_clock_reasons: list[str] = setting(
+        default_factory=lambda: [r for r in REASON_BITS if r not in ("board_limit", "reliability")],
+        check=_known_reasons("clock"))
     # C functions (and field ids) this model answers NOT_SUPPORTED for.
-    unsupported_calls: list[str] = Field(default_factory=list)
-    unsupported_fields: list[int] = Field(default_factory=list)
+    unsupported_calls: list[str] = setting(default_factory=list)
+    unsupported_fields: list[int] = setting(default_factory=list)
     ecc: bool = True
     gpm: bool = False  # GPU Performance Monitoring (Hopper and newer)
     # Whether nvmlDeviceGetSamples fills the SM/memory clock buffers; an H100
     # (driver 580.159.04) answers NOT_FOUND for them, always.
     clock_samples: bool = True
-    nvlinks: int = Field(0, ge=0, le=36)
+    nvlinks: int = setting(0, ge=0, le=36)
     mig: bool = False
     # The board's GPU instance profiles, as its driver lists them.
-    mig_profiles: list[MigProfile] = Field(default_factory=list)
+    mig_profiles: list[MigProfile] = setting(default_factory=list)
     # Registers with an NVSwitch fabric (HGX/NVL systems): answers
     # nvmlDeviceGetGpuFabricInfoV; other boards answer NOT_SUPPORTED.
     fabric: bool = False
@@ -165,26 +184,10 @@ class DeviceProfile(_Strict):
     # simulator/drivers.py EVENT_TYPE_SINCE)
     event_types: int = 0x8B
 
-    @field_validator("supported_clock_reasons")
-    @classmethod
-    def _reasons(cls, v: list[str]) -> list[str]:
-        for r in v:
-            if r not in REASON_BITS:
-                raise ValueError(f"unknown clock reason {r!r}; known: {', '.join(REASON_BITS)}")
-        return v
 
-
-ErrorName = str
 HealthEvent = Literal["ecc_single_bit", "ecc_double_bit", "power_source_change",
                       "ecc_single_bit_storm", "dram_retirement", "dram_retirement_failure",
                       "poison_non_fatal", "poison_fatal", "gpu_unavailable", "recovery_action"]
-
-
-def _check_error_name(name: str) -> str:
-    if name not in Return.__members__:
-        raise ValueError(f"unknown NVML error {name!r}; known: " +
-                         ", ".join(n for n in Return.__members__ if n != "SUCCESS"))
-    return name
 
 
 class GpuCondition(_Strict):
@@ -192,58 +195,58 @@ class GpuCondition(_Strict):
     timeline step changes only what it names; unset values are derived from
     the load and the profile as a real GPU's would be."""
 
-    utilization: float | None = Field(None, ge=0, le=1)
-    memory_utilization: float | None = Field(None, ge=0, le=1)
-    memory_used_ratio: float | None = Field(None, ge=0, le=1)
+    utilization: float | None = setting(None, ge=0, le=1)
+    memory_utilization: float | None = setting(None, ge=0, le=1)
+    memory_used_ratio: float | None = setting(None, ge=0, le=1)
     temperature_c: float | None = None
-    power_w: float | None = Field(None, ge=0)
-    power_limit_w: float | None = Field(None, gt=0)
-    throttle_reasons: list[str] | None = None
-    sm_clock_mhz: int | None = Field(None, gt=0)
-    application_sm_clock_mhz: int | None = Field(None, gt=0)
-    pcie_link_generation: int | None = Field(None, ge=1, le=6)
-    pcie_link_width: int | None = Field(None, ge=1, le=32)
-    pcie_replays_per_s: float | None = Field(None, ge=0)
-    pcie_tx_bytes_per_s: float | None = Field(None, ge=0)
-    pcie_rx_bytes_per_s: float | None = Field(None, ge=0)
+    power_w: float | None = setting(None, ge=0)
+    power_limit_w: float | None = setting(None, gt=0)
+    throttle_reasons: list[str] | None = setting(None, check=_known_reasons("throttle"))
+    sm_clock_mhz: int | None = setting(None, gt=0)
+    application_sm_clock_mhz: int | None = setting(None, gt=0)
+    pcie_link_generation: int | None = setting(None, ge=1, le=6)
+    pcie_link_width: int | None = setting(None, ge=1, le=32)
+    pcie_replays_per_s: float | None = setting(None, ge=0)
+    pcie_tx_bytes_per_s: float | None = setting(None, ge=0)
+    pcie_rx_bytes_per_s: float | None = setting(None, ge=0)
     ecc_enabled: bool | None = None
-    ecc_corrected_volatile: int | None = Field(None, ge=0)
-    ecc_uncorrected_volatile: int | None = Field(None, ge=0)
-    remapped_rows_correctable: int | None = Field(None, ge=0)
-    remapped_rows_uncorrectable: int | None = Field(None, ge=0)
+    ecc_corrected_volatile: int | None = setting(None, ge=0)
+    ecc_uncorrected_volatile: int | None = setting(None, ge=0)
+    remapped_rows_correctable: int | None = setting(None, ge=0)
+    remapped_rows_uncorrectable: int | None = setting(None, ge=0)
     remap_pending: bool | None = None
     remap_failed: bool | None = None
     persistence_mode: bool | None = None
-    fan_ratio: float | None = Field(None, ge=0, le=2)
+    fan_ratio: float | None = setting(None, ge=0, le=2)
     # Fan by fan (board order); a list shorter than the board's fans leaves the
     # rest on the fan curve. Overrides fan_ratio for the fans it names.
     fans: list[FanCondition] | None = None
     # The air at the board's inlet: the GPU's own temperature rises with it
     # (one for one above the 25 C the profiles' figures assume), and a board
     # with a board sensor reports it there.
-    inlet_temperature_c: float | None = Field(None, ge=-20, le=70)
+    inlet_temperature_c: float | None = setting(None, ge=-20, le=70)
     lost: bool | None = None
     # GPM activity ratios; unset ones follow the utilization as on a well-fed GPU.
-    sm_active: float | None = Field(None, ge=0, le=1)
-    sm_occupancy: float | None = Field(None, ge=0, le=1)
-    tensor_active: float | None = Field(None, ge=0, le=1)
-    dram_active: float | None = Field(None, ge=0, le=1)
+    sm_active: float | None = setting(None, ge=0, le=1)
+    sm_occupancy: float | None = setting(None, ge=0, le=1)
+    tensor_active: float | None = setting(None, ge=0, le=1)
+    dram_active: float | None = setting(None, ge=0, le=1)
     # Sub-second behaviour: with a period, utilization is a square wave between
     # 0 and 100 % whose duty cycle is ``utilization`` (bursty input).
-    burst_period_s: float | None = Field(None, gt=0, le=10)
+    burst_period_s: float | None = setting(None, gt=0, le=10)
     nvlink_down: list[int] | None = None
-    nvlink_crc_errors_per_s: float | None = Field(None, ge=0)
-    nvlink_replay_errors_per_s: float | None = Field(None, ge=0)
-    nvlink_recovery_errors_per_s: float | None = Field(None, ge=0)
+    nvlink_crc_errors_per_s: float | None = setting(None, ge=0)
+    nvlink_replay_errors_per_s: float | None = setting(None, ge=0)
+    nvlink_recovery_errors_per_s: float | None = setting(None, ge=0)
     # NVLink 5 (Blackwell boards): errors FEC could not correct, and symbol
     # errors it corrected, per second on each erring link.
-    nvlink_effective_errors_per_s: float | None = Field(None, ge=0)
-    nvlink_symbol_errors_per_s: float | None = Field(None, ge=0)
+    nvlink_effective_errors_per_s: float | None = setting(None, ge=0)
+    nvlink_symbol_errors_per_s: float | None = setting(None, ge=0)
     # The links the error rates above climb on (unset: every link that is up).
     nvlink_error_links: list[int] | None = None
-    nvlink_bytes_per_s: float | None = Field(None, ge=0)  # per link and direction
+    nvlink_bytes_per_s: float | None = setting(None, ge=0)  # per link and direction
     # Replays on a Grace board's C2C link to its CPU (ignored on other boards).
-    c2c_replay_errors_per_s: float | None = Field(None, ge=0)
+    c2c_replay_errors_per_s: float | None = setting(None, ge=0)
     mig_instances: list[MigInstance] | None = None
     # Xid errors the driver reports for this GPU at the step's time (events,
     # not state: each is delivered once): a code, or a code with the process
@@ -255,12 +258,12 @@ class GpuCondition(_Strict):
     nvml_events: list[HealthEvent] | None = None
     # The kernel's side of the GPU (sysfs): NUMA placement, the upstream
     # bridge/switch port's link, AER error rates.
-    numa_node: int | None = Field(None, ge=0)
-    upstream_link_generation: int | None = Field(None, ge=1, le=6)
-    upstream_link_width: int | None = Field(None, ge=1, le=32)
-    aer_correctable_per_s: float | None = Field(None, ge=0)
-    aer_nonfatal_per_s: float | None = Field(None, ge=0)
-    aer_fatal_per_s: float | None = Field(None, ge=0)
+    numa_node: int | None = setting(None, ge=0)
+    upstream_link_generation: int | None = setting(None, ge=1, le=6)
+    upstream_link_width: int | None = setting(None, ge=1, le=32)
+    aer_correctable_per_s: float | None = setting(None, ge=0)
+    aer_nonfatal_per_s: float | None = setting(None, ge=0)
+    aer_fatal_per_s: float | None = setting(None, ge=0)
     # The driver's recovery action for the GPU (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION);
     # unset: none.
     recovery_action: Literal["none", "gpu_reset", "node_reboot", "drain_p2p",
@@ -275,32 +278,12 @@ class GpuCondition(_Strict):
     # C function name -> seconds each call blocks before answering (a sick GPU).
     hangs: dict[str, float] | None = None
 
-    @field_validator("throttle_reasons")
-    @classmethod
-    def _reasons(cls, v: list[str] | None) -> list[str] | None:
-        for r in v or []:
-            if r not in REASON_BITS:
-                raise ValueError(f"unknown throttle reason {r!r}; known: {', '.join(REASON_BITS)}")
-        return v
-
-    @field_validator("errors")
-    @classmethod
-    def _errors(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        for name in (v or {}).values():
-            _check_error_name(name)
-        return v
-
-    @field_validator("fabric_status")
-    @classmethod
-    def _fabric_status(cls, v: str | None) -> str | None:
-        return None if v is None else _check_error_name(v)
-
 
 class Pressure(_Strict):
     """Linux PSI avg10 ratios for one resource."""
 
-    some: float = Field(0.0, ge=0, le=1)
-    full: float = Field(0.0, ge=0, le=1)
+    some: float = setting(0.0, ge=0, le=1)
+    full: float = setting(0.0, ge=0, le=1)
 
 
 # The PortCounters the simulated HCAs keep (simulator/nicfs.py COUNTER_BITS).
@@ -312,19 +295,19 @@ PortCounter = Literal["symbol_error", "link_error_recovery", "link_downed", "por
 class RdmaNic(_Strict):
     """An RDMA device of the host (a ConnectX HCA, one port), simulator/nicfs.py."""
 
-    name: str = Field(pattern=r"^mlx5_[0-9]{1,2}$")
-    netdev: str | None = Field(None, pattern=r"^[a-z][a-z0-9]{1,14}$")
+    name: str = setting(pattern=r"^mlx5_[0-9]{1,2}$")
+    netdev: str | None = setting(None, pattern=r"^[a-z][a-z0-9]{1,14}$")
     # Behind this GPU's PCIe switch (PIX to it); None: on a host bridge of its
     # own on ``numa_node``.
-    beside_gpu: int | None = Field(None, ge=0, le=63)
-    numa_node: int = Field(0, ge=0, le=63)
+    beside_gpu: int | None = setting(None, ge=0, le=63)
+    numa_node: int = setting(0, ge=0, le=63)
     state: Literal["ACTIVE", "DOWN", "INIT", "ARMED"] = "ACTIVE"
-    rate_gbps: float = Field(400.0, gt=0, le=3200)
+    rate_gbps: float = setting(400.0, gt=0, le=3200)
     link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
     # PortCounters' values at the start, and how fast each climbs (per second);
     # each stops at the top of its field (symbol_error 65535).
-    counters: dict[PortCounter, int] = Field(default_factory=dict)
-    errors_per_s: dict[PortCounter, float] = Field(
+    counters: dict[PortCounter, int] = setting(default_factory=dict)
+    errors_per_s: dict[PortCounter, float] = setting(
             default_factory=dict)
 
 
@@ -332,11 +315,11 @@ class HostCondition(_Strict):
     """The host around the GPUs. Like GpuCondition, a timeline step changes only
     the fields it names. Rates are per second; ratios 0-1."""
 
-    cpus: int | None = Field(None, ge=1, le=4096)
-    numa_nodes: int | None = Field(None, ge=1, le=64)
-    cpu_busy_ratio: float | None = Field(None, ge=0, le=1)  # user+system share of all CPUs
-    iowait_ratio: float | None = Field(None, ge=0, le=1)
-    steal_ratio: float | None = Field(None, ge=0, le=1)
+    cpus: int | None = setting(None, ge=1, le=4096)
+    numa_nodes: int | None = setting(None, ge=1, le=64)
+    cpu_busy_ratio: float | None = setting(None, ge=0, le=1)  # user+system share of all CPUs
+    iowait_ratio: float | None = setting(None, ge=0, le=1)
+    steal_ratio: float | None = setting(None, ge=0, le=1)
     pressure_cpu: Pressure | None = None
     pressure_memory: Pressure | None = None
     pressure_io: Pressure | None = None
@@ -347,17 +330,17 @@ class HostCondition(_Strict):
     # off by default since Linux 5.14): /proc/PID/stat's delayacct_blkio_ticks
     # counts only then.
     delay_accounting: bool | None = None
-    memory_total_bytes: int | None = Field(None, gt=0)
-    memory_available_ratio: float | None = Field(None, ge=0, le=1)
+    memory_total_bytes: int | None = setting(None, gt=0)
+    memory_available_ratio: float | None = setting(None, ge=0, le=1)
     # Share of the memory in total that stops being available each second (a
     # leak, a cache without a bound), from the start of the scenario.
-    memory_available_drop_ratio_per_s: float | None = Field(None, ge=0, le=1)
-    swap_total_bytes: int | None = Field(None, ge=0)
-    swap_used_ratio: float | None = Field(None, ge=0, le=1)
-    swap_in_bytes_per_s: float | None = Field(None, ge=0)
-    swap_out_bytes_per_s: float | None = Field(None, ge=0)
-    load1: float | None = Field(None, ge=0)
-    context_switches_per_s: float | None = Field(None, ge=0)
+    memory_available_drop_ratio_per_s: float | None = setting(None, ge=0, le=1)
+    swap_total_bytes: int | None = setting(None, ge=0)
+    swap_used_ratio: float | None = setting(None, ge=0, le=1)
+    swap_in_bytes_per_s: float | None = setting(None, ge=0)
+    swap_out_bytes_per_s: float | None = setting(None, ge=0)
+    load1: float | None = setting(None, ge=0)
+    context_switches_per_s: float | None = setting(None, ge=0)
     # block device name -> busy ratio (share of time with I/O in flight)
     disks: dict[str, float] | None = None
     # interface name -> receive drops per second / receive errors per second
@@ -368,66 +351,66 @@ class HostCondition(_Strict):
     # throttle events per second on each core and each package, and the share
     # of time each core spends throttled (*_throttle_total_time_ms).
     cpu_thermal_counters: bool | None = None
-    cpu_thermal_throttles_per_s: float | None = Field(None, ge=0)
-    cpu_thermal_throttled_ratio: float | None = Field(None, ge=0, le=1)
+    cpu_thermal_throttles_per_s: float | None = setting(None, ge=0)
+    cpu_thermal_throttled_ratio: float | None = setting(None, ge=0, le=1)
     # The RDMA devices (None: one 400 Gb/s HCA behind each of the first eight
     # GPUs' switches, as on an HGX board; []: none, a node without RDMA).
     rdma: list[RdmaNic] | None = None
     # /proc/uptime when the scenario starts (it grows with the scenario's
     # time; read from the scenario's host only, a timeline step does not
     # reboot), and /proc/sys/kernel/random/boot_id: another id is another boot.
-    uptime_s: float | None = Field(None, ge=0, le=10 * 365 * 86400)
-    boot_id: str | None = Field(
+    uptime_s: float | None = setting(None, ge=0, le=10 * 365 * 86400)
+    boot_id: str | None = setting(
         None, pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 class ProcessCondition(_Strict):
     """A process on the host; with ``gpus`` it holds a context on those GPUs."""
 
-    pid: int = Field(gt=1, lt=4194304)
-    comm: str = Field(min_length=1, max_length=15)
+    pid: int = setting(gt=1, lt=4194304)
+    comm: str = setting(min_length=1, max_length=15)
     ppid: int = 1
-    gpus: list[int] = Field(default_factory=list)
+    gpus: list[int] = setting(default_factory=list)
     type: Literal["compute", "graphics"] = "compute"
-    gpu_memory_ratio: float = Field(0.0, ge=0, le=1)  # share of each GPU's memory it holds
+    gpu_memory_ratio: float = setting(0.0, ge=0, le=1)  # share of each GPU's memory it holds
     # Share of each GPU's memory it adds per second from the scenario's start
     # (a leak, a cache without bound), up to all of it.
-    gpu_memory_growth_ratio_per_s: float = Field(0.0, ge=0, le=1)
-    sm_utilization: float | None = Field(None, ge=0, le=1)  # None: no samples from NVML
-    cpu_ratio: float = Field(0.0, ge=0)  # CPUs' worth of time it burns (1.5 = 1.5 cores)
+    gpu_memory_growth_ratio_per_s: float = setting(0.0, ge=0, le=1)
+    sm_utilization: float | None = setting(None, ge=0, le=1)  # None: no samples from NVML
+    cpu_ratio: float = setting(0.0, ge=0)  # CPUs' worth of time it burns (1.5 = 1.5 cores)
     # R running or runnable, S asleep until an event, D blocked in the kernel
     # (uninterruptible: waiting for I/O), Z, T, I. A timeline step that lists the
     # process again with another state changes it from then on; its counters
     # (CPU time, switches, schedstat) go on from where they were.
     state: Literal["R", "S", "D", "Z", "T", "I"] = "S"
-    threads: int = Field(1, ge=1)
-    rss_bytes: int = Field(512 * 1024 * 1024, ge=0)
-    run_queue_wait_ratio: float = Field(0.0, ge=0)  # waiting-to-run time per wall second
+    threads: int = setting(1, ge=1)
+    rss_bytes: int = setting(512 * 1024 * 1024, ge=0)
+    run_queue_wait_ratio: float = setting(0.0, ge=0)  # waiting-to-run time per wall second
     # How often it gives up the CPU to wait (each wake-up from sleep is one):
     # a process asleep for good does not wake at all. Not given: a thousand
     # wake-ups per CPU's worth of time it burns (a millisecond on the CPU per
     # wake-up, as a server answering small requests runs): a process runs only
     # by waking, and one that burns no CPU time never woke.
-    voluntary_ctxt_switches_per_s: float | None = Field(None, ge=0)
-    nonvoluntary_ctxt_switches_per_s: float = Field(0.0, ge=0)
+    voluntary_ctxt_switches_per_s: float | None = setting(None, ge=0)
+    nonvoluntary_ctxt_switches_per_s: float = setting(0.0, ge=0)
     # a cpulist like "0-31,64-95"; None: its workload's cpuset, else the GPU's local CPUs
     cpus_allowed: str | None = None
     # Seconds of block I/O delay per second (delayacct_blkio_ticks, counted only
     # with the host's delay_accounting); None: all of its time while in D, else none.
-    blkio_delay_ratio: float | None = Field(None, ge=0, le=1)
+    blkio_delay_ratio: float | None = setting(None, ge=0, le=1)
     cgroup: str = "0::/user.slice"
     # The user it runs as (/proc/PID/status's Uid); None: its tenant's (the
     # Slurm job's user, the container's run_as_uid), else 1000.
-    uid: int | None = Field(None, ge=0, lt=2**32)
+    uid: int | None = setting(None, ge=0, lt=2**32)
     # MIG placement when the GPU is split: (gpu_instance, compute_instance).
     mig: tuple[int, int] | None = None
     exits_at: Duration | None = None  # the process ends at this time
 
-    @model_validator(mode="after")
-    def _wakes_to_run(self) -> ProcessCondition:
+    def _check(self) -> None:
         if self.voluntary_ctxt_switches_per_s is None:
-            self.voluntary_ctxt_switches_per_s = WAKEUPS_PER_CPU_SECOND * self.cpu_ratio
-        return self
+            # Derived, not given: kept out of the fields given.
+            self.__dict__["voluntary_ctxt_switches_per_s"] = \
+                WAKEUPS_PER_CPU_SECOND * self.cpu_ratio
 
     @property
     def wakeups_per_s(self) -> float:
@@ -448,7 +431,7 @@ NvmlCondition = Literal["ok", "driver_not_loaded", "no_permission", "lib_rm_vers
 
 
 class Step(_Strict):
-    at: Duration = Field(0.0, ge=0)
+    at: Duration = setting(0.0, ge=0)
     gpus: GpuSelector = "all"
     set: GpuCondition = GpuCondition()
     host: HostCondition | None = None
@@ -458,11 +441,17 @@ class Step(_Strict):
     nvml: NvmlCondition | None = None
 
 
+def _known_branch(v: str | None) -> str | None:
+    if v is not None and v not in BY_NAME:
+        raise ValueError(f"unknown driver branch {v!r}; known: {', '.join(BY_NAME)}")
+    return v
+
+
 class Node(_Strict):
     # Which simulated machine this is: GPU UUIDs derive from it, so scenarios of
     # the same node (healthy, then with a fault) show the same GPUs.
     id: str = "sim-node-01"
-    gpus: int = Field(8, ge=0, le=64)
+    gpus: int = setting(8, ge=0, le=64)
     # A built-in profile's name, a profile file, or the profile itself (recordings).
     profile: str | dict[str, Any] = "h100-sxm5-80gb"
     driver_version: str = "580.159.04"
@@ -471,7 +460,7 @@ class Node(_Strict):
     # the C symbols it exports, the field ids and struct versions it knows.
     # Unset: the newest branch. Setting it also sets driver_version and
     # cuda_driver_version to the branch's unless the scenario names them.
-    driver: str | None = None
+    driver: str | None = setting(None, check=_known_branch)
     # NVML as a whole: "ok", or the error nvmlInit returns ("library_missing"
     # makes the library itself absent).
     nvml: Literal["ok", "library_missing", "driver_not_loaded", "no_permission",
@@ -486,30 +475,19 @@ class Node(_Strict):
     # the real-kernel tests run the daemon so, in a container-like sandbox).
     host: Literal["simulated", "real"] = "simulated"
 
-    @field_validator("driver")
-    @classmethod
-    def _known_branch(cls, v: str | None) -> str | None:
-        if v is not None and v not in BY_NAME:
-            raise ValueError(f"unknown driver branch {v!r}; known: {', '.join(BY_NAME)}")
-        return v
-
-    @model_validator(mode="after")
-    def _branch_versions(self) -> Node:
+    def _check(self) -> None:
         if self.driver is not None:
+            # The branch's versions, where the scenario names none (derived:
+            # kept out of the fields given).
             branch = BY_NAME[self.driver]
             if "driver_version" not in self.model_fields_set:
-                self.driver_version = branch.driver_version
+                self.__dict__["driver_version"] = branch.driver_version
             if "cuda_driver_version" not in self.model_fields_set:
-                self.cuda_driver_version = branch.cuda_driver_version
-        return self
-
-    @model_validator(mode="after")
-    def _minors(self) -> Node:
+                self.__dict__["cuda_driver_version"] = branch.cuda_driver_version
         minors = self.device_minors
         if minors is not None and (len(minors) != self.gpus or len(set(minors)) != len(minors)
                                    or min(minors, default=0) < 0):
             raise ValueError("device_minors: one distinct minor per GPU")
-        return self
 
     @property
     def branch(self) -> DriverBranch:
@@ -519,23 +497,23 @@ class Node(_Strict):
 class Expectation(_Strict):
     """A finding the scenario is built to produce (the tests hold it to that)."""
 
-    gpu: int = Field(ge=0)
+    gpu: int = setting(ge=0)
     symptom: str
     cause: str
 
 
 class ReplayPoll(_Strict):
-    t: float = Field(ge=0)
+    t: float = setting(ge=0)
     # GPU index -> what each NVML call answered at this poll (NVML units); only
     # what changed since the previous poll.
-    gpus: dict[int, dict[str, Any]] = Field(default_factory=dict)
+    gpus: dict[int, dict[str, Any]] = setting(default_factory=dict)
 
 
 class Replay(_Strict):
     """What a recorded node answered, poll by poll (``gpu-exporter record``)."""
 
-    polls: list[ReplayPoll] = Field(min_length=1)
-    events: list[dict[str, Any]] = Field(default_factory=list)
+    polls: list[ReplayPoll] = setting(min_length=1)
+    events: list[dict[str, Any]] = setting(default_factory=list)
 
 
 class KernelLogLine(_Strict):
@@ -549,32 +527,30 @@ class KernelLogLine(_Strict):
     never delivers these. ``repeat`` logs it that many times, 1 ms apart (a
     flood); ``facility`` 1 is a line user space wrote to /dev/kmsg."""
 
-    at: float = Field(0.0, ge=-86400.0)
-    message: str | None = Field(None, max_length=1000)
-    gpu: int | None = Field(None, ge=0)
-    xid: int | None = Field(None, ge=0, le=1023)
-    pid: int | None = Field(None, gt=0, lt=4194304)
-    name: str = Field("", max_length=64)
-    detail: str = Field("", max_length=200)
-    link: int | None = Field(None, ge=0, le=63)
-    repeat: int = Field(1, ge=1, le=1_000_000)
-    facility: int = Field(0, ge=0, le=23)
+    at: float = setting(0.0, ge=-86400.0)
+    message: str | None = setting(None, max_length=1000)
+    gpu: int | None = setting(None, ge=0)
+    xid: int | None = setting(None, ge=0, le=1023)
+    pid: int | None = setting(None, gt=0, lt=4194304)
+    name: str = setting("", max_length=64)
+    detail: str = setting("", max_length=200)
+    link: int | None = setting(None, ge=0, le=63)
+    repeat: int = setting(1, ge=1, le=1_000_000)
+    facility: int = setting(0, ge=0, le=23)
 
-    @model_validator(mode="after")
-    def _one_kind(self) -> KernelLogLine:
+    def _check(self) -> None:
         if (self.message is None) == (self.xid is None):
             raise ValueError("give either message or xid")
         if self.xid is not None and self.gpu is None:
             raise ValueError("an xid line needs its gpu")
-        return self
 
 
 class KernelLog(_Strict):
     """The node's kernel log (/dev/kmsg) beyond the driver's own Xid lines.
     ``lost``: records the ring buffer overwrote before the first one left."""
 
-    lines: list[KernelLogLine] = Field(default_factory=list)
-    lost: int = Field(0, ge=0)
+    lines: list[KernelLogLine] = setting(default_factory=list)
+    lost: int = setting(0, ge=0)
 
 
 class Scenario(_Strict):
@@ -583,17 +559,17 @@ class Scenario(_Strict):
     node: Node = Node()
     # Starting condition of every GPU, then per-GPU overrides, then the timeline.
     state: GpuCondition = GpuCondition()
-    gpus: dict[int, GpuCondition] = Field(default_factory=dict)
+    gpus: dict[int, GpuCondition] = setting(default_factory=dict)
     host: HostCondition = HostCondition()
-    processes: list[ProcessCondition] = Field(default_factory=list)
-    timeline: list[Step] = Field(default_factory=list)
+    processes: list[ProcessCondition] = setting(default_factory=list)
+    timeline: list[Step] = setting(default_factory=list)
     noise: bool = True
     # Jitter on every rate and ratio the node reports (host, processes,
     # workloads' cgroups, the GPUs' utilization, power and PCIe traffic): each
     # is scaled by a factor drawn anew every second within 1 +- jitter,
     # repeatably for a given seed. 0: the values exactly as set.
-    jitter: float = Field(0.0, ge=0, le=0.5)
-    seed: int = Field(0, ge=0)
+    jitter: float = setting(0.0, ge=0, le=0.5)
+    seed: int = setting(0, ge=0)
     # What the diagnosis must find, and nothing else; None: not declared.
     expect: list[Expectation] | None = None
     replay: Replay | None = None
@@ -603,8 +579,7 @@ class Scenario(_Strict):
     # The kernel log's lines besides the driver's Xids (simulator/kmsg.py).
     kernel_log: KernelLog = KernelLog()
 
-    @model_validator(mode="after")
-    def _indices(self) -> Scenario:
+    def _check(self) -> None:
         if self.node.nvml == "library_missing":
             for k, step in enumerate(self.timeline):
                 if step.nvml is not None:
@@ -637,4 +612,3 @@ class Scenario(_Strict):
                     if not 0 <= i < n:
                         raise ValueError(f"{where}: pid {proc.pid} uses GPU {i}, outside "
                                          f"0..{n - 1}")
-        return self

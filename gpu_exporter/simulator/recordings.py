@@ -19,20 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
-
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-)
 
 from gpu_exporter import safefile
 from gpu_exporter.nvml.constants import THROTTLE_TIME_FIELDS
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.sections import Parse, Section, ValidationError, setting
 from gpu_exporter.simulator.model import GpuCondition
 
 FORMAT = 2
@@ -80,52 +73,91 @@ def check_seal(data: bytes) -> int:
 
 
 # --- what a recording holds ---------------------------------------------------------------
-def _error_name(name: str) -> str:
-    if name not in Return.__members__:
+def _error_name(name: Any) -> Any:
+    # Before the type's check: a value that is no text is refused by it.
+    if isinstance(name, str) and name not in Return.__members__:
         raise ValueError(f"unknown NVML error {name[:40]!r}")
     return name
 
 
-ErrorName = Annotated[str, AfterValidator(_error_name)]  # as NVML names it: NOT_SUPPORTED
+ErrorName = Annotated[str, Parse(_error_name)]  # as NVML names it: NOT_SUPPORTED
 GpuIndex = int
 
 
-class _Strict(BaseModel):
-    # strict: a string where a number belongs is refused, not converted.
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+class _Strict(Section):
+    # strict: a string where a number belongs is refused, not converted (and
+    # a number is finite, as in every section).
+    strict = True
 
 
 class RecordedRates(_Strict):
     """GPM's rates over the poll (ratios 0-1; PCIe in bytes per second)."""
 
-    sm_active: float | None = Field(None, ge=0.0, le=1.0)
-    sm_occupancy: float | None = Field(None, ge=0.0, le=1.0)
-    tensor_active: float | None = Field(None, ge=0.0, le=1.0)
-    dram_active: float | None = Field(None, ge=0.0, le=1.0)
-    pcie_tx_bytes_per_s: float | None = Field(None, ge=0.0)
-    pcie_rx_bytes_per_s: float | None = Field(None, ge=0.0)
+    sm_active: float | None = setting(None, ge=0.0, le=1.0)
+    sm_occupancy: float | None = setting(None, ge=0.0, le=1.0)
+    tensor_active: float | None = setting(None, ge=0.0, le=1.0)
+    dram_active: float | None = setting(None, ge=0.0, le=1.0)
+    pcie_tx_bytes_per_s: float | None = setting(None, ge=0.0)
+    pcie_rx_bytes_per_s: float | None = setting(None, ge=0.0)
 
 
 class RecordedProcess(_Strict):
-    pid: int = Field(gt=0, lt=2**32)
-    used_bytes: int = Field(ge=0)
-    gpu_instance: int | None = Field(ge=0, lt=2**32)
-    compute_instance: int | None = Field(ge=0, lt=2**32)
+    pid: int = setting(gt=0, lt=2**32)
+    used_bytes: int = setting(ge=0)
+    gpu_instance: int | None = setting(ge=0, lt=2**32)
+    compute_instance: int | None = setting(ge=0, lt=2**32)
     graphics: bool
 
 
 class RecordedMigSlot(_Strict):
-    uuid: str = Field("", max_length=128)
-    gpu_instance: int = Field(0, ge=0, le=64)
-    compute_instance: int = Field(0, ge=0, le=64)
-    profile_id: int = Field(0, ge=0)
-    memory_total: int = Field(0, ge=0)
-    memory_used: int = Field(0, ge=0)
-    sm_active: float = Field(0.0, ge=0.0, le=1.0)
+    uuid: str = setting("", max_length=128)
+    gpu_instance: int = setting(0, ge=0, le=64)
+    compute_instance: int = setting(0, ge=0, le=64)
+    profile_id: int = setting(0, ge=0)
+    memory_total: int = setting(0, ge=0)
+    memory_used: int = setting(0, ge=0)
+    sm_active: float = setting(0.0, ge=0.0, le=1.0)
 
 
-_Text = Field(None, max_length=256)
+_Text = setting(None, max_length=256)
+def _ecc(v: dict[str, int] | None) -> dict[str, int] | None:
+    for key, count in (v or {}).items():
+        if re.fullmatch(r"[01]/[01]", key) is None or count < 0:
+            raise ValueError(f"expected 'type/counter' (0 or 1 each) -> a count, got "
+                             f"{key[:20]!r}: {count}")
+    return v
+
+
+def _throttle(v: dict[str, int] | None) -> dict[str, int] | None:
+    known = set(THROTTLE_TIME_FIELDS.values())
+    for reason, ns in (v or {}).items():
+        if reason not in known or ns < 0:
+            raise ValueError(f"expected a counted throttle reason ({', '.join(sorted(known))})"
+                             f" -> nanoseconds, got {reason[:40]!r}: {ns}")
+    return v
+
+
+def _non_negative(v: dict[int, int] | None) -> dict[int, int] | None:
+    for key, value in (v or {}).items():
+        if key < 0 or value < 0:
+            raise ValueError(f"expected non-negative keys and values, got {key}: {value}")
+    return v
+
+
+def _verdict(field: str) -> Callable[[str | None], str | None]:
+    """The driver's verdicts replay as a scenario's condition: the values it takes."""
+    def check(v: str | None) -> str | None:
+        if v is not None:
+            try:
+                GpuCondition.model_validate({field: v})
+            except ValidationError as exc:
+                raise ValueError(exc.errors()[0]["msg"]) from None
+        return v
+    return check
+
+
 _Mhz = dict[int, int]
+_COUNTS = setting(None, check=_non_negative)
 
 
 class RecordedGpu(_Strict):
@@ -140,121 +172,82 @@ class RecordedGpu(_Strict):
     bus_id: str | None = _Text
     vbios: str | None = _Text
     architecture: str | None = _Text
-    cc: str | None = Field(None, pattern=r"^\d{1,3}\.\d{1,3}$")
-    util_pct: int | None = Field(None, ge=0, le=100)
-    mem_util_pct: int | None = Field(None, ge=0, le=100)
-    mem_total: int | None = Field(None, ge=0)
-    mem_reserved: int | None = Field(None, ge=0)
-    mem_used: int | None = Field(None, ge=0)
-    temp_c: int | None = Field(None, ge=-273, le=1000)
-    mem_temp_c: int | None = Field(None, ge=-273, le=1000)
-    thresholds: dict[int, int] | None = None
-    pcie_tx_bytes: int | None = Field(None, ge=0)
-    pcie_rx_bytes: int | None = Field(None, ge=0)
-    ecc: dict[str, int] | None = None  # "type/counter" -> count
-    nvlink_count: int | None = Field(None, ge=0, le=36)
-    recovery_action: str | None = None
+    cc: str | None = setting(None, pattern=r"^\d{1,3}\.\d{1,3}$")
+    util_pct: int | None = setting(None, ge=0, le=100)
+    mem_util_pct: int | None = setting(None, ge=0, le=100)
+    mem_total: int | None = setting(None, ge=0)
+    mem_reserved: int | None = setting(None, ge=0)
+    mem_used: int | None = setting(None, ge=0)
+    temp_c: int | None = setting(None, ge=-273, le=1000)
+    mem_temp_c: int | None = setting(None, ge=-273, le=1000)
+    thresholds: dict[int, int] | None = _COUNTS
+    pcie_tx_bytes: int | None = setting(None, ge=0)
+    pcie_rx_bytes: int | None = setting(None, ge=0)
+    ecc: dict[str, int] | None = setting(None, check=_ecc)  # "type/counter" -> count
+    nvlink_count: int | None = setting(None, ge=0, le=36)
+    recovery_action: str | None = setting(None, check=_verdict("recovery_action"))
     fabric_capable: bool | None = None
-    fabric_state: str | None = None
-    fabric_status: str | None = None
-    fabric_health: str | None = None
-    throttle_ns: dict[str, int] | None = None
+    fabric_state: str | None = setting(None, check=_verdict("fabric_state"))
+    fabric_status: str | None = setting(None, check=_verdict("fabric_status"))
+    fabric_health: str | None = setting(None, check=_verdict("fabric_health"))
+    throttle_ns: dict[str, int] | None = setting(None, check=_throttle)
     field_errors: dict[int, ErrorName] | None = None
-    power_mw: int | None = Field(None, ge=0)
-    limit_mw: int | None = Field(None, ge=0)
-    default_limit_mw: int | None = Field(None, ge=0)
-    energy_mj: int | None = Field(None, ge=0)
-    clocks_mhz: _Mhz | None = None
-    max_clocks_mhz: _Mhz | None = None
-    app_clocks_mhz: _Mhz | None = None
-    default_app_clocks_mhz: _Mhz | None = None
-    pstate: int | None = Field(None, ge=0, le=32)
-    fans_pct: dict[int, int] | None = None
-    reasons: int | None = Field(None, ge=0, lt=2**64)
-    supported_reasons: int | None = Field(None, ge=0, lt=2**64)
-    pcie_gen: int | None = Field(None, ge=0, le=16)
-    pcie_max_gen: int | None = Field(None, ge=0, le=16)
-    pcie_width: int | None = Field(None, ge=0, le=64)
-    pcie_max_width: int | None = Field(None, ge=0, le=64)
-    pcie_replays: int | None = Field(None, ge=0)
+    power_mw: int | None = setting(None, ge=0)
+    limit_mw: int | None = setting(None, ge=0)
+    default_limit_mw: int | None = setting(None, ge=0)
+    energy_mj: int | None = setting(None, ge=0)
+    clocks_mhz: _Mhz | None = _COUNTS
+    max_clocks_mhz: _Mhz | None = _COUNTS
+    app_clocks_mhz: _Mhz | None = _COUNTS
+    default_app_clocks_mhz: _Mhz | None = _COUNTS
+    pstate: int | None = setting(None, ge=0, le=32)
+    fans_pct: dict[int, int] | None = _COUNTS
+    reasons: int | None = setting(None, ge=0, lt=2**64)
+    supported_reasons: int | None = setting(None, ge=0, lt=2**64)
+    pcie_gen: int | None = setting(None, ge=0, le=16)
+    pcie_max_gen: int | None = setting(None, ge=0, le=16)
+    pcie_width: int | None = setting(None, ge=0, le=64)
+    pcie_max_width: int | None = setting(None, ge=0, le=64)
+    pcie_replays: int | None = setting(None, ge=0)
     ecc_enabled: bool | None = None
-    remapped: list[int] | None = Field(None, min_length=4, max_length=4)
+    remapped: list[int] | None = setting(None, min_length=4, max_length=4)
     persistence: bool | None = None
-    processes: list[RecordedProcess] | None = Field(None, max_length=4096)
-    process_sm_pct: dict[int, int] | None = None
+    processes: list[RecordedProcess] | None = setting(None, max_length=4096)
+    process_sm_pct: dict[int, int] | None = _COUNTS
     gpm_supported: bool | None = None
     rates: RecordedRates | None = None
-    event_types: int | None = Field(None, ge=0, lt=2**64)
+    event_types: int | None = setting(None, ge=0, lt=2**64)
     nvlink_up: dict[int, bool] | None = None
     nvlink_errors: dict[int, dict[int, int]] | None = None
-    nvlink_tx_kib: dict[int, int] | None = None
-    nvlink_rx_kib: dict[int, int] | None = None
+    nvlink_tx_kib: dict[int, int] | None = _COUNTS
+    nvlink_rx_kib: dict[int, int] | None = _COUNTS
     mig_capable: bool | None = None
     mig_on: bool | None = None
     mig: dict[int, RecordedMigSlot] | None = None
 
-    @field_validator("ecc")
-    @classmethod
-    def _ecc(cls, v: dict[str, int] | None) -> dict[str, int] | None:
-        for key, count in (v or {}).items():
-            if re.fullmatch(r"[01]/[01]", key) is None or count < 0:
-                raise ValueError(f"expected 'type/counter' (0 or 1 each) -> a count, got "
-                                 f"{key[:20]!r}: {count}")
-        return v
-
-    @field_validator("throttle_ns")
-    @classmethod
-    def _throttle(cls, v: dict[str, int] | None) -> dict[str, int] | None:
-        known = set(THROTTLE_TIME_FIELDS.values())
-        for reason, ns in (v or {}).items():
-            if reason not in known or ns < 0:
-                raise ValueError(f"expected a counted throttle reason ({', '.join(sorted(known))})"
-                                 f" -> nanoseconds, got {reason[:40]!r}: {ns}")
-        return v
-
-    @field_validator("clocks_mhz", "max_clocks_mhz", "app_clocks_mhz", "default_app_clocks_mhz",
-                     "thresholds", "fans_pct", "process_sm_pct", "nvlink_tx_kib",
-                     "nvlink_rx_kib")
-    @classmethod
-    def _non_negative(cls, v: dict[int, int] | None) -> dict[int, int] | None:
-        for key, value in (v or {}).items():
-            if key < 0 or value < 0:
-                raise ValueError(f"expected non-negative keys and values, got {key}: {value}")
-        return v
-
-    @field_validator("recovery_action", "fabric_state", "fabric_status", "fabric_health")
-    @classmethod
-    def _verdict(cls, v: str | None, info: Any) -> str | None:
-        # The driver's verdicts replay as a scenario's condition: the values it takes.
-        if v is not None:
-            try:
-                GpuCondition.model_validate({info.field_name: v})
-            except ValidationError as exc:
-                raise ValueError(exc.errors()[0]["msg"]) from None
-        return v
 
 
 class RecordedEvent(_Strict):
-    t: float = Field(ge=0.0)
-    gpu: GpuIndex = Field(ge=0)
-    xid: int = Field(ge=0, lt=2**32)
+    t: float = setting(ge=0.0)
+    gpu: GpuIndex = setting(ge=0)
+    xid: int = setting(ge=0, lt=2**32)
     # The MIG GPU instance NVML's event named (absent: the whole GPU).
-    gpu_instance: int | None = Field(None, ge=0, lt=2**32)
+    gpu_instance: int | None = setting(None, ge=0, lt=2**32)
 
 
 class RecordedPoll(_Strict):
-    t: float = Field(ge=0.0)
+    t: float = setting(ge=0.0)
     gpus: dict[GpuIndex, RecordedGpu]
 
 
 class RecordedReplay(_Strict):
-    polls: list[RecordedPoll] = Field(min_length=1, max_length=MAX_POLLS)
-    events: list[RecordedEvent] = Field(default_factory=list, max_length=MAX_POLLS)
+    polls: list[RecordedPoll] = setting(min_length=1, max_length=MAX_POLLS)
+    events: list[RecordedEvent] = setting(default_factory=list, max_length=MAX_POLLS)
 
 
 class RecordingHeader(_Strict):
     format: int
-    polls: int = Field(ge=1, le=MAX_POLLS)
+    polls: int = setting(ge=1, le=MAX_POLLS)
 
 
 def check_document(doc: dict[str, Any], sealed_polls: int | None) -> None:
@@ -303,7 +296,7 @@ def check_document(doc: dict[str, Any], sealed_polls: int | None) -> None:
                                    f"node (node.gpus is {gpus})")
 
 
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound=Section)
 
 
 def _validated(model: type[_M], value: Any, where: str) -> _M:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from gpu_exporter.pydantic_types import Duration
+from gpu_exporter.config_types import Duration
+from gpu_exporter.sections import Section, setting
 
 # Kubernetes object names: RFC 1123 labels / subdomains.
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -26,8 +25,8 @@ _CPULIST = r"^\d{1,4}(-\d{1,4})?(,\d{1,4}(-\d{1,4})?){0,63}$"
 _DEVICE = r"^\d{1,10}:\d{1,10}$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(Section):
+    """Frozen, no unknown key (as every section)."""
 
 
 class CgroupCondition(_Strict):
@@ -40,39 +39,39 @@ class CgroupCondition(_Strict):
     scans and steals pages, re-reads evicted file pages (refaults) and counts
     each time the limit was hit (memory.events "max")."""
 
-    cpu_some: float = Field(0.0, ge=0, le=1)
-    cpu_full: float = Field(0.0, ge=0, le=1)
-    io_some: float = Field(0.0, ge=0, le=1)
-    io_full: float = Field(0.0, ge=0, le=1)
-    memory_some: float = Field(0.0, ge=0, le=1)
-    memory_full: float = Field(0.0, ge=0, le=1)
-    cpu_throttled_ratio: float = Field(0.0, ge=0, le=1)
-    oom_kills: int = Field(0, ge=0)
-    memory_anon_bytes: int = Field(0, ge=0)
-    memory_file_bytes: int = Field(0, ge=0)  # page cache charged to it
-    memory_swap_bytes: int = Field(0, ge=0)  # its pages in swap (memory.swap.current)
-    reclaim_scan_bytes_per_s: float = Field(0.0, ge=0)  # pgscan
-    reclaim_steal_bytes_per_s: float = Field(0.0, ge=0)  # pgsteal: reclaimed
-    refault_bytes_per_s: float = Field(0.0, ge=0)  # workingset_refault_file
-    memory_max_events_per_s: float = Field(0.0, ge=0)  # memory.events "max"
+    cpu_some: float = setting(0.0, ge=0, le=1)
+    cpu_full: float = setting(0.0, ge=0, le=1)
+    io_some: float = setting(0.0, ge=0, le=1)
+    io_full: float = setting(0.0, ge=0, le=1)
+    memory_some: float = setting(0.0, ge=0, le=1)
+    memory_full: float = setting(0.0, ge=0, le=1)
+    cpu_throttled_ratio: float = setting(0.0, ge=0, le=1)
+    oom_kills: int = setting(0, ge=0)
+    memory_anon_bytes: int = setting(0, ge=0)
+    memory_file_bytes: int = setting(0, ge=0)  # page cache charged to it
+    memory_swap_bytes: int = setting(0, ge=0)  # its pages in swap (memory.swap.current)
+    reclaim_scan_bytes_per_s: float = setting(0.0, ge=0)  # pgscan
+    reclaim_steal_bytes_per_s: float = setting(0.0, ge=0)  # pgsteal: reclaimed
+    refault_bytes_per_s: float = setting(0.0, ge=0)  # workingset_refault_file
+    memory_max_events_per_s: float = setting(0.0, ge=0)  # memory.events "max"
     # CPUs' worth of time its tasks use (cpu.stat usage_usec's rate); None:
     # one CPU, or its limit, less the share its tasks stall on the CPU.
-    cpu_busy_cores: float | None = Field(None, ge=0)
+    cpu_busy_cores: float | None = setting(None, ge=0)
     # What its tasks ask to read and write on ``io_device`` (io.stat), in
     # bytes per second; an io.max limit on the device holds them to it.
-    io_read_bytes_per_s: float = Field(0.0, ge=0)
-    io_write_bytes_per_s: float = Field(0.0, ge=0)
-    io_device: str = Field("259:0", pattern=_DEVICE)
+    io_read_bytes_per_s: float = setting(0.0, ge=0)
+    io_write_bytes_per_s: float = setting(0.0, ge=0)
+    io_device: str = setting("259:0", pattern=_DEVICE)
 
 
 class IoLimit(_Strict):
     """One device's io.max line: bytes and I/Os per second; None: "max"."""
 
-    device: str = Field("259:0", pattern=_DEVICE)
-    rbps: int | None = Field(None, gt=0)
-    wbps: int | None = Field(None, gt=0)
-    riops: int | None = Field(None, gt=0)
-    wiops: int | None = Field(None, gt=0)
+    device: str = setting("259:0", pattern=_DEVICE)
+    rbps: int | None = setting(None, gt=0)
+    wbps: int | None = setting(None, gt=0)
+    riops: int | None = setting(None, gt=0)
+    wiops: int | None = setting(None, gt=0)
 
 
 class CgroupChange(_Strict):
@@ -82,8 +81,8 @@ class CgroupChange(_Strict):
     field left out (of ``cgroup`` too) stays as it was; the counters grow at
     the old figures until then, at the new after."""
 
-    at: Duration = Field(ge=0)
-    cpu_limit: float | None = Field(None, gt=0)
+    at: Duration = setting(ge=0)
+    cpu_limit: float | None = setting(None, gt=0)
     io_max: list[IoLimit] | None = None
     cgroup: CgroupCondition | None = None
 
@@ -93,7 +92,7 @@ class DeviceGrant(_Strict):
     plugin handed out: "GPU-<uuid>", "MIG-<uuid>", "0", "0:1", "GPU-<uuid>::2"."""
 
     resource: str = "nvidia.com/gpu"
-    ids: list[str] = Field(min_length=1)
+    ids: list[str] = setting(min_length=1)
 
 
 class ClaimDevice(_Strict):
@@ -103,18 +102,18 @@ class ClaimDevice(_Strict):
     MIG device on it)."""
 
     driver: str = "gpu.nvidia.com"
-    pool: str = Field("sim-node-01", pattern=_DNS_SUBDOMAIN)
-    device: str = Field(pattern=_DNS_LABEL)
+    pool: str = setting("sim-node-01", pattern=_DNS_SUBDOMAIN)
+    device: str = setting(pattern=_DNS_LABEL)
 
 
 class ClaimGrant(_Strict):
     """A ResourceClaim a container uses and the devices allocated to it.
     ``namespace`` unset: the pod's."""
 
-    name: str = Field(pattern=_DNS_SUBDOMAIN)
-    namespace: str | None = Field(None, pattern=_DNS_LABEL)
-    uid: str = Field("00000000-0000-4000-8000-000000000000", pattern=_UID)
-    devices: list[ClaimDevice] = Field(min_length=1)
+    name: str = setting(pattern=_DNS_SUBDOMAIN)
+    namespace: str | None = setting(None, pattern=_DNS_LABEL)
+    uid: str = setting("00000000-0000-4000-8000-000000000000", pattern=_UID)
+    devices: list[ClaimDevice] = setting(min_length=1)
 
     def cdi_devices(self, device: ClaimDevice) -> list[str]:
         """The CDI device names NVIDIA's DRA driver gives it
@@ -128,23 +127,23 @@ DEFAULT_UID = 1000
 
 
 class Container(_Strict):
-    name: str = Field(pattern=_DNS_LABEL)
-    devices: list[DeviceGrant] = Field(default_factory=list)
+    name: str = setting(pattern=_DNS_LABEL)
+    devices: list[DeviceGrant] = setting(default_factory=list)
     # Devices allocated through ResourceClaims (Dynamic Resource Allocation).
-    claims: list[ClaimGrant] = Field(default_factory=list)
-    cpu_limit: float | None = Field(None, gt=0)  # CPUs; None: no limit
-    memory_limit_bytes: int | None = Field(None, gt=0)  # memory.max; None: no limit
+    claims: list[ClaimGrant] = setting(default_factory=list)
+    cpu_limit: float | None = setting(None, gt=0)  # CPUs; None: no limit
+    memory_limit_bytes: int | None = setting(None, gt=0)  # memory.max; None: no limit
     # Its cpuset (the kubelet's static CPU manager gives guaranteed pods whole
     # CPUs); None: every CPU of the node.
-    cpus: str | None = Field(None, pattern=_CPULIST)
-    pids: list[int] = Field(default_factory=list)  # its processes on the node
+    cpus: str | None = setting(None, pattern=_CPULIST)
+    pids: list[int] = setting(default_factory=list)  # its processes on the node
     cgroup: CgroupCondition = CgroupCondition()
     # io.max: the devices its I/O is limited on (none: "max" everywhere).
-    io_max: list[IoLimit] = Field(default_factory=list, max_length=64)
+    io_max: list[IoLimit] = setting(default_factory=list, max_length=64)
     # Its cgroup's figures changing over time, applied in the order of ``at``.
-    changes: list[CgroupChange] = Field(default_factory=list)
+    changes: list[CgroupChange] = setting(default_factory=list)
     # The user its processes run as (the pod's runAsUser; /proc/PID/status's Uid).
-    run_as_uid: int = Field(DEFAULT_UID, ge=0, lt=2**32)
+    run_as_uid: int = setting(DEFAULT_UID, ge=0, lt=2**32)
 
     def container_id(self, pod: Pod) -> str:
         """A stable 64-hex-digit id, as container runtimes make."""
@@ -153,55 +152,51 @@ class Container(_Strict):
 
 
 class Pod(_Strict):
-    namespace: str = Field(pattern=_DNS_LABEL)
-    name: str = Field(pattern=_DNS_SUBDOMAIN)
-    uid: str = Field(pattern=_UID)
+    namespace: str = setting(pattern=_DNS_LABEL)
+    name: str = setting(pattern=_DNS_SUBDOMAIN)
+    uid: str = setting(pattern=_UID)
     qos: Literal["guaranteed", "burstable", "besteffort"] = "burstable"
-    containers: list[Container] = Field(min_length=1)
+    containers: list[Container] = setting(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique_containers(self) -> Pod:
+    def _check(self) -> None:
         names = [c.name for c in self.containers]
         if len(set(names)) != len(names):
             raise ValueError(f"pod {self.namespace}/{self.name}: container names repeat")
-        return self
 
 
 class SlurmJob(_Strict):
-    job_id: int = Field(ge=1, lt=2**32)
+    job_id: int = setting(ge=1, lt=2**32)
     # The job's user: its cgroup v1 path's uid_N, and the real uid slurmstepd
     # starts its tasks as (/proc/PID/status's Uid).
-    uid: int = Field(DEFAULT_UID, ge=0, lt=2**32)
-    step: str = Field("0", pattern=r"^(?:\d{1,9}|batch|extern|interactive)$")
+    uid: int = setting(DEFAULT_UID, ge=0, lt=2**32)
+    step: str = setting("0", pattern=r"^(?:\d{1,9}|batch|extern|interactive)$")
     cgroup_version: Literal[1, 2] = 2
-    gpus: list[int] = Field(default_factory=list)
-    cpu_limit: float | None = Field(None, gt=0)
-    memory_limit_bytes: int | None = Field(None, gt=0)
+    gpus: list[int] = setting(default_factory=list)
+    cpu_limit: float | None = setting(None, gt=0)
+    memory_limit_bytes: int | None = setting(None, gt=0)
     # The job's cpuset, as slurmd's task/cgroup plugin confines it (cpuset.cpus;
     # cpuset.cpus.effective shows the same); None: every CPU of the node.
-    cpus: str | None = Field(None, pattern=_CPULIST)
-    pids: list[int] = Field(default_factory=list)
+    cpus: str | None = setting(None, pattern=_CPULIST)
+    pids: list[int] = setting(default_factory=list)
     cgroup: CgroupCondition = CgroupCondition()
     # io.max: the devices its I/O is limited on (none: "max" everywhere).
-    io_max: list[IoLimit] = Field(default_factory=list, max_length=64)
+    io_max: list[IoLimit] = setting(default_factory=list, max_length=64)
     # Its cgroup's figures changing over time, applied in the order of ``at``.
-    changes: list[CgroupChange] = Field(default_factory=list)
+    changes: list[CgroupChange] = setting(default_factory=list)
 
 
 class Tenants(_Strict):
-    pods: list[Pod] = Field(default_factory=list)
-    slurm_jobs: list[SlurmJob] = Field(default_factory=list)
+    pods: list[Pod] = setting(default_factory=list)
+    slurm_jobs: list[SlurmJob] = setting(default_factory=list)
     # Devices the kubelet could give besides those given (GetAllocatableResources).
-    free_devices: list[DeviceGrant] = Field(default_factory=list)
+    free_devices: list[DeviceGrant] = setting(default_factory=list)
     # The kubelet's device-manager checkpoint (each device grant's pod UID) is
     # written beside the PodResources socket; False: absent, as where it is
     # not mounted into the exporter's container.
     device_checkpoint: bool = True
 
-    @model_validator(mode="after")
-    def _one_owner_per_pid(self) -> Tenants:
+    def _check(self) -> None:
         pids = [p for pod in self.pods for c in pod.containers for p in c.pids]
         pids += [p for job in self.slurm_jobs for p in job.pids]
         if len(set(pids)) != len(pids):
             raise ValueError("a process is listed in more than one container or job")
-        return self

@@ -4,7 +4,7 @@ a site already uses for node_exporter works here unchanged.
 
 Three parts:
 
-- ``load_web_config`` reads and validates the file (pydantic) and builds what
+- ``load_web_config`` reads and validates the file (sections) and builds what
   the server needs: an ``ssl.SSLContext`` and a basic-auth checker. Any problem
   is one ``ConfigError`` line naming the file and the problem.
 - ``gate.BasicAuth`` (in ``web/gate.py`` with the rest of the per-request
@@ -30,12 +30,11 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import Annotated, Any, Literal
 
 from gpu_exporter import safefile, safeyaml
 from gpu_exporter.config import ConfigError
+from gpu_exporter.sections import Parse, Section, ValidationError, setting
 from gpu_exporter.web.app import Request, Response
 from gpu_exporter.web.gate import BasicAuth, admit, normalise_san
 from gpu_exporter.web.server import ExporterHTTPServer
@@ -105,9 +104,8 @@ CHECK_INTERVAL = 1.0
 _DEPRECATED_TLS = ("TLS10", "TLS11")
 
 
-class _Model(BaseModel):
-    # The toolkit reads the file strictly: an unknown key is an error there too.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# The toolkit reads the file strictly: an unknown key is an error there too
+# (as it is in every section).
 
 
 def _empty_is_unset(v: Any) -> Any:
@@ -115,34 +113,32 @@ def _empty_is_unset(v: Any) -> Any:
     return None if v == "" else v
 
 
-class TLSServerConfig(_Model):
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    client_auth_type: ClientAuthType = "NoClientCert"
-    client_ca_file: Path | None = None
-    client_ca: str | None = None
+def _default_auth(v: Any) -> Any:
+    return "NoClientCert" if v in ("", None) else v
+
+
+def _known_ciphers(v: list[str]) -> list[str]:
+    for name in v:
+        if name not in _CIPHERS_TLS12 and name not in _CIPHERS_TLS13:
+            raise ValueError(f"unknown cipher {name!r}; known: "
+                             + ", ".join(sorted(_CIPHERS_TLS12)))
+    return v
+
+
+_Unset = Parse(_empty_is_unset)
+
+
+class TLSServerConfig(Section):
+    cert_file: Annotated[Path | None, _Unset] = None
+    key_file: Annotated[Path | None, _Unset] = None
+    client_auth_type: Annotated[ClientAuthType, Parse(_default_auth)] = "NoClientCert"
+    client_ca_file: Annotated[Path | None, _Unset] = None
+    client_ca: Annotated[str | None, _Unset] = None
     client_allowed_sans: list[str] | None = None
     min_version: TLSVersionName = "TLS12"
     max_version: TLSVersionName = "TLS13"
-    cipher_suites: list[str] = Field(default_factory=list)
+    cipher_suites: list[str] = setting(default_factory=list, check=_known_ciphers)
     prefer_server_cipher_suites: bool = True
-
-    _paths = field_validator("cert_file", "key_file", "client_ca_file", "client_ca",
-                             mode="before")(_empty_is_unset)
-
-    @field_validator("client_auth_type", mode="before")
-    @classmethod
-    def _default_auth(cls, v: Any) -> Any:
-        return "NoClientCert" if v in ("", None) else v
-
-    @field_validator("cipher_suites")
-    @classmethod
-    def _known_ciphers(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in _CIPHERS_TLS12 and name not in _CIPHERS_TLS13:
-                raise ValueError(f"unknown cipher {name!r}; known: "
-                                 + ", ".join(sorted(_CIPHERS_TLS12)))
-        return v
 
     def enabled(self) -> bool:
         """TLS is on when any of its settings is given, as in the toolkit."""
@@ -150,35 +146,34 @@ class TLSServerConfig(_Model):
                     or "client_auth_type" in self.model_fields_set)
 
 
-class HTTPServerConfig(_Model):
+class HTTPServerConfig(Section):
     # HTTP/2 is not offered (the server speaks HTTP/1.1, which every Prometheus
     # speaks too); the key is accepted so toolkit files load unchanged.
     http2: bool = True
 
 
-class WebConfigFile(_Model):
+def _bcrypt_hashes(v: dict[str, str] | None) -> dict[str, str] | None:
+    for user, hashed in (v or {}).items():
+        m = _BCRYPT.match(hashed)
+        if m is None or not 4 <= int(m.group(1)) <= 31:
+            raise ValueError(f"the password of user {user!r} is not a bcrypt hash "
+                             "(expected $2y$10$... as written by htpasswd -nBC 10)")
+        if int(m.group(1)) > MAX_BCRYPT_COST:
+            raise ValueError(f"the password of user {user!r} is hashed at bcrypt cost "
+                             f"{int(m.group(1))}, above the {MAX_BCRYPT_COST} this exporter "
+                             "accepts (each step doubles the time of every check; "
+                             f"{MAX_BCRYPT_COST} takes about a second): hash it again "
+                             "with htpasswd -nBC 10")
+        if ":" in user:
+            raise ValueError(f"user name {user!r} contains ':', which basic auth "
+                             "cannot carry")
+    return v
+
+
+class WebConfigFile(Section):
     tls_server_config: TLSServerConfig | None = None
     http_server_config: HTTPServerConfig | None = None
-    basic_auth_users: dict[str, str] | None = None
-
-    @field_validator("basic_auth_users")
-    @classmethod
-    def _bcrypt_hashes(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        for user, hashed in (v or {}).items():
-            m = _BCRYPT.match(hashed)
-            if m is None or not 4 <= int(m.group(1)) <= 31:
-                raise ValueError(f"the password of user {user!r} is not a bcrypt hash "
-                                 "(expected $2y$10$... as written by htpasswd -nBC 10)")
-            if int(m.group(1)) > MAX_BCRYPT_COST:
-                raise ValueError(f"the password of user {user!r} is hashed at bcrypt cost "
-                                 f"{int(m.group(1))}, above the {MAX_BCRYPT_COST} this exporter "
-                                 "accepts (each step doubles the time of every check; "
-                                 f"{MAX_BCRYPT_COST} takes about a second): hash it again "
-                                 "with htpasswd -nBC 10")
-            if ":" in user:
-                raise ValueError(f"user name {user!r} contains ':', which basic auth "
-                                 "cannot carry")
-        return v
+    basic_auth_users: dict[str, str] | None = setting(None, check=_bcrypt_hashes)
 
 
 @dataclass(frozen=True)

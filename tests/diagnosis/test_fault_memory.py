@@ -196,6 +196,8 @@ BAD_FILES = {
     "a time from nowhere": _with(lambda d: _gpu(d)["faults"][0].update(first=-1.0)),
     "too many faults": _with(lambda d: _gpu(d).update(
         faults=_gpu(d)["faults"] * (MAX_FAULTS_PER_GPU + 1))),
+    "too many GPUs": lambda p: p.write_text(json.dumps(
+        {"version": 1, "gpus": {f"GPU-{i}": _gpu(_valid()) for i in range(MAX_GPUS + 1)}})),
     "too deep": _write("[" * 100 + "]" * 100),
     "NaN": _write('{"version": 1, "gpus": NaN}'),
 }

@@ -13,9 +13,12 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
 
 from gpu_exporter import safefile, sections
+from gpu_exporter.config_types import parse_duration
 from gpu_exporter.diagnosis.table import Severity
-from gpu_exporter.pydantic_types import Duration
 from gpu_exporter.thresholds import DiagnosisConfig
+
+# A duration read as the exporter's settings read one ("1m30s", 500ms, 2).
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 # Where a source checkout keeps it, relative to the directory the generator runs in.
 CONFIG_PATH = Path("alerts/config.yaml")
