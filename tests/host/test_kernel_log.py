@@ -462,7 +462,9 @@ def test_an_application_xid_with_a_pid_names_its_slurm_job(tmp_path: Path) -> No
     with SimRun(str(path)) as run:
         run.poll(3)
         findings = {(f.gpu, f.row.cause): f for f in run.snapshot.derived(FINDINGS)}
-        assert findings[(6, "application_fault")].evidence["xid_owner"] == "slurm job 4242"
+        # The job and its user, as the tenants declare them.
+        owner = findings[(6, "application_fault")].evidence["xid_owner"]
+        assert owner == "slurm job 4242 (uid 1001)"
         report = findings[(6, "application_fault")].as_dict()
         assert report["evidence"]["xid_process"] == "python (pid 4300)"  # type: ignore[index]
 
