@@ -432,8 +432,15 @@ def test_diagnose_finds_the_throttled_workload_and_nothing_else(
     found = sorted((f["gpu"], f["cause"]) for f in report["findings"])
     assert found == [("0", "cpu_limit_throttled")], (report["findings"], out)
     # No silent gap: whatever could not be checked names its reason, and no
-    # workload signal is among them.
+    # workload signal is among them, but for one the kernel decides: io.max
+    # exists only under cgroup v2 (a hybrid host's blkio limits are not read),
+    # and there the I/O limit rows are not judged and say so.
+    io_limit = {f"{symptom}/io_limit_throttled"
+                for symptom in ("memory_held_sm_idle", "memory_held_sm_underfed")}
     for gap in report["coverage"]["not_checked"]:
+        if node.layout.hybrid and set(gap["checks"]) <= io_limit:
+            assert "io.max" in gap["reason"] and "cgroup v1" in gap["reason"], gap
+            continue
         assert "cgroup" not in json.dumps(gap), gap
 
 
