@@ -97,6 +97,8 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.diagnosis.engine:Diagnosis._counters":
         Kept(PER_GPU + " x the counters the rules take increases of", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._last_owners": Kept(PER_GPU, CHURN),
+    "gpu_exporter.diagnosis.engine:Diagnosis._last_instances":
+        Kept(PER_GPU + " split into MIG instances (dropped when it is read whole)", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._read_as_series":
         Kept("the names the table's rules read as readings (a fixed few)", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._failing": Kept("the table's rules", CHURN),
