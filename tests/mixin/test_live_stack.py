@@ -405,9 +405,14 @@ def scenario_for(stack: Stack, name: str) -> str:
     return str(path)
 
 
-# Each batch waits at most 90 s for its alerts: the test's deadline grows with
-# the table, not the suite-wide 300 s (49 rows are ten batches of 20-35 s).
-BATCH_DEADLINE_S = 100
+# Each batch waits at most BATCH_WAIT_S for its alerts, then up to 15 s for
+# Alertmanager: the test's deadline grows with the table, not the suite-wide
+# 300 s (49 rows are ten batches of 20-35 s). The wait is wide because five
+# exporters of 8 GPUs share 2 cores with the rest of the suite: at 90 s a
+# batch's slowest scenario (a recovery action reported after its window)
+# missed it once in a full run, and fired alone in time.
+BATCH_WAIT_S = 150
+BATCH_DEADLINE_S = BATCH_WAIT_S + 25
 
 
 @pytest.mark.timeout(60 + BATCH_DEADLINE_S * -(-len(ROWS) // BATCH))
@@ -435,7 +440,7 @@ def test_every_fault_scenario_fires_its_alert(stack: Stack, background: dict[str
                 return None if gone else ["ok"]
 
             try:
-                wait_for("every fault scenario of the batch to fire", missing, 90)
+                wait_for("every fault scenario of the batch to fire", missing, BATCH_WAIT_S)
             except pytest.fail.Exception:
                 logs = "\n".join(f"--- {r.anchor}\n{stack.exporters[r.anchor].tail()}"
                                  for r in batch if r.anchor in stack.exporters)
