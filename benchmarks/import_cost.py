@@ -47,12 +47,12 @@ DEPENDENCIES = (
 # The daemon's own code, in layers, each measured with everything the daemon
 # loads at start from outside gpu_exporter already imported.
 OWN = (
-    ("gpu_exporter.config", "settings"),
-    ("gpu_exporter.catalog", "every metric's name, type, labels"),
+    ("gpu_exporter.settings.config", "settings"),
+    ("gpu_exporter.poll.catalog", "every metric's name, type, labels"),
     ("gpu_exporter.nvml.session", "the NVML layer"),
-    ("gpu_exporter.pipeline", "every collector and derivation"),
+    ("gpu_exporter.daemon.pipeline", "every collector and derivation"),
     ("gpu_exporter.web.server", "the HTTP server"),
-    ("gpu_exporter.daemon", "all of the daemon"),
+    ("gpu_exporter.daemon.exporter", "all of the daemon"),
     ("gpu_exporter.simulator", "the simulator (--simulate only)"),
 )
 
@@ -78,7 +78,7 @@ print(json.dumps({"mib": rss() - before, "ms": took * 1e3, "base": before}))
 STARTED = """
 import json, sys, time
 from gpu_exporter.cli import settings_loader
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
 settings = settings_loader(sys.argv[1:])()
 exporter = Exporter(settings)
 exporter.bind()

@@ -38,7 +38,7 @@ from typing import Any
 from benchmarks import nvml_calls
 from benchmarks.daemon_probe import Daemon, free_port, get, machine, samples
 from benchmarks.run import md_table
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
+from gpu_exporter.facts.cadence import DEFAULT_POLL_INTERVAL_S
 
 # Covers the slow reads (every 10 polls at the 2 s default) and the first
 # reads of every sample buffer.

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from benchmarks.accounting import SimulatorCpu
 from gpu_exporter.cli import settings_loader
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
 from gpu_exporter.simulator import SimulatedNode
 
 WARMUP_S = 5.0  # start-up and the first polls (static reads) are not the steady cost

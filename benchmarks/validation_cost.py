@@ -41,7 +41,7 @@ print(json.dumps([rss() - before, (time.perf_counter() - t0) * 1e3, 0.0]))
 
 SETTINGS = _PRELUDE + """
 from benchmarks.validation_cost import every_setting, pydantic_settings
-from gpu_exporter.config import Settings
+from gpu_exporter.settings.config import Settings
 data = every_setting()
 before = rss(); t0 = time.perf_counter()
 model = pydantic_settings() if sys.argv[1] == "pydantic" else Settings
@@ -60,7 +60,7 @@ BAD_VALUES: tuple[dict[str, Any], ...] = (
 
 def every_setting() -> dict[str, Any]:
     """A settings file that gives every setting (its default), as YAML reads it."""
-    from gpu_exporter.config import Settings
+    from gpu_exporter.settings.config import Settings
 
     data: dict[str, Any] = json.loads(json.dumps(Settings().model_dump(), default=str))
     return data
@@ -82,7 +82,7 @@ def pydantic_settings() -> Any:
         model_validator,
     )
 
-    from gpu_exporter.sections import Parse, Section
+    from gpu_exporter.settings.sections import Parse, Section
 
     made: dict[type, Any] = {}
 
@@ -126,7 +126,7 @@ def pydantic_settings() -> Any:
             __validators__={"cross": model_validator(mode="after")(cross)}, **fields)
         return made[cls]
 
-    from gpu_exporter.config import Settings
+    from gpu_exporter.settings.config import Settings
     return mirror(Settings)
 
 
@@ -143,8 +143,8 @@ def errors() -> list[tuple[str, str]]:
     """The one line sections and pydantic each give for every bad value."""
     import pydantic
 
-    from gpu_exporter import safefile, sections
-    from gpu_exporter.config import Settings
+    from gpu_exporter.settings import safefile, sections
+    from gpu_exporter.settings.config import Settings
 
     pyd = pydantic_settings()
     lines = []
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     runs = parser.parse_args(argv).runs
-    for what, code, arg in (("import sections", IMPORT, "import gpu_exporter.sections"),
+    for what, code, arg in (("import sections", IMPORT, "import gpu_exporter.settings.sections"),
                             ("import pydantic", IMPORT, "from pydantic import BaseModel"),
                             ("settings as sections", SETTINGS, "sections"),
                             ("settings as pydantic", SETTINGS, "pydantic")):

@@ -78,8 +78,8 @@ class Target:
 class Ours(Target):
     def __init__(self, node: SimulatedNode, clock: VirtualClock, acc: SimulatorCpu,
                  interval: float | None) -> None:
-        from gpu_exporter.config import Settings
-        from gpu_exporter.daemon import Exporter
+        from gpu_exporter.daemon.exporter import Exporter
+        from gpu_exporter.settings.config import Settings
         from gpu_exporter.web.server import serve_in_thread
 
         # No interval given: the exporter's default, as a user runs it.

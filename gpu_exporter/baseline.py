@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from gpu_exporter import __version__, safefile
+from gpu_exporter import __version__
 from gpu_exporter.catalogs.diagnosis import BASELINE_DRIFT
-from gpu_exporter.config import ConfigError, Settings
-from gpu_exporter.readings import GpuReading, PcieKernelView, PollReadings
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.sections import Section, ValidationError, setting
-from gpu_exporter.snapshot import Slot, Snapshot, SnapshotBuilder
-from gpu_exporter.stage import Derivation
+from gpu_exporter.poll.readings import GpuReading, PcieKernelView, PollReadings
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import Slot, Snapshot, SnapshotBuilder
+from gpu_exporter.poll.stage import Derivation
+from gpu_exporter.settings import safefile
+from gpu_exporter.settings.config import ConfigError, Settings
+from gpu_exporter.settings.sections import Section, ValidationError, setting
 
 log = logging.getLogger(__name__)
 

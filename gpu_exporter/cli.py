@@ -18,7 +18,13 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from gpu_exporter import __version__
-from gpu_exporter.config import RETIRED_COLLECTORS, ConfigError, Settings, flag_settings, load
+from gpu_exporter.settings.config import (
+    RETIRED_COLLECTORS,
+    ConfigError,
+    Settings,
+    flag_settings,
+    load,
+)
 
 PROG = "gpu-exporter"
 EXIT_USAGE = 2
@@ -90,7 +96,7 @@ def _epilog() -> str:
 
 
 def _daemon_parser() -> _Parser:
-    from gpu_exporter.pipeline import COLLECTORS
+    from gpu_exporter.daemon.pipeline import COLLECTORS
 
     p = _Parser(prog=PROG, description="Prometheus exporter for NVIDIA GPU nodes that says "
                 "why the GPU is slow.", allow_abbrev=False,
@@ -140,13 +146,14 @@ def settings_loader(argv: Sequence[str]) -> Callable[[], Settings]:
     ns = vars(_daemon_parser().parse_args(argv))
     config_file = ns.pop("config_file", None)
     flags = _nest(ns)
-    from gpu_exporter.pipeline import COLLECTORS
+    from gpu_exporter.daemon.pipeline import COLLECTORS
 
     return lambda: load(flags, config_file, known_collectors=COLLECTORS)
 
 
 def _run_daemon(argv: Sequence[str]) -> int:
-    from gpu_exporter import daemon, logs
+    from gpu_exporter.daemon import exporter as daemon
+    from gpu_exporter.daemon import logs
 
     load_settings = settings_loader(argv)
     settings = load_settings()

@@ -21,8 +21,8 @@ import threading
 from array import array
 from dataclasses import dataclass
 
-from gpu_exporter.readings import GpmReading, GpuReading
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.poll.readings import GpmReading, GpuReading
+from gpu_exporter.poll.snapshot import Snapshot
 
 WINDOW_S = 15 * 60.0
 # Bounds the ring whatever the interval: 15 min at 0.25 s at most, at least a

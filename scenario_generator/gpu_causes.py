@@ -20,7 +20,7 @@ from scenario_generator.truth import Expected, at_gpu
 # coding: 8b/10b for Gen1-2, 128b/130b from Gen3); Gen6 is 64 GT/s in FLIT
 # mode, 242 payload bytes of each 256 (PCIe 6.0 base specification).
 LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-# NVIDIA's Xid catalog (gpu_exporter/xids.py holds it as data): codes on the
+# NVIDIA's Xid catalog (gpu_exporter/facts/xids.py holds it as data): codes on the
 # hardware or the driver, codes on the application.
 HARDWARE_XIDS = (61, 62, 119, 120)
 APPLICATION_XIDS = (13, 31, 43)

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
 from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.simulator.model import Scenario

@@ -109,7 +109,7 @@ KEPT: dict[str, Kept] = {
         Kept("MAX_GPUS (64) GPUs, each MAX_FAULTS_PER_GPU (24) faults",
              "diagnosis/test_fault_memory.py::test_the_memory_and_its_file_stay_within_their_bounds"),
     "gpu_exporter.collectors.device:DeviceCollector._offers": Kept(PER_GPU, CHURN),
-    "gpu_exporter.daemon:Exporter._reloads_ok":
+    "gpu_exporter.daemon.exporter:Exporter._reloads_ok":
         Kept("the two sources a reload reads (settings, web config)", CHURN),
     "gpu_exporter.nvml.gpu:MissingCapabilities._said": Kept("the capabilities read", CHURN),
     "gpu_exporter.nvml.gpu:MissingCapabilities._gpus":
@@ -140,12 +140,12 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.collectors.values:CounterMemory._gpus":
         Kept(PER_GPU + " x its counter series (emptied when NVML finds its GPUs anew)",
              CHURN),
-    "gpu_exporter.poller:Poller.stages": Kept("the stages of the pipeline", CHURN),
-    "gpu_exporter.poller:Poller._failing": Kept("the stages of the pipeline", CHURN),
-    "gpu_exporter.poller:Poller._errors_total": Kept("the stages of the pipeline", CHURN),
-    "gpu_exporter.poller:Poller.listeners": Kept("set at start", CHURN),
-    "gpu_exporter.poller:Poller.before_poll": Kept("set at start", CHURN),
-    "gpu_exporter.poller:Poller._build_labels": Kept("three build labels", CHURN),
+    "gpu_exporter.daemon.poller:Poller.stages": Kept("the stages of the pipeline", CHURN),
+    "gpu_exporter.daemon.poller:Poller._failing": Kept("the stages of the pipeline", CHURN),
+    "gpu_exporter.daemon.poller:Poller._errors_total": Kept("the stages of the pipeline", CHURN),
+    "gpu_exporter.daemon.poller:Poller.listeners": Kept("set at start", CHURN),
+    "gpu_exporter.daemon.poller:Poller.before_poll": Kept("set at start", CHURN),
+    "gpu_exporter.daemon.poller:Poller._build_labels": Kept("three build labels", CHURN),
     "gpu_exporter.history:History._gpus":
         Kept("GPU indexes below the history's bound",
              "test_history.py::test_gpu_indexes_beyond_the_bound_are_not_kept"),
@@ -212,8 +212,8 @@ KEPT: dict[str, Kept] = {
              "web/test_http.py::test_at_the_connection_limit_the_longest_idle_connection_makes_room"),
     "gpu_exporter.web.server:http_date": Kept("maxsize=1", CHURN),
     "gpu_exporter.diagnosis.precedence:_index": Kept("one call: the fixed table", CHURN),
-    "gpu_exporter.sections:_shape": Kept("one per type the sections declare (from the code, "
-                                         "not from a file)", CHURN),
+    "gpu_exporter.settings.sections:_shape": Kept(
+        "one per type the sections declare (from the code, not from a file)", CHURN),
 }
 
 # Set on an object that lives one poll, one call or one file.
@@ -229,9 +229,9 @@ NOT_KEPT: dict[str, str] = {
     "gpu_exporter.diagnosis.coverage:_Reads.absent": "one coverage report",
     "gpu_exporter.host.pci:_Reader.problems": "one read of a device's sysfs files",
     "gpu_exporter.host.nics:_Notes.problems": "one read of the NICs' and ports' sysfs files",
-    "gpu_exporter.safeyaml:_BoundedComposer._heights": "one file's load",
-    "gpu_exporter.safeyaml:_BoundedComposer._anchored": "one file's load",
-    "gpu_exporter.sections:_Problem.items": "one validation error",
-    "gpu_exporter.snapshot:SnapshotBuilder._samples": "one poll's snapshot",
-    "gpu_exporter.snapshot:SnapshotBuilder._published": "one poll's snapshot",
+    "gpu_exporter.settings.safeyaml:_BoundedComposer._heights": "one file's load",
+    "gpu_exporter.settings.safeyaml:_BoundedComposer._anchored": "one file's load",
+    "gpu_exporter.settings.sections:_Problem.items": "one validation error",
+    "gpu_exporter.poll.snapshot:SnapshotBuilder._samples": "one poll's snapshot",
+    "gpu_exporter.poll.snapshot:SnapshotBuilder._published": "one poll's snapshot",
 }

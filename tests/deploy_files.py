@@ -16,8 +16,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpu_exporter.config import DEFAULT_LISTEN_ADDRESS
-from gpu_exporter.config_types import parse_listen_address
+from gpu_exporter.settings.config import DEFAULT_LISTEN_ADDRESS
+from gpu_exporter.settings.config_types import parse_listen_address
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

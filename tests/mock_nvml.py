@@ -66,11 +66,11 @@ def run(board: str, polls: int = 31, timeout: float = 120.0,
 
 
 def measure(polls: int, order_seed: int | None = None) -> dict[str, Any]:
-    from gpu_exporter.catalog import BY_NAME, metric
-    from gpu_exporter.config import Settings
-    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.daemon.exporter import Exporter
     from gpu_exporter.nvml.adapter import Device
     from gpu_exporter.nvml.binding import count_calls
+    from gpu_exporter.poll.catalog import BY_NAME, metric
+    from gpu_exporter.settings.config import Settings
     from tests.simnode import PER_GPU_READERS, VirtualClock, shuffle_readers
 
     # Every field id the exporter asks in a field-values call, whatever for.

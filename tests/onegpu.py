@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_exporter.config import Settings
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.runtime import Runtime
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.stage import Stage
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.model import GpuCondition, Node, Scenario, Step
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
-from gpu_exporter.stage import Stage
 from tests.simnode import VirtualClock
 
 

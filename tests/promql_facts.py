@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import promql_parser as pp
 
-from gpu_exporter.catalog import BY_NAME
+from gpu_exporter.poll.catalog import BY_NAME
 
 # A unit as base units and their powers: bytes per second is {bytes: 1, s: -1};
 # a share of 1 (a ratio) is {}.

@@ -9,7 +9,7 @@ from typing import Any
 from gpu_exporter.diagnosis.rules import RULES, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import Row
-from gpu_exporter.readings import (
+from gpu_exporter.poll.readings import (
     GpuOwner,
     GpuReading,
     HostSignals,
@@ -17,7 +17,7 @@ from gpu_exporter.readings import (
     ProcessReading,
     WorkloadSignals,
 )
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 CFG = DiagnosisConfig()
 NOW = 1_790_000_000.0

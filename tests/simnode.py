@@ -10,12 +10,12 @@ from typing import Any
 
 from prometheus_client.exposition import generate_latest
 
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.clock import VirtualClock as _VirtualClock
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.reference import snapshot_registry
 
 # Virtual time starts here: an arbitrary fixed Unix time.

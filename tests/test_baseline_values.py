@@ -26,9 +26,9 @@ from gpu_exporter.baseline import (
     load,
     readings_fields,
 )
-from gpu_exporter.config import ConfigError
-from gpu_exporter.readings import GpuReading, PcieKernelView
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.readings import GpuReading, PcieKernelView
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.settings.config import ConfigError
 from tests.simnode import EPOCH, settings
 
 

@@ -30,11 +30,14 @@ from typing import Any, Literal
 
 import pytest
 
-from gpu_exporter import cli, config, config_types, daemon, logs
-from gpu_exporter.config import ENV_PREFIX, Settings, flag_settings, settings_fields
-from gpu_exporter.config_types import Flag
-from gpu_exporter.sections import FieldSpec, Section
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter import cli
+from gpu_exporter.daemon import exporter as daemon
+from gpu_exporter.daemon import logs
+from gpu_exporter.settings import config, config_types
+from gpu_exporter.settings.config import ENV_PREFIX, Settings, flag_settings, settings_fields
+from gpu_exporter.settings.config_types import Flag
+from gpu_exporter.settings.sections import FieldSpec, Section
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.simnode import SimRun, settings
 
 PATHS = ("file", "environment", "flag")

@@ -26,8 +26,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_exporter import baseline, safefile, safeyaml
-from gpu_exporter.config import ConfigError, load
+from gpu_exporter import baseline
+from gpu_exporter.settings import safefile, safeyaml
+from gpu_exporter.settings.config import ConfigError, load
 from gpu_exporter.simulator import ScenarioError, load_profile, load_scenario
 from gpu_exporter.simulator.recordings import seal
 from gpu_exporter.web.webconfig import load_web_config

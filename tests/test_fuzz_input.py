@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_exporter.cli import UsageError, parse_settings
-from gpu_exporter.config import ConfigError, Settings, load
-from gpu_exporter.pipeline import COLLECTORS
+from gpu_exporter.daemon.pipeline import COLLECTORS
+from gpu_exporter.settings.config import ConfigError, Settings, load
 from gpu_exporter.simulator import ScenarioError, load_scenario
 from gpu_exporter.simulator.model import Scenario
 from tests.procs import run_cli

@@ -8,11 +8,11 @@ import tracemalloc
 import pytest
 
 import gpu_exporter.history as history_module
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
+from gpu_exporter.facts.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.history import MAX_GPUS, SERIES, History, slots_for
-from gpu_exporter.readings import GpmReading, GpuReading
+from gpu_exporter.poll.readings import GpmReading, GpuReading
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.simnode import EPOCH, SimRun
 
 # Everything but the device and GPM readers off, and the diagnosis: the history

@@ -25,10 +25,10 @@ import pytest
 import yaml
 
 from benchmarks.daemon_probe import Board, Daemon, board, free_port, get, mock_boards, mock_missing
-from gpu_exporter import pipeline
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S, SAMPLES_EVERY_S
-from gpu_exporter.catalog import BY_NAME, CATALOG
 from gpu_exporter.collectors import board as board_words
+from gpu_exporter.daemon import pipeline
+from gpu_exporter.facts.cadence import DEFAULT_POLL_INTERVAL_S, SAMPLES_EVERY_S
+from gpu_exporter.poll.catalog import BY_NAME, CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 MISSING = mock_missing()

@@ -1,5 +1,5 @@
 """The runtime package validates a file in one way: sections
-(``gpu_exporter/sections.py``). Read from the source, not declared: every
+(``gpu_exporter/settings/sections.py``). Read from the source, not declared: every
 module of ``gpu_exporter`` is parsed, every import it makes (a
 function-local one too) is listed, and a validation library named by any
 of them, or a second home of validation errors, fails the test with the
@@ -51,7 +51,7 @@ def test_the_exporter_does_not_depend_on_a_validation_library() -> None:
 def test_validation_errors_have_one_home() -> None:
     homes = sorted(name for name, tree in _modules().items() for node in ast.walk(tree)
                    if isinstance(node, ast.ClassDef) and node.name.endswith("ValidationError"))
-    assert homes == ["gpu_exporter/sections.py"]
+    assert homes == ["gpu_exporter/settings/sections.py"]
 
 
 def test_the_check_sees_an_import_inside_a_function() -> None:

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
-from gpu_exporter.catalog import metric
-from gpu_exporter.config import Settings, load
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
+from gpu_exporter.facts.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.poll.catalog import metric
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.config import Settings, load
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.procs import free_port, start, wait_http
 from tests.simnode import SimRun, settings
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_exporter.catalog import CATALOG, DETAIL
 from gpu_exporter.cli import parse_settings
+from gpu_exporter.poll.catalog import CATALOG, DETAIL
 from gpu_exporter_mixin.series_budget import (
     HOST_BUDGET,
     PER_GPU_BUDGET,

@@ -64,8 +64,8 @@ import json, sys
 from benchmarks import nvml_calls
 counter = nvml_calls.install()
 nvml_calls.install()  # a second install must not count twice
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.settings.config import Settings
+from gpu_exporter.daemon.exporter import Exporter
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 node = SimulatedNode(load_scenario("healthy"))
 exporter = Exporter(Settings(web={"listen_address": "127.0.0.1:0"}), node, synchronous=True)

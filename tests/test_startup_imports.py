@@ -47,7 +47,7 @@ NOT_AT_START = ("gpu_exporter.simulator", "gpu_exporter_mixin", "gpu_exporter.co
 START = """
 import json, sys, time
 from gpu_exporter.cli import settings_loader
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
 settings = settings_loader(sys.argv[1:])()
 exporter = Exporter(settings)
 exporter.bind()

@@ -18,7 +18,7 @@ from gpu_exporter.attribution.kubelet_answers import (
     check_socket,
 )
 from gpu_exporter.attribution.podresources_v1 import api_pb2, api_pb2_grpc
-from gpu_exporter.config_types import DEFAULT_POD_RESOURCES_SOCKET
+from gpu_exporter.settings.config_types import DEFAULT_POD_RESOURCES_SOCKET
 
 # The kubelet's own PodResources client allows 16 MiB answers; a node with
 # hundreds of pods and their CPU and memory lists needs more than gRPC's 4 MiB.

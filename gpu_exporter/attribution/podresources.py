@@ -39,7 +39,7 @@ from gpu_exporter.attribution.kubelet_answers import (
     check_socket,
     index_by_device,
 )
-from gpu_exporter.config_types import DEFAULT_POD_RESOURCES_SOCKET
+from gpu_exporter.settings.config_types import DEFAULT_POD_RESOURCES_SOCKET
 
 if TYPE_CHECKING:
     from gpu_exporter.attribution.kubelet_grpc import PodResourcesClient

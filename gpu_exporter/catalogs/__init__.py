@@ -1,1 +1,1 @@
-"""Metric catalog entries, one module per area; joined in ``gpu_exporter.catalog``."""
+"""Metric catalog entries, one module per area; joined in ``gpu_exporter.poll.catalog``."""

@@ -11,8 +11,8 @@ Prometheus sets those at scrape.
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.catalog_types import GPU, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 # A MIG device's allocation is on its parent GPU, placed like a process's.
 ALLOCATION = (*GPU, "gpu_instance", "compute_instance", "namespace", "pod", "container",

@@ -4,9 +4,9 @@ have them and absent elsewhere."""
 
 from __future__ import annotations
 
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
-from gpu_exporter.catalog_types import GPU, Bounds, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.facts.catalog_types import GPU, Bounds, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 _SLOW = f"Read every {SLOW_READ_EVERY_POLLS} polls, and at once after an NVML event on the GPU."
 _FLAG = Bounds(0.0, 1.0)

@@ -3,9 +3,9 @@ NVLink and MIG instances."""
 
 from __future__ import annotations
 
-from gpu_exporter.cadence import FACT_READ_EVERY_POLLS, SAMPLES_EVERY_S
-from gpu_exporter.catalog_types import GPU, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.cadence import FACT_READ_EVERY_POLLS, SAMPLES_EVERY_S
+from gpu_exporter.facts.catalog_types import GPU, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 MIG = (*GPU, "gpu_instance", "compute_instance")
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpu_exporter.cadence import FACT_READ_EVERY_POLLS, SLOW_READ_EVERY_POLLS
-from gpu_exporter.catalog_types import GPU, Bounds, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.cadence import FACT_READ_EVERY_POLLS, SLOW_READ_EVERY_POLLS
+from gpu_exporter.facts.catalog_types import GPU, Bounds, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 # Each reading is checked against its metric's bounds before it is exported
 # or handed to the diagnosis: NVML's "not available" sentinels and impossible
@@ -13,7 +13,7 @@ _TIB = 1024**4
 _GHZ = 1e9
 _U32_ALL_ONES = 2.0**32 - 1  # NVML's "not available" in a 32-bit answer
 _PCIE_GENERATION = Bounds(1.0, 7.0)
-# How often the slower reads are taken (gpu_exporter/cadence.py), for the help.
+# How often the slower reads are taken (gpu_exporter/facts/cadence.py), for the help.
 _LOAD = (f"Read every {SLOW_READ_EVERY_POLLS} polls, and at once when the GPU turns busy or "
          "idle.")
 _FACT = (f"Read every {FACT_READ_EVERY_POLLS} polls, and at once after an NVML event on the "

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.catalog_types import GPU, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 DIAGNOSIS_ACTIVE = _m(
     "gpu_diagnosis_active", "gauge",

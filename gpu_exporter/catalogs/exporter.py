@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.catalog_types import Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 EXPORTER_BUILD_INFO = _m(
     "gpu_exporter_build_info", "gauge",

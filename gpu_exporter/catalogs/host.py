@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import Bounds, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.catalog_types import Bounds, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 # Every reading from /proc is checked against these before it is exported or
 # handed to the diagnosis: garbage leaves the series absent for the poll.

@@ -6,8 +6,8 @@ NVML's events, each Xid once (docs/kernel-log.md says how)."""
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.catalog_types import Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 SOURCE = "kmsg"
 

@@ -6,8 +6,8 @@ gpu_network_devices_left_out."""
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Bounds, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.catalog_types import GPU, Bounds, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 _PORT = ("nic", "port")
 _COUNT = Bounds(0.0, 2.0**64)

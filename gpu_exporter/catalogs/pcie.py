@@ -3,8 +3,8 @@ add/remove events."""
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.catalog_types import GPU, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 NUMA_INFO = _m(
     "gpu_numa_info", "gauge",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S
-from gpu_exporter.catalog_types import GPU, Metric, declared
-from gpu_exporter.catalog_types import metric_spec as _m
+from gpu_exporter.facts.cadence import PROCESS_SAMPLES_EVERY_S
+from gpu_exporter.facts.catalog_types import GPU, Metric, declared
+from gpu_exporter.facts.catalog_types import metric_spec as _m
 
 # MIG placement is part of every per-process series; empty when MIG is off.
 PROC = (*GPU, "pid", "comm", "gpu_instance", "compute_instance")

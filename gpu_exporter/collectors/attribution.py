@@ -82,7 +82,7 @@ from gpu_exporter.collectors.base import Collector
 from gpu_exporter.host.nvidia_proc import device_minor
 from gpu_exporter.host.procs import PAGE_SIZE
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.readings import (
+from gpu_exporter.poll.readings import (
     AttributionReading,
     GpuOwner,
     OwnerCpu,
@@ -90,8 +90,8 @@ from gpu_exporter.readings import (
     ProcessReading,
     WorkloadSignals,
 )
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 

@@ -7,17 +7,17 @@ A reader's module says everything about it in its class: ``name`` (the
 ``reconfigure()`` (how a reload hands it new settings). The pipeline only
 orders the stages; adding a reader is one new module, its catalog entries and
 its place in that order. What a poll does with every stage, readers and
-derivations alike, is ``gpu_exporter.stage``.
+derivations alike, is ``gpu_exporter.poll.stage``.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Self
 
-from gpu_exporter.config import Selector, Settings, setting_key
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.stage import Stage
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.stage import Stage
+from gpu_exporter.settings.config import Selector, Settings, setting_key
 
 
 class Collector(Stage):

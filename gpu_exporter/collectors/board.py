@@ -19,15 +19,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_exporter.cadence import Every
 from gpu_exporter.catalogs import board as m
 from gpu_exporter.collectors.values import Series
+from gpu_exporter.facts.cadence import Every
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml import values as nv
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.session import Gpu, GpuGone
 from gpu_exporter.nvml.values import Source
-from gpu_exporter.readings import GpuReading
+from gpu_exporter.poll.readings import GpuReading
 
 C2C_MODE = Source("c2c_mode", calls=(Device.c2c_enabled,))
 C2C_LINKS = Source("c2c_links", c.FI_DEV_C2C_LINK_COUNT)

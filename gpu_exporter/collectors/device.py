@@ -37,13 +37,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Self
 
-from gpu_exporter.cadence import Every
-from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import device as m
 from gpu_exporter.collectors import board
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.values import CounterMemory, Series
-from gpu_exporter.config import Settings
+from gpu_exporter.facts.cadence import Every
+from gpu_exporter.facts.catalog_types import Metric
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml import values as nv
 from gpu_exporter.nvml.adapter import Device
@@ -58,9 +57,10 @@ from gpu_exporter.nvml.session import (
     NvmlSession,
 )
 from gpu_exporter.nvml.values import GpuReads, Request, Source
-from gpu_exporter.readings import GpuReading
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
+from gpu_exporter.settings.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -17,18 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
 
-from gpu_exporter.cadence import SAMPLES_EVERY_S
-from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import deep as m
 from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.facts.cadence import SAMPLES_EVERY_S
+from gpu_exporter.facts.catalog_types import Metric
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.gpm import GpmSample, gpm_metrics
 from gpu_exporter.nvml.session import GPM_KEY, Gpu, GpuGone, NvmlSession
-from gpu_exporter.readings import GpmReading
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import GpmReading
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 

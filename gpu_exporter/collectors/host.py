@@ -16,15 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self, TypeVar
 
-from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import host as m
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.collectors.values import accept, accept_counter, accept_share, series_key
+from gpu_exporter.facts.catalog_types import Metric
 from gpu_exporter.host import cpu, disks, memory, network, pressure, thermal
 from gpu_exporter.host.reading import HostReading
-from gpu_exporter.readings import HostSignals
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import HostSignals
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

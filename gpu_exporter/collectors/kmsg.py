@@ -62,9 +62,9 @@ from gpu_exporter.host.kmsg import (
 )
 from gpu_exporter.host.nvrm import bus_key
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.readings import KernelLogReading, KernelXid, XidCulprit, XidEvent
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import KernelLogReading, KernelXid, XidCulprit, XidEvent
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 
-from gpu_exporter.cadence import FACT_READ_EVERY_POLLS
 from gpu_exporter.catalogs.deep import (
     MIG_INFO,
     MIG_MEMORY_TOTAL_BYTES,
@@ -14,13 +13,14 @@ from gpu_exporter.catalogs.deep import (
     MIG_MODE_ENABLED,
 )
 from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.facts.cadence import FACT_READ_EVERY_POLLS
 from gpu_exporter.nvml.adapter import Device, MigDevice
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.nvml.mig import profile_name
 from gpu_exporter.nvml.session import Gpu, GpuGone
 from gpu_exporter.nvml.values import GpuReads
-from gpu_exporter.readings import MigReading
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import MigReading
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 

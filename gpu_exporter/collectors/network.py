@@ -20,9 +20,9 @@ from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.host.nic_topology import DISTANCE, relation
 from gpu_exporter.host.nics import NetworkView, PciLocation, pci_location, read_network
 from gpu_exporter.nvml.session import NvmlSession, normalize_bus_id
-from gpu_exporter.readings import GpuNetwork, NetworkReading
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import GpuNetwork, NetworkReading
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 

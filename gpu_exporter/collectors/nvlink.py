@@ -30,17 +30,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import board as fec_m
 from gpu_exporter.catalogs import deep as m
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.board import FEC_KEYS, FEC_SINCE, branch
+from gpu_exporter.facts.catalog_types import Metric
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
-from gpu_exporter.readings import NvlinkReading
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import NvlinkReading
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 # One field-values call per GPU and poll reads every link: state, the three
 # error counters and both throughput counters (per-link calls would be 4x18).

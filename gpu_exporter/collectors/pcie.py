@@ -14,9 +14,9 @@ from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.udev import EventSource, UdevWatcher, open_source
 from gpu_exporter.host.pci import PciDevice, PcieLink, PciPlacement, read_pci_device
 from gpu_exporter.nvml.session import NvmlSession, normalize_bus_id
-from gpu_exporter.readings import PcieKernelView
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import PcieKernelView
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 

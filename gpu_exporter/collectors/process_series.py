@@ -14,8 +14,8 @@ from typing import Self
 
 from gpu_exporter.collectors.base import Collector
 from gpu_exporter.collectors.processes import PROCESS_SERIES
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 
 class ProcessSeriesCollector(Collector):

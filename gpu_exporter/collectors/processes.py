@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SLOW_READ_EVERY_POLLS
 from gpu_exporter.catalogs import processes as m
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.config import Settings
+from gpu_exporter.facts.cadence import PROCESS_SAMPLES_EVERY_S, SLOW_READ_EVERY_POLLS
 from gpu_exporter.host.files import MalformedFile
 from gpu_exporter.host.procs import ProcessInfo, ProcessReader, parse_cpulist
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.processes import ProcessEntry
 from gpu_exporter.nvml.session import Gpu, NvmlSession, normalize_bus_id
-from gpu_exporter.readings import PollReadings, ProcessReading
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import Slot, SnapshotBuilder
+from gpu_exporter.poll.readings import PollReadings, ProcessReading
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import Slot, SnapshotBuilder
+from gpu_exporter.settings.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -28,20 +28,20 @@ from __future__ import annotations
 import logging
 from typing import Self
 
-from gpu_exporter.cadence import SAMPLES_EVERY_S
-from gpu_exporter.catalog_types import Metric
 from gpu_exporter.catalogs import deep as m
 from gpu_exporter.catalogs import device as device_metrics
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.values import plausible
-from gpu_exporter.config import Settings
+from gpu_exporter.facts.cadence import SAMPLES_EVERY_S
+from gpu_exporter.facts.catalog_types import Metric
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.session import UTILIZATION_SAMPLES_KEY, Gpu, NvmlSession
 from gpu_exporter.nvml.values import GpuReads
-from gpu_exporter.readings import SampleStats
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import SampleStats
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
+from gpu_exporter.settings.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from gpu_exporter.catalog_types import Metric
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.facts.catalog_types import Metric
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 
 log = logging.getLogger(__name__)
 

@@ -38,14 +38,14 @@ from typing import Self
 from gpu_exporter.catalogs.deep import EVENTS_TOTAL, XID_ERRORS_ALL_TOTAL, XID_ERRORS_TOTAL
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.collectors.kmsg import merge_counts, merge_events
-from gpu_exporter.config import Settings
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.events import EventSet
 from gpu_exporter.nvml.session import GpuGone, NvmlGone, NvmlSession
-from gpu_exporter.readings import XidEvent
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.readings import XidEvent
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
+from gpu_exporter.settings.config import Settings
 
 log = logging.getLogger(__name__)
 

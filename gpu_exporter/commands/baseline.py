@@ -14,16 +14,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpu_exporter import baseline
-from gpu_exporter.config import ConfigError, load
-from gpu_exporter.safetext import terminal_safe
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.facts.safetext import terminal_safe
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.config import ConfigError, load
 
 POLLS = 5
 
 
 def _poll(simulate: str | None, polls: int) -> list[Snapshot]:
     from gpu_exporter.commands.one_shot import one_shot_on_simulated_node
-    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.daemon.exporter import Exporter
     from gpu_exporter.simulator import ScenarioError, load_scenario
 
     settings = load({"collectors": {"xid": False}, "diagnosis": {"enabled": False}})

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gpu_exporter.catalog import metrics_markdown
+from gpu_exporter.poll.catalog import metrics_markdown
 
 
 def main(argv: Sequence[str], parser_cls: type[argparse.ArgumentParser]) -> int:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpu_exporter import safefile
-from gpu_exporter.config import ConfigError
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.facts.safetext import terminal_safe
+from gpu_exporter.settings import safefile
+from gpu_exporter.settings.config import ConfigError
 
 # A password file holds one line; 4 KiB is far above any password and keeps a
 # file given by mistake (a log, a device) from being read whole.

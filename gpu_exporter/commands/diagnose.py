@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.commands import client as exporter_client
 from gpu_exporter.commands import npd
 from gpu_exporter.commands.client import (
@@ -39,9 +38,10 @@ from gpu_exporter.commands.report import (
     exit_status,
     render_text,
 )
-from gpu_exporter.config import ConfigError, load, parse_duration
 from gpu_exporter.diagnosis.coverage import incomplete
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.facts.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.facts.safetext import terminal_safe
+from gpu_exporter.settings.config import ConfigError, load, parse_duration
 from gpu_exporter.web.diagnosis import report
 
 DEFAULT_URL = "http://127.0.0.1:9835"

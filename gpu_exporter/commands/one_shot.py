@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.simulator.model import Scenario

@@ -24,11 +24,11 @@ from typing import Any
 import yaml
 
 from gpu_exporter import __version__
-from gpu_exporter.config import ConfigError, parse_duration
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device, MigDevice, set_recorder
 from gpu_exporter.nvml.errors import NvmlError, Return
-from gpu_exporter.readings import ProcessReading
+from gpu_exporter.poll.readings import ProcessReading
+from gpu_exporter.settings.config import ConfigError, parse_duration
 from gpu_exporter.simulator import ScenarioError
 
 GpuRec = dict[str, Any]
@@ -481,8 +481,8 @@ _HANDLERS: dict[str, Handler] = {
 def record(duration: float, interval: float, out: Path, simulate: str | None) -> int:
     """Poll for ``duration`` and write the recording; the number of polls."""
     from gpu_exporter.commands.one_shot import one_shot_on_simulated_node
-    from gpu_exporter.config import load
-    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.daemon.exporter import Exporter
+    from gpu_exporter.settings.config import load
     from gpu_exporter.simulator import load_scenario, recordings
 
     # NVML is recorded, and the GPU processes as the host sees them; the other

@@ -11,8 +11,8 @@ from typing import Any
 from gpu_exporter.diagnosis.coverage import checks_text, gpu_list, reason_text
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
-from gpu_exporter.readings import GpuOwner
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.facts.safetext import terminal_safe
+from gpu_exporter.poll.readings import GpuOwner
 
 
 def owner_text(owner: Mapping[str, Any]) -> str:

@@ -39,8 +39,8 @@ from gpu_exporter.commands import client as exporter_client
 from gpu_exporter.commands import npd
 from gpu_exporter.commands.client import BadUrl, ClientSettings, ExporterClient, exporter_url
 from gpu_exporter.commands.diagnose import DEFAULT_URL, fetch
-from gpu_exporter.config import ConfigError, parse_duration
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.facts.safetext import terminal_safe
+from gpu_exporter.settings.config import ConfigError, parse_duration
 
 PROG = "gpu-exporter slurm-health"
 HEALTHY, PROBLEM, USAGE, NOT_RUN = 0, 1, 2, 3

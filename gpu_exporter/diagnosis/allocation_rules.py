@@ -12,8 +12,8 @@ from __future__ import annotations
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.readings import GpuOwner
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.poll.readings import GpuOwner
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 
 def _place_unused(s: GpuSignals, cfg: DiagnosisConfig) -> tuple[bool, Evidence] | None:

@@ -41,15 +41,15 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum, auto
 from typing import Any, cast
 
-from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.diagnosis.allocation_rows import CLAIM_UNPLACED, SLURM_UNNAMED
 from gpu_exporter.diagnosis.coverage_words import HOST_WORDS, NVML_WORDS, PROCESS_WORDS
 from gpu_exporter.diagnosis.rules import RULES, Trend
 from gpu_exporter.diagnosis.signals import READER_OF_SIGNAL, GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import GpuReading
-from gpu_exporter.snapshot import Slot, Snapshot
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.facts.cadence import SAMPLES_EVERY_S
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.poll.snapshot import Slot, Snapshot
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # The reader behind each top-level GpuSignals value (its fields declare their
 # source; memory_used_ratio is a property of the device's reading): a value

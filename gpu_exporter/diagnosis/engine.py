@@ -18,13 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Self
 
-from gpu_exporter.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.catalogs.diagnosis import (
     DIAGNOSIS_ACTIVE,
     DIAGNOSIS_INPUT_MISSING,
     DIAGNOSIS_NOT_JUDGED,
 )
-from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage, Gap, Kind, Reasons
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.finding import Finding
@@ -34,12 +32,14 @@ from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.rules import RULES, Evidence, Rule, Trend, Verdict
 from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
+from gpu_exporter.facts.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.host.boot import uptime
-from gpu_exporter.readings import GpuOwner
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import Slot, SnapshotBuilder
-from gpu_exporter.stage import Derivation
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.poll.readings import GpuOwner
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import Slot, SnapshotBuilder
+from gpu_exporter.poll.stage import Derivation
+from gpu_exporter.settings.config import Settings
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 log = logging.getLogger(__name__)
 

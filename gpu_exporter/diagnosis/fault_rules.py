@@ -8,7 +8,7 @@ import time
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 
 def _came_back(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

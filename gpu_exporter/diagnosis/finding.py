@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpu_exporter.diagnosis.precedence import Evidence, Explained
 from gpu_exporter.diagnosis.table import Row
-from gpu_exporter.readings import GpuOwner
+from gpu_exporter.poll.readings import GpuOwner
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.precedence import PRECEDENCE
 from gpu_exporter.diagnosis.rules import SPECIFIC_SLOWDOWN_REASONS, THERMAL_REASONS
 from gpu_exporter.diagnosis.table import Row
-from gpu_exporter.thresholds import DiagnosisConfig
-from gpu_exporter.xids import BY_CODE, CATALOG_URL, TIERS, XidTier
+from gpu_exporter.facts.xids import BY_CODE, CATALOG_URL, TIERS, XidTier
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # A run of text and links to rows' sections.
 Inline = tuple[str | Row, ...]

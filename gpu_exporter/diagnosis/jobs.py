@@ -41,8 +41,8 @@ from typing import Literal
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.finding import Consequence, Finding
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER, Row
-from gpu_exporter.readings import GpuOwner
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.poll.readings import GpuOwner
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # "unknown": a MIG instance without GPM, whose pace NVML does not say.
 RankState = Literal["working", "waiting", "lost", "idle", "unknown"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # The values a saturating counter stops at: NVML hands counters out as 32-
 # or 64-bit unsigned integers (the exporter reads them as floats).

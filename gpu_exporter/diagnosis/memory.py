@@ -43,7 +43,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter import safefile
 from gpu_exporter.diagnosis.memory_file import StateModel, ValidationError
 from gpu_exporter.diagnosis.memory_limits import (
     MAX_FAULTS_PER_GPU,
@@ -60,6 +59,7 @@ from gpu_exporter.diagnosis.memory_limits import (
 )
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.host.boot import boot_id
+from gpu_exporter.settings import safefile
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from gpu_exporter.diagnosis.memory_limits import (
     FaultKind,
 )
 from gpu_exporter.host.boot import BOOT_ID
-from gpu_exporter.sections import Bounds, Parse, Section, setting
-from gpu_exporter.sections import ValidationError as ValidationError
+from gpu_exporter.settings.sections import Bounds, Parse, Section, setting
+from gpu_exporter.settings.sections import ValidationError as ValidationError
 
 
 def _matching(pattern: str) -> Parse:

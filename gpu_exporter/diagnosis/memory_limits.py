@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from gpu_exporter import safefile
+from gpu_exporter.settings import safefile
 
 FaultKind = Literal["xid", "ecc_uncorrectable", "row_remap_pending", "row_remap_failed",
                     "gpu_lost"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # The PortCounters that say the link itself loses or retrains.
 ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery",

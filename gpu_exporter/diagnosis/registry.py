@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from gpu_exporter.diagnosis.memory import GpuPast
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 Evidence = dict[str, float | str]
 

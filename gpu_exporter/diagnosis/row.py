@@ -6,8 +6,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpu_exporter.thresholds import DiagnosisConfig
-from gpu_exporter.xids import XidTier
+from gpu_exporter.facts.xids import XidTier
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 Severity = Literal["critical", "warning", "info"]
 

@@ -43,8 +43,8 @@ from gpu_exporter.diagnosis.registry import Verdict as Verdict
 from gpu_exporter.diagnosis.registry import rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import ProcessReading
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.poll.readings import ProcessReading
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # NVML's reason bits (nvmlClocksEventReasons): hw_thermal and sw_thermal name
 # heat; hw_power_brake names the external brake; hw_slowdown is the umbrella

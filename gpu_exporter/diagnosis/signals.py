@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gpu_exporter.readings import (
+from gpu_exporter.poll.readings import (
     READER_OF_FIELD,
     AttributionReading,
     GpmReading,

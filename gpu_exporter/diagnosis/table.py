@@ -44,7 +44,7 @@ from gpu_exporter.diagnosis.workload_rows import HOST_CPU_THERMAL as HOST_CPU_TH
 from gpu_exporter.diagnosis.workload_rows import HOST_MEMORY_GROWTH as HOST_MEMORY_GROWTH
 from gpu_exporter.diagnosis.workload_rows import MEMORY_BOUND as MEMORY_BOUND
 from gpu_exporter.diagnosis.workload_rows import MEMORY_FILLING as MEMORY_FILLING
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_exporter.readings import GpuReading
-from gpu_exporter.snapshot import Slot, Snapshot
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.poll.snapshot import Slot, Snapshot
 
 # Why NVML is not available, in the NVML session's words: the poller publishes
 # it with every snapshot taken while NVML is down, so a snapshot says by itself

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # A climb needs at least this many rises in the window, no single rise above
 # this share of the net rise, and falls back of at most this share of it.

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals, XidBlame
-from gpu_exporter.thresholds import DiagnosisConfig
-from gpu_exporter.xids import XidTier
+from gpu_exporter.facts.xids import XidTier
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 
 def nvlinks_named(links: list[tuple[float, int, int]]) -> str:

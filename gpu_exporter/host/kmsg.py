@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from gpu_exporter.config_types import DEFAULT_KMSG_PATH, kmsg_file_problem
+from gpu_exporter.settings.config_types import DEFAULT_KMSG_PATH, kmsg_file_problem
 
 DEFAULT_PATH = DEFAULT_KMSG_PATH
 # The kernel's own buffer per reader (CONSOLE_EXT_LOG_MAX): no record is longer.

@@ -13,9 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter import safefile, safeyaml
 from gpu_exporter.nvml import binding
-from gpu_exporter.sections import ValidationError
+from gpu_exporter.settings import safefile, safeyaml
+from gpu_exporter.settings.sections import ValidationError
 from gpu_exporter.simulator import recordings
 from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_placement
 from gpu_exporter.simulator.clib import FakeNvmlLibrary

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from gpu_exporter.config_types import Duration
 from gpu_exporter.nvml.constants import REASON_BITS
 from gpu_exporter.nvml.errors import Return
-from gpu_exporter.sections import Parse, Section, setting
+from gpu_exporter.settings.config_types import Duration
+from gpu_exporter.settings.sections import Parse, Section, setting
 from gpu_exporter.simulator.drivers import BY_NAME, NEWEST, DriverBranch
 from gpu_exporter.simulator.tenants import Tenants
 

@@ -22,10 +22,10 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from gpu_exporter import safefile
 from gpu_exporter.nvml.constants import THROTTLE_TIME_FIELDS
 from gpu_exporter.nvml.errors import Return
-from gpu_exporter.sections import Parse, Section, ValidationError, setting
+from gpu_exporter.settings import safefile
+from gpu_exporter.settings.sections import Parse, Section, ValidationError, setting
 from gpu_exporter.simulator.model import GpuCondition
 
 FORMAT = 2

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from gpu_exporter.config_types import Duration
-from gpu_exporter.sections import Section, setting
+from gpu_exporter.settings.config_types import Duration
+from gpu_exporter.settings.sections import Section, setting
 
 # Kubernetes object names: RFC 1123 labels / subdomains.
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"

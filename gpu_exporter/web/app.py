@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpu_exporter.config_types import FIXED_PATHS, check_telemetry_path
-from gpu_exporter.safetext import html_escape
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.facts.safetext import html_escape
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.config_types import FIXED_PATHS, check_telemetry_path
 from gpu_exporter.web.render import OPENMETRICS, TEXT, RenderCache
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpu_exporter.facts.safetext import html_escape
 from gpu_exporter.history import WINDOW_S
-from gpu_exporter.safetext import html_escape
 
 WIDTH = 300.0
 HEIGHT = 80.0

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gpu_exporter.baseline import DRIFTS
-from gpu_exporter.cadence import stale_after
 from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS
 from gpu_exporter.diagnosis.visibility import visibility
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.facts.cadence import stale_after
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.web.app import Request, Response
 
 JSON = "application/json"

@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpu_exporter.baseline import DRIFTS
-from gpu_exporter.cadence import stale_after
 from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS, Finding, explanation
 from gpu_exporter.diagnosis.evidence import evidence_line, percent
@@ -37,11 +36,12 @@ from gpu_exporter.diagnosis.finding import Consequence
 from gpu_exporter.diagnosis.jobs import HOST_WIDE, Job, unit_label
 from gpu_exporter.diagnosis.table import SEVERITY_ORDER
 from gpu_exporter.diagnosis.visibility import visibility
+from gpu_exporter.facts.cadence import stale_after
+from gpu_exporter.facts.safetext import html_escape, terminal_safe
 from gpu_exporter.history import History, Window
 from gpu_exporter.nvml.session import normalize_bus_id
-from gpu_exporter.readings import GpuReading, ProcessReading
-from gpu_exporter.safetext import html_escape, terminal_safe
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.poll.readings import GpuReading, ProcessReading
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.web.app import Request, Response, accepts_gzip
 from gpu_exporter.web.charts import MAX_POINTS, Line, chart
 

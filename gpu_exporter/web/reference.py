@@ -11,8 +11,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpu_exporter.catalog import CATALOG
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.poll.catalog import CATALOG
+from gpu_exporter.poll.snapshot import Snapshot
 
 
 class SnapshotCollector(Collector):

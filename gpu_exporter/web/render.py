@@ -17,9 +17,9 @@ import math
 import threading
 from dataclasses import dataclass, field
 
-from gpu_exporter.catalog import CATALOG
-from gpu_exporter.safetext import terminal_safe
-from gpu_exporter.snapshot import Sample, Snapshot
+from gpu_exporter.facts.safetext import terminal_safe
+from gpu_exporter.poll.catalog import CATALOG
+from gpu_exporter.poll.snapshot import Sample, Snapshot
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from gpu_exporter.diagnosis import guide
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.safetext import html_escape
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.facts.safetext import html_escape
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.web.app import Request, Response
 from gpu_exporter.web.doctor import HTML, SAFE_HEADERS, STYLE
 

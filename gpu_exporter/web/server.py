@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 import h11
 
 from gpu_exporter import __version__
-from gpu_exporter.cadence import stale_after
+from gpu_exporter.facts.cadence import stale_after
 from gpu_exporter.web.app import App, Request, Response
 
 if TYPE_CHECKING:

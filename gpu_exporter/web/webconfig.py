@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from gpu_exporter import safefile, safeyaml
-from gpu_exporter.config import ConfigError
-from gpu_exporter.sections import Parse, Section, ValidationError, setting
+from gpu_exporter.settings import safefile, safeyaml
+from gpu_exporter.settings.config import ConfigError
+from gpu_exporter.settings.sections import Parse, Section, ValidationError, setting
 from gpu_exporter.web.app import Request, Response
 from gpu_exporter.web.gate import BasicAuth, admit, normalise_san
 from gpu_exporter.web.server import ExporterHTTPServer

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 
-from gpu_exporter.catalog import metrics_markdown
 from gpu_exporter.commands.client import options_markdown
 from gpu_exporter.commands.report import EXIT_STATUSES, PRECEDENCE
-from gpu_exporter.config import flag_settings
-from gpu_exporter.pipeline import COLLECTORS
+from gpu_exporter.daemon.pipeline import COLLECTORS
+from gpu_exporter.poll.catalog import metrics_markdown
+from gpu_exporter.settings.config import flag_settings
 from gpu_exporter_mixin.series_budget import series_markdown
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_exporter.catalog import BY_NAME
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
+from gpu_exporter.poll.catalog import BY_NAME
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.web.reference import snapshot_registry

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from gpu_exporter.catalog import BY_NAME, metric
 from gpu_exporter.catalogs import attribution
+from gpu_exporter.poll.catalog import BY_NAME, metric
 from gpu_exporter_mixin.alerting.attribution import POD_OF_PROCESS_EXPR, POD_OF_PROCESS_RECORD
 from tests.tools import ROOT, tool
 

@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.collectors.device import DeviceCollector
+from gpu_exporter.facts.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.nvml import constants as c
 from tests import mock_nvml
 from tests.onegpu import OneGpu

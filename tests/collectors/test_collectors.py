@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 
 from gpu_exporter import collectors
-from gpu_exporter.cadence import SAMPLES_EVERY_S
-from gpu_exporter.catalog import BY_NAME, CATALOG
 from gpu_exporter.collectors.base import Collector, NvmlCollector
 from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.gpm import GpmCollector
@@ -19,10 +17,12 @@ from gpu_exporter.collectors.mig import MigCollector
 from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.collectors.samples import SamplesCollector
 from gpu_exporter.collectors.xid import XidCollector
-from gpu_exporter.config import Settings, settings_fields
+from gpu_exporter.daemon.pipeline import COLLECTORS, DERIVATIONS, READERS, STAGES
 from gpu_exporter.diagnosis.signals import INPUTS
-from gpu_exporter.pipeline import COLLECTORS, DERIVATIONS, READERS, STAGES
-from gpu_exporter.stage import Derivation, Stage
+from gpu_exporter.facts.cadence import SAMPLES_EVERY_S
+from gpu_exporter.poll.catalog import BY_NAME, CATALOG
+from gpu_exporter.poll.stage import Derivation, Stage
+from gpu_exporter.settings.config import Settings, settings_fields
 from tests.onegpu import OneGpu
 
 READERS_BY_NAME = {c.name: c for c in READERS}

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import pytest
 
-from gpu_exporter.catalog import CATALOG
+from gpu_exporter.poll.catalog import CATALOG
 from gpu_exporter.simulator import load_scenario
 from tests.simnode import DetailRun
 from tests.tools import ROOT

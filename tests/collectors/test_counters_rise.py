@@ -25,12 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpu_exporter.catalog import CATALOG
 from gpu_exporter.nvml import constants as k
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.poll.catalog import CATALOG
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator.clib import FUNCTIONS
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.simnode import DetailRun
 
 LONG = os.environ.get("GPU_EXPORTER_LONG_TESTS") == "1"

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from gpu_exporter.cadence import SAMPLES_EVERY_S
+from gpu_exporter.facts.cadence import SAMPLES_EVERY_S
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.simnode import SimRun, settings
 
 GPM = ("gpu_sm_active_ratio", "gpu_sm_occupancy_ratio", "gpu_tensor_active_ratio",
@@ -139,7 +139,7 @@ def test_xid_counted_by_the_daemon_in_real_time() -> None:
     an Xid the simulated driver queues a second after start."""
     scenario = Scenario(name="rt", node={"gpus": 2}, state={"utilization": 0.9},
                         timeline=[{"at": "1s", "gpus": [1], "set": {"xid": [48]}}])
-    from gpu_exporter.daemon import Exporter
+    from gpu_exporter.daemon.exporter import Exporter
 
     node = SimulatedNode(scenario)
     exporter = Exporter(settings(), node)

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.cadence import FACT_READ_EVERY_POLLS
 from gpu_exporter.collectors.device import DeviceCollector
+from gpu_exporter.facts.cadence import FACT_READ_EVERY_POLLS
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import Return
-from gpu_exporter.readings import GpuReading
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.simulator.gpu_state import GpuState
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.onegpu import OneGpu
 
 Key = tuple[str, tuple[tuple[str, str], ...]]

@@ -17,9 +17,9 @@ import pytest
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.host.files import TEXT_FILE_LIMIT
 from gpu_exporter.host.reading import HostReading
-from gpu_exporter.readings import HostSignals
+from gpu_exporter.poll.readings import HostSignals
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.simulator.clock import VirtualClock
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.web.render import LabelCache, render
 from tests.golden_files import check_golden
 from tests.simnode import SimRun

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.catalog import BY_NAME, CATALOG
 from gpu_exporter.collectors import values as p
 from gpu_exporter.collectors.host import HostCollector
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.poll.catalog import BY_NAME, CATALOG
+from gpu_exporter.poll.snapshot import Snapshot
 from tests.collectors.test_host_collector import PAGE, Host, values
 from tests.host.test_host_thermal import two_sockets
 

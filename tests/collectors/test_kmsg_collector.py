@@ -31,14 +31,14 @@ from gpu_exporter.collectors.kmsg import (
     merge_counts,
     merge_events,
 )
-from gpu_exporter.config import Settings
-from gpu_exporter.config_types import KMSG_DEVICE
 from gpu_exporter.host.driver_log import XidEntry
 from gpu_exporter.host.kmsg import KmsgState, Opener
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.readings import KernelLogReading, KernelXid, XidCulprit, XidEvent
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.readings import KernelLogReading, KernelXid, XidCulprit, XidEvent
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.settings.config import Settings
+from gpu_exporter.settings.config_types import KMSG_DEVICE
 
 LOGGER = "gpu_exporter.collectors.kmsg"
 WALL = 1_700_000_000.0

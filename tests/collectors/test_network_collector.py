@@ -11,7 +11,7 @@ import pytest
 
 from gpu_exporter.collectors.network import NetworkCollector
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from tests import nic_tree
 
 

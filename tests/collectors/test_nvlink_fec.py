@@ -18,10 +18,10 @@ import pytest
 from gpu_exporter.collectors import board
 from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.nvml import constants as k
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator.libnvml.fields import pack_ber
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.simulator.world import NVLINK5_BITS_PER_S
-from gpu_exporter.snapshot import Snapshot
 from tests.nvml.test_nvml_contract import _define, header
 from tests.onegpu import OneGpu
 from tests.simnode import SimRun

@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.catalog import DETAIL
 from gpu_exporter.collectors.board import FEC_KEYS
 from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import NvmlError, Return
 from gpu_exporter.nvml.session import Gpu
-from gpu_exporter.readings import NvlinkReading
+from gpu_exporter.poll.catalog import DETAIL
+from gpu_exporter.poll.readings import NvlinkReading
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.stage import Stage
 from gpu_exporter.simulator.libnvml.fields import pack_ber
 from gpu_exporter.simulator.world import GpuState
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
-from gpu_exporter.stage import Stage
 from tests.onegpu import OneGpu
 
 LINKS = 18  # an H100 SXM5's, and a GB200's

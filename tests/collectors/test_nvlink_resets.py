@@ -16,10 +16,10 @@ from gpu_exporter.collectors.nvlink import NvlinkCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.poll.snapshot import SnapshotBuilder
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.model import GpuCondition, Node, Scenario
 from gpu_exporter.simulator.world import GpuState
-from gpu_exporter.snapshot import SnapshotBuilder
 from tests.collectors.test_nvlink_reader import (
     DL_CRC,
     ERRING,

@@ -26,8 +26,8 @@ from gpu_exporter.collectors.udev import (
 )
 from gpu_exporter.host.pci import PciDevice
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
-from gpu_exporter.readings import PcieKernelView
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.readings import PcieKernelView
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from tests.simnode import SimRun
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sys"

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
-from gpu_exporter.catalog import BY_NAME, CATALOG
-from gpu_exporter.catalog_types import Metric
 from gpu_exporter.collectors import values as v
 from gpu_exporter.collectors.device import DeviceCollector
+from gpu_exporter.facts.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.facts.catalog_types import Metric
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.session import Gpu, Identity
+from gpu_exporter.poll.catalog import BY_NAME, CATALOG
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.simulator.gpu_state import GpuState
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.onegpu import OneGpu
 
 U32, U64 = c.U32_NA, c.U64_NA
@@ -180,7 +180,7 @@ def test_a_documented_reset_is_told_by_the_metric_and_its_labels(
 
 
 def test_a_reset_by_a_label_the_metric_lacks_is_refused() -> None:
-    from gpu_exporter.catalog_types import Bounds, metric_spec
+    from gpu_exporter.facts.catalog_types import Bounds, metric_spec
 
     with pytest.raises(ValueError, match="resets by a label"):
         metric_spec("gpu_x_total", "counter", "x", ("gpu",), "device",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_exporter.catalog import CATALOG
+from gpu_exporter.poll.catalog import CATALOG
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.simnode import SimRun
 
 GPUS = 8

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpu_exporter.collectors.processes import ProcessesCollector
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.simnode import SimRun
 
 

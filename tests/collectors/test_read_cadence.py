@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpu_exporter.cadence import (
+from gpu_exporter.facts.cadence import (
     FACT_READ_EVERY_POLLS,
     PROCESS_SAMPLES_EVERY_S,
     SLOW_READ_EVERY_POLLS,

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.config import Settings
 from gpu_exporter.nvml.gpu import Gpu
-from gpu_exporter.snapshot import Snapshot
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.config import Settings
 from tests import mock_nvml
 from tests.simnode import PER_GPU_READERS, SimRun, shuffle_readers
 

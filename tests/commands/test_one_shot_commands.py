@@ -210,15 +210,6 @@ def test_a_process_named_with_escape_codes_and_a_newline_prints_escaped(
     assert len(fixes) == 1 and fixes[0].startswith("  fix:      ")
 
 
-def test_terminal_safe_escapes_controls_and_reordering_marks() -> None:
-    from gpu_exporter.safetext import terminal_safe
-
-    assert terminal_safe("plain name-1.0") == "plain name-1.0"
-    assert terminal_safe("a\x1b[2Jb") == "a\\x1b[2Jb"
-    assert terminal_safe("x\r\ny\tz\x00\x7f\x9b") == "x\\r\\ny\\tz\\x00\\x7f\\x9b"
-    assert terminal_safe("evil\u202egnp.exe\u200b") == "evil\\u202egnp.exe\\u200b"
-
-
 # --- record and baseline -------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", [["record", "--duration", "60s"],

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator import load_scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.procs import run_cli
 from tests.simnode import SimRun
 

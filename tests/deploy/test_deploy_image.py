@@ -12,7 +12,7 @@ import tomllib
 
 import yaml
 
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
 from gpu_exporter.simulator import SimulatedNode
 from tests import simnode
 from tests.deploy_files import (

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpu_exporter.cli import parse_settings
-from gpu_exporter.config_types import parse_listen_address
+from gpu_exporter.settings.config_types import parse_listen_address
 from tests.deploy_files import (
     CUSTOM,
     DEFAULT_PORT,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.cli import parse_settings
-from gpu_exporter.config import load
+from gpu_exporter.facts.cadence import DEFAULT_POLL_INTERVAL_S
+from gpu_exporter.settings.config import load
 from tests.deploy_files import (
     DEPLOY,
     UNIT,

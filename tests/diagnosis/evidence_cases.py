@@ -6,11 +6,11 @@ from __future__ import annotations
 from gpu_exporter.diagnosis.rules import Evidence, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import Row
-from gpu_exporter.readings import (
+from gpu_exporter.poll.readings import (
     GpuReading,
     ProcessReading,
 )
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.rule_signals import (
     CFG,
     GIB,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.rules import Verdict
-from gpu_exporter.readings import (
+from gpu_exporter.poll.readings import (
     OwnerCpu,
     PcieKernelView,
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.rules import Verdict
-from gpu_exporter.readings import (
+from gpu_exporter.poll.readings import (
     HostSignals,
 )
 from tests.diagnosis.evidence_cases import (

@@ -15,8 +15,8 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import Gap, Kind, Reasons
 from gpu_exporter.diagnosis.precedence import Candidate, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.readings import GpuOwner, OwnerCpu
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.poll.readings import GpuOwner, OwnerCpu
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.rule_signals import CFG, GIB, POD, busy_gpu, proc, signals, verdict
 
 ROW = t.ALLOCATED_RUNS_ON_CPU

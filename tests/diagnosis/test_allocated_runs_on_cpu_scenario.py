@@ -11,9 +11,9 @@ import os
 
 from gpu_exporter.diagnosis.coverage import COVERAGE, Kind
 from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.simnode import DetailRun, VirtualClock
 
 NAME = "gpu-allocated-unused-runs-on-cpu"

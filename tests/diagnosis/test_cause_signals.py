@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_exporter.catalog import BY_NAME, CATALOG
 from gpu_exporter.diagnosis import table as t
+from gpu_exporter.poll.catalog import BY_NAME, CATALOG
 
 READ = {name for row in t.ROWS for name in row.reads}
 

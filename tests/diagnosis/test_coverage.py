@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.cadence import SAMPLES_EVERY_S
 from gpu_exporter.commands import npd
 from gpu_exporter.commands.diagnose import simulate
 from gpu_exporter.commands.report import (
@@ -38,6 +37,7 @@ from gpu_exporter.diagnosis import rules
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import answer, checks_text, gpu_list, reason_text
 from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.facts.cadence import SAMPLES_EVERY_S
 from gpu_exporter.simulator.drivers import BRANCHES
 from tests.procs import ROOT, free_port, run_cli, start, wait_http
 from tests.simnode import SimRun

@@ -12,9 +12,9 @@ import pytest
 
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator import builtin_scenarios, load_scenario
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from tests.simnode import DetailRun
 
 DECLARED = [n for n in builtin_scenarios() if load_scenario(n).expect is not None]

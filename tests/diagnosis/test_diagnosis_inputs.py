@@ -10,7 +10,7 @@ import pytest
 
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING
 from gpu_exporter.diagnosis.signals import INPUTS
-from gpu_exporter.readings import PollReadings
+from gpu_exporter.poll.readings import PollReadings
 from gpu_exporter.web.diagnosis import report
 from tests.simnode import DetailRun
 

@@ -15,7 +15,7 @@ from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.diagnosis.precedence import PRECEDENCE, Candidate, Explains, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import HostSignals
+from gpu_exporter.poll.readings import HostSignals
 from gpu_exporter.simulator.model import Scenario
 from tests.diagnosis.test_diagnosis import run_long_enough
 from tests.diagnosis.test_rules import CASES

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpu_exporter.diagnosis.engine import Diagnosis
 from gpu_exporter.diagnosis.workload_rules import _recurring, steady_climb
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 CFG = DiagnosisConfig()
 INTERVAL = 2.0

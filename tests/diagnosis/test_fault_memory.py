@@ -29,11 +29,11 @@ from gpu_exporter.diagnosis.memory import (
 )
 from gpu_exporter.diagnosis.registry import RULES, Trend
 from gpu_exporter.diagnosis.signals import GpuSignals
-from gpu_exporter.readings import GpuReading
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
-from gpu_exporter.thresholds import DiagnosisConfig
 from tests.simnode import EPOCH, SimRun, VirtualClock
 
 BOOT_A = "11111111-2222-4333-8444-555555555555"

@@ -31,11 +31,11 @@ from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.precedence import XIDS_RECORDED_BY, Candidate, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals, XidBlame
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import GpuOwner, GpuReading
+from gpu_exporter.facts.xids import BY_CODE
+from gpu_exporter.poll.readings import GpuOwner, GpuReading
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator import load_scenario
-from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter.web.app import Request
-from gpu_exporter.xids import BY_CODE
 from tests.simnode import DetailRun
 
 CFG = DiagnosisConfig()

@@ -20,10 +20,10 @@ from gpu_exporter.diagnosis.engine import JOBS
 from gpu_exporter.diagnosis.finding import Finding
 from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import GpuOwner
+from gpu_exporter.poll.readings import GpuOwner
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.simulator.tenants import SlurmJob
-from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter.web.doctor import _jobs
 from tests.simnode import DetailRun
 

@@ -13,9 +13,9 @@ from gpu_exporter.diagnosis.coverage import answer
 from gpu_exporter.diagnosis.registry import Verdict
 from gpu_exporter.diagnosis.row import Row
 from gpu_exporter.nvml import constants as k
-from gpu_exporter.readings import GpuReading
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.thresholds import DiagnosisConfig
 from tests.onegpu import OneGpu
 from tests.rule_signals import CFG, POD, busy_gpu, signals, verdict
 from tests.simnode import SimRun

@@ -18,10 +18,10 @@ from gpu_exporter.diagnosis.registry import Trend, Verdict
 from gpu_exporter.diagnosis.rules import RULES
 from gpu_exporter.host.nics import PciLocation, RdmaPort
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession
-from gpu_exporter.readings import GpuNetwork
+from gpu_exporter.poll.readings import GpuNetwork
+from gpu_exporter.poll.snapshot import SnapshotBuilder
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import SnapshotBuilder
-from gpu_exporter.thresholds import DiagnosisConfig
 from tests import nic_tree
 from tests.rule_signals import CFG, signals, verdict
 from tests.simnode import SimRun

@@ -14,8 +14,8 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.rules import RULES, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator import builtin_scenarios
-from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter_mixin.alerting.config import AlertConfig, AlertConfigError
 from gpu_exporter_mixin.alerting.rules import alert_rules
 from gpu_exporter_mixin.dashboards.build import node_dashboard

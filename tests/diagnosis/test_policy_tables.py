@@ -1,6 +1,6 @@
 """The policy tables held to what stands outside them.
 
-The Xid tiers (gpu_exporter/xids.py) against NVIDIA's Xid catalog for Ampere
+The Xid tiers (gpu_exporter/facts/xids.py) against NVIDIA's Xid catalog for Ampere
 and newer GPUs, "Analyzing Xid Errors with the Xid Catalog"
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, the
 spreadsheet's sheet "Catalog"; the rows below as published in the catalog of
@@ -27,15 +27,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpu_exporter import xids
-from gpu_exporter.cadence import SLOW_READ_EVERY_POLLS
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.diagnosis.table import ROWS, Row
+from gpu_exporter.facts import xids
+from gpu_exporter.facts.cadence import SLOW_READ_EVERY_POLLS
+from gpu_exporter.facts.xids import BY_CODE, TIERS, XIDS, XidTier, codes, tier_of
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
-from gpu_exporter.thresholds import DiagnosisConfig
-from gpu_exporter.xids import BY_CODE, TIERS, XIDS, XidTier, codes, tier_of
 from tests.simnode import SimRun
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gpu_exporter.diagnosis.engine import FINDINGS, Diagnosis, _RowState, _Timeline
 from gpu_exporter.diagnosis.rules import Verdict
 from gpu_exporter.diagnosis.table import ROWS
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.simnode import SimRun
 
 ROW = next(r for r in ROWS if not r.immediate)

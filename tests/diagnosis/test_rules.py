@@ -13,8 +13,8 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.precedence import PRECEDENCE, Candidate, resolve
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import GpuOwner, HostSignals, OwnerCpu, PcieKernelView
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.poll.readings import GpuOwner, HostSignals, OwnerCpu, PcieKernelView
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.rule_signals import (
     GIB,
     MIB,

@@ -16,11 +16,11 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.rules import RULES, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
-from gpu_exporter.readings import (
+from gpu_exporter.poll.readings import (
     HostSignals,
     PcieKernelView,
 )
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.diagnosis.evidence_cases import (
     AT_LIMIT,
     CAPPED,

@@ -11,8 +11,8 @@ from dataclasses import fields
 from pathlib import Path
 
 import gpu_exporter.diagnosis.signals as signals
-from gpu_exporter.pipeline import READERS
-from gpu_exporter.readings import READER_OF_FIELD, PollReadings
+from gpu_exporter.daemon.pipeline import READERS
+from gpu_exporter.poll.readings import READER_OF_FIELD, PollReadings
 
 PACKAGE = Path(signals.__file__).parents[1]
 

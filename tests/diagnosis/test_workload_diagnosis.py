@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_exporter.commands.report import render_text
 from gpu_exporter.diagnosis.engine import FINDINGS
-from gpu_exporter.readings import GpuOwner
+from gpu_exporter.poll.readings import GpuOwner
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.tenants import Container, DeviceGrant, Pod, Tenants
 from tests.simnode import SimRun

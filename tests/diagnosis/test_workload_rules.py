@@ -16,7 +16,7 @@ from gpu_exporter.diagnosis.registry import RULES, Trend, Verdict
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import Row
 from gpu_exporter.diagnosis.workload_rules import steady_climb
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.rule_signals import CFG, GIB, NOW, POD, busy_gpu, proc, quiet_host, signals
 
 

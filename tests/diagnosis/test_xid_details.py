@@ -29,11 +29,11 @@ from gpu_exporter.diagnosis.memory import (
 from gpu_exporter.diagnosis.signals import GpuSignals, XidBlame
 from gpu_exporter.host.kmsg import parse_record
 from gpu_exporter.host.nvrm import XidLine, parse_line
-from gpu_exporter.readings import GpuOwner, GpuReading
+from gpu_exporter.poll.readings import GpuOwner, GpuReading
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.kmsg import driver_bus
 from gpu_exporter.simulator.model import KernelLog, KernelLogLine, Scenario, XidCondition
-from gpu_exporter.snapshot import Snapshot
 from tests.diagnosis.test_fault_memory import BOOT_A, refusals, run, scenario
 from tests.simnode import EPOCH
 

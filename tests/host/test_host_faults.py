@@ -23,16 +23,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_exporter.catalog import CATALOG
 from gpu_exporter.collectors.host import HostCollector
 from gpu_exporter.collectors.pcie import PcieCollector
+from gpu_exporter.daemon.poller import Poller
 from gpu_exporter.host import cpu, disks, memory, network, pressure
 from gpu_exporter.host import procs as procs_module
 from gpu_exporter.host.pci import AER_SEVERITIES
 from gpu_exporter.nvml.session import Gpu, Identity, NvmlSession, normalize_bus_id
-from gpu_exporter.poller import Poller
+from gpu_exporter.poll.catalog import CATALOG
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.render import LabelCache, render
 from tests.simnode import SimRun, VirtualClock
 from tests.simulator.test_chaos import check_exposition

@@ -13,8 +13,8 @@ import pytest
 from gpu_exporter.collectors.host import THERMAL_EVERY_S, HostCollector
 from gpu_exporter.host.files import MalformedFile
 from gpu_exporter.host.thermal import read_thermal_throttle
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.simulator.clock import VirtualClock
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 
 PROC_FIXTURE = Path(__file__).parents[1] / "fixtures" / "proc" / "normal"
 

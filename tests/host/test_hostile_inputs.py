@@ -29,13 +29,14 @@ import bcrypt
 import pytest
 import trustme
 
-from gpu_exporter import config_types, logs, safefile, safeyaml
 from gpu_exporter.cli import settings_loader
 from gpu_exporter.collectors import kmsg as kmsg_collector
-from gpu_exporter.config import NOT_SETTINGS, ConfigError, environment_values
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon import logs
+from gpu_exporter.daemon.exporter import Exporter
 from gpu_exporter.host import kmsg
 from gpu_exporter.host.kmsg import KmsgReader, KmsgState, KmsgUnavailable
+from gpu_exporter.settings import config_types, safefile, safeyaml
+from gpu_exporter.settings.config import NOT_SETTINGS, ConfigError, environment_values
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.web.webconfig import MAX_BCRYPT_COST, WebConfigFile, WebConfigWatcher
 from tests import simnode

@@ -29,7 +29,7 @@ from gpu_exporter.host.kmsg import (
     split_records,
 )
 from gpu_exporter.host.nvrm import GpuUuidLine, SxidLine, XidLine, bus_key, parse_line
-from gpu_exporter.readings import KernelLogReading, KernelXid, XidCulprit, XidEvent
+from gpu_exporter.poll.readings import KernelLogReading, KernelXid, XidCulprit, XidEvent
 from tests.exposition import values as _values
 from tests.onegpu import OneGpu
 from tests.simnode import SimRun

@@ -12,7 +12,7 @@ from pathlib import Path
 from gpu_exporter.collectors.kmsg import _CLK_TCK, _stat_comm_start, find_culprit
 from gpu_exporter.host.driver_log import MAX_TOTALS, DriverLog, XidEntry
 from gpu_exporter.host.kmsg import KERNEL_FACILITY, Record
-from gpu_exporter.readings import XidCulprit
+from gpu_exporter.poll.readings import XidCulprit
 
 
 def rec(message: str, usec: int, facility: int = KERNEL_FACILITY) -> Record:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.config_types import KMSG_DEVICE
 from gpu_exporter.host.driver_log import DriverLog
 from gpu_exporter.host.kmsg import (
     MAX_BATCH_BYTES,
@@ -28,6 +27,7 @@ from gpu_exporter.host.kmsg import (
     parse_record,
     split_records,
 )
+from gpu_exporter.settings.config_types import KMSG_DEVICE
 
 REAL_FSTAT = os.fstat
 REAL_READ = os.read

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.catalog import BY_NAME
-from gpu_exporter.config_types import parse_duration
 from gpu_exporter.diagnosis.table import ROWS, XID, XID_APPLICATION, XID_INFORMATIONAL, Row
+from gpu_exporter.poll.catalog import BY_NAME
+from gpu_exporter.settings.config_types import parse_duration
 from gpu_exporter_mixin.alerting import templates
 from gpu_exporter_mixin.alerting.config import AlertConfigError, load_config
 from gpu_exporter_mixin.alerting.generate import (

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.catalog import BY_NAME
 from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.poll.catalog import BY_NAME
 from gpu_exporter_mixin.alerting.config import load_config
 from gpu_exporter_mixin.alerting.rules import alert_rules, recording_rules
 from gpu_exporter_mixin.dashboards.build import fleet_dashboard, node_dashboard

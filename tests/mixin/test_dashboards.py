@@ -20,7 +20,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as dm
 
 from benchmarks.fleet_scale import fleet_queries
-from gpu_exporter.catalog import BY_NAME, DETAIL
+from gpu_exporter.poll.catalog import BY_NAME, DETAIL
 from gpu_exporter_mixin.alerting.config import load_config
 from gpu_exporter_mixin.alerting.generate import RULES
 from gpu_exporter_mixin.alerting.promql import metric_names

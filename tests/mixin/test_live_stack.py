@@ -32,8 +32,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.central_store import Proc, spawn
 from gpu_exporter.commands.fleet import free_port
-from gpu_exporter.config_types import parse_duration
 from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.settings.config_types import parse_duration
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter_mixin.alerting.config import load_config
 from gpu_exporter_mixin.alerting.render import alert_annotations

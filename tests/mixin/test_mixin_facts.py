@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_exporter.catalog import BY_NAME
 from gpu_exporter.diagnosis.table import ROWS
+from gpu_exporter.poll.catalog import BY_NAME
 from gpu_exporter_mixin.alerting.config import AlertConfig, AlertConfigError, load_config
 from gpu_exporter_mixin.alerting.generate import RULES
 from gpu_exporter_mixin.alerting.render import alert_annotations

@@ -20,7 +20,7 @@ from collections import Counter
 
 import pytest
 
-from gpu_exporter.cadence import FACT_READ_EVERY_POLLS
+from gpu_exporter.facts.cadence import FACT_READ_EVERY_POLLS
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.simulator.drivers import BRANCHES, DriverBranch, knows_field
 from gpu_exporter.simulator.model import Scenario

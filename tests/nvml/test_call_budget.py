@@ -7,7 +7,7 @@ read in at most 8 calls per poll on average, counted two ways:
   the library counted (``nvml.binding.count_calls``);
 - on the simulator, by its own per-function and per-GPU counter
   (``FakeNvmlLibrary.calls_per_gpu``), per function against the cadence each
-  read is taken at (``gpu_exporter/cadence.py``).
+  read is taken at (``gpu_exporter/facts/cadence.py``).
 
 Utilization is never missing: on the mock, which keeps no utilization samples,
 gpu_busy_seconds_total comes from the 1-second rate on every board file.
@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from gpu_exporter.cadence import (
+from gpu_exporter.facts.cadence import (
     FACT_READ_EVERY_POLLS,
     SAMPLES_EVERY_S,
     SLOW_READ_EVERY_POLLS,
 )
-from gpu_exporter.config import Settings
+from gpu_exporter.settings.config import Settings
 from tests import mock_nvml
 from tests.simnode import SimRun
 

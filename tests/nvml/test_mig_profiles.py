@@ -16,8 +16,8 @@ from gpu_exporter.collectors.mig import MigCollector
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.nvml.mig import profile_name
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator.libnvml.mig import GpuInstanceProfileInfoV2, GpuInstanceProfileInfoV3
-from gpu_exporter.snapshot import Snapshot
 from tests.onegpu import OneGpu
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import scenario_generator
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
 from gpu_exporter.diagnosis.engine import JOBS
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.simulator.model import Scenario
@@ -51,7 +51,7 @@ def test_the_truth_is_written_without_the_diagnosis() -> None:
                          text=True, check=True).stdout
     loaded = set(json.loads(out))
     assert set(TRUTH_MODULES) <= loaded
-    forbidden = sorted(m for m in loaded if m == "gpu_exporter.thresholds"
+    forbidden = sorted(m for m in loaded if m == "gpu_exporter.settings.thresholds"
                        or m.startswith("gpu_exporter.diagnosis"))
     assert forbidden == []
 

@@ -39,14 +39,14 @@ from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as parse
 
-from gpu_exporter.catalog import CATALOG
 from gpu_exporter.nvml.constants import U8_NA, U16_NA, U32_NA, U64_NA
 from gpu_exporter.nvml.errors import Return
+from gpu_exporter.poll.catalog import CATALOG
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator import load_profile
 from gpu_exporter.simulator.clib import FUNCTIONS
 from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot
 from gpu_exporter.web.render import LabelCache, render
 from tests.simnode import DetailRun
 from tests.tools import tool

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpu_exporter.host.procs import cgroup_ids
-from gpu_exporter.sections import ValidationError
+from gpu_exporter.settings.sections import ValidationError
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement
 from gpu_exporter.simulator.model import ProcessCondition

@@ -107,8 +107,8 @@ def test_simulate_healthy_costs_a_few_percent_of_a_core() -> None:
 
 
 def test_after_the_first_poll_the_daemon_freezes_what_lives_and_collects_less_often() -> None:
-    from gpu_exporter.config import Settings
-    from gpu_exporter.daemon import YOUNG_GC_THRESHOLD, Exporter
+    from gpu_exporter.daemon.exporter import YOUNG_GC_THRESHOLD, Exporter
+    from gpu_exporter.settings.config import Settings
 
     threshold = gc.get_threshold()
     node = SimulatedNode(_scenario(), clock=VirtualClock(0.0))

@@ -278,7 +278,7 @@ def test_the_telemetry_path_serves_metrics_and_metrics_moves_there() -> None:
 
 @pytest.mark.parametrize("path", ["/diagnosis", "/", "/-/healthy", "/-/ready", "metrics"])
 def test_a_telemetry_path_that_would_hide_an_endpoint_is_refused(path: str) -> None:
-    from gpu_exporter.config import ConfigError, load
+    from gpu_exporter.settings.config import ConfigError, load
 
     with pytest.raises(ConfigError) as err:
         load({"web": {"telemetry_path": path}})

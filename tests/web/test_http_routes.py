@@ -20,7 +20,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from gpu_exporter.catalogs.device import UP
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.web.app import App, Request, Response, accepts_gzip, wants_openmetrics
 from gpu_exporter.web.render import OPENMETRICS, TEXT, _value
 from gpu_exporter.web.server import (

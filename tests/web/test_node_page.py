@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.diagnosis.evidence import percent
-from gpu_exporter.safetext import html_escape
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import Scenario
 from gpu_exporter.web.app import Request, Response
@@ -150,8 +149,8 @@ def test_the_runbook_and_docs_runbook_say_the_same_of_every_row() -> None:
     one table and one guide: every row's fix, escalation and confirming commands,
     every Xid of every tier and every precedence pair appear in both."""
     from gpu_exporter.diagnosis.precedence import PRECEDENCE
-    from gpu_exporter.thresholds import DiagnosisConfig
-    from gpu_exporter.xids import TIERS
+    from gpu_exporter.facts.xids import TIERS
+    from gpu_exporter.settings.thresholds import DiagnosisConfig
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "runbook.md").read_text()
     with SimRun("healthy") as run:
@@ -251,7 +250,7 @@ def test_a_hostile_bus_id_or_process_in_a_command_stays_one_quoted_word() -> Non
     for the shell (and escaped for HTML afterwards), so a copied command runs
     only what the table wrote."""
     from gpu_exporter.diagnosis.engine import Finding
-    from gpu_exporter.readings import GpuReading, ProcessReading
+    from gpu_exporter.poll.readings import GpuReading, ProcessReading
     from gpu_exporter.web.doctor import _placeholders
 
     gpu = GpuReading(index=3, uuid="GPU-x", up=True, pci_bus_id="00000000:5D:00.0$(reboot)")
@@ -385,7 +384,3 @@ def test_only_the_pages_own_script_may_run() -> None:
     for r in (resp, runbook):
         assert r.headers["X-Content-Type-Options"] == "nosniff"
 
-
-@given(st.text() | st.sampled_from(["<script>alert('x')</script>", 'a"b', "&amp;", "\x00<"]))
-def test_html_escape_is_the_standard_librarys(text: str) -> None:
-    assert html_escape(text) == html.escape(text)

@@ -22,7 +22,7 @@ import pytest
 
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.diagnosis.evidence import evidence_line
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.facts.safetext import terminal_safe
 from tests.simnode import SimRun
 from tests.tools import ROOT
 

@@ -24,8 +24,8 @@ import bcrypt
 import pytest
 import trustme
 
-from gpu_exporter.config import ConfigError
-from gpu_exporter.daemon import Exporter
+from gpu_exporter.daemon.exporter import Exporter
+from gpu_exporter.settings.config import ConfigError
 from gpu_exporter.simulator import SimulatedNode
 from gpu_exporter.web.webconfig import WebConfigWatcher, load_web_config
 from tests import simnode

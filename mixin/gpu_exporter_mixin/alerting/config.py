@@ -12,10 +12,10 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
 
-from gpu_exporter import safefile, sections
-from gpu_exporter.config_types import parse_duration
 from gpu_exporter.diagnosis.table import Severity
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings import safefile, sections
+from gpu_exporter.settings.config_types import parse_duration
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 # A duration read as the exporter's settings read one ("1m30s", 500ms, 2).
 Duration = Annotated[float, BeforeValidator(parse_duration)]

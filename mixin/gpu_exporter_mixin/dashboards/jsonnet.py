@@ -32,9 +32,9 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from gpu_exporter.config_types import parse_duration
 from gpu_exporter.diagnosis.table import BY_KEY, ROWS
-from gpu_exporter.sections import FieldSpec, Section
+from gpu_exporter.settings.config_types import parse_duration
+from gpu_exporter.settings.sections import FieldSpec, Section
 from gpu_exporter_mixin.alerting.config import AlertConfig
 from gpu_exporter_mixin.alerting.render import rule_groups
 from gpu_exporter_mixin.alerting.rules import alert_rules

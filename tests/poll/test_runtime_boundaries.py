@@ -20,13 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_exporter.baseline import RESOLUTION, compare
-from gpu_exporter.cadence import stale_after
 from gpu_exporter.commands.fleet import DEFAULT_MIX, KINDS, parse_mix, plan
-from gpu_exporter.config import Settings
+from gpu_exporter.facts.cadence import stale_after
 from gpu_exporter.history import SERIES, History
-from gpu_exporter.readings import GpuReading
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
 from tests.simnode import EPOCH, SimRun
 from tests.simnode import settings as sim_settings
 

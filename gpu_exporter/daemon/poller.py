@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpu_exporter import __version__
-from gpu_exporter.catalog import DETAIL
 from gpu_exporter.catalogs.exporter import (
     EXPORTER_BUILD_INFO,
     EXPORTER_COLLECTOR_DURATION_SECONDS,
@@ -32,12 +31,13 @@ from gpu_exporter.catalogs.exporter import (
     EXPORTER_POLL_DURATION_SECONDS,
     EXPORTER_POLLS_TOTAL,
 )
-from gpu_exporter.config import Settings
 from gpu_exporter.diagnosis.visibility import NVML_PROBLEM
 from gpu_exporter.nvml.binding import binding_version
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.snapshot import Snapshot, SnapshotBuilder
-from gpu_exporter.stage import Stage
+from gpu_exporter.poll.catalog import DETAIL
+from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.stage import Stage
+from gpu_exporter.settings.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ this module joins them in exposition order.
 
 from __future__ import annotations
 
-from gpu_exporter.catalog_types import GPU, Kind, Metric
 from gpu_exporter.catalogs import (
     attribution,
     board,
@@ -22,6 +21,7 @@ from gpu_exporter.catalogs import (
     pcie,
     processes,
 )
+from gpu_exporter.facts.catalog_types import GPU, Kind, Metric
 
 CATALOG: tuple[Metric, ...] = (
     *device.METRICS,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_exporter.catalogs.deep import NVLINK_ERRORS_TOTAL, NVLINK_LINK_UP
-from gpu_exporter.readings import GpuReading
-from gpu_exporter.snapshot import Slot, SnapshotBuilder
+from gpu_exporter.poll.readings import GpuReading
+from gpu_exporter.poll.snapshot import Slot, SnapshotBuilder
 
 
 def test_add_values_matches_add_with_keywords() -> None:

@@ -28,14 +28,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_exporter import pipeline
-from gpu_exporter.cadence import FACT_READ_EVERY_POLLS
-from gpu_exporter.config import Settings
-from gpu_exporter.daemon import RESTART_SETTINGS
+from gpu_exporter.daemon import pipeline
+from gpu_exporter.daemon.exporter import RESTART_SETTINGS
 from gpu_exporter.diagnosis.engine import FINDINGS
+from gpu_exporter.facts.cadence import FACT_READ_EVERY_POLLS
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.settings.config import Settings
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.model import GpuCondition, Scenario, Step
-from gpu_exporter.snapshot import Snapshot
 from tests.simnode import SimRun
 from tests.simnode import settings as exporter_settings
 

@@ -1,8 +1,8 @@
-"""The configuration loader itself (``gpu_exporter/config.py``,
+"""The configuration loader itself (``gpu_exporter/settings/config.py``,
 ``config_types.py``): each value type at its edges, the exact line an operator
 reads for each kind of mistake, and where the loader says a value came from.
 Fast, without the command line, so mutation testing runs it per mutant
-(``tests/test_config.py`` covers the flags as a user types them)."""
+(``tests/settings/test_config.py`` covers the flags as a user types them)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.config import ConfigError, Settings, _origin, load, read_config_file
-from gpu_exporter.config_types import (
+from gpu_exporter.settings.config import ConfigError, Settings, _origin, load, read_config_file
+from gpu_exporter.settings.config_types import (
     FIXED_PATHS,
     check_telemetry_path,
     parse_duration,

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter import pipeline
 from gpu_exporter.baseline import capture
 from gpu_exporter.collectors.processes import ProcessesCollector
-from gpu_exporter.config import ConfigError, Settings
+from gpu_exporter.daemon import pipeline
+from gpu_exporter.daemon.logs import JsonFormatter, LogfmtFormatter
+from gpu_exporter.daemon.poller import Poller
 from gpu_exporter.diagnosis.engine import FINDINGS, Diagnosis
-from gpu_exporter.logs import JsonFormatter, LogfmtFormatter
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.poller import Poller
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
-from gpu_exporter.stage import Derivation, Stage
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
+from gpu_exporter.poll.stage import Derivation, Stage
+from gpu_exporter.settings.config import ConfigError, Settings
 from tests.simnode import EPOCH, SimRun, VirtualClock, settings
 
 
@@ -74,18 +74,18 @@ def test_reloads_before_a_poll_build_once_and_close_what_they_drop() -> None:
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "gpu_exporter.daemon"]
+    return [r.getMessage() for r in caplog.records if r.name == "gpu_exporter.daemon.exporter"]
 
 
 def _poller_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "gpu_exporter.poller"]
+    return [r.getMessage() for r in caplog.records if r.name == "gpu_exporter.daemon.poller"]
 
 
 def test_what_a_reload_says_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
     """One line per reload, as an operator reads it: what was applied, what
     waits for the next start, that nothing changed, or why it failed and that
     the running configuration is kept."""
-    caplog.set_level(logging.INFO, logger="gpu_exporter.daemon")
+    caplog.set_level(logging.INFO, logger="gpu_exporter.daemon.exporter")
     with SimRun("healthy", collectors={"processes": False}) as run:
         run.poll()
         poller = run.exporter.poller
@@ -168,7 +168,7 @@ class _Stage(Derivation):
 
 def test_the_poller_swaps_stages_between_polls_closing_each_dropped_one_once(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="gpu_exporter.poller")
+    caplog.set_level(logging.INFO, logger="gpu_exporter.daemon.poller")
     clock = VirtualClock()
     kept, dropped, added = _Stage("kept"), _Stage("dropped", fail="close"), _Stage("added")
     poller = Poller([kept, dropped], 1.0, None, wall_clock=clock, monotonic=clock)
@@ -243,7 +243,7 @@ def test_collectors_switched_on_and_off_by_a_reload_are_said_and_run_on_the_cloc
     (here the virtual ones: a finding's start is the virtual time); one whose
     input is read at start (the baseline file) is not started by a reload,
     and keeps running through one."""
-    caplog.set_level(logging.INFO, logger="gpu_exporter.daemon")
+    caplog.set_level(logging.INFO, logger="gpu_exporter.daemon.exporter")
     with SimRun("ecc-uncorrectable", diagnosis={"enabled": False}) as run:
         run.poll()
         assert run.exporter.reload(lambda: settings())

@@ -1,4 +1,4 @@
-"""The exporter caps glibc's malloc arenas (see gpu_exporter/malloc.py), unless
+"""The exporter caps glibc's malloc arenas (see gpu_exporter/daemon/malloc.py), unless
 the user chose a cap with MALLOC_ARENA_MAX."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpu_exporter.malloc import ARENAS, limit_malloc_arenas
+from gpu_exporter.daemon.malloc import ARENAS, limit_malloc_arenas
 
 
 def test_a_cap_the_user_set_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,7 +26,7 @@ def test_arenas_are_capped_on_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
 # Counts the heaps (arenas) glibc made after six threads allocated at the same time.
 _ARENA_PROBE = r"""
 import ctypes, sys, tempfile, threading
-from gpu_exporter.malloc import ARENAS, limit_malloc_arenas
+from gpu_exporter.daemon.malloc import ARENAS, limit_malloc_arenas
 if sys.argv[1] == "capped":
     assert limit_malloc_arenas()
 libc = ctypes.CDLL(None)

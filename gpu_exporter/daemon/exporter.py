@@ -18,16 +18,16 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from gpu_exporter import logs, pipeline
-from gpu_exporter.config import ConfigError, Settings, at_start
-from gpu_exporter.config_types import parse_listen_address
+from gpu_exporter.daemon import logs, pipeline
+from gpu_exporter.daemon.malloc import limit_malloc_arenas
+from gpu_exporter.daemon.poller import Poller
 from gpu_exporter.history import History, slots_for
-from gpu_exporter.malloc import limit_malloc_arenas
 from gpu_exporter.nvml.session import NvmlSession
-from gpu_exporter.poller import Poller
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import Snapshot
-from gpu_exporter.stage import Stage
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import Snapshot
+from gpu_exporter.poll.stage import Stage
+from gpu_exporter.settings.config import ConfigError, Settings, at_start
+from gpu_exporter.settings.config_types import parse_listen_address
 from gpu_exporter.web.app import App, OnFirstRequest, Route
 from gpu_exporter.web.diagnosis import DiagnosisRoute
 from gpu_exporter.web.server import ExporterHTTPServer, staleness_check

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from gpu_exporter.config_types import Duration, Flag
-from gpu_exporter.sections import Section, setting
-from gpu_exporter.xids import XidTier, codes
+from gpu_exporter.facts.xids import XidTier, codes
+from gpu_exporter.settings.config_types import Duration, Flag
+from gpu_exporter.settings.sections import Section, setting
 
 
 class DiagnosisConfig(Section):

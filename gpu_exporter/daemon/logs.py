@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.facts.safetext import terminal_safe
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
            "warning": logging.WARNING, "error": logging.ERROR}

@@ -14,8 +14,8 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import pytest
 
-from gpu_exporter.config_types import parse_duration
-from gpu_exporter.sections import Bounds, Parse, Section, ValidationError, setting
+from gpu_exporter.settings.config_types import parse_duration
+from gpu_exporter.settings.sections import Bounds, Parse, Section, ValidationError, setting
 
 
 def _double(v: int) -> int:

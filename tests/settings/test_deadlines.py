@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter import safefile
+from gpu_exporter.settings import safefile
 from tests.simnode import SimRun
 
 REQUEST_TIMEOUT = 1.0

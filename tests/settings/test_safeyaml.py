@@ -1,4 +1,4 @@
-"""The safe YAML loader (gpu_exporter/safeyaml.py) on small texts, with both
+"""The safe YAML loader (gpu_exporter/settings/safeyaml.py) on small texts, with both
 parsers (libyaml's and PyYAML's own): every bound at its edge, aliases counted
 as what they stand for, and each refusal as the exact line a user reads, with
 its place. Fast on purpose: mutation testing runs these per changed line."""
@@ -12,9 +12,9 @@ import pytest
 import yaml
 from yaml import cyaml
 
-from gpu_exporter import safeyaml
-from gpu_exporter.safefile import FileKind, FileRefused
-from gpu_exporter.safeyaml import PurePythonParser, load_yaml, parse_yaml
+from gpu_exporter.settings import safeyaml
+from gpu_exporter.settings.safefile import FileKind, FileRefused
+from gpu_exporter.settings.safeyaml import PurePythonParser, load_yaml, parse_yaml
 
 # libyaml's parser: every PyYAML wheel has it (the loader falls back without it).
 LIBYAML: Any = getattr(cyaml, "CParser")  # noqa: B009 - not in its stubs

@@ -3,7 +3,7 @@ derivations that read their readings (the diagnosis, the baseline).
 
 This module only orders them: each stage declares its name, description, the
 settings that switch it on and how it reloads in its own module (readers:
-``gpu_exporter.collectors.base``; derivations: ``gpu_exporter.stage``).
+``gpu_exporter.collectors.base``; derivations: ``gpu_exporter.poll.stage``).
 Within the readers, MIG comes before GPM, which samples each MIG instance the
 MIG reader found; attribution comes after the processes (it reads their
 cgroups) and MIG (it places MIG allocations); the kernel log comes right
@@ -29,8 +29,8 @@ from gpu_exporter.collectors.processes import ProcessesCollector
 from gpu_exporter.collectors.samples import SamplesCollector
 from gpu_exporter.collectors.xid import XidCollector
 from gpu_exporter.diagnosis.engine import Diagnosis
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.stage import Derivation, Stage
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.stage import Derivation, Stage
 
 READERS: tuple[type[Collector], ...] = (
     DeviceCollector, MigCollector, GpmCollector, SamplesCollector, NvlinkCollector,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpu_exporter.safetext import terminal_safe
+from gpu_exporter.facts.safetext import terminal_safe
 
 MIB = 1024 * 1024
 # How much of a value an error message quotes.

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
 from gpu_exporter.cli import parse_settings
-from gpu_exporter.config import ConfigError, FlagSetting, flag_settings, parse_duration
+from gpu_exporter.facts.cadence import DEFAULT_POLL_INTERVAL_S
+from gpu_exporter.settings.config import ConfigError, FlagSetting, flag_settings, parse_duration
 
 
 def test_defaults() -> None:
@@ -161,7 +161,7 @@ def test_bad_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_derivations_are_switched_by_their_own_settings(tmp_path: Path) -> None:
-    from gpu_exporter.pipeline import STAGES
+    from gpu_exporter.daemon.pipeline import STAGES
 
     assert parse_settings([]).diagnosis.enabled is True
     off = parse_settings(["--no-diagnosis.enabled"])
@@ -222,8 +222,8 @@ def test_help_offers_no_collector_switch_for_a_derivation(
 
 
 def test_an_unknown_collector_is_still_refused() -> None:
-    from gpu_exporter.config import load
-    from gpu_exporter.pipeline import COLLECTORS
+    from gpu_exporter.daemon.pipeline import COLLECTORS
+    from gpu_exporter.settings.config import load
 
     with pytest.raises(ConfigError, match="unknown collector 'diagnosys'"):
         load({"collectors": {"diagnosys": False}}, known_collectors=COLLECTORS)
@@ -233,7 +233,7 @@ def test_an_unknown_collector_is_still_refused() -> None:
 
 
 def test_every_setting_has_a_description_and_a_default() -> None:
-    from gpu_exporter.config import settings_fields
+    from gpu_exporter.settings.config import settings_fields
 
     for key, info in settings_fields():
         assert info.description, key
@@ -262,7 +262,7 @@ def test_the_default_help_states_is_the_default_the_flag_gives(setting: FlagSett
 
 
 def test_a_misspelled_setting_in_a_selector_is_refused() -> None:
-    from gpu_exporter.config import setting_key
+    from gpu_exporter.settings.config import setting_key
 
     assert setting_key(lambda s: s.path.procfs) == "path.procfs"
     with pytest.raises(AttributeError, match=r"no setting path\.procs"):
@@ -270,6 +270,6 @@ def test_a_misspelled_setting_in_a_selector_is_refused() -> None:
 
 
 def test_the_settings_a_reload_cannot_apply_are_marked_where_declared() -> None:
-    from gpu_exporter.daemon import RESTART_SETTINGS
+    from gpu_exporter.daemon.exporter import RESTART_SETTINGS
 
     assert set(RESTART_SETTINGS) == {"web", "path", "kubernetes", "simulate", "baseline_file"}

@@ -25,7 +25,7 @@ from yaml.reader import Reader, ReaderError
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from gpu_exporter.safefile import (
+from gpu_exporter.settings.safefile import (
     FileKind,
     FileRefused,
     decode,

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
-from gpu_exporter import safefile
-from gpu_exporter.cadence import DEFAULT_POLL_INTERVAL_S
-from gpu_exporter.config_types import (
+from gpu_exporter.facts.cadence import DEFAULT_POLL_INTERVAL_S
+from gpu_exporter.settings import safefile
+from gpu_exporter.settings.config_types import (
     AT_START,
     DEFAULT_KMSG_PATH,
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -34,8 +34,8 @@ from gpu_exporter.config_types import (
     parse_duration,
     parse_listen_address,
 )
-from gpu_exporter.sections import FieldSpec, Section, ValidationError, setting
-from gpu_exporter.thresholds import DiagnosisConfig
+from gpu_exporter.settings.sections import FieldSpec, Section, ValidationError, setting
+from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +417,7 @@ def _merged(high: Any, low: Any) -> Any:
 def read_config_file(path: Path) -> dict[str, Any]:
     # Loaded here, not with this module: a node started without a config file
     # does not hold PyYAML (about 1 MiB).
-    from gpu_exporter import safeyaml
+    from gpu_exporter.settings import safeyaml
 
     try:
         data = safeyaml.load_yaml(path, safefile.CONFIG_FILE)

@@ -16,9 +16,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar, Self
 
-from gpu_exporter.config import Settings
-from gpu_exporter.runtime import Runtime
-from gpu_exporter.snapshot import SnapshotBuilder
+from gpu_exporter.poll.runtime import Runtime
+from gpu_exporter.poll.snapshot import SnapshotBuilder
+from gpu_exporter.settings.config import Settings
 
 
 class Stage(ABC):
@@ -58,5 +58,5 @@ class Stage(ABC):
 
 class Derivation(Stage):
     """A stage that reasons over the readers' readings of the same poll and
-    publishes its results in a :class:`~gpu_exporter.snapshot.Slot` it owns.
+    publishes its results in a :class:`~gpu_exporter.poll.snapshot.Slot` it owns.
     It reads no source itself, and imports no reader."""

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpu_exporter.config import Settings
 from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.settings.config import Settings
 
 
 @dataclass

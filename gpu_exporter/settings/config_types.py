@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from gpu_exporter.sections import Parse
+from gpu_exporter.settings.sections import Parse
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_exporter.daemon import _holds_capabilities
+from gpu_exporter.daemon.exporter import _holds_capabilities
 from tests.procs import ROOT, free_port, wait_http
 
 # Runs the command line with os.geteuid answering the first argument and the
 # capability check the second: the root warning can be checked every way
 # whoever runs the tests.
 _AS_UID = ("import os, sys; uid = int(sys.argv.pop(1)); caps = sys.argv.pop(1) == '1'; "
-           "os.geteuid = lambda: uid; import gpu_exporter.daemon as daemon; "
+           "os.geteuid = lambda: uid; import gpu_exporter.daemon.exporter as daemon; "
            "daemon._holds_capabilities = lambda: caps; "
            "from gpu_exporter.cli import main; sys.exit(main())")
 
@@ -97,7 +97,7 @@ def test_names_from_the_node_reach_the_log_escaped_and_long_ones_cut_short(
 def test_the_logfmt_writer_escapes_every_control_character() -> None:
     import logging
 
-    from gpu_exporter.logs import LogfmtFormatter
+    from gpu_exporter.daemon.logs import LogfmtFormatter
 
     record = logging.LogRecord("gpu_exporter.x", logging.INFO, __file__, 1, "process %s",
                                ('\x1b[31mx\t"y"\\z\r\n\u202e',), None)

@@ -1,7 +1,7 @@
 """One poll's worth of samples and readings, immutable once built.
 
 Collectors add samples to a :class:`SnapshotBuilder`; readers also fill their
-field of its typed :class:`~gpu_exporter.readings.PollReadings`, and the
+field of its typed :class:`~gpu_exporter.poll.readings.PollReadings`, and the
 derivations that run after them (diagnosis, baseline) read those and publish
 what they derive into a typed :class:`Slot`. The poller freezes the builder
 into a :class:`Snapshot` and publishes it by swapping one reference.
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar, cast
 
-from gpu_exporter.catalog import metric
-from gpu_exporter.catalog_types import Metric
-from gpu_exporter.readings import PollReadings
+from gpu_exporter.facts.catalog_types import Metric
+from gpu_exporter.poll.catalog import metric
+from gpu_exporter.poll.readings import PollReadings
 
 T = TypeVar("T")
 
