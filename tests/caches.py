@@ -226,7 +226,7 @@ NOT_KEPT: dict[str, str] = {
     "gpu_exporter.collectors.device:_GpuPass.values": "one GPU's pass of one poll",
     "gpu_exporter.collectors.device:_GpuPass._fresh": "one GPU's pass of one poll",
     "gpu_exporter.collectors.device:_GpuPass._due": "one GPU's pass of one poll",
-    "gpu_exporter.diagnosis.coverage:_Reads.absent": "one coverage report",
+    "gpu_exporter.diagnosis.coverage:_AbsentReads.absent": "one coverage report",
     "gpu_exporter.host.pci:_Reader.problems": "one read of a device's sysfs files",
     "gpu_exporter.host.nics:_Notes.problems": "one read of the NICs' and ports' sysfs files",
     "gpu_exporter.settings.safeyaml:_BoundedComposer._heights": "one file's load",

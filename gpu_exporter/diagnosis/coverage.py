@@ -203,12 +203,12 @@ def board_and_driver(gpu: GpuReading) -> str:
 
 # --- what a rule read and found absent ---------------------------------------------------
 
-class _Reads:
+class _AbsentReads:
     def __init__(self) -> None:
         self.absent: dict[str, object] = {}  # path -> the absent value, in read order
 
 
-def _view(value: object, path: str, reads: _Reads) -> object:
+def _view(value: object, path: str, reads: _AbsentReads) -> object:
     if value is None or value is False or (isinstance(value, list | tuple | dict)
                                            and not value):
         reads.absent.setdefault(path, value)
@@ -227,7 +227,7 @@ class _Traced:
 
     __slots__ = ("_of", "_path", "_reads")
 
-    def __init__(self, of: object, path: str, reads: _Reads) -> None:
+    def __init__(self, of: object, path: str, reads: _AbsentReads) -> None:
         self._of, self._path, self._reads = of, path, reads
 
     def __getattr__(self, name: str) -> object:
@@ -237,7 +237,7 @@ class _Traced:
 class _TracedMap(Mapping[str, object]):
     """A mapping (clocks by name) as a rule sees it: a missing key is absent."""
 
-    def __init__(self, of: Mapping[str, object], path: str, reads: _Reads) -> None:
+    def __init__(self, of: Mapping[str, object], path: str, reads: _AbsentReads) -> None:
         self._of, self._path, self._reads = of, path, reads
 
     def __getitem__(self, key: str) -> object:
@@ -262,7 +262,7 @@ def _absent_reads(row: Row, sig: GpuSignals, cfg: DiagnosisConfig) -> dict[str, 
     Counters are taken as they are (no increase over the window): only
     whether they are there matters, and the engine's own record stays
     untouched."""
-    reads = _Reads()
+    reads = _AbsentReads()
     trend = Trend(lambda _name, value: value, 0.0)
     try:
         RULES[row](cast("GpuSignals", _Traced(sig, "", reads)),

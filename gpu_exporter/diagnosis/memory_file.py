@@ -15,7 +15,7 @@ from gpu_exporter.diagnosis.memory_limits import (
     FaultKind,
 )
 from gpu_exporter.host.boot import BOOT_ID
-from gpu_exporter.settings.sections import Bounds, Parse, Section, setting
+from gpu_exporter.settings.sections import Parse, SettingBounds, StrictSection, setting
 from gpu_exporter.settings.sections import ValidationError as ValidationError
 
 
@@ -36,17 +36,12 @@ def _matching(pattern: str) -> Parse:
 _Uuid = Annotated[str, _matching(r"^GPU-[0-9A-Za-z-]{1,64}$")]
 _BootId = Annotated[str, _matching(f"^{BOOT_ID.pattern}$")]
 # Unix times between 2001 and 2286: a time outside is no time this file wrote.
-_Time = Annotated[float, Bounds(ge=1e9, le=1e10)]
+_Time = Annotated[float, SettingBounds(ge=1e9, le=1e10)]
 _Process = Annotated[str, _matching(f"^[ -~]{{0,{MAX_PROCESS_CHARS}}}$")]
 _Owner = Annotated[str, _matching(f"^[ -~]{{0,{MAX_OWNER_CHARS}}}$")]
 
 
-class _Strict(Section):
-    # A file this program wrote: JSON's own types only.
-    strict = True
-
-
-class _FaultModel(_Strict):
+class _FaultModel(StrictSection):
     kind: FaultKind
     code: int = setting(ge=0, le=65535)  # the Xid; 0 for the other kinds
     first: _Time
@@ -61,7 +56,7 @@ class _FaultModel(_Strict):
     owner: _Owner = ""
 
 
-class _GpuModel(_Strict):
+class _GpuModel(StrictSection):
     seen: _Time
     lost: bool
     resets: int = setting(ge=0, le=10**6)
@@ -69,6 +64,6 @@ class _GpuModel(_Strict):
     faults: list[_FaultModel] = setting(max_length=MAX_FAULTS_PER_GPU)
 
 
-class StateModel(_Strict):
+class StateModel(StrictSection):
     version: Literal[1]
     gpus: dict[_Uuid, _GpuModel] = setting(max_length=MAX_GPUS)

@@ -71,7 +71,7 @@ class Parse:
 
 
 @dataclass(frozen=True)
-class Bounds:
+class SettingBounds:
     """A setting's limits, in the section's metadata as pydantic kept them
     (``ge``, ``gt``, ``le``, ``lt`` for numbers; ``max_length`` for text and
     lists)."""
@@ -95,7 +95,7 @@ class Setting:
     default: Any = _MISSING
     default_factory: Callable[[], Any] | None = None
     description: str | None = None
-    bounds: Bounds = Bounds()
+    bounds: SettingBounds = SettingBounds()
     check: Callable[[Any], Any] | None = None
 
 
@@ -107,7 +107,7 @@ def setting(default: Any = _MISSING, *, default_factory: Callable[[], Any] | Non
     """A setting's default, description and limits; ``check`` runs on the
     converted value and returns it (or raises ValueError)."""
     return Setting(default, default_factory, description,
-                   Bounds(ge, gt, le, lt, max_length, min_length, pattern), check)
+                   SettingBounds(ge, gt, le, lt, max_length, min_length, pattern), check)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class FieldSpec:
 
     name: str
     annotation: Any  # the declared type without its Annotated metadata
-    metadata: tuple[Any, ...]  # Annotated's metadata, then the Bounds
+    metadata: tuple[Any, ...]  # Annotated's metadata, then the SettingBounds
     description: str | None
     default: Any
     default_factory: Callable[[], Any] | None
@@ -125,8 +125,8 @@ class FieldSpec:
     alias: None = None  # kept for code that reads pydantic's and these alike
 
     @property
-    def bounds(self) -> Bounds:
-        return next((m for m in self.metadata if isinstance(m, Bounds)), Bounds())
+    def bounds(self) -> SettingBounds:
+        return next((m for m in self.metadata if isinstance(m, SettingBounds)), SettingBounds())
 
     @property
     def required(self) -> bool:
@@ -152,7 +152,7 @@ class _Problems(Exception):
         self.items = items
 
 
-def _bounded(value: Any, b: Bounds, loc: Loc) -> Any:
+def _bounded(value: Any, b: SettingBounds, loc: Loc) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         for limit, ok, words in ((b.ge, b.ge is None or value >= b.ge, "greater than or equal to"),
                                  (b.gt, b.gt is None or value > b.gt, "greater than"),
@@ -203,15 +203,15 @@ def _shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
 
 def _convert(tp: Any, value: Any, loc: Loc, strict: bool) -> Any:
     """``value`` as type ``tp`` (a plain, optional, literal, container or section
-    type; or one of these ``Annotated`` with ``Parse`` and ``Bounds``, as the
-    keys and items of a container are)."""
+    type; or one of these ``Annotated`` with ``Parse`` and ``SettingBounds``, as
+    the keys and items of a container are)."""
     if type(value) is tp and (tp is int or tp is str or tp is bool):
         return value  # already what it should be: most values of most files
     origin, args = _shape(tp)
     if origin is typing.Annotated:
         base, *meta = args
         value = _convert(base, _parsed(tuple(meta), value, loc), loc, strict)
-        for bounds in (m for m in meta if isinstance(m, Bounds)):
+        for bounds in (m for m in meta if isinstance(m, SettingBounds)):
             value = _bounded(value, bounds, loc)
         return value
     if origin in (types.UnionType, typing.Union):
@@ -397,7 +397,7 @@ class Section:
                     exc.items[0]["input"] = values[name]
                     raise
                 value = _convert(spec.annotation, value, where, cls.strict)
-                for bounds in (m for m in spec.metadata if isinstance(m, Bounds)):
+                for bounds in (m for m in spec.metadata if isinstance(m, SettingBounds)):
                     value = _bounded(value, bounds, where)
                 if spec.check is not None:
                     try:
@@ -530,6 +530,14 @@ class Section:
         object.__setattr__(self, "_given", saved["given"])
 
 
+class StrictSection(Section):
+    """A section of a file a program wrote (a recording, the fault memory's
+    state): JSON's own types only, so a string where a number belongs is
+    refused, not converted (and a number is finite, as in every section)."""
+
+    strict = True
+
+
 def _dumped(value: Any, mode: Literal["python", "json"] = "python") -> Any:
     if isinstance(value, Section):
         return value.model_dump(mode=mode)
@@ -552,4 +560,5 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-__all__ = ["Bounds", "FieldSpec", "Parse", "Section", "ValidationError", "setting"]
+__all__ = ["FieldSpec", "Parse", "Section", "SettingBounds", "StrictSection", "ValidationError",
+           "setting"]

@@ -53,9 +53,9 @@ from gpu_exporter.simulator.tenants import (
     CgroupChange,
     CgroupCondition,
     Container,
-    IoLimit,
+    IoLimitSpec,
     Pod,
-    SlurmJob,
+    SlurmJobSpec,
     Tenants,
 )
 
@@ -74,7 +74,7 @@ IO_SIZE = 128 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class CgroupPlacement:
     """Where a workload's processes live: the lines of their /proc/PID/cgroup,
     the workload's cgroup v2 path (None on v1) and its tasks' leaf (v2), and
     on v1 the job's path in each controller's hierarchy."""
@@ -85,7 +85,7 @@ class Placement:
     v1_job: str | None = None
 
 
-def pod_placement(pod: Pod, container: Container) -> Placement:
+def pod_placement(pod: Pod, container: Container) -> CgroupPlacement:
     """The systemd cgroup driver's layout (the kubelet's default on cgroup v2)."""
     uid = pod.uid.replace("-", "_")
     if pod.qos == "guaranteed":
@@ -94,19 +94,19 @@ def pod_placement(pod: Pod, container: Container) -> Placement:
         qos = f"kubepods-{pod.qos}"
         pod_slice = f"/kubepods.slice/{qos}.slice/{qos}-pod{uid}.slice"
     path = f"{pod_slice}/cri-containerd-{container.container_id(pod)}.scope"
-    return Placement(f"0::{path}\n", path, None)
+    return CgroupPlacement(f"0::{path}\n", path, None)
 
 
-def slurm_placement(job: SlurmJob) -> Placement:
+def slurm_placement(job: SlurmJobSpec) -> CgroupPlacement:
     if job.cgroup_version == 1:
         job_path = f"/slurm/uid_{job.uid}/job_{job.job_id}"
         leaf = f"{job_path}/step_{job.step}/task_0"
         lines = [f"{i}:{c}:{leaf}" for i, c in enumerate(_V1_CONTROLLERS, start=2)]
         lines.append("1:name=systemd:/system.slice/slurmd.service")
-        return Placement("\n".join(lines) + "\n", None, None, job_path)
+        return CgroupPlacement("\n".join(lines) + "\n", None, None, job_path)
     job_path = f"/system.slice/slurmstepd.scope/job_{job.job_id}"
     leaf = f"{job_path}/step_{job.step}/user/task_0"
-    return Placement(f"0::{leaf}\n", job_path, leaf)
+    return CgroupPlacement(f"0::{leaf}\n", job_path, leaf)
 
 
 @dataclass(slots=True)
@@ -127,13 +127,13 @@ class _Totals:
 
 @dataclass(frozen=True, slots=True)
 class _Workload:
-    placement: Placement
+    placement: CgroupPlacement
     pids: list[int]
     cond: CgroupCondition
     cpu_limit: float | None
     memory_limit: int | None
     cpus: str | None
-    io_max: tuple[IoLimit, ...] = ()
+    io_max: tuple[IoLimitSpec, ...] = ()
     changes: tuple[CgroupChange, ...] = ()
 
     def at(self, t: float) -> _Workload:
@@ -189,7 +189,7 @@ class TenantFs:
                        for job in jobs]
         placed = {w.placement.cgroup for w in self._work} | {
             w.placement.leaf for w in self._work}
-        self._unplaced = [_Workload(Placement("", path, None), [],
+        self._unplaced = [_Workload(CgroupPlacement("", path, None), [],
                                     CgroupCondition(memory_anon_bytes=held), None, None, None)
                           for path, held in sorted((others or {}).items())
                           if path not in placed]
@@ -284,7 +284,7 @@ class TenantFs:
         tot.stolen += c.reclaim_steal_bytes_per_s * dt * j(f"cg{path}/steal", t) / PAGE_SIZE
         tot.refaults += c.refault_bytes_per_s * dt * j(f"cg{path}/refault", t) / PAGE_SIZE
         tot.max_events += c.memory_max_events_per_s * dt * j(f"cg{path}/max", t)
-        limit = next((lim for lim in w.io_max if lim.device == c.io_device), IoLimit())
+        limit = next((lim for lim in w.io_max if lim.device == c.io_device), IoLimitSpec())
         read = _held_to(c.io_read_bytes_per_s * j(f"cg{path}/read", t), limit.rbps, limit.riops)
         written = _held_to(c.io_write_bytes_per_s * j(f"cg{path}/write", t), limit.wbps,
                            limit.wiops)
@@ -375,7 +375,7 @@ class TenantFs:
         }
 
 
-def _io_max_line(limit: IoLimit) -> str:
+def _io_max_line(limit: IoLimitSpec) -> str:
     """A device's io.max line; one with no limit left is not listed."""
     values = (limit.rbps, limit.wbps, limit.riops, limit.wiops)
     if all(v is None for v in values):

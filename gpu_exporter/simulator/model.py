@@ -19,7 +19,7 @@ from gpu_exporter.simulator.drivers import BY_NAME, NEWEST, DriverBranch
 from gpu_exporter.simulator.tenants import Tenants
 
 
-class _Strict(Section):
+class _MutableSection(Section):
     """No unknown key (as every section); not frozen: a test may change a
     loaded scenario's condition in place (unchecked)."""
 
@@ -47,13 +47,13 @@ def _known_reasons(what: str) -> Any:
     return check
 
 
-class Clocks(_Strict):
+class Clocks(_MutableSection):
     sm: int
     graphics: int
     memory: int
 
 
-class MigProfile(_Strict):
+class MigProfile(_MutableSection):
     """One GPU instance profile of a board, as nvmlDeviceGetGpuInstanceProfileInfoV
     describes it (``nvidia-smi mig -lgip`` prints the same table)."""
 
@@ -71,7 +71,7 @@ class MigProfile(_Strict):
     memory_mib: int = setting(gt=0)  # memorySizeMB
 
 
-class MigInstance(_Strict):
+class MigInstance(_MutableSection):
     """One MIG GPU instance with one compute instance. What NVML offers per
     instance: its memory (nvmlDeviceGetMemoryInfo on the MIG device) and, on
     boards with GPM (Hopper and newer), its activity (nvmlGpmMigSampleGet); a
@@ -93,7 +93,7 @@ class MigInstance(_Strict):
     dram_active: float | None = setting(None, ge=0, le=1)
 
 
-class FanCondition(_Strict):
+class FanCondition(_MutableSection):
     """One fan as nvmlDeviceGetFanSpeed_v2 reports it: the speed the driver
     drives it at, in percent of its maximum noise-tolerance speed (it may
     exceed 100 %). ``stopped``: the fan does not turn (seized, unplugged, its
@@ -106,7 +106,7 @@ class FanCondition(_Strict):
     error: ErrorName | None = None
 
 
-class XidCondition(_Strict):
+class XidCondition(_MutableSection):
     """An Xid with the process the driver names for it in the kernel log
     ("NVRM: Xid (PCI:...): 13, pid=4242, name=python, ..."); NVML's event
     carries the code only."""
@@ -117,14 +117,14 @@ class XidCondition(_Strict):
     link: int | None = setting(None, ge=0, le=63)
 
 
-class Thresholds(_Strict):
+class Thresholds(_MutableSection):
     shutdown: int
     slowdown: int
     max_operating: int
     memory_max: int = 0
 
 
-class DeviceProfile(_Strict):
+class DeviceProfile(_MutableSection):
     """One GPU model as NVML describes it."""
 
     key: str = ""
@@ -190,7 +190,7 @@ HealthEvent = Literal["ecc_single_bit", "ecc_double_bit", "power_source_change",
                       "poison_non_fatal", "poison_fatal", "gpu_unavailable", "recovery_action"]
 
 
-class GpuCondition(_Strict):
+class GpuCondition(_MutableSection):
     """What is true of a GPU from some moment on. Every field is optional: a
     timeline step changes only what it names; unset values are derived from
     the load and the profile as a real GPU's would be."""
@@ -279,7 +279,7 @@ class GpuCondition(_Strict):
     hangs: dict[str, float] | None = None
 
 
-class Pressure(_Strict):
+class PressureCondition(_MutableSection):
     """Linux PSI avg10 ratios for one resource."""
 
     some: float = setting(0.0, ge=0, le=1)
@@ -292,7 +292,7 @@ PortCounter = Literal["symbol_error", "link_error_recovery", "link_downed", "por
                       "excessive_buffer_overrun_errors", "port_xmit_wait"]
 
 
-class RdmaNic(_Strict):
+class RdmaNic(_MutableSection):
     """An RDMA device of the host (a ConnectX HCA, one port), simulator/nicfs.py."""
 
     name: str = setting(pattern=r"^mlx5_[0-9]{1,2}$")
@@ -311,7 +311,7 @@ class RdmaNic(_Strict):
             default_factory=dict)
 
 
-class HostCondition(_Strict):
+class HostCondition(_MutableSection):
     """The host around the GPUs. Like GpuCondition, a timeline step changes only
     the fields it names. Rates are per second; ratios 0-1."""
 
@@ -320,9 +320,9 @@ class HostCondition(_Strict):
     cpu_busy_ratio: float | None = setting(None, ge=0, le=1)  # user+system share of all CPUs
     iowait_ratio: float | None = setting(None, ge=0, le=1)
     steal_ratio: float | None = setting(None, ge=0, le=1)
-    pressure_cpu: Pressure | None = None
-    pressure_memory: Pressure | None = None
-    pressure_io: Pressure | None = None
+    pressure_cpu: PressureCondition | None = None
+    pressure_memory: PressureCondition | None = None
+    pressure_io: PressureCondition | None = None
     # False: a kernel without PSI (no /proc/pressure, no cgroup *.pressure files)
     psi_available: bool | None = None
     schedstat_available: bool | None = None  # False: no /proc/PID/schedstat
@@ -364,7 +364,7 @@ class HostCondition(_Strict):
         None, pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-class ProcessCondition(_Strict):
+class ProcessCondition(_MutableSection):
     """A process on the host; with ``gpus`` it holds a context on those GPUs."""
 
     pid: int = setting(gt=1, lt=4194304)
@@ -430,7 +430,7 @@ GpuSelector = Literal["all"] | list[int]
 NvmlCondition = Literal["ok", "driver_not_loaded", "no_permission", "lib_rm_version_mismatch"]
 
 
-class Step(_Strict):
+class Step(_MutableSection):
     at: Duration = setting(0.0, ge=0)
     gpus: GpuSelector = "all"
     set: GpuCondition = GpuCondition()
@@ -447,7 +447,7 @@ def _known_branch(v: str | None) -> str | None:
     return v
 
 
-class Node(_Strict):
+class Node(_MutableSection):
     # Which simulated machine this is: GPU UUIDs derive from it, so scenarios of
     # the same node (healthy, then with a fault) show the same GPUs.
     id: str = "sim-node-01"
@@ -494,7 +494,7 @@ class Node(_Strict):
         return NEWEST if self.driver is None else BY_NAME[self.driver]
 
 
-class Expectation(_Strict):
+class Expectation(_MutableSection):
     """A finding the scenario is built to produce (the tests hold it to that)."""
 
     gpu: int = setting(ge=0)
@@ -502,21 +502,21 @@ class Expectation(_Strict):
     cause: str
 
 
-class ReplayPoll(_Strict):
+class ReplayPoll(_MutableSection):
     t: float = setting(ge=0)
     # GPU index -> what each NVML call answered at this poll (NVML units); only
     # what changed since the previous poll.
     gpus: dict[int, dict[str, Any]] = setting(default_factory=dict)
 
 
-class Replay(_Strict):
+class Replay(_MutableSection):
     """What a recorded node answered, poll by poll (``gpu-exporter record``)."""
 
     polls: list[ReplayPoll] = setting(min_length=1)
     events: list[dict[str, Any]] = setting(default_factory=list)
 
 
-class KernelLogLine(_Strict):
+class KernelLogLine(_MutableSection):
     """Lines the kernel log has besides the Xids NVML delivers (those are
     logged by themselves): ``at`` seconds from the scenario's start, negative
     for before the exporter started (at boot: ``-86400``). Either a raw
@@ -545,7 +545,7 @@ class KernelLogLine(_Strict):
             raise ValueError("an xid line needs its gpu")
 
 
-class KernelLog(_Strict):
+class KernelLog(_MutableSection):
     """The node's kernel log (/dev/kmsg) beyond the driver's own Xid lines.
     ``lost``: records the ring buffer overwrote before the first one left."""
 
@@ -553,7 +553,7 @@ class KernelLog(_Strict):
     lost: int = setting(0, ge=0)
 
 
-class Scenario(_Strict):
+class Scenario(_MutableSection):
     name: str
     description: str = ""
     node: Node = Node()

@@ -25,7 +25,13 @@ from typing import Annotated, Any, TypeVar
 from gpu_exporter.nvml.constants import THROTTLE_TIME_FIELDS
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.settings import safefile
-from gpu_exporter.settings.sections import Parse, Section, ValidationError, setting
+from gpu_exporter.settings.sections import (
+    Parse,
+    Section,
+    StrictSection,
+    ValidationError,
+    setting,
+)
 from gpu_exporter.simulator.model import GpuCondition
 
 FORMAT = 2
@@ -84,13 +90,7 @@ ErrorName = Annotated[str, Parse(_error_name)]  # as NVML names it: NOT_SUPPORTE
 GpuIndex = int
 
 
-class _Strict(Section):
-    # strict: a string where a number belongs is refused, not converted (and
-    # a number is finite, as in every section).
-    strict = True
-
-
-class RecordedRates(_Strict):
+class RecordedRates(StrictSection):
     """GPM's rates over the poll (ratios 0-1; PCIe in bytes per second)."""
 
     sm_active: float | None = setting(None, ge=0.0, le=1.0)
@@ -101,7 +101,7 @@ class RecordedRates(_Strict):
     pcie_rx_bytes_per_s: float | None = setting(None, ge=0.0)
 
 
-class RecordedProcess(_Strict):
+class RecordedProcess(StrictSection):
     pid: int = setting(gt=0, lt=2**32)
     used_bytes: int = setting(ge=0)
     gpu_instance: int | None = setting(ge=0, lt=2**32)
@@ -109,7 +109,7 @@ class RecordedProcess(_Strict):
     graphics: bool
 
 
-class RecordedMigSlot(_Strict):
+class RecordedMigSlot(StrictSection):
     uuid: str = setting("", max_length=128)
     gpu_instance: int = setting(0, ge=0, le=64)
     compute_instance: int = setting(0, ge=0, le=64)
@@ -160,7 +160,7 @@ _Mhz = dict[int, int]
 _COUNTS = setting(None, check=_non_negative)
 
 
-class RecordedGpu(_Strict):
+class RecordedGpu(StrictSection):
     """What changed on one GPU since the previous poll, in NVML's units (the
     recorder's keys; see gpu_exporter/recording.py)."""
 
@@ -227,7 +227,7 @@ class RecordedGpu(_Strict):
 
 
 
-class RecordedEvent(_Strict):
+class RecordedEvent(StrictSection):
     t: float = setting(ge=0.0)
     gpu: GpuIndex = setting(ge=0)
     xid: int = setting(ge=0, lt=2**32)
@@ -235,17 +235,17 @@ class RecordedEvent(_Strict):
     gpu_instance: int | None = setting(None, ge=0, lt=2**32)
 
 
-class RecordedPoll(_Strict):
+class RecordedPoll(StrictSection):
     t: float = setting(ge=0.0)
     gpus: dict[GpuIndex, RecordedGpu]
 
 
-class RecordedReplay(_Strict):
+class RecordedReplay(StrictSection):
     polls: list[RecordedPoll] = setting(min_length=1, max_length=MAX_POLLS)
     events: list[RecordedEvent] = setting(default_factory=list, max_length=MAX_POLLS)
 
 
-class RecordingHeader(_Strict):
+class RecordingHeader(StrictSection):
     format: int
     polls: int = setting(ge=1, le=MAX_POLLS)
 

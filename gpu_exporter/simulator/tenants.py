@@ -25,11 +25,7 @@ _CPULIST = r"^\d{1,4}(-\d{1,4})?(,\d{1,4}(-\d{1,4})?){0,63}$"
 _DEVICE = r"^\d{1,10}:\d{1,10}$"
 
 
-class _Strict(Section):
-    """Frozen, no unknown key (as every section)."""
-
-
-class CgroupCondition(_Strict):
+class CgroupCondition(Section):
     """A workload cgroup's signals: the share of time its tasks stalled
     (some: at least one task; full: all at once), the share of CPU-limit
     periods in which it was throttled, OOM kills so far, and its memory: what
@@ -64,7 +60,7 @@ class CgroupCondition(_Strict):
     io_device: str = setting("259:0", pattern=_DEVICE)
 
 
-class IoLimit(_Strict):
+class IoLimitSpec(Section):
     """One device's io.max line: bytes and I/Os per second; None: "max"."""
 
     device: str = setting("259:0", pattern=_DEVICE)
@@ -74,7 +70,7 @@ class IoLimit(_Strict):
     wiops: int | None = setting(None, gt=0)
 
 
-class CgroupChange(_Strict):
+class CgroupChange(Section):
     """What changes in a workload's cgroup ``at`` seconds after the node
     started: a CPU limit or io.max limits applied (a value) or lifted (null,
     or an empty io_max), the figures of its signals given in ``cgroup``. A
@@ -83,11 +79,11 @@ class CgroupChange(_Strict):
 
     at: Duration = setting(ge=0)
     cpu_limit: float | None = setting(None, gt=0)
-    io_max: list[IoLimit] | None = None
+    io_max: list[IoLimitSpec] | None = None
     cgroup: CgroupCondition | None = None
 
 
-class DeviceGrant(_Strict):
+class DeviceGrant(Section):
     """Devices of one resource given to a container, with the IDs the device
     plugin handed out: "GPU-<uuid>", "MIG-<uuid>", "0", "0:1", "GPU-<uuid>::2"."""
 
@@ -95,7 +91,7 @@ class DeviceGrant(_Strict):
     ids: list[str] = setting(min_length=1)
 
 
-class ClaimDevice(_Strict):
+class ClaimDevice(Section):
     """One device a ResourceClaim was allocated, as the kubelet reports it:
     the DRA driver, its pool (the node, for NVIDIA's driver) and the device's
     name in it ("gpu-0" is the GPU of device minor 0; "gpu-0-mig-1g10gb-19-0" a
@@ -106,7 +102,7 @@ class ClaimDevice(_Strict):
     device: str = setting(pattern=_DNS_LABEL)
 
 
-class ClaimGrant(_Strict):
+class ClaimGrant(Section):
     """A ResourceClaim a container uses and the devices allocated to it.
     ``namespace`` unset: the pod's."""
 
@@ -126,7 +122,7 @@ class ClaimGrant(_Strict):
 DEFAULT_UID = 1000
 
 
-class Container(_Strict):
+class Container(Section):
     name: str = setting(pattern=_DNS_LABEL)
     devices: list[DeviceGrant] = setting(default_factory=list)
     # Devices allocated through ResourceClaims (Dynamic Resource Allocation).
@@ -139,7 +135,7 @@ class Container(_Strict):
     pids: list[int] = setting(default_factory=list)  # its processes on the node
     cgroup: CgroupCondition = CgroupCondition()
     # io.max: the devices its I/O is limited on (none: "max" everywhere).
-    io_max: list[IoLimit] = setting(default_factory=list, max_length=64)
+    io_max: list[IoLimitSpec] = setting(default_factory=list, max_length=64)
     # Its cgroup's figures changing over time, applied in the order of ``at``.
     changes: list[CgroupChange] = setting(default_factory=list)
     # The user its processes run as (the pod's runAsUser; /proc/PID/status's Uid).
@@ -151,7 +147,7 @@ class Container(_Strict):
         return hashlib.sha256(key).hexdigest()
 
 
-class Pod(_Strict):
+class Pod(Section):
     namespace: str = setting(pattern=_DNS_LABEL)
     name: str = setting(pattern=_DNS_SUBDOMAIN)
     uid: str = setting(pattern=_UID)
@@ -164,7 +160,7 @@ class Pod(_Strict):
             raise ValueError(f"pod {self.namespace}/{self.name}: container names repeat")
 
 
-class SlurmJob(_Strict):
+class SlurmJobSpec(Section):
     job_id: int = setting(ge=1, lt=2**32)
     # The job's user: its cgroup v1 path's uid_N, and the real uid slurmstepd
     # starts its tasks as (/proc/PID/status's Uid).
@@ -180,14 +176,14 @@ class SlurmJob(_Strict):
     pids: list[int] = setting(default_factory=list)
     cgroup: CgroupCondition = CgroupCondition()
     # io.max: the devices its I/O is limited on (none: "max" everywhere).
-    io_max: list[IoLimit] = setting(default_factory=list, max_length=64)
+    io_max: list[IoLimitSpec] = setting(default_factory=list, max_length=64)
     # Its cgroup's figures changing over time, applied in the order of ``at``.
     changes: list[CgroupChange] = setting(default_factory=list)
 
 
-class Tenants(_Strict):
+class Tenants(Section):
     pods: list[Pod] = setting(default_factory=list)
-    slurm_jobs: list[SlurmJob] = setting(default_factory=list)
+    slurm_jobs: list[SlurmJobSpec] = setting(default_factory=list)
     # Devices the kubelet could give besides those given (GetAllocatableResources).
     free_devices: list[DeviceGrant] = setting(default_factory=list)
     # The kubelet's device-manager checkpoint (each device grant's pod UID) is

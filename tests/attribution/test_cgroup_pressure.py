@@ -32,7 +32,7 @@ from gpu_exporter.attribution.grouping import (
 )
 from gpu_exporter.host.pressure import Pressure, Stall
 from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement, write_tenants
-from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJob, Tenants
+from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJobSpec, Tenants
 
 CID = "4b2f9e1c" * 8
 
@@ -215,7 +215,7 @@ def test_64_pods_give_64_signal_sets_not_one_per_process(
                 Container(name="sidecar", pids=[1000 + 4 * i + 3]),
                 qos="guaranteed" if i % 2 else "burstable")
             for i in range(64)]
-    job = SlurmJob(job_id=5150, cgroup_version=2, pids=[9000, 9001, 9002],
+    job = SlurmJobSpec(job_id=5150, cgroup_version=2, pids=[9000, 9001, 9002],
                    cgroup=CgroupCondition(io_some=0.9))
     tenants = Tenants(pods=pods, slurm_jobs=[job])
     write_tenants(tenants, tmp_path / "proc", tmp_path / "cg", elapsed=50.0)

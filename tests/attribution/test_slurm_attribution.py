@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from gpu_exporter.attribution import procfiles, slurm
 from gpu_exporter.attribution.slurm import SlurmJob, job_from_cgroup, read_job
 from gpu_exporter.simulator.cgroupfs import slurm_placement, write_tenants
-from gpu_exporter.simulator.tenants import SlurmJob as JobSpec
-from gpu_exporter.simulator.tenants import Tenants
+from gpu_exporter.simulator.tenants import SlurmJobSpec, Tenants
 
 V1 = """12:pids:/system.slice/slurmd.service
 11:memory:/slurm/uid_1001/job_4242/step_0/task_1
@@ -172,7 +171,7 @@ def test_a_huge_cgroup_file_is_not_read_whole(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_simulated_slurm_processes_map_to_their_job(tmp_path: Path, version: int) -> None:
-    spec = JobSpec(job_id=31337, uid=1200, step="2", cgroup_version=version, pids=[700, 701])
+    spec = SlurmJobSpec(job_id=31337, uid=1200, step="2", cgroup_version=version, pids=[700, 701])
     write_tenants(Tenants(slurm_jobs=[spec]), tmp_path / "proc", tmp_path / "cgroup", 60.0)
     for pid in (700, 701):
         write(tmp_path / "proc" / str(pid) / "status", "Uid:\t1200\t1200\t1200\t1200\n")

@@ -22,7 +22,7 @@ from gpu_exporter.simulator.tenants import (
     Container,
     DeviceGrant,
     Pod,
-    SlurmJob,
+    SlurmJobSpec,
     Tenants,
 )
 from tests.simnode import SimRun
@@ -203,9 +203,9 @@ def test_slurm_jobs_of_both_cgroup_layouts_are_named_per_gpu() -> None:
              ProcessCondition(pid=5100, comm="python", gpus=[3], gpu_memory_ratio=0.5,
                               cpu_ratio=1.0, state="R")]
     tenants = Tenants(slurm_jobs=[
-        SlurmJob(job_id=4242, uid=1001, step="0", cgroup_version=2, pids=[5000, 5001],
+        SlurmJobSpec(job_id=4242, uid=1001, step="0", cgroup_version=2, pids=[5000, 5001],
                  cpu_limit=8, cgroup=CgroupCondition(io_some=0.4)),
-        SlurmJob(job_id=77, uid=1002, step="batch", cgroup_version=1, pids=[5100])])
+        SlurmJobSpec(job_id=77, uid=1002, step="batch", cgroup_version=1, pids=[5100])])
     # With detail: the pressure ratio checked below is a detail series.
     with SimRun(base.model_copy(update={"processes": procs, "tenants": tenants}),
                 metrics={"detail": True}) as run:

@@ -23,7 +23,7 @@ from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.poll.readings import GpuOwner
 from gpu_exporter.settings.thresholds import DiagnosisConfig
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.simulator.tenants import SlurmJob
+from gpu_exporter.simulator.tenants import SlurmJobSpec
 from gpu_exporter.web.doctor import _jobs
 from tests.simnode import DetailRun
 
@@ -222,7 +222,7 @@ def test_a_slurm_job_on_two_instances_is_one_job_end_to_end() -> None:
     assert scenario.tenants is not None
     tenants = scenario.tenants.model_copy(update={
         "pods": [p for p in scenario.tenants.pods if p.name == "serve"],
-        "slurm_jobs": [SlurmJob(job_id=88, uid=2345, pids=[4101, 4102])]})
+        "slurm_jobs": [SlurmJobSpec(job_id=88, uid=2345, pids=[4101, 4102])]})
     with DetailRun(scenario.model_copy(update={"tenants": tenants})) as run:
         jobs = run.poll(30).derived(JOBS) or ()
     assert {j.name: [r.place for r in j.ranks] for j in jobs} == {

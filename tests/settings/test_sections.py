@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 import pytest
 
 from gpu_exporter.settings.config_types import parse_duration
-from gpu_exporter.settings.sections import Bounds, Parse, Section, ValidationError, setting
+from gpu_exporter.settings.sections import Parse, Section, SettingBounds, ValidationError, setting
 
 
 def _double(v: int) -> int:
@@ -236,7 +236,7 @@ def _upper_only(v: Any) -> Any:
 
 def test_a_mapping_is_bounded_and_its_keys_and_items_checked_by_their_annotations() -> None:
     Key = Annotated[str, Parse(_upper_only)]
-    Small = Annotated[int, Bounds(ge=0, le=9)]
+    Small = Annotated[int, SettingBounds(ge=0, le=9)]
 
     class Table(Section):
         rows: dict[Key, list[Small]] = setting(default_factory=dict, max_length=2)
@@ -409,7 +409,7 @@ def test_a_class_reads_its_declarations_base_first_and_leaves_class_variables() 
     # the declaration leaves the class: a setting is read from the instance only
     assert "a" not in Base.__dict__ and "b" not in Base.__dict__
     spec = Child.model_fields["c"]
-    assert spec.metadata == (Bounds(),) and spec.default == 2.0 and spec.check is None
+    assert spec.metadata == (SettingBounds(),) and spec.default == 2.0 and spec.check is None
     assert spec.default_factory is None and not spec.required and spec.get_default() == 2.0
 
 
@@ -421,7 +421,7 @@ def test_a_default_factory_gives_each_section_its_own_value() -> None:
     assert one.xs == [] and one.xs is not two.xs
     spec = Fresh.model_fields["xs"]
     assert spec.get_default(call_default_factory=False) is None and spec.default_factory is list
-    assert Fresh.model_fields["xs"].bounds == Bounds()
+    assert Fresh.model_fields["xs"].bounds == SettingBounds()
 
 
 def test_reading_a_file_and_dumping_it_back() -> None:

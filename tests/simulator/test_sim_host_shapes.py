@@ -19,7 +19,7 @@ from gpu_exporter.simulator import SimulatedNode, load_scenario
 from gpu_exporter.simulator.cgroupfs import TenantFs, pod_placement, slurm_placement
 from gpu_exporter.simulator.hostfs import CLK_TCK
 from gpu_exporter.simulator.model import Scenario
-from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJob, Tenants
+from gpu_exporter.simulator.tenants import CgroupCondition, Container, Pod, SlurmJobSpec, Tenants
 from tests.simnode import VirtualClock
 
 GIB = 1024**3
@@ -74,7 +74,7 @@ def test_a_container_at_its_memory_limit_shows_reclaim_in_its_own_files(
 
 
 def test_a_cgroup_v1_slurm_job_has_its_controllers_files(tmp_path: Path) -> None:
-    job = SlurmJob(job_id=77, uid=1200, cgroup_version=1, cpu_limit=8, cpus="16-23",
+    job = SlurmJobSpec(job_id=77, uid=1200, cgroup_version=1, cpu_limit=8, cpus="16-23",
                    memory_limit_bytes=64 * GIB, pids=[500],
                    cgroup=CgroupCondition(cpu_throttled_ratio=0.5, memory_anon_bytes=60 * GIB,
                                           memory_file_bytes=4 * GIB - 2**20,
@@ -121,7 +121,7 @@ def test_a_slurm_jobs_cpuset_confines_its_processes() -> None:
         assert read[601] is not None and read[601].cpus_allowed_list == "100-103"
         # Outside any job: its GPU's local CPUs (GPU 1 on NUMA node 1), as before.
         assert read[602] is not None and read[602].cpus_allowed_list == "32-63"
-        path = slurm_placement(SlurmJob(**job)).cgroup
+        path = slurm_placement(SlurmJobSpec(**job)).cgroup
         assert path is not None
         base = node.sysfs / "fs" / "cgroup" / path.lstrip("/")
         assert text(f"{base}/cpuset.cpus.effective") == "96-127"

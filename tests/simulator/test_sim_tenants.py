@@ -13,7 +13,7 @@ from gpu_exporter.settings.sections import ValidationError
 from gpu_exporter.simulator import load_scenario
 from gpu_exporter.simulator.cgroupfs import pod_placement, slurm_placement
 from gpu_exporter.simulator.model import ProcessCondition
-from gpu_exporter.simulator.tenants import Container, Pod, SlurmJob, Tenants
+from gpu_exporter.simulator.tenants import Container, Pod, SlurmJobSpec, Tenants
 from tests.simnode import SimRun
 from tests.tools import ROOT
 
@@ -29,7 +29,7 @@ def test_a_pod_with_two_containers_of_one_name_is_refused() -> None:
 def test_a_process_in_two_workloads_is_refused() -> None:
     pod = Pod(namespace="ml", name="a", uid=UID, containers=[Container(name="c", pids=[5])])
     with pytest.raises(ValidationError, match="more than one"):
-        Tenants(pods=[pod], slurm_jobs=[SlurmJob(job_id=1, pids=[5])])
+        Tenants(pods=[pod], slurm_jobs=[SlurmJobSpec(job_id=1, pids=[5])])
 
 
 @pytest.mark.parametrize("fields", [
@@ -52,10 +52,10 @@ def test_pod_cgroups_carry_the_pod_uid_and_container_id(qos: str) -> None:
 
 
 def test_slurm_layouts() -> None:
-    v2 = slurm_placement(SlurmJob(job_id=7, step="batch"))
+    v2 = slurm_placement(SlurmJobSpec(job_id=7, step="batch"))
     assert v2.proc_cgroup == "0::/system.slice/slurmstepd.scope/job_7/step_batch/user/task_0\n"
     assert v2.cgroup == "/system.slice/slurmstepd.scope/job_7"
-    v1 = slurm_placement(SlurmJob(job_id=7, uid=42, cgroup_version=1))
+    v1 = slurm_placement(SlurmJobSpec(job_id=7, uid=42, cgroup_version=1))
     assert "memory:/slurm/uid_42/job_7/step_0/task_0" in v1.proc_cgroup
     assert v1.cgroup is None
 
@@ -77,7 +77,7 @@ def test_each_process_runs_as_its_tenants_user() -> None:
     tenants = Tenants(
         pods=[Pod(namespace="ml", name="a", uid=UID,
                   containers=[Container(name="c", pids=[7001], run_as_uid=4242)])],
-        slurm_jobs=[SlurmJob(job_id=9, uid=2001, pids=[7002, 7003])])
+        slurm_jobs=[SlurmJobSpec(job_id=9, uid=2001, pids=[7002, 7003])])
     scenario = load_scenario("healthy").model_copy(
         update={"processes": procs, "tenants": tenants})
     with SimRun(scenario) as run:

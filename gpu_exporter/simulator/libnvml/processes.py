@@ -9,8 +9,8 @@ from gpu_exporter.simulator.gpu_state import GpuState
 from gpu_exporter.simulator.libnvml.table import (
     OK,
     FakeNvmlLibrary,
+    NvmlProcessInfo,
     P,
-    ProcessInfo,
     ProcessUtilizationSample,
     nvml_function,
 )
@@ -29,7 +29,7 @@ def _process_list(st: GpuState, graphics: bool, count_ptr: int, out: int | None)
         return int(Return.INSUFFICIENT_SIZE)
     count.value = len(procs)
     if procs and out:
-        infos = (ProcessInfo * len(procs)).from_address(out)
+        infos = (NvmlProcessInfo * len(procs)).from_address(out)
         for info, p in zip(infos, procs, strict=True):
             info.pid, info.usedGpuMemory = p.pid, p.used_bytes
             info.gpuInstanceId, info.computeInstanceId = p.gpu_instance, p.compute_instance

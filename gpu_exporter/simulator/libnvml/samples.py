@@ -30,11 +30,11 @@ _SAMPLING_LAST = 6
 _UNION_GARBAGE = 0xFFFF8880 << 32
 
 
-class Sample(Structure):  # nvmlSample_t
+class NvmlSample(Structure):  # nvmlSample_t
     _fields_ = [("timeStamp", c_ulonglong), ("sampleValue", Value)]
 
 
-STRUCTS["nvmlSample_t"] = Sample
+STRUCTS["nvmlSample_t"] = NvmlSample
 
 
 @nvml_function("nvmlDeviceGetSamples", U, c_ulonglong, P, P, P)
@@ -62,7 +62,7 @@ def _samples(lib: FakeNvmlLibrary, st: GpuState, kind: int, last_seen_us: int, v
         count.value = len(raw)  # the size query succeeds with the count
         return OK
     n = min(count.value, len(raw))
-    buf = (Sample * n).from_address(out)
+    buf = (NvmlSample * n).from_address(out)
     limit_w = st.limit_mw / 1000.0
     for slot, (stamp, util) in zip(buf, raw[-n:], strict=True):
         slot.timeStamp = stamp

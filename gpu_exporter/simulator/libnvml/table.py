@@ -70,7 +70,7 @@ class FieldValue(Structure):  # nvmlFieldValue_t
                 ("value", Value)]
 
 
-class ProcessInfo(Structure):  # nvmlProcessInfo_t (= nvmlProcessInfo_v2_t)
+class NvmlProcessInfo(Structure):  # nvmlProcessInfo_t (= nvmlProcessInfo_v2_t)
     _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong), ("gpuInstanceId", c_uint),
                 ("computeInstanceId", c_uint)]
 
@@ -83,7 +83,7 @@ class ProcessUtilizationSample(Structure):  # nvmlProcessUtilizationSample_t
 STRUCTS: dict[str, type[Structure]] = {
     "nvmlPciInfo_t": PciInfo, "nvmlMemory_t": Memory, "nvmlMemory_v2_t": MemoryV2,
     "nvmlUtilization_t": Utilization, "nvmlFieldValue_t": FieldValue,
-    "nvmlProcessInfo_t": ProcessInfo,
+    "nvmlProcessInfo_t": NvmlProcessInfo,
     "nvmlProcessUtilizationSample_t": ProcessUtilizationSample,
 }
 
