@@ -26,22 +26,26 @@ class Pressure:
     full: Stall | None
 
 
-def _stall(path: Path, fields: list[str]) -> Stall:
-    values: dict[str, str] = {}
+def _stall(path: str, fields: list[str]) -> Stall:
+    avg10 = total = None
     for field in fields:
         key, sep, value = field.partition("=")
         if not sep:
             raise MalformedFile(path, f"field {field!r} is not key=value")
-        values[key] = value
-    if "avg10" not in values or "total" not in values:
+        # Only the two a poll exports are parsed; avg60 and avg300 are
+        # held to the key=value shape alone.
+        if key == "avg10":
+            avg10 = value
+        elif key == "total":
+            total = value
+    if avg10 is None or total is None:
         raise MalformedFile(path, "avg10 or total missing")
     # avg10 is a percentage, total microseconds.
-    return Stall(to_float(path, values["avg10"]) / 100.0,
-                 to_int(path, values["total"]) / 1e6)
+    return Stall(to_float(path, avg10) / 100.0, to_int(path, total) / 1e6)
 
 
-def read_pressure(procfs: Path, resource: str) -> Pressure:
-    path = procfs / "pressure" / resource
+def read_pressure(procfs: Path | str, resource: str) -> Pressure:
+    path = f"{procfs}/pressure/{resource}"
     lines: dict[str, Stall] = {}
     for line in read_text(path).splitlines():
         parts = line.split()
