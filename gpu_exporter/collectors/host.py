@@ -182,7 +182,8 @@ class HostCollector(Collector):
             if value is None:
                 continue  # this kernel does not say (no MemAvailable, no PSI "full")
             if row.metric.kind == "counter":
-                kept = self._counter(out, row.metric, value, now, *row.series)
+                kept = self._counter(out, row.metric, value, now, *row.series,
+                                     rate=bool(row.read_as))
             else:
                 ceiling = None
                 if row.ceiling and row.ceiling not in rejected:
@@ -195,13 +196,15 @@ class HostCollector(Collector):
                 values[row.read_as] = kept
 
     def _counter(self, out: SnapshotBuilder, metric: Metric, value: float, now: float,
-                 *series: str) -> float | None:
+                 *series: str, rate: bool = True) -> float | None:
         """Export the counter if collectors.values.accept_counter() accepts it;
         its rate per second since its last accepted reading (None on the
-        first one, when rejected, or when no time passed)."""
+        first one, when rejected, when no time passed, or not asked for)."""
         if not accept_counter(self._src, self._src.counters, metric, value, *series):
             return None
         out.add_values(metric, series, value)
+        if not rate:
+            return None
         key = series_key(metric, series)
         before = self._counted.get(key)
         self._counted[key] = (now, value)

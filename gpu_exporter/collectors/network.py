@@ -45,7 +45,7 @@ class NetworkCollector(NvmlCollector):
         self.sysfs = sysfs
         self._root = str(sysfs)
         self._warned: set[str] = set()
-        self._places: dict[str, PciLocation] = {}
+        self._places: dict[str, PciLocation | None] = {}
         # The NICs' own places: kept until their set changes, and refreshed
         # with the GPUs' (a device re-created under the same name).
         self._nic_places = Places()
@@ -84,12 +84,15 @@ class NetworkCollector(NvmlCollector):
         out.readings.network = NetworkReading(view, gpus)
 
     def _place(self, bdf: str) -> PciLocation | None:
-        where = self._places.get(bdf)
-        if where is None:
-            where, problems = pci_location(self.sysfs, bdf)
-            self._note(problems)
-            if where is not None:
-                self._places[bdf] = where
+        """Where the GPU sits, kept until the next refresh; a GPU not on the
+        bus (a VM's passthrough, another root) is kept as such, unless what
+        was in the way was a problem, which is noted again each poll."""
+        if bdf in self._places:
+            return self._places[bdf]
+        where, problems = pci_location(self._root, bdf)
+        self._note(problems)
+        if not problems:
+            self._places[bdf] = where
         return where
 
     def _export(self, out: SnapshotBuilder, view: NetworkView) -> None:

@@ -48,8 +48,11 @@ def read_cpu_times(procfs: Path | str, clk_tck: int = CLK_TCK) -> CpuTimes:
         raise MalformedFile(path, "no aggregate cpu line")
     if len(columns) < 4:  # user nice system idle exist on every kernel
         raise MalformedFile(path, f"short cpu line {'cpu  ' + ' '.join(columns)!r}")
-    seconds = {mode: to_int(path, v) / clk_tck
-               for mode, v in zip(CPU_MODES, columns, strict=False)}
+    try:
+        ticks = [int(v) for v in columns[:len(CPU_MODES)]]
+    except ValueError:  # name the first column that is not a number
+        ticks = [to_int(path, v) for v in columns]
+    seconds = dict(zip(CPU_MODES, (t / clk_tck for t in ticks), strict=False))
     ctxt = line_fields(text, "ctxt ")
     return CpuTimes(seconds, to_int(path, ctxt[0]) if ctxt and len(ctxt) == 1 else None)
 

@@ -27,20 +27,16 @@ class Pressure:
 
 
 def _stall(path: str, fields: list[str]) -> Stall:
-    avg10 = total = None
-    for field in fields:
-        key, sep, value = field.partition("=")
-        if not sep:
-            raise MalformedFile(path, f"field {field!r} is not key=value")
-        # Only the two a poll exports are parsed; avg60 and avg300 are
-        # held to the key=value shape alone.
-        if key == "avg10":
-            avg10 = value
-        elif key == "total":
-            total = value
+    try:
+        values = dict(field.split("=", 1) for field in fields)
+    except ValueError:  # a field without "=": name the first such
+        bad = next(field for field in fields if "=" not in field)
+        raise MalformedFile(path, f"field {bad!r} is not key=value") from None
+    avg10, total = values.get("avg10"), values.get("total")
     if avg10 is None or total is None:
         raise MalformedFile(path, "avg10 or total missing")
-    # avg10 is a percentage, total microseconds.
+    # avg10 is a percentage, total microseconds; avg60 and avg300 are held to
+    # the key=value shape alone, not parsed.
     return Stall(to_float(path, avg10) / 100.0, to_int(path, total) / 1e6)
 
 
