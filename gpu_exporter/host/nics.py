@@ -255,7 +255,9 @@ def pci_location(sysfs: Path | str, bdf: str) -> tuple[PciLocation | None, tuple
     return where, tuple(notes.problems)
 
 
-def _names(directory: str, notes: _Notes) -> list[str] | None:
+def _names(directory: str, notes: _Notes, devices: bool = False) -> list[str] | None:
+    """The entries of ``directory`` with names a device can have; ``devices``:
+    the directory lists devices whose places are kept (notes.places)."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -263,7 +265,7 @@ def _names(directory: str, notes: _Notes) -> list[str] | None:
     except OSError as exc:
         notes.problems.append(f"{directory}: {exc.strerror or exc}")
         return []
-    if notes.places is not None:
+    if devices and notes.places is not None:
         notes.places.entries(directory, names)
     bad = [n for n in names if not _NAME.match(n)]
     if bad:
@@ -298,7 +300,7 @@ def read_interfaces(sysfs: Path | str, max_nics: int = MAX_NICS, places: Places 
     virtual ones left out as network.py leaves them out), the count past
     ``max_nics``, and the problems met. FileNotFoundError without class/net."""
     notes = _Notes(places)
-    names = _names(f"{sysfs}/class/net", notes)
+    names = _names(f"{sysfs}/class/net", notes, devices=True)
     if names is None:
         raise FileNotFoundError(f"{sysfs}/class/net")
     found = []
@@ -345,7 +347,7 @@ def read_rdma_ports(sysfs: Path | str, max_hcas: int = MAX_NICS, places: Places 
     RDMA device (no class/infiniband)."""
     notes = _Notes(places)
     root = f"{sysfs}/class/infiniband"
-    hcas = _names(root, notes)
+    hcas = _names(root, notes, devices=True)
     if hcas is None:
         return [], 0, notes.problems
     ports = []
