@@ -115,7 +115,6 @@ class HostCollector(Collector):
             None
         self._mono = monotonic
         self._max = max_devices
-        self._page_size = page_size
         self._src = _Sources(procfs)
         # Each file's reader and the rows read from it, in the order a poll reads them.
         self._files = tuple((path, reader, tuple(row for row in ROWS if row.file == path))
@@ -150,8 +149,7 @@ class HostCollector(Collector):
             reading = src.read(path, reader)
             if reading is None:
                 continue
-            if path == STAT:
-                assert isinstance(reading, cpu.CpuTimes)
+            if path == STAT and isinstance(reading, cpu.CpuTimes):
                 iowait, steal = self._cpu(out, reading, now)
             self._rows(out, wanted, reading, values, now)
         busy = src.read("/proc/diskstats", disks.read_diskstats)
