@@ -73,6 +73,13 @@ KEPT: dict[str, Kept] = {
         Kept("the NICs' and ports' sysfs files (one per file said), at most MAX_WARNED",
              "collectors/test_network_collector.py::test_a_garbled_file_counts_one_error_and_warns_once"),
     "gpu_exporter.collectors.network:NetworkCollector._places": Kept(PER_GPU, CHURN),
+    "gpu_exporter.host.nics:Places.found":
+        Kept("one per NIC and RDMA device the node lists now (forgotten when the list "
+             "changes)", "host/test_nics.py::"
+             "test_places_kept_between_polls_follow_a_nic_that_comes_or_moves"),
+    "gpu_exporter.host.nics:Places._entries":
+        Kept("the two device directories' entries now", "host/test_nics.py::"
+             "test_places_kept_between_polls_follow_a_nic_that_comes_or_moves"),
     "gpu_exporter.collectors.pcie:PcieCollector._placements":
         Kept("one per GPU bus id (cleared when the GPUs change)", CHURN),
     "gpu_exporter.collectors.samples:SamplesCollector._last_seen": Kept(PER_GPU, CHURN),

@@ -10,6 +10,7 @@ errors() and the other sources are still exported.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,9 +19,10 @@ from typing import Self, TypeVar
 
 from gpu_exporter.catalogs import host as m
 from gpu_exporter.collectors.base import Collector
+from gpu_exporter.collectors.host_rows import ROWS, STAT, SUMS, HostRow, readers
 from gpu_exporter.collectors.values import accept, accept_counter, accept_share, series_key
 from gpu_exporter.facts.catalog_types import Metric
-from gpu_exporter.host import cpu, disks, memory, network, pressure, thermal
+from gpu_exporter.host import cpu, disks, memory, network, thermal
 from gpu_exporter.host.reading import HostReading
 from gpu_exporter.poll.readings import HostSignals
 from gpu_exporter.poll.runtime import Runtime
@@ -48,7 +50,8 @@ class _Sources:
     label = kind = "host"
 
     def __init__(self, procfs: Path) -> None:
-        self.procfs = procfs
+        # A string, joined once per file read: no pathlib join every poll.
+        self.root = str(procfs)
         self.absent: set[str] = set()
         self.failing: set[str] = set()
         self.errors = 0
@@ -63,7 +66,7 @@ class _Sources:
 
     def read(self, source: str, fn: Callable[..., T], *args: object) -> T | None:
         try:
-            value = fn(self.procfs, *args)
+            value = fn(self.root, *args)
         except FileNotFoundError as exc:
             if source not in self.absent:
                 self.absent.add(source)
@@ -112,8 +115,10 @@ class HostCollector(Collector):
             None
         self._mono = monotonic
         self._max = max_devices
-        self._page_size = page_size
         self._src = _Sources(procfs)
+        # Each file's reader and the rows read from it, in the order a poll reads them.
+        self._files = tuple((path, reader, tuple(row for row in ROWS if row.file == path))
+                            for path, reader in readers(page_size).items())
         # The last poll's readings the ratios are taken against, with its time.
         self._cpu_before: tuple[float, cpu.CpuTimes] | None = None
         self._disks_before: tuple[float, disks.DiskBusy] | None = None
@@ -133,17 +138,25 @@ class HostCollector(Collector):
         src.begin()
         now = self._mono()
 
-        times = src.read("/proc/stat", cpu.read_cpu_times)
-        iowait, steal, ctxt_rate = self._cpu(out, times, now)
-        stalls = self._pressure(out, now)
-        mem = src.read("/proc/meminfo", memory.read_meminfo)
-        total, available, swap_used = self._memory(out, mem)
-        swap = src.read("/proc/vmstat", memory.read_swap_activity, self._page_size)
-        swap_in, swap_out = self._swap(out, swap, now)
-        load = self._load(out, src.read("/proc/loadavg", cpu.read_loadavg))
+        values: dict[str, float] = {}
+        iowait = steal = None
+        for path, reader, rows in self._files:
+            # Only what is exported or read by the diagnosis is read: without
+            # --metrics.detail, not /proc/loadavg at all.
+            wanted = [row for row in rows if row.read_as in _DIAGNOSED or out.keeps(row.metric)]
+            if not wanted and path != STAT:
+                continue
+            reading = src.read(path, reader)
+            if reading is None:
+                continue
+            if path == STAT and isinstance(reading, cpu.CpuTimes):
+                iowait, steal = self._cpu(out, reading, now)
+            self._rows(out, wanted, reading, values, now)
         busy = src.read("/proc/diskstats", disks.read_diskstats)
         busy_ratios = self._disks(out, busy, now)
-        self._network(out, src.read("/proc/net/dev", network.read_netdev), now)
+        if (out.keeps(m.HOST_NETWORK_RECEIVE_ERRORS_TOTAL)
+                or out.keeps(m.HOST_NETWORK_RECEIVE_DROPS_TOTAL)):
+            self._network(out, src.read("/proc/net/dev", network.read_netdev), now)
         throttles, thermal_kept = self._thermal(out, now)
 
         if src.read_ok == 0 and src.first_error is not None:
@@ -152,23 +165,44 @@ class HostCollector(Collector):
                                f"{src.first_error}")
 
         reading = HostReading(
-            iowait_ratio=iowait, steal_ratio=steal, pressure=stalls,
-            memory_total_bytes=total, memory_available_bytes=available,
-            swap_used_bytes=swap_used,
-            swap_in_bytes_per_s=swap_in, swap_out_bytes_per_s=swap_out,
-            context_switches_per_s=ctxt_rate, load=load, disk_busy_ratio=busy_ratios,
-            cpu_thermal=throttles, cpu_thermal_kept=thermal_kept)
+            values=values, iowait_ratio=iowait, steal_ratio=steal,
+            disk_busy_ratio=busy_ratios, cpu_thermal=throttles, cpu_thermal_kept=thermal_kept)
         out.readings.host = reading
         out.readings.host_signals = _signals(reading)
 
+    def _rows(self, out: SnapshotBuilder, rows: list[HostRow], reading: object,
+              values: dict[str, float], now: float) -> None:
+        """Export each row's value where its metric's bounds accept it, and keep
+        it under the row's name: a gauge as read, a counter's rate."""
+        rejected: set[str] = set()
+        for row in rows:
+            value = row.get(reading)
+            if value is None:
+                continue  # this kernel does not say (no MemAvailable, no PSI "full")
+            if row.metric.kind == "counter":
+                kept = self._counter(out, row.metric, value, now, *row.series,
+                                     rate=bool(row.read_as))
+            else:
+                ceiling = None
+                if row.ceiling and row.ceiling not in rejected:
+                    ceiling = getattr(reading, row.ceiling)
+                if not self._gauge(out, row.metric, value, *row.series, ceiling=ceiling):
+                    rejected.add(row.field)
+                    continue
+                kept = value
+            if row.read_as and kept is not None:
+                values[row.read_as] = kept
+
     def _counter(self, out: SnapshotBuilder, metric: Metric, value: float, now: float,
-                 *series: str) -> float | None:
+                 *series: str, rate: bool = True) -> float | None:
         """Export the counter if collectors.values.accept_counter() accepts it;
         its rate per second since its last accepted reading (None on the
-        first one, when rejected, or when no time passed)."""
+        first one, when rejected, when no time passed, or not asked for)."""
         if not accept_counter(self._src, self._src.counters, metric, value, *series):
             return None
         out.add_values(metric, series, value)
+        if not rate:
+            return None
         key = series_key(metric, series)
         before = self._counted.get(key)
         self._counted[key] = (now, value)
@@ -203,11 +237,10 @@ class HostCollector(Collector):
         out.add_values(metric, series, value)
         return True
 
-    def _cpu(self, out: SnapshotBuilder, times: cpu.CpuTimes | None,
-             now: float) -> tuple[float | None, float | None, float | None]:
-        """iowait and steal ratios and the context switch rate since the last poll."""
-        if times is None:
-            return None, None, None
+    def _cpu(self, out: SnapshotBuilder, times: cpu.CpuTimes,
+             now: float) -> tuple[float | None, float | None]:
+        """CPU time, iowait and steal counters, and the iowait and steal
+        shares of the interval since the last poll."""
         # The counters carry every second between scrapes; the ratios below
         # are the last poll's share, for the diagnosis's now-value.
         self._counter(out, m.HOST_CPU_SECONDS_TOTAL, times.total, now)
@@ -217,70 +250,10 @@ class HostCollector(Collector):
                 self._counter(out, family, self._held(family, times.seconds[mode]), now)
         before, self._cpu_before = self._cpu_before, (now, times)
         ratios = cpu.cpu_ratios(before[1], times) if before is not None else None
-        iowait = steal = rate = None
-        if ratios is not None:
-            iowait = self._share(out, m.HOST_CPU_IOWAIT_RATIO, ratios.iowait)
-            steal = self._share(out, m.HOST_CPU_STEAL_RATIO, ratios.steal)
-        if times.context_switches is not None:
-            rate = self._counter(out, m.HOST_CONTEXT_SWITCHES_TOTAL,
-                                 times.context_switches, now)
-        return iowait, steal, rate
-
-    def _pressure(self, out: SnapshotBuilder, now: float) -> dict[str, pressure.Pressure]:
-        """Each resource's stalls; a resource whose "some" share is rejected is
-        left out of the reading, a rejected "full" share leaves only "some"."""
-        stalls = {}
-        for resource in pressure.RESOURCES:
-            p = self._src.read(f"/proc/pressure/{resource}", pressure.read_pressure, resource)
-            if p is None:
-                continue
-            shown: dict[str, pressure.Stall | None] = {}
-            for kind, stall in (("some", p.some), ("full", p.full)):
-                if stall is None:
-                    continue
-                if self._gauge(out, m.HOST_PRESSURE_RATIO, stall.avg10, resource, kind):
-                    shown[kind] = stall
-                self._counter(out, m.HOST_PRESSURE_STALLED_SECONDS_TOTAL,
-                              stall.total_seconds, now, resource, kind)
-            some = shown.get("some")
-            if some is not None:
-                stalls[resource] = pressure.Pressure(some, shown.get("full"))
-        return stalls
-
-    def _memory(self, out: SnapshotBuilder, mem: memory.MemInfo | None
-                ) -> tuple[int | None, int | None, int | None]:
-        """Total and available memory, swap in use: each None when rejected."""
-        if mem is None:
-            return None, None, None
-        total = (mem.total_bytes
-                 if self._gauge(out, m.HOST_MEMORY_TOTAL_BYTES, mem.total_bytes) else None)
-        available = None
-        if mem.available_bytes is not None and self._gauge(
-                out, m.HOST_MEMORY_AVAILABLE_BYTES, mem.available_bytes, ceiling=total):
-            available = mem.available_bytes
-        used = mem.swap_used_bytes
-        swap_used = used if self._gauge(out, m.HOST_SWAP_USED_BYTES, used,
-                                        ceiling=mem.swap_total_bytes) else None
-        return total, available, swap_used
-
-    def _swap(self, out: SnapshotBuilder, swap: memory.SwapActivity | None,
-              now: float) -> tuple[float | None, float | None]:
-        """Swap-in and swap-out bytes per second since the last poll."""
-        if swap is None:
+        if ratios is None:
             return None, None
-        swap_in = self._counter(out, m.HOST_SWAP_BYTES_TOTAL, swap.in_bytes, now, "in")
-        swap_out = self._counter(out, m.HOST_SWAP_BYTES_TOTAL, swap.out_bytes, now, "out")
-        return swap_in, swap_out
-
-    def _load(self, out: SnapshotBuilder,
-              load: cpu.LoadAverage | None) -> cpu.LoadAverage | None:
-        """The load averages; the reading keeps them only when all three pass."""
-        if load is None:
-            return None
-        shown = [self._gauge(out, m.HOST_LOAD_AVERAGE, value, window)
-                 for window, value in (("1m", load.load1), ("5m", load.load5),
-                                       ("15m", load.load15))]
-        return load if all(shown) else None
+        return (self._share(out, m.HOST_CPU_IOWAIT_RATIO, ratios.iowait),
+                self._share(out, m.HOST_CPU_STEAL_RATIO, ratios.steal))
 
     def _disks(self, out: SnapshotBuilder, busy: disks.DiskBusy | None,
                now: float) -> dict[str, float]:
@@ -363,23 +336,29 @@ class HostCollector(Collector):
         return names[:self._max]
 
 
+# The HostSignals fields a row fills, by the name the row reads its value as.
+_FROM_ROWS = tuple(f.name for f in dataclasses.fields(HostSignals)
+                   if f.name in {row.read_as for row in ROWS})
+# The rows' values the diagnosis reads: read whether or not they are exported.
+_DIAGNOSED = frozenset((*_FROM_ROWS, *(name for parts in SUMS.values() for name in parts)))
+
+
 def _signals(f: HostReading) -> HostSignals:
-    """The figures the diagnosis rules read."""
-    cpu_p, mem_p, io_p = (f.pressure.get(r) for r in pressure.RESOURCES)
-    swap = None
-    if f.swap_in_bytes_per_s is not None and f.swap_out_bytes_per_s is not None:
-        swap = f.swap_in_bytes_per_s + f.swap_out_bytes_per_s
-    return HostSignals(
-        iowait_ratio=f.iowait_ratio,
-        io_pressure_some=io_p.some.avg10 if io_p else None,
-        cpu_pressure_some=cpu_p.some.avg10 if cpu_p else None,
-        memory_pressure_full=mem_p.full.avg10 if mem_p and mem_p.full else None,
-        swap_bytes_per_s=swap, steal_ratio=f.steal_ratio,
+    """The figures the diagnosis rules read: each row's value under its name,
+    and the few the collector works out itself (host_rows.NOT_ROWS)."""
+    v = f.values
+    signals = HostSignals(
+        iowait_ratio=f.iowait_ratio, steal_ratio=f.steal_ratio,
         cpu_thermal_kept=f.cpu_thermal_kept,
-        memory_total_bytes=f.memory_total_bytes,
-        memory_available_bytes=f.memory_available_bytes,
         cpu_thermal_throttles=(None if f.cpu_thermal is None or not f.cpu_thermal.events
                                else float(sum(f.cpu_thermal.events.values()))),
         cpu_thermal_throttled_seconds=(
             None if f.cpu_thermal is None or not f.cpu_thermal.seconds
             else sum(f.cpu_thermal.seconds.values())))
+    for name in _FROM_ROWS:
+        if name in v:
+            setattr(signals, name, v[name])
+    for name, parts in SUMS.items():
+        if all(part in v for part in parts):
+            setattr(signals, name, sum(v[part] for part in parts))
+    return signals

@@ -18,7 +18,7 @@ from typing import Self
 from gpu_exporter.catalogs import network as m
 from gpu_exporter.collectors.base import NvmlCollector
 from gpu_exporter.host.nic_topology import DISTANCE, relation
-from gpu_exporter.host.nics import NetworkView, PciLocation, pci_location, read_network
+from gpu_exporter.host.nics import NetworkView, PciLocation, Places, pci_location, read_network
 from gpu_exporter.nvml.session import NvmlSession, normalize_bus_id
 from gpu_exporter.poll.readings import GpuNetwork, NetworkReading
 from gpu_exporter.poll.runtime import Runtime
@@ -43,8 +43,12 @@ class NetworkCollector(NvmlCollector):
     def __init__(self, session: NvmlSession, sysfs: Path) -> None:
         super().__init__(session)
         self.sysfs = sysfs
+        self._root = str(sysfs)
         self._warned: set[str] = set()
-        self._places: dict[str, PciLocation] = {}
+        self._places: dict[str, PciLocation | None] = {}
+        # The NICs' own places: kept until their set changes, and refreshed
+        # with the GPUs' (a device re-created under the same name).
+        self._nic_places = Places()
         self._polls = 0
 
     @classmethod
@@ -56,7 +60,8 @@ class NetworkCollector(NvmlCollector):
         self._polls += 1
         if self._polls % PLACEMENT_REFRESH_POLLS == 0:
             self._places.clear()
-        view = read_network(self.sysfs)
+            self._nic_places.clear()
+        view = read_network(self._root, places=self._nic_places)
         self._note(view.problems)
         self._export(out, view)
         hcas = {p.hca: p.pci for p in view.ports if p.pci is not None}
@@ -79,12 +84,15 @@ class NetworkCollector(NvmlCollector):
         out.readings.network = NetworkReading(view, gpus)
 
     def _place(self, bdf: str) -> PciLocation | None:
-        where = self._places.get(bdf)
-        if where is None:
-            where, problems = pci_location(self.sysfs, bdf)
-            self._note(problems)
-            if where is not None:
-                self._places[bdf] = where
+        """Where the GPU sits, kept until the next refresh; a GPU not on the
+        bus (a VM's passthrough, another root) is kept as such, unless what
+        was in the way was a problem, which is noted again each poll."""
+        if bdf in self._places:
+            return self._places[bdf]
+        where, problems = pci_location(self._root, bdf)
+        self._note(problems)
+        if not problems:
+            self._places[bdf] = where
         return where
 
     def _export(self, out: SnapshotBuilder, view: NetworkView) -> None:

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter.host.files import MalformedFile, read_text, to_float, to_int
+from gpu_exporter.host.files import MalformedFile, line_fields, read_text, to_float, to_int
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The columns of the aggregate "cpu" line, in order. guest and guest_nice come
@@ -39,25 +39,22 @@ class CpuRatios:
     steal: float | None
 
 
-def read_cpu_times(procfs: Path, clk_tck: int = CLK_TCK) -> CpuTimes:
-    path = procfs / "stat"
-    seconds: dict[str, float] | None = None
-    ctxt: int | None = None
-    for line in read_text(path).splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "cpu":
-            columns = parts[1:1 + len(CPU_MODES)]
-            if len(columns) < 4:  # user nice system idle exist on every kernel
-                raise MalformedFile(path, f"short cpu line {line!r}")
-            seconds = {mode: to_int(path, v) / clk_tck
-                       for mode, v in zip(CPU_MODES, columns, strict=False)}
-        elif parts[0] == "ctxt" and len(parts) == 2:
-            ctxt = to_int(path, parts[1])
-    if seconds is None:
+def read_cpu_times(procfs: Path | str, clk_tck: int = CLK_TCK) -> CpuTimes:
+    """Only the aggregate cpu line and the ctxt line are split."""
+    path = f"{procfs}/stat"
+    text = read_text(path)
+    columns = line_fields(text, "cpu ")
+    if columns is None:
         raise MalformedFile(path, "no aggregate cpu line")
-    return CpuTimes(seconds, ctxt)
+    if len(columns) < 4:  # user nice system idle exist on every kernel
+        raise MalformedFile(path, f"short cpu line {'cpu  ' + ' '.join(columns)!r}")
+    try:
+        ticks = [int(v) for v in columns[:len(CPU_MODES)]]
+    except ValueError:  # name the first column that is not a number
+        ticks = [to_int(path, v) for v in columns]
+    seconds = dict(zip(CPU_MODES, (t / clk_tck for t in ticks), strict=False))
+    ctxt = line_fields(text, "ctxt ")
+    return CpuTimes(seconds, to_int(path, ctxt[0]) if ctxt and len(ctxt) == 1 else None)
 
 
 def cpu_ratios(before: CpuTimes, after: CpuTimes) -> CpuRatios | None:
@@ -87,8 +84,8 @@ class LoadAverage:
     load15: float
 
 
-def read_loadavg(procfs: Path) -> LoadAverage:
-    path = procfs / "loadavg"
+def read_loadavg(procfs: Path | str) -> LoadAverage:
+    path = f"{procfs}/loadavg"
     parts = read_text(path).split()
     if len(parts) < 3:
         raise MalformedFile(path, "fewer than three load averages")

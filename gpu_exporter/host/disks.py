@@ -30,19 +30,22 @@ def is_counted(name: str) -> bool:
     return not (_VIRTUAL.match(name) or _PARTITION.match(name))
 
 
-def read_diskstats(procfs: Path) -> DiskBusy:
-    path = procfs / "diskstats"
+def read_diskstats(procfs: Path | str) -> DiskBusy:
+    path = f"{procfs}/diskstats"
     busy: dict[str, float] = {}
-    lines = [line for line in read_text(path).splitlines() if line.strip()]
-    if not lines:  # the kernel lists every block device, loop and RAM disks included
-        raise MalformedFile(path, "no block device")
-    for line in lines:
+    lines = 0
+    for line in read_text(path).splitlines():
         parts = line.split()
+        if not parts:
+            continue
+        lines += 1
         if len(parts) < _MIN_FIELDS:
             raise MalformedFile(path, f"short line {line.strip()!r}")
         name = parts[2]
         if is_counted(name):
             busy[name] = to_int(path, parts[_IO_TICKS]) / 1000.0
+    if not lines:  # the kernel lists every block device, loop and RAM disks included
+        raise MalformedFile(path, "no block device")
     return DiskBusy(busy)
 
 

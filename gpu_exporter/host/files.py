@@ -52,6 +52,20 @@ def read_text(path: Path | str, limit: int = TEXT_FILE_LIMIT) -> str:
     return b"".join(parts).decode("utf-8", errors="replace")
 
 
+def line_fields(text: str, prefix: str) -> list[str] | None:
+    """The fields after ``prefix`` on the first line that begins with it
+    (``"MemTotal:"``, ``"ctxt "``), None where no line does. No other line is
+    split: /proc/stat's interrupt line alone is thousands of numbers on a large
+    node, and /proc/vmstat has some 180 lines of which a poll wants two."""
+    at = 0
+    while (start := text.find(prefix, at)) >= 0:
+        if start == 0 or text[start - 1] == "\n":
+            end = text.find("\n", start)
+            return text[start + len(prefix):end if end >= 0 else len(text)].split()
+        at = start + len(prefix)
+    return None
+
+
 def to_int(path: Path | str, text: str) -> int:
     try:
         return int(text)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_exporter.host.files import MalformedFile, read_text, to_int
+from gpu_exporter.host.files import MalformedFile, line_fields, read_text, to_int
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -27,22 +27,19 @@ class MemInfo:
 
 
 # The lines of /proc/meminfo the exporter uses, of some fifty: only these are
-# parsed (and so held to being numbers), the rest skipped by their key.
-MEMINFO_KEYS = frozenset(("MemTotal", "MemAvailable", "SwapTotal", "SwapFree"))
+# parsed (and so held to being numbers); the others are never split.
+MEMINFO_KEYS = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")
 
 
-def read_meminfo(procfs: Path) -> MemInfo:
-    path = procfs / "meminfo"
+def read_meminfo(procfs: Path | str) -> MemInfo:
+    path = f"{procfs}/meminfo"
+    text = read_text(path)
     fields: dict[str, int] = {}
-    for line in read_text(path).splitlines():
-        key, sep, rest = line.partition(":")
-        if key not in MEMINFO_KEYS:
-            continue
-        parts = rest.split()
-        if not sep or not parts:
-            continue
-        value = to_int(path, parts[0])
-        fields[key] = value * 1024 if parts[1:] == ["kB"] else value
+    for key in MEMINFO_KEYS:
+        parts = line_fields(text, f"{key}:")
+        if parts:
+            value = to_int(path, parts[0])
+            fields[key] = value * 1024 if parts[1:] == ["kB"] else value
     missing = [k for k in ("MemTotal", "SwapTotal", "SwapFree") if k not in fields]
     if missing:
         raise MalformedFile(path, f"no {', '.join(missing)}")
@@ -58,21 +55,20 @@ class SwapActivity:
     out_bytes: int
 
 
-def read_swap_activity(procfs: Path, page_size: int = PAGE_SIZE) -> SwapActivity | None:
+def read_swap_activity(procfs: Path | str, page_size: int = PAGE_SIZE) -> SwapActivity | None:
     """None on a kernel built without swap support (no pswpin/pswpout)."""
-    path = procfs / "vmstat"
+    path = f"{procfs}/vmstat"
+    text = read_text(path)
     pages: dict[str, int] = {}
-    lines = read_text(path).splitlines()
     # Only the two lines asked for are split (vmstat has some 180).
-    for line in lines:
-        if "pswp" in line:
-            parts = line.split()
-            if len(parts) == 2 and parts[0] in ("pswpin", "pswpout"):
-                pages[parts[0]] = to_int(path, parts[1])
+    for key in ("pswpin", "pswpout"):
+        parts = line_fields(text, f"{key} ")
+        if parts is not None and len(parts) == 1:
+            pages[key] = to_int(path, parts[0])
     if not pages:
         # A kernel without swap accounting still lists its other counters;
         # a file with none is not a kernel's vmstat at all.
-        rows = (line.split() for line in lines)
+        rows = (line.split() for line in text.splitlines())
         if not any(len(p) == 2 and p[1].isascii() and p[1].isdigit() for p in rows):
             raise MalformedFile(path, "no counter lines")
         return None

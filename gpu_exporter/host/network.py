@@ -25,9 +25,9 @@ def is_counted(name: str) -> bool:
     return not _VIRTUAL.match(name)
 
 
-def read_netdev(procfs: Path) -> dict[str, ReceiveCounters]:
+def read_netdev(procfs: Path | str) -> dict[str, ReceiveCounters]:
     """Interface -> receive errors and drops since boot; virtual ones left out."""
-    path = procfs / "net" / "dev"
+    path = f"{procfs}/net/dev"
     out: dict[str, ReceiveCounters] = {}
     lines = read_text(path).splitlines()
     if len(lines) < 2 or "|" not in lines[0]:

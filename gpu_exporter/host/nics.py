@@ -127,12 +127,41 @@ class NetworkView:
     problems: tuple[str, ...] = field(default=())
 
 
+class Places:
+    """Where each NIC and RDMA device sits on the PCI bus, kept between polls:
+    resolving a ``device`` link walks every directory on its path (a dozen
+    lstat calls per device, most of a poll's cost), and a device moves only
+    when it comes or goes. What was found under a directory is forgotten
+    whenever that directory's entries change (hotplug, a driver re-creating
+    its devices), and by ``clear()``. A link that could not be resolved
+    cleanly is not kept: its problem is noted again each poll."""
+
+    def __init__(self) -> None:
+        # A device link -> where it leads (None: no PCI device behind it).
+        self.found: dict[str, PciLocation | None] = {}
+        self._entries: dict[str, list[str]] = {}
+
+    def entries(self, directory: str, names: list[str]) -> None:
+        """The entries ``directory`` has this poll."""
+        if self._entries.get(directory) == names:
+            return
+        self._entries[directory] = names
+        inside = directory + "/"
+        for link in [link for link in self.found if link.startswith(inside)]:
+            del self.found[link]
+
+    def clear(self) -> None:
+        self.found.clear()
+        self._entries.clear()
+
+
 class _Notes:
     """Reads attributes, noting what cannot be read instead of raising, so one
     bad file hides nothing else."""
 
-    def __init__(self) -> None:
+    def __init__(self, places: Places | None = None) -> None:
         self.problems: list[str] = []
+        self.places = places
 
     def text(self, path: str) -> str | None:
         try:
@@ -180,6 +209,18 @@ class _Notes:
     def location(self, sysfs: str, link: str) -> PciLocation | None:
         """The PCI device a ``device`` link (or a bus entry) points at; None
         for one that is not a PCI device (a virtual or platform device)."""
+        places = self.places
+        if places is None:
+            return self._resolve(sysfs, link)
+        if link in places.found:
+            return places.found[link]
+        noted = len(self.problems)
+        where = self._resolve(sysfs, link)
+        if len(self.problems) == noted:
+            places.found[link] = where
+        return where
+
+    def _resolve(self, sysfs: str, link: str) -> PciLocation | None:
         try:
             target = os.path.realpath(link, strict=True)
         except FileNotFoundError:
@@ -214,7 +255,9 @@ def pci_location(sysfs: Path | str, bdf: str) -> tuple[PciLocation | None, tuple
     return where, tuple(notes.problems)
 
 
-def _names(directory: str, notes: _Notes) -> list[str] | None:
+def _names(directory: str, notes: _Notes, devices: bool = False) -> list[str] | None:
+    """The entries of ``directory`` with names a device can have; ``devices``:
+    the directory lists devices whose places are kept (notes.places)."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -222,6 +265,8 @@ def _names(directory: str, notes: _Notes) -> list[str] | None:
     except OSError as exc:
         notes.problems.append(f"{directory}: {exc.strerror or exc}")
         return []
+    if devices and notes.places is not None:
+        notes.places.entries(directory, names)
     bad = [n for n in names if not _NAME.match(n)]
     if bad:
         notes.problems.append(f"{directory}: {len(bad)} entries with names no device has")
@@ -249,13 +294,13 @@ def _interface(sysfs: str, name: str, notes: _Notes) -> NetInterface | None:
     return NetInterface(name, operstate, None if carrier is None else bool(carrier), speed, pci)
 
 
-def read_interfaces(sysfs: Path | str, max_nics: int = MAX_NICS
+def read_interfaces(sysfs: Path | str, max_nics: int = MAX_NICS, places: Places | None = None
                     ) -> tuple[list[NetInterface], int, list[str]]:
     """The physical network interfaces (those with a PCI device behind them,
     virtual ones left out as network.py leaves them out), the count past
     ``max_nics``, and the problems met. FileNotFoundError without class/net."""
-    notes = _Notes()
-    names = _names(f"{sysfs}/class/net", notes)
+    notes = _Notes(places)
+    names = _names(f"{sysfs}/class/net", notes, devices=True)
     if names is None:
         raise FileNotFoundError(f"{sysfs}/class/net")
     found = []
@@ -295,14 +340,14 @@ def _port(sysfs: str, hca: str, number: int, pci: PciLocation | None,
                     notes.rate(f"{base}/rate"), layer, counters, frozenset(saturated), hw, pci)
 
 
-def read_rdma_ports(sysfs: Path | str, max_hcas: int = MAX_NICS
+def read_rdma_ports(sysfs: Path | str, max_hcas: int = MAX_NICS, places: Places | None = None
                     ) -> tuple[list[RdmaPort], int, list[str]]:
     """Every port of every RDMA device (InfiniBand, RoCE), the count of devices
     past ``max_hcas``, and the problems met; an empty list on a node with no
     RDMA device (no class/infiniband)."""
-    notes = _Notes()
+    notes = _Notes(places)
     root = f"{sysfs}/class/infiniband"
-    hcas = _names(root, notes)
+    hcas = _names(root, notes, devices=True)
     if hcas is None:
         return [], 0, notes.problems
     ports = []
@@ -315,11 +360,13 @@ def read_rdma_ports(sysfs: Path | str, max_hcas: int = MAX_NICS
     return ports, max(0, len(hcas) - max_hcas), notes.problems
 
 
-def read_network(sysfs: Path | str, max_nics: int = MAX_NICS) -> NetworkView:
+def read_network(sysfs: Path | str, max_nics: int = MAX_NICS,
+                 places: Places | None = None) -> NetworkView:
     """The NICs and RDMA ports of the node (FileNotFoundError without
-    class/net: no sysfs there)."""
-    interfaces, nics_over, problems = read_interfaces(sysfs, max_nics)
-    ports, hcas_over, port_problems = read_rdma_ports(sysfs, max_nics)
+    class/net: no sysfs there). ``places``: where the devices sit, kept
+    between calls."""
+    interfaces, nics_over, problems = read_interfaces(sysfs, max_nics, places)
+    ports, hcas_over, port_problems = read_rdma_ports(sysfs, max_nics, places)
     return NetworkView(tuple(interfaces), tuple(ports), nics_over + hcas_over,
                        # A NIC's netdev and its RDMA device share one PCI device.
                        tuple(dict.fromkeys(problems + port_problems)))

@@ -26,22 +26,22 @@ class Pressure:
     full: Stall | None
 
 
-def _stall(path: Path, fields: list[str]) -> Stall:
-    values: dict[str, str] = {}
-    for field in fields:
-        key, sep, value = field.partition("=")
-        if not sep:
-            raise MalformedFile(path, f"field {field!r} is not key=value")
-        values[key] = value
-    if "avg10" not in values or "total" not in values:
+def _stall(path: str, fields: list[str]) -> Stall:
+    try:
+        values = dict(field.split("=", 1) for field in fields)
+    except ValueError:  # a field without "=": name the first such
+        bad = next(field for field in fields if "=" not in field)
+        raise MalformedFile(path, f"field {bad!r} is not key=value") from None
+    avg10, total = values.get("avg10"), values.get("total")
+    if avg10 is None or total is None:
         raise MalformedFile(path, "avg10 or total missing")
-    # avg10 is a percentage, total microseconds.
-    return Stall(to_float(path, values["avg10"]) / 100.0,
-                 to_int(path, values["total"]) / 1e6)
+    # avg10 is a percentage, total microseconds; avg60 and avg300 are held to
+    # the key=value shape alone, not parsed.
+    return Stall(to_float(path, avg10) / 100.0, to_int(path, total) / 1e6)
 
 
-def read_pressure(procfs: Path, resource: str) -> Pressure:
-    path = procfs / "pressure" / resource
+def read_pressure(procfs: Path | str, resource: str) -> Pressure:
+    path = f"{procfs}/pressure/{resource}"
     lines: dict[str, Stall] = {}
     for line in read_text(path).splitlines():
         parts = line.split()

@@ -158,7 +158,7 @@ def test_context_switches_negative_or_going_backwards(
     with caplog.at_level(logging.WARNING):
         snap = later(host)
         assert snap.series("gpu_host_context_switches_total") == []
-        assert snap.readings.host.context_switches_per_s is None
+        assert "context_switches_per_s" not in snap.readings.host.values
         assert snap.get("gpu_host_cpu_iowait_ratio") == 0.0  # the rest of /proc/stat is fine
         assert host.collector.errors() == 1
         write(host, "stat", stat(user=300, iowait=50, ctxt=-1))
@@ -171,7 +171,7 @@ def test_context_switches_negative_or_going_backwards(
     write(host, "stat", stat(user=400, iowait=50, ctxt=8000))
     snap = later(host)
     assert snap.get("gpu_host_context_switches_total") == 8000
-    assert snap.readings.host.context_switches_per_s == pytest.approx(1000.0)
+    assert snap.readings.host.values["context_switches_per_s"] == pytest.approx(1000.0)
     assert host.collector.errors() == 0
 
 
@@ -194,8 +194,8 @@ def test_more_memory_available_than_there_is(tmp_path: Path) -> None:
     assert snap.get("gpu_host_memory_total_bytes") == 1000 * 1024
     assert snap.series("gpu_host_memory_available_bytes") == []
     assert snap.get("gpu_host_swap_used_bytes") == 0
-    assert snap.readings.host.memory_available_bytes is None
-    assert snap.readings.host.memory_total_bytes == 1000 * 1024
+    assert "memory_available_bytes" not in snap.readings.host.values
+    assert snap.readings.host.values["memory_total_bytes"] == 1000 * 1024
     assert host.collector.errors() == 1
     write(host, "meminfo", "MemTotal: 1000 kB\nMemAvailable: 1000 kB\nSwapTotal: 0 kB\n"
                            "SwapFree: 0 kB\n")
@@ -225,9 +225,9 @@ def test_impossible_memory_figures_are_absent(tmp_path: Path, meminfo: str, abse
     assert snap.series(present) != []
     assert host.collector.errors() == 1
     facts = snap.readings.host
-    field = {"gpu_host_swap_used_bytes": facts.swap_used_bytes,
-             "gpu_host_memory_total_bytes": facts.memory_total_bytes,
-             "gpu_host_memory_available_bytes": facts.memory_available_bytes}
+    field = {"gpu_host_swap_used_bytes": facts.values.get("swap_used_bytes"),
+             "gpu_host_memory_total_bytes": facts.values.get("memory_total_bytes"),
+             "gpu_host_memory_available_bytes": facts.values.get("memory_available_bytes")}
     assert field[absent] is None and field[present] is not None
 
 
@@ -238,13 +238,13 @@ def test_swap_counters_going_backwards_have_no_rate(tmp_path: Path) -> None:
     write(host, "vmstat", "pswpin 900\npswpout 2100\n")
     snap = later(host)
     assert values(snap, "gpu_host_swap_bytes_total") == {("out",): 2100 * PAGE}
-    assert snap.readings.host.swap_in_bytes_per_s is None
-    assert snap.readings.host.swap_out_bytes_per_s == 100 * PAGE
+    assert "swap_in_bytes_per_s" not in snap.readings.host.values
+    assert snap.readings.host.values["swap_out_bytes_per_s"] == 100 * PAGE
     assert snap.readings.host_signals.swap_bytes_per_s is None  # needs both directions
     assert host.collector.errors() == 1
     write(host, "vmstat", "pswpin 1200\npswpout 2200\n")
     snap = later(host)
-    assert snap.readings.host.swap_in_bytes_per_s == 100 * PAGE  # since the last good one
+    assert snap.readings.host.values["swap_in_bytes_per_s"] == 100 * PAGE  # since the last good one
     assert snap.readings.host_signals.swap_bytes_per_s == 200 * PAGE
 
 
@@ -256,7 +256,8 @@ def test_a_load_no_host_can_have(tmp_path: Path, loadavg: str) -> None:
     write(host, "loadavg", loadavg)
     snap = host.collect()
     assert values(snap, "gpu_host_load_average") == {("5m",): 10.25, ("15m",): 8.0}
-    assert snap.readings.host.load is None
+    assert "load_1m" not in snap.readings.host.values
+    assert snap.readings.host.values["load_5m"] == 10.25
     assert host.collector.errors() == 1
 
 
@@ -266,7 +267,7 @@ def test_a_load_of_every_task_there_can_be_is_a_load(tmp_path: Path) -> None:
     snap = host.collect()
     assert values(snap, "gpu_host_load_average") == {("1m",): 4194304, ("5m",): 0.0,
                                                      ("15m",): 0.0}
-    assert snap.readings.host.load is not None
+    assert snap.readings.host.values["load_1m"] == 4194304
     assert host.collector.errors() == 0
 
 
@@ -284,8 +285,9 @@ def test_pressure_above_100_percent_or_a_negative_total(tmp_path: Path) -> None:
     assert totals[("cpu", "some")] == pytest.approx(1e-4) and ("io", "full") not in totals
     assert host.collector.errors() == 3
     facts = snap.readings.host
-    assert "cpu" not in facts.pressure  # its "some" share is the one the rules read
-    assert facts.pressure["io"].full is None
+    assert "cpu_pressure_some" not in facts.values  # the share the rules read
+    assert facts.values["cpu_pressure_full"] == 0.01
+    assert "io_pressure_full" not in facts.values
     signals = snap.readings.host_signals
     assert signals.cpu_pressure_some is None
     assert signals.io_pressure_some == pytest.approx(0.1)
@@ -387,11 +389,12 @@ def test_two_polls_at_the_same_instant_have_no_rate_and_no_ratio(tmp_path: Path)
     host = Host(tmp_path)
     host.collect()
     snap = host.one_second_later()
-    assert snap.readings.host.context_switches_per_s == 40000
+    assert snap.readings.host.values["context_switches_per_s"] == 40000
     (host.root / "stat").write_text(stat(user=10**7, iowait=10**6, steal=10**5, ctxt=10**10))
     again = host.collect()  # the clock did not move
     facts = again.readings.host
-    assert facts.context_switches_per_s is None and facts.swap_in_bytes_per_s is None
+    assert "context_switches_per_s" not in facts.values
+    assert "swap_in_bytes_per_s" not in facts.values
     assert facts.disk_busy_ratio == {} and again.series("gpu_host_disk_busy_ratio") == []
     assert again.get("gpu_host_context_switches_total") == 10**10
     assert host.collector.errors() == 0
@@ -425,5 +428,5 @@ def test_negative_free_swap_is_more_swap_used_than_there_is(tmp_path: Path) -> N
                            "SwapFree: -5 kB\n")
     snap = host.collect()
     assert snap.series("gpu_host_swap_used_bytes") == []
-    assert snap.readings.host.swap_used_bytes is None
+    assert "swap_used_bytes" not in snap.readings.host.values
     assert host.collector.errors() == 1

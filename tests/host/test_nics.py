@@ -143,6 +143,44 @@ def test_a_symlink_loop_is_a_problem_not_a_hang(sys: Path) -> None:
     assert len(view.problems) == 1 and "eno1/device" in view.problems[0]
 
 
+def test_places_kept_between_polls_follow_a_nic_that_comes_or_moves(sys: Path) -> None:
+    """A NIC's PCI place is resolved once and kept, yet a NIC hot-plugged in,
+    or re-created at another address, is found where it now is."""
+    places = nics.Places()
+    first = nics.read_network(sys, places=places)
+    assert first == nics.read_network(sys)  # the kept places are the ones resolved
+    eno_link = sys / "class" / "net" / "eno1" / "device"
+    onboard = eno_link.resolve()
+    # Moved behind another bridge while its interface stays: kept (until the
+    # set of interfaces changes, or the collector's periodic refresh).
+    moved = onboard.parent.parent / "0000:00:1d.0" / "0000:02:00.0"
+    moved.mkdir(parents=True)
+    eno_link.unlink()
+    eno_link.symlink_to(moved)
+    assert nics.read_network(sys, places=places).interfaces[0].pci == first.interfaces[0].pci
+    # A new interface: every NIC's place is resolved again, eno1's at its new address.
+    netdev = sys / "class" / "net" / "eno2"
+    netdev.mkdir()
+    (netdev / "device").symlink_to(onboard)
+    (netdev / "operstate").write_text("up\n")
+    view = nics.read_network(sys, places=places)
+    where = {i.name: i.pci.path[1:] for i in view.interfaces if i.pci is not None}
+    assert where["eno1"] == ("0000:00:1d.0", "0000:02:00.0")
+    assert where["eno2"] == ("0000:00:1c.0", "0000:01:00.0")
+    assert view == nics.read_network(sys)
+
+
+def test_a_place_that_could_not_be_resolved_is_noted_every_poll(sys: Path) -> None:
+    device = sys / "class" / "net" / "eno1" / "device"
+    device.unlink()
+    loop = sys / "devices" / "loop"
+    os.symlink(loop, device)
+    os.symlink(device, loop)
+    places = nics.Places()
+    for _ in range(2):
+        assert len(nics.read_network(sys, places=places).problems) == 1
+
+
 def test_no_rdma_on_the_node_is_no_ports_and_no_problem(sys: Path) -> None:
     shutil.rmtree(sys / "class" / "infiniband")
     view = nics.read_network(sys)
