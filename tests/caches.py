@@ -232,6 +232,7 @@ NOT_KEPT: dict[str, str] = {
     "gpu_exporter.safeyaml:_BoundedComposer._heights": "one file's load",
     "gpu_exporter.safeyaml:_BoundedComposer._anchored": "one file's load",
     "gpu_exporter.sections:_Problem.items": "one validation error",
-    "gpu_exporter.snapshot:SnapshotBuilder._samples": "one poll's snapshot",
+    "gpu_exporter.snapshot:SnapshotBuilder._families": "one poll's snapshot",
+    "gpu_exporter.snapshot:_Samples._formed": "one poll's snapshot, as its samples are read",
     "gpu_exporter.snapshot:SnapshotBuilder._published": "one poll's snapshot",
 }
