@@ -239,6 +239,7 @@ NOT_KEPT: dict[str, str] = {
     "gpu_exporter.settings.safeyaml:_BoundedComposer._heights": "one file's load",
     "gpu_exporter.settings.safeyaml:_BoundedComposer._anchored": "one file's load",
     "gpu_exporter.settings.sections:_Problem.items": "one validation error",
-    "gpu_exporter.poll.snapshot:SnapshotBuilder._samples": "one poll's snapshot",
+    "gpu_exporter.poll.snapshot:SnapshotBuilder._families": "one poll's snapshot",
+    "gpu_exporter.poll.snapshot:_Samples._formed": "one poll's snapshot, as its samples are read",
     "gpu_exporter.poll.snapshot:SnapshotBuilder._published": "one poll's snapshot",
 }

@@ -400,14 +400,13 @@ class DeviceCollector(NvmlCollector):
         if gpu.lost or gpu.hung or device is None:
             out.add_values(m.UP, base, 0)
             return r
-        # Read into a scratch builder so a GPU lost half-way contributes no
-        # half-read values, only gpu_up 0.
-        scratch = SnapshotBuilder(out.timestamp)
         gpu.errors = 0
         counters = self._counters.of(gpu.index)
         try:
-            self.session.run(gpu, lambda: self._pass(gpu, device).collect(
-                Series(scratch, gpu, base, counters), r))
+            # A GPU lost half-way contributes no half-read values, only gpu_up 0.
+            with out.all_or_nothing():
+                self.session.run(gpu, lambda: self._pass(gpu, device).collect(
+                    Series(out, gpu, base, counters), r))
         except (GpuGone, GpuHung) as exc:
             if isinstance(exc, GpuGone):
                 self.session.mark_lost(gpu, str(exc))
@@ -417,7 +416,6 @@ class DeviceCollector(NvmlCollector):
         self._errors += gpu.errors
         r.up = True
         r.unavailable, r.refused = self._not_offered(gpu, r.fan_count)
-        out.merge(scratch)
         out.add_values(m.UP, base, 1)
         return r
 

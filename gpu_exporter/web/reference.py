@@ -28,8 +28,8 @@ class SnapshotCollector(Collector):
         if snap is None:
             return
         for spec in CATALOG:
-            samples = snap.samples.get(spec.name)
-            if not samples:
+            series = snap.families.get(spec.name)
+            if series is None or not series.values:
                 continue
             family: GaugeMetricFamily | CounterMetricFamily
             if spec.kind == "counter":
@@ -37,8 +37,8 @@ class SnapshotCollector(Collector):
                                              labels=spec.labels)
             else:
                 family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
-            for s in samples:
-                family.add_metric(s.labels, s.value)
+            for labels, value in zip(series.labels, series.values, strict=True):
+                family.add_metric(labels, value)
             yield family
 
 

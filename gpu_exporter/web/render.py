@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gpu_exporter.facts.safetext import terminal_safe
 from gpu_exporter.poll.catalog import CATALOG
-from gpu_exporter.poll.snapshot import Sample, Snapshot
+from gpu_exporter.poll.snapshot import Family, Snapshot
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -139,41 +139,46 @@ def _remember(v: float) -> str:
 
 
 class FamilyTexts:
-    """Each family's text from the last render, with the samples it came from.
+    """Each family's text from the last render, with the series it came from.
 
     Most families (identity, limits, maxima, flags, the diagnosis table) have
-    the same samples poll after poll: on a busy 8-GPU node about 1,700 of 2,500
-    series sit in families that did not change. Comparing a family's samples
-    with the last ones is a C-level tuple comparison, a fraction of formatting
-    them. At most one entry per family and format. (0.0 == -0.0: a family
-    whose only change is a zero's sign keeps its text; both are zero to
-    Prometheus.)
+    the same series poll after poll: on a busy 8-GPU node about 1,700 of 2,500
+    series sit in families that did not change. Comparing a family's label
+    values and values with the last ones is two C-level list comparisons, a
+    fraction of formatting them. At most one entry per family and format.
+    (0.0 == -0.0: a family whose only change is a zero's sign keeps its text;
+    both are zero to Prometheus.)
     """
 
     def __init__(self) -> None:
-        self._texts: dict[tuple[str, bool], tuple[tuple[Sample, ...], str]] = {}
+        self._texts: dict[tuple[str, bool], tuple[Family, str]] = {}
 
-    def get(self, name: str, openmetrics: bool, samples: tuple[Sample, ...]) -> str | None:
+    def get(self, name: str, openmetrics: bool, family: Family) -> str | None:
         held = self._texts.get((name, openmetrics))
-        if held is not None and (held[0] is samples or held[0] == samples):
+        if held is None:
+            return None
+        last = held[0]
+        if last is family or (last.values == family.values and last.labels == family.labels):
             return held[1]
         return None
 
-    def put(self, name: str, openmetrics: bool, samples: tuple[Sample, ...], text: str) -> None:
-        self._texts[(name, openmetrics)] = (samples, text)
+    def put(self, name: str, openmetrics: bool, family: Family, text: str) -> None:
+        self._texts[(name, openmetrics)] = (family, text)
 
 
 def render(snap: Snapshot, openmetrics: bool, labels: LabelCache,
            families: FamilyTexts | None = None) -> bytes:
+    """The exposition of ``snap``: where each series is first formed into
+    text (the poll keeps only label values and values)."""
     parts: list[str] = []
     append = parts.append
     formatted = _FORMATTED.get  # a render sees one generation; _remember the other
     for m in CATALOG:
-        samples = snap.samples.get(m.name)
-        if not samples:
+        family = snap.families.get(m.name)
+        if family is None or not family.values:
             continue
         if families is not None:
-            text = families.get(m.name, openmetrics, samples)
+            text = families.get(m.name, openmetrics, family)
             if text is not None:
                 append(text)
                 continue
@@ -184,9 +189,10 @@ def render(snap: Snapshot, openmetrics: bool, labels: LabelCache,
         text = "".join([fam.om_header if openmetrics else fam.text_header,
                         *[(known(values) or labels.prefix(fam, values))
                           + (formatted(value) or _remember(value)) + "\n"
-                          for values, value in samples]])
+                          for values, value in zip(family.labels, family.values,
+                                                   strict=True)]])
         if families is not None:
-            families.put(m.name, openmetrics, samples, text)
+            families.put(m.name, openmetrics, family, text)
         append(text)
     if openmetrics:
         append("# EOF\n")

@@ -44,3 +44,53 @@ def test_readings_and_derived_results_travel_with_the_snapshot() -> None:
     assert snap.derived(other) is None  # a slot nobody published into
     # Two slots with the same name are two places: a slot is its object.
     assert snap.derived(Slot("findings")) is None
+
+
+def _link_up(snap_builder: SnapshotBuilder, link: str, value: float = 1) -> None:
+    snap_builder.add_values(NVLINK_LINK_UP, ("0", "GPU-a", link), value)
+
+
+def test_a_failed_block_leaves_only_what_was_added_before_it() -> None:
+    out = SnapshotBuilder(0.0)
+    _link_up(out, "0")
+    with pytest.raises(OSError, match="gone"), out.all_or_nothing():
+        _link_up(out, "1")  # a family that had series before
+        out.add_values(NVLINK_ERRORS_TOTAL, ("0", "GPU-a", "1", "crc"), 5)  # a new one
+        raise OSError("gone")
+    _link_up(out, "2")  # the builder goes on after it
+    snap = out.build()
+    assert snap.series("gpu_nvlink_link_up") == [
+        ({"gpu": "0", "uuid": "GPU-a", "link": "0"}, 1.0),
+        ({"gpu": "0", "uuid": "GPU-a", "link": "2"}, 1.0)]
+    assert "gpu_nvlink_errors_total" not in snap.samples  # no family left empty
+
+
+def test_a_block_that_ends_normally_keeps_its_series() -> None:
+    out = SnapshotBuilder(0.0)
+    with out.all_or_nothing():
+        _link_up(out, "1", 0)
+    assert out.build().get("gpu_nvlink_link_up", link="1") == 0.0
+
+
+def test_a_built_snapshot_never_changes() -> None:
+    out = SnapshotBuilder(0.0)
+    _link_up(out, "0")
+    snap = out.build()
+    with pytest.raises(RuntimeError, match="gpu_nvlink_link_up: series added after"):
+        _link_up(out, "1")
+    with pytest.raises(RuntimeError, match="was built"):
+        out.discard_families([NVLINK_LINK_UP])
+    assert out.build() is snap
+    assert [s.labels for s in snap.samples["gpu_nvlink_link_up"]] == [("0", "GPU-a", "0")]
+
+
+def test_samples_read_back_what_was_added_in_order() -> None:
+    out = SnapshotBuilder(0.0)
+    for link, value in (("3", 0), ("1", True), ("2", 2.5)):
+        _link_up(out, link, value)
+    samples = out.build().samples
+    assert list(samples) == ["gpu_nvlink_link_up"] and len(samples) == 1
+    assert [(s.labels[2], s.value) for s in samples["gpu_nvlink_link_up"]] == [
+        ("3", 0.0), ("1", 1.0), ("2", 2.5)]
+    assert samples["gpu_nvlink_link_up"] is samples["gpu_nvlink_link_up"]  # formed once
+    assert samples.get("gpu_up") is None

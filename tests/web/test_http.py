@@ -136,10 +136,10 @@ def test_families_kept_from_the_last_render_give_the_same_bytes_as_a_fresh_rende
                 assert cached != previous  # something moved, and it shows
             previous = cached
         # A family that vanishes from a snapshot is not rendered from memory.
-        gone = {name: samples for name, samples in snap.samples.items()
+        gone = {name: family for name, family in snap.families.items()
                 if not name.startswith("gpu_process_")}
         from dataclasses import replace
-        trimmed = replace(snap, samples=gone)
+        trimmed = replace(snap, families=gone)
         text = render(trimmed, openmetrics, labels, families).decode()
         assert "gpu_process_info" not in text
         assert text == render(trimmed, openmetrics, LabelCache()).decode()
