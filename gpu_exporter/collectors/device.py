@@ -164,20 +164,25 @@ class _RowSet:
 
 
 _ROW_SETS = {detail: _RowSet.of(detail) for detail in (False, True)}
-# (detail, the board's values, ECC on, C2C link, fans) -> the plan.
-_PLANS: dict[tuple[bool, Want, bool, bool, int], _Plan] = {}
+# (detail, the board's values (board.wanted()'s tuple, by its id: Every's
+# hash is Python's), ECC on, C2C link, fans) -> the plan, and the board's values
+# it was made with (held, so their id is not another tuple's).
+_PLANS: dict[tuple[bool, int, bool, bool, int], tuple[_Plan, Want]] = {}
 
 
 def _plan(detail: bool, board_wants: Want, ecc_on: bool, c2c: bool, fans: int) -> _Plan:
-    key = (detail, board_wants, ecc_on, c2c, fans)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = _Plan.of((
+    key = (detail, id(board_wants), ecc_on, c2c, fans)
+    held = _PLANS.get(key)
+    if held is None:
+        held = _PLANS[key] = _Plan.of((
             *_ROW_SETS[detail].wanted, *board_wants,
             *(board.C2C_ERROR_WANTS if c2c else ()), *(_ECC_COUNTS if ecc_on else ()),
-            *((_fan(fan), Every.POLL) for fan in range(fans))))
-    return plan
+            *((_fan(fan), Every.POLL) for fan in range(fans)))), board_wants
+    return held[0]
 
+
+# A GPU's board_lacks: the GPU, what it was worked out from, the answer.
+_Lacks = tuple[Gpu, tuple[int, bool | None, object, object], tuple[str, ...]]
 
 # Other readers' capabilities of the GPU, as the session records them.
 _OTHER_READERS = {"sm_active": GPM_KEY, "util_samples": UTILIZATION_SAMPLES_KEY}
@@ -224,6 +229,7 @@ class DeviceCollector(NvmlCollector):
         # GPU index -> its pass of this poll, planned by whichever reader of
         # the GPU asked its fields first: those of its first read are asked then.
         self._passes: dict[int, _GpuPass] = {}
+        self._lacks: dict[int, _Lacks] = {}
         self._counters = CounterMemory()
         session.reads.want(self.name, lambda gpu, d: self._pass(gpu, d).first_fields)
 
@@ -247,7 +253,8 @@ class DeviceCollector(NvmlCollector):
         if held is None or held.reads is not reads or held.poll != reads.polls \
                 or held.device is not device:
             held = self._passes[gpu.index] = _GpuPass(
-                self.session.reads, reads, device, self.detail, self.session.driver_version)
+                self.session.reads, reads, device, self.detail, self.session.driver_version,
+                self._lacks)
             held.plan()
         return held
 
@@ -330,8 +337,9 @@ class _GpuPass:
     unless ECC counts first became readable."""
 
     def __init__(self, fields: nv.FieldValues, reads: GpuReads, device: Device, detail: bool,
-                 driver: str = "") -> None:
+                 driver: str = "", lacks: dict[int, _Lacks] | None = None) -> None:
         self.board = board.wanted(driver)
+        self.lacks = {} if lacks is None else lacks
         self.fields = fields
         self.reads = reads
         self.gpu = reads.gpu
@@ -343,9 +351,10 @@ class _GpuPass:
         self._fresh: set[Source] = set()  # read this poll
         self._due: dict[Source, Every] = {}
         self.first_fields: Request = ()
+        self._pairs: Request | None = None  # the next read's fields, where known
         self.fan_count: int | None = None
         self._ecc_on = False
-        self._c2c = False
+        self._c2c: bool | None = False  # board.c2c_link() when the pass began
 
     # --- reading ------------------------------------------------------------
     def want(self, sources: Iterable[tuple[Source, Every]], now: bool = False) -> None:
@@ -370,7 +379,10 @@ class _GpuPass:
         if not due:
             return
         self._due = {}
-        values = nv.read(self.fields, self.gpu, self.device, due, reader=DeviceCollector.name)
+        # The first read asks what plan() worked out the fields of.
+        pairs, self._pairs = self._pairs, None
+        values = nv.read(self.fields, self.gpu, self.device, due, reader=DeviceCollector.name,
+                         pairs=pairs)
         self.values.update(values)  # one value for each source asked
         self._fresh.update(due)
         static, reads, poll, once = self.gpu.static, self.reads, Every.POLL, Every.ONCE
@@ -395,12 +407,15 @@ class _GpuPass:
         GPU held when the poll began; first_fields, the fields among them."""
         gpu, reads = self.gpu, self.reads
         self._ecc_on = bool(reads.held(ECC_MODE.key))
-        self._c2c = board.c2c_link(gpu) is True
+        self._c2c = board.c2c_link(gpu)
         self.fan_count = self._fan_count()
-        plan = _plan(self.detail, self.board, self._ecc_on, self._c2c, self.fan_count or 0)
-        # want() for a plan's values, none asked yet: nothing to skip.
+        plan = _plan(self.detail, self.board, self._ecc_on, self._c2c is True,
+                     self.fan_count or 0)
+        # want() for a plan's values, none asked yet: nothing to skip; and
+        # GpuReads.due() and held() inline (a pass asks some 20 of them).
         due, values, static = self._due, self.values, gpu.static
         poll, once = Every.POLL, Every.ONCE
+        slow, polls_now, epoch = reads.slow, reads.polls, reads.epoch
         for source, key, every, polls in plan.wants:
             if every is poll:
                 due[source] = every
@@ -409,11 +424,13 @@ class _GpuPass:
                     values[source] = static[key]
                 else:
                     due[source] = every
-            elif reads.due(key, polls):
-                due[source] = every
             else:
-                values[source] = reads.held(key)
-        self.first_fields = nv.field_pairs(gpu, due)
+                held = slow.get(key)
+                if held is None or polls_now - held[0] >= polls or held[1] != epoch:
+                    due[source] = every
+                else:
+                    values[source] = held[2]
+        self.first_fields = self._pairs = nv.field_pairs(gpu, due)
 
     def collect(self, out: Series, r: GpuReading) -> None:
         reads = self.reads
@@ -433,8 +450,10 @@ class _GpuPass:
         mode = self.values.get(ECC_MODE)
         if mode and not ecc_on:
             self.want(_ECC_COUNTS)
-        if not self._c2c and board.c2c_link(self.gpu) is not False:
-            self.want(board.C2C_ERROR_WANTS)  # the link first read, or not yet told
+        # A link not yet told of may be now (its mode and count first read);
+        # one told of, or told absent, stays so.
+        if self._c2c is None and board.c2c_link(self.gpu) is not False:
+            self.want(board.C2C_ERROR_WANTS)
         self.read()
         if mode and self._volatile_moved():
             self.want(_AFTER_ECC_ERRORS, now=True)
@@ -559,7 +578,21 @@ class _GpuPass:
             out.state(m.FABRIC_STATE, 1, fabric.state, fabric.status.lower(),
                       fabric.health or "unknown")
             board.export_fabric_issues(fabric, out)
-        board.export(self.gpu, self.values, out, r)
+        board.export(self.values, out, r)
+        r.board_lacks = self._board_lacks(r.c2c_link)
+
+    def _board_lacks(self, c2c_link: bool | None) -> tuple[str, ...]:
+        """board.lacks(), worked out again only when what it is worked out
+        from changed: the GPU, what it answered NOT_SUPPORTED (the set grows,
+        or a reload forgets it), its C2C mode, its event mask and links."""
+        gpu = self.gpu
+        static = gpu.static
+        marks = (len(gpu.unsupported), c2c_link, static.get("event_types"),
+                 static.get("nvlink_count"))
+        held = self.lacks.get(gpu.index)
+        if held is None or held[0] is not gpu or held[1] != marks:
+            held = self.lacks[gpu.index] = (gpu, marks, board.lacks(gpu, c2c_link))
+        return held[2]
 
 
 def _busy(utilization: float | None) -> bool | None:

@@ -105,21 +105,23 @@ def _field_answer(gpu: Gpu, source: Source, answer: float | NvmlError | None) ->
 
 
 def read(fields: FieldValues, gpu: Gpu, device: Device, sources: Iterable[Source], *,
-         reader: str) -> dict[Source, Any]:
+         reader: str, pairs: Request | None = None) -> dict[Source, Any]:
     """``sources``' values (None where there is none this poll): their fields
     from this poll's field values of the GPU (``reader``'s share of them),
-    the others through their own calls.
+    the others through their own calls. ``pairs``: field_pairs() of
+    ``sources``, where the caller worked it out already.
 
     Raises GpuGone when the GPU itself went away.
     """
     wanted = list(sources)
     unsupported = gpu.unsupported
-    own = field_pairs(gpu, wanted)
+    own = field_pairs(gpu, wanted) if pairs is None else pairs
     answers: Answers = fields.answers(gpu, device, reader, own) if own else {}
     # A driver without the call at all (or refusing it): every value through its own.
     batched = "field_values" not in unsupported
     values: dict[Source, Any] = {}
     called: dict[tuple[tuple[Call, ...], tuple[int, ...]], Any] = {}
+    reads = fields.of(gpu)
     for source in wanted:
         if source in values:
             continue
@@ -137,7 +139,7 @@ def read(fields: FieldValues, gpu: Gpu, device: Device, sources: Iterable[Source
             continue
         key = (source.calls, source.args)
         if key not in called:
-            called[key] = _call(fields.of(gpu), device, source)
+            called[key] = _call(reads, device, source)
         whole = called[key]
         values[source] = whole if whole is None or source.part is None else whole[source.part]
     return values
