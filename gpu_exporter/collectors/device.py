@@ -129,15 +129,31 @@ class _Plan:
     once for each such set, not every poll for every GPU. Each value appears
     once, so the first read needs no bookkeeping of what was asked already."""
 
-    # (source, its key, how often, its polls), in the order asked.
-    wants: tuple[tuple[Source, str, Every, int], ...]
+    # (source, its key, how often, its polls, the (field id, scope) pair it is
+    # asked as and the key of its field, None where it has none), in the
+    # order asked.
+    wants: tuple[tuple[Source, str, Every, int, tuple[int, int] | None, str], ...]
+    # The first reads' fields as made before, by themselves: the same tuple
+    # each poll that asks the same (the field-value call compares them).
+    requests: dict[Request, Request]
 
     @classmethod
     def of(cls, wants: Iterable[tuple[Source, Every]]) -> _Plan:
         unique: dict[Source, Every] = {}
         for source, every in wants:
             unique.setdefault(source, every)  # the first asked wins, as in want()
-        return cls(tuple((s, s.key, e, e.polls) for s, e in unique.items()))
+        return cls(tuple((s, s.key, e, e.polls, None if s.field is None else (s.field, 0),
+                          s.field_key) for s, e in unique.items()), {})
+
+    def request(self, pairs: list[tuple[int, int]]) -> Request:
+        """nv.field_pairs() of the values due, from their pairs as listed."""
+        made = tuple(dict.fromkeys(pairs))
+        held = self.requests.get(made)
+        if held is None:
+            if len(self.requests) >= _REQUESTS_HELD:
+                self.requests.clear()
+            held = self.requests[made] = made
+        return held
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,8 @@ class _RowSet:
 
 
 _ROW_SETS = {detail: _RowSet.of(detail) for detail in (False, True)}
+# A plan's first requests kept: the cadences make a handful of them.
+_REQUESTS_HELD = 64
 # (detail, the board's values (board.wanted()'s tuple, by its id: Every's
 # hash is Python's), ECC on, C2C link, fans) -> the plan, and the board's values
 # it was made with (held, so their id is not another tuple's).
@@ -416,21 +434,23 @@ class _GpuPass:
         due, values, static = self._due, self.values, gpu.static
         poll, once = Every.POLL, Every.ONCE
         slow, polls_now, epoch = reads.slow, reads.polls, reads.epoch
-        for source, key, every, polls in plan.wants:
-            if every is poll:
-                due[source] = every
-            elif every is once:
+        unsupported = gpu.unsupported
+        pairs: list[tuple[int, int]] = []  # nv.field_pairs() of the values due, inline
+        for source, key, every, polls, pair, field_key in plan.wants:
+            if every is once:
                 if key in static:
                     values[source] = static[key]
-                else:
-                    due[source] = every
-            else:
+                    continue
+            elif every is not poll:
                 held = slow.get(key)
-                if held is None or polls_now - held[0] >= polls or held[1] != epoch:
-                    due[source] = every
-                else:
+                if held is not None and polls_now - held[0] < polls and held[1] == epoch:
                     values[source] = held[2]
-        self.first_fields = self._pairs = nv.field_pairs(gpu, due)
+                    continue
+            due[source] = every
+            if pair is not None and field_key not in unsupported:
+                pairs.append(pair)
+        self.first_fields = self._pairs = (
+            () if "field_values" in unsupported else plan.request(pairs))
 
     def collect(self, out: Series, r: GpuReading) -> None:
         reads = self.reads
