@@ -161,7 +161,6 @@ class _RowSet:
     """The rows read with or without --metrics.detail, and what a pass asks
     for from them: made once, not every poll for every GPU."""
 
-    rows: tuple[ValueRow, ...]
     # Every poll (those not due answer from their last read)...
     wanted: Want
     # ...and the states that follow the load.
@@ -173,7 +172,7 @@ class _RowSet:
     def of(cls, detail: bool) -> _RowSet:
         rows = tuple(row for row in ROWS if detail or not row.detail)
         ceilings = frozenset(row.ceiling for row in rows if row.ceiling is not None)
-        return cls(rows, (*((row.source, row.every) for row in rows
+        return cls((*((row.source, row.every) for row in rows
                             if row.every is not Every.LOAD), *_ALSO_WANTED),
                    tuple((row.source, row.every) for row in rows if row.every is Every.LOAD),
                    tuple(_export_of(row, ceilings) for row in rows))
