@@ -49,6 +49,7 @@ C2C_ERROR_WANTS: Want = tuple((s, Every.SLOW) for s in C2C_ERRORS.values())
 # v580": "Fixed bug with NVML_FI_PWR_SMOOTHING_* field value numbering"): the
 # ids asked here mean these values from R580 on only.
 _SMOOTHING: Want = ((SMOOTHING, Every.SLOW), (FLOOR, Every.SLOW))
+_WITH_SMOOTHING: Want = _ALWAYS + _SMOOTHING
 SMOOTHING_SINCE = 580
 
 # NVLink 5's FEC counters and bit-error rates (NVML fields 219-222), read by
@@ -128,10 +129,11 @@ def branch(driver_version: str) -> int:
 
 def wanted(driver_version: str) -> Want:
     """What a GPU's pass asks for, under this driver."""
-    return _ALWAYS + _SMOOTHING if branch(driver_version) >= SMOOTHING_SINCE else _ALWAYS
+    # The same tuple each time: a pass's plan is made once for each (device.py).
+    return _WITH_SMOOTHING if branch(driver_version) >= SMOOTHING_SINCE else _ALWAYS
 
 
-def export(gpu: Gpu, values: dict[Source, Any], out: Series, r: GpuReading) -> None:
+def export(values: dict[Source, Any], out: Series, r: GpuReading) -> None:
     enabled = values.get(C2C_MODE)
     if enabled is not None:
         r.c2c_link = bool(enabled)
@@ -157,7 +159,12 @@ def export(gpu: Gpu, values: dict[Source, Any], out: Series, r: GpuReading) -> N
         r.power_smoothing = bool(smoothing)
         if smoothing:
             r.power_floor_watts = out.gauge(m.POWER_FLOOR_WATTS, values.get(FLOOR))
-    r.board_lacks = unavailable(gpu, board_class(gpu, r.c2c_link))
+
+
+def lacks(gpu: Gpu, c2c_link: bool | None) -> tuple[str, ...]:
+    """GpuReading.board_lacks: what the GPU's board or driver does not offer
+    that a board of its class could, given its C2C mode as read."""
+    return unavailable(gpu, board_class(gpu, c2c_link))
 
 
 def export_fabric_issues(fabric: Any, out: Series) -> None:

@@ -33,13 +33,29 @@ power, clocks and throttle reasons cost 1-10 us. nvmlDeviceGetPcieThroughput
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Self
 
 from gpu_exporter.catalogs import device as m
 from gpu_exporter.collectors import board
 from gpu_exporter.collectors.base import NvmlCollector
+from gpu_exporter.collectors.device_rows import (
+    ECC_COUNT,
+    ECC_MODE,
+    FABRIC,
+    READ_AS,
+    REASONS,
+    REASONS_SUPPORTED,
+    RECOVERY_ACTION,
+    REMAP_FAILED,
+    REMAP_PENDING,
+    REMAPPED,
+    ROWS,
+    THROTTLE_TIME,
+    UTILIZATION,
+    ValueRow,
+)
 from gpu_exporter.collectors.values import CounterMemory, Series
 from gpu_exporter.facts.cadence import Every
 from gpu_exporter.facts.catalog_types import Metric
@@ -65,150 +81,11 @@ from gpu_exporter.settings.config import Settings
 log = logging.getLogger(__name__)
 
 
-def _call(key: str, *calls: nv.Call, args: tuple[int, ...] = (), part: int | None = None,
-          ) -> Source:
-    return Source(key, calls=calls, args=args, part=part)
-
-
-# --- where NVML answers each value ---------------------------------------------
-UTILIZATION = _call("utilization", Device.utilization, part=0)
-MEMORY_UTILIZATION = _call("memory_utilization", Device.utilization, part=1)
-# (total, reserved, used); before R510 through the v1 call, which has no reserved.
-MEMORY_TOTAL = _call("memory_total", Device.memory, Device.memory_v1, part=0)
-MEMORY_RESERVED = _call("memory_reserved", Device.memory, Device.memory_v1, part=1)
-MEMORY_USED = _call("memory_used", Device.memory, Device.memory_v1, part=2)
-TEMPERATURE = _call("temperature", Device.temperature)
-MEMORY_TEMPERATURE = Source("memory_temperature", c.FI_DEV_MEMORY_TEMP)
-POWER_LIMIT = Source("power_limit", c.FI_DEV_POWER_CURRENT_LIMIT, calls=(Device.power_limit_watts,),
-                     per=1000)
-POWER = Source("power", c.FI_DEV_POWER_AVERAGE, calls=(Device.power_watts,), per=1000)
-POWER_DEFAULT_LIMIT = Source("power_default_limit", c.FI_DEV_POWER_DEFAULT_LIMIT,
-                             calls=(Device.power_default_limit_watts,), per=1000)
-ENERGY = Source("energy", c.FI_DEV_TOTAL_ENERGY_CONSUMPTION, calls=(Device.energy_joules,),
-                per=1000)
-PCIE_REPLAYS = Source("pcie_replays", c.FI_DEV_PCIE_REPLAY_COUNTER, 1.0, (Device.pcie_replays,))
-PCIE_GENERATION = _call("pcie_generation", Device.pcie_link_generation)
-PCIE_WIDTH = _call("pcie_width", Device.pcie_link_width)
-PCIE_GENERATION_MAX = _call("pcie_generation_max", Device.pcie_link_generation_max)
-PCIE_WIDTH_MAX = _call("pcie_width_max", Device.pcie_link_width_max)
-PSTATE = _call("pstate", Device.performance_state)
-PERSISTENCE = _call("persistence_mode", Device.persistence_mode)
-RECOVERY_ACTION = Source("recovery_action", c.FI_DEV_GET_GPU_RECOVERY_ACTION)
-# Under the names R535 introduced first, then under the older ones: a driver
-# before R535 lacks the new calls, and some answer the new supported mask
-# NOT_SUPPORTED while the rest still answers.
-REASONS = _call("clock_reasons", Device.clock_event_reasons, Device.clock_throttle_reasons)
-REASONS_SUPPORTED = _call("clock_reasons_supported", Device.supported_clock_event_reasons,
-                          Device.supported_clock_throttle_reasons)
-# The fabric probe with its health summary first (R580), else without it (R550
-# to R575); boards outside an NVSwitch fabric answer NOT_SUPPORTED.
-FABRIC = _call("fabric", Device.fabric_info_v3, Device.fabric_info_v2)
-CLOCK = {name: _call(f"clock_{name}", Device.clock_hz, args=(code,))
-         for name, code in c.CLOCK_TYPES.items()}
-CLOCK_MAX = {name: _call(f"clock_max_{name}", Device.max_clock_hz, args=(code,))
-             for name, code in c.CLOCK_TYPES.items()}
-CLOCK_APPLICATION = {name: _call(f"clock_app_{name}", Device.application_clock_hz, args=(code,))
-                     for name, code in c.CLOCK_TYPES.items()}
-CLOCK_APPLICATION_DEFAULT = {
-    name: _call(f"clock_app_default_{name}", Device.default_application_clock_hz, args=(code,))
-    for name, code in c.CLOCK_TYPES.items()}
-THRESHOLD = {name: _call(f"temperature_threshold_{name}", Device.temperature_threshold,
-                         args=(code,))
-             for name, code in c.TEMPERATURE_THRESHOLDS.items()}
-THROTTLE_TIME = {reason: Source(f"throttle_time_{reason}", fid, 1e-9)
-                 for fid, reason in c.THROTTLE_TIME_FIELDS.items()}
-PCIE_BYTES = {"tx": Source("pcie_tx_bytes", c.FI_DEV_PCIE_COUNT_TX_BYTES),
-              "rx": Source("pcie_rx_bytes", c.FI_DEV_PCIE_COUNT_RX_BYTES)}
-# ECC: the mode (whether to read the counts at all), the volatile totals every
-# poll (nvmlDeviceGetTotalEccErrors where the field is missing), the aggregates
-# and the remapped rows on their cadence, and at once when a volatile total
-# moved (the event that grows the aggregates and retires rows).
-ECC_MODE = Source("ecc_mode", c.FI_DEV_ECC_CURRENT, 1.0, (Device.ecc_mode,), part=0)
-_ECC_FIELDS = {("corrected", "volatile"): c.FI_DEV_ECC_SBE_VOL_TOTAL,
-               ("corrected", "aggregate"): c.FI_DEV_ECC_SBE_AGG_TOTAL,
-               ("uncorrected", "volatile"): c.FI_DEV_ECC_DBE_VOL_TOTAL,
-               ("uncorrected", "aggregate"): c.FI_DEV_ECC_DBE_AGG_TOTAL}
-ECC_COUNT = {(tname, sname): Source(f"ecc_{tname}_{sname}", fid, 1.0, (Device.ecc_errors,),
-                                    args=(c.ECC_TYPES[tname], c.ECC_SCOPES[sname]))
-             for (tname, sname), fid in _ECC_FIELDS.items()}
-_REMAP = Device.remapped_rows  # (correctable, uncorrectable, pending, failed)
-REMAPPED = {"correctable": Source("remapped_correctable", c.FI_DEV_REMAPPED_COR, 1.0,
-                                  (_REMAP,), part=0),
-            "uncorrectable": Source("remapped_uncorrectable", c.FI_DEV_REMAPPED_UNC, 1.0,
-                                    (_REMAP,), part=1)}
-REMAP_PENDING = Source("remap_pending", c.FI_DEV_REMAPPED_PENDING, 1.0, (_REMAP,), part=2)
-REMAP_FAILED = Source("remap_failed", c.FI_DEV_REMAPPED_FAILURE, 1.0, (_REMAP,), part=3)
-
-
-@dataclass(frozen=True, slots=True)
-class ValueRow:
-    """One value of a GPU: the metric it is exported as (``series``: its label
-    values after the GPU's), where NVML answers it, and how often it is read.
-
-    ``ceiling``: the board's own figure the value is held against (power
-    against its limit); where that is no reading this poll, the value is held
-    against its metric's bounds alone, or left out with ``needs_ceiling``
-    (memory used of a total that is garbage: the same answer). ``unknown``:
-    NVML's answer for "it does not know" (absent, no error); ``detail``: read
-    at all only with --metrics.detail.
-    """
-
-    metric: Metric
-    source: Source
-    series: tuple[str, ...] = ()
-    every: Every = Every.POLL
-    ceiling: Source | None = None
-    unknown: float | None = None
-    detail: bool = False
-    needs_ceiling: bool = False
-
-
-# The graphics clock runs in step with the SM clock on the boards a fleet runs
-# (one clock domain): it is read with --metrics.detail only.
-ROWS: tuple[ValueRow, ...] = (
-    ValueRow(m.UTILIZATION_RATIO, UTILIZATION),
-    ValueRow(m.MEMORY_CONTROLLER_UTILIZATION_RATIO, MEMORY_UTILIZATION),
-    ValueRow(m.MEMORY_TOTAL_BYTES, MEMORY_TOTAL),
-    ValueRow(m.MEMORY_USED_BYTES, MEMORY_USED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
-    ValueRow(m.MEMORY_RESERVED_BYTES, MEMORY_RESERVED, ceiling=MEMORY_TOTAL, needs_ceiling=True),
-    ValueRow(m.TEMPERATURE_CELSIUS, TEMPERATURE, ("gpu",)),
-    ValueRow(m.TEMPERATURE_CELSIUS, MEMORY_TEMPERATURE, ("memory",)),
-    # NVML answers 0 for thresholds a board does not define.
-    *(ValueRow(m.TEMPERATURE_THRESHOLD_CELSIUS, THRESHOLD[name], (name,), Every.ONCE, unknown=0)
-      for name in c.TEMPERATURE_THRESHOLDS),
-    ValueRow(m.POWER_LIMIT_WATTS, POWER_LIMIT),
-    ValueRow(m.POWER_WATTS, POWER, ceiling=POWER_LIMIT),
-    ValueRow(m.POWER_DEFAULT_LIMIT_WATTS, POWER_DEFAULT_LIMIT, every=Every.ONCE),
-    ValueRow(m.ENERGY_JOULES_TOTAL, ENERGY, every=Every.SLOW),
-    *(ValueRow(m.CLOCK_MAX_HERTZ, CLOCK_MAX[name], (name,), Every.ONCE, detail=name == "graphics")
-      for name in c.CLOCK_TYPES),
-    ValueRow(m.CLOCK_HERTZ, CLOCK["sm"], ("sm",), ceiling=CLOCK_MAX["sm"]),
-    ValueRow(m.CLOCK_HERTZ, CLOCK["graphics"], ("graphics",), ceiling=CLOCK_MAX["graphics"],
-        detail=True),
-    ValueRow(m.CLOCK_HERTZ, CLOCK["memory"], ("memory",), Every.LOAD, CLOCK_MAX["memory"]),
-    *(ValueRow(m.CLOCK_APPLICATION_HERTZ, CLOCK_APPLICATION[name], (name,), Every.FACT,
-          CLOCK_MAX[name]) for name in c.CLOCK_TYPES),
-    *(ValueRow(m.CLOCK_APPLICATION_DEFAULT_HERTZ, CLOCK_APPLICATION_DEFAULT[name], (name,),
-          Every.ONCE) for name in c.CLOCK_TYPES),
-    # 32 is NVML_PSTATE_UNKNOWN: the driver says it does not know, not a fault.
-    ValueRow(m.PERFORMANCE_STATE, PSTATE, every=Every.LOAD, unknown=c.PSTATE_UNKNOWN),
-    # A counter read every poll lets rate() see every nanosecond a reason held.
-    *(ValueRow(m.THROTTLE_SECONDS_TOTAL, source, (reason,))
-      for reason, source in THROTTLE_TIME.items()),
-    ValueRow(m.PCIE_LINK_GENERATION, PCIE_GENERATION, every=Every.LOAD),
-    ValueRow(m.PCIE_LINK_GENERATION_MAX, PCIE_GENERATION_MAX, every=Every.ONCE),
-    ValueRow(m.PCIE_LINK_WIDTH, PCIE_WIDTH, every=Every.LOAD),
-    ValueRow(m.PCIE_LINK_WIDTH_MAX, PCIE_WIDTH_MAX, every=Every.ONCE),
-    ValueRow(m.PCIE_REPLAYS_TOTAL, PCIE_REPLAYS, every=Every.SLOW),
-    *(ValueRow(m.PCIE_BYTES_TOTAL, source, (direction,), Every.SLOW)
-      for direction, source in PCIE_BYTES.items()),
-    ValueRow(m.PERSISTENCE_MODE_ENABLED, PERSISTENCE, every=Every.FACT),
-)
-
 # Reasons with a time counter: their state gauge is detail where the GPU
 # answers the counter (its rate says when and how much they held, between
-# scrapes too).
-_COUNTED = {reason: source for reason, source in THROTTLE_TIME.items()}
+# scrapes too). Each reason's bit, its name, and its counter where it has one.
+_REASON_BITS = tuple((bit, reason, THROTTLE_TIME.get(reason))
+                     for bit, reason in c.CLOCK_EVENT_REASONS.items())
 _MAX_FANS = 16
 
 Want = tuple[tuple[Source, Every], ...]
@@ -230,55 +107,100 @@ _AFTER_ECC_ERRORS: Want = (*((s, Every.SLOW) for (_, scope), s in ECC_COUNT.item
                              if scope == "aggregate"),
                            (REMAP_PENDING, Every.SLOW), (REMAP_FAILED, Every.SLOW), *_REMAPPED)
 
+# A row as its export reads it, unpacked once: (metric, source, series, a
+# counter, ceiling, unknown, needs_ceiling, forgotten when no reading (read on
+# a cadence), kept as a ceiling of a later row, the reading's field, its key,
+# convert).
+_Export = tuple[Metric, Source, tuple[str, ...], bool, Source | None, float | None, bool, bool,
+                bool, str | None, str | None, Callable[[float], Any] | None]
+
+
+def _export_of(row: ValueRow, ceilings: frozenset[Source]) -> _Export:
+    name, key = row.field or (None, None)
+    return (row.metric, row.source, row.series, row.metric.kind == "counter", row.ceiling,
+            row.unknown, row.needs_ceiling, row.every is not Every.POLL, row.source in ceilings,
+            name, key, row.convert)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a pass asks for at its start, for one set of rows (with or without
+    --metrics.detail), board values, ECC counts, C2C counters and fans: made
+    once for each such set, not every poll for every GPU. Each value appears
+    once, so the first read needs no bookkeeping of what was asked already."""
+
+    # (source, its key, how often, its polls, the (field id, scope) pair it is
+    # asked as and the key of its field, None where it has none), in the
+    # order asked.
+    wants: tuple[tuple[Source, str, Every, int, tuple[int, int] | None, str], ...]
+    # The first reads' fields as made before, by themselves: the same tuple
+    # each poll that asks the same (the field-value call compares them).
+    requests: dict[Request, Request]
+
+    @classmethod
+    def of(cls, wants: Iterable[tuple[Source, Every]]) -> _Plan:
+        unique: dict[Source, Every] = {}
+        for source, every in wants:
+            unique.setdefault(source, every)  # the first asked wins, as in want()
+        return cls(tuple((s, s.key, e, e.polls, None if s.field is None else (s.field, 0),
+                          s.field_key) for s, e in unique.items()), {})
+
+    def request(self, pairs: list[tuple[int, int]]) -> Request:
+        """nv.field_pairs() of the values due, from their pairs as listed."""
+        made = tuple(dict.fromkeys(pairs))
+        held = self.requests.get(made)
+        if held is None:
+            if len(self.requests) >= _REQUESTS_HELD:
+                self.requests.clear()
+            held = self.requests[made] = made
+        return held
+
 
 @dataclass(frozen=True)
 class _RowSet:
     """The rows read with or without --metrics.detail, and what a pass asks
     for from them: made once, not every poll for every GPU."""
 
-    rows: tuple[ValueRow, ...]
     # Every poll (those not due answer from their last read)...
     wanted: Want
     # ...and the states that follow the load.
     with_load: Want
+    # The rows as their export reads them.
+    exports: tuple[_Export, ...]
 
     @classmethod
     def of(cls, detail: bool) -> _RowSet:
         rows = tuple(row for row in ROWS if detail or not row.detail)
-        return cls(rows, (*((row.source, row.every) for row in rows
+        ceilings = frozenset(row.ceiling for row in rows if row.ceiling is not None)
+        return cls((*((row.source, row.every) for row in rows
                             if row.every is not Every.LOAD), *_ALSO_WANTED),
-                   tuple((row.source, row.every) for row in rows if row.every is Every.LOAD))
+                   tuple((row.source, row.every) for row in rows if row.every is Every.LOAD),
+                   tuple(_export_of(row, ceilings) for row in rows))
 
 
 _ROW_SETS = {detail: _RowSet.of(detail) for detail in (False, True)}
+# A plan's first requests kept: the cadences make a handful of them.
+_REQUESTS_HELD = 64
+# (detail, the board's values (board.wanted()'s tuple, by its id: Every's
+# hash is Python's), ECC on, C2C link, fans) -> the plan, and the board's values
+# it was made with (held, so their id is not another tuple's).
+_PLANS: dict[tuple[bool, int, bool, bool, int], tuple[_Plan, Want]] = {}
 
 
-# Where NVML answers each value the diagnosis reads of a GPU, by the name the
-# diagnosis reads it under (coverage.py): the value is not offered when one of
-# its sources is not (ECC counts need the mode too), refused when one is.
-# A GPU's fans are not offered only when none of them is.
-_READ_AS: dict[str, tuple[Source, ...]] = {
-    "utilization": (UTILIZATION,),
-    "memory_used_bytes": (MEMORY_USED,), "memory_total_bytes": (MEMORY_TOTAL,),
-    "temperature_celsius": (TEMPERATURE,), "slowdown_celsius": (THRESHOLD["slowdown"],),
-    "power_watts": (POWER,), "power_limit_watts": (POWER_LIMIT,),
-    "power_default_limit_watts": (POWER_DEFAULT_LIMIT,),
-    **{f"clocks_hz[{name}]": (CLOCK[name],) for name in c.CLOCK_TYPES},
-    **{f"clocks_max_hz[{name}]": (CLOCK_MAX[name],) for name in c.CLOCK_TYPES},
-    **{f"clocks_application_hz[{name}]": (CLOCK_APPLICATION[name],) for name in c.CLOCK_TYPES},
-    **{f"clocks_application_default_hz[{name}]": (CLOCK_APPLICATION_DEFAULT[name],)
-       for name in c.CLOCK_TYPES},
-    "throttle_reasons": (REASONS,),
-    "pcie_generation": (PCIE_GENERATION,), "pcie_generation_max": (PCIE_GENERATION_MAX,),
-    "pcie_width": (PCIE_WIDTH,), "pcie_width_max": (PCIE_WIDTH_MAX,),
-    "pcie_replays": (PCIE_REPLAYS,),
-    "ecc_uncorrected_volatile": (ECC_MODE, ECC_COUNT["uncorrected", "volatile"]),
-    "remap_pending": (REMAP_PENDING,), "remap_failed": (REMAP_FAILED,),
-    "persistence_mode": (PERSISTENCE,),
-    "recovery_action": (RECOVERY_ACTION,), "fabric_state": (FABRIC,),
-    # A Grace board's C2C link error counters (R575 and newer).
-    "c2c_errors": tuple(board.C2C_ERRORS.values()),
-}
+def _plan(detail: bool, board_wants: Want, ecc_on: bool, c2c: bool, fans: int) -> _Plan:
+    key = (detail, id(board_wants), ecc_on, c2c, fans)
+    held = _PLANS.get(key)
+    if held is None:
+        held = _PLANS[key] = _Plan.of((
+            *_ROW_SETS[detail].wanted, *board_wants,
+            *(board.C2C_ERROR_WANTS if c2c else ()), *(_ECC_COUNTS if ecc_on else ()),
+            *((_fan(fan), Every.POLL) for fan in range(fans)))), board_wants
+    return held[0]
+
+
+# A GPU's board_lacks: the GPU, what it was worked out from, the answer.
+_Lacks = tuple[Gpu, tuple[int, bool | None, object, object], tuple[str, ...]]
+
 # Other readers' capabilities of the GPU, as the session records them.
 _OTHER_READERS = {"sm_active": GPM_KEY, "util_samples": UTILIZATION_SAMPLES_KEY}
 
@@ -286,7 +208,7 @@ _OTHER_READERS = {"sm_active": GPM_KEY, "util_samples": UTILIZATION_SAMPLES_KEY}
 def _not_offered(gpu: Gpu, fan_count: int | None) -> tuple[frozenset[str], frozenset[str]]:
     """What NVML does not offer on ``gpu`` for good, and what it refuses."""
     unavailable, refused = set(), set()
-    for name, sources in _READ_AS.items():
+    for name, sources in READ_AS.items():
         answers = [nv.offered(gpu, s) for s in sources]
         if None in answers:
             refused.add(name)
@@ -324,6 +246,7 @@ class DeviceCollector(NvmlCollector):
         # GPU index -> its pass of this poll, planned by whichever reader of
         # the GPU asked its fields first: those of its first read are asked then.
         self._passes: dict[int, _GpuPass] = {}
+        self._lacks: dict[int, _Lacks] = {}
         self._counters = CounterMemory()
         session.reads.want(self.name, lambda gpu, d: self._pass(gpu, d).first_fields)
 
@@ -347,7 +270,8 @@ class DeviceCollector(NvmlCollector):
         if held is None or held.reads is not reads or held.poll != reads.polls \
                 or held.device is not device:
             held = self._passes[gpu.index] = _GpuPass(
-                self.session.reads, reads, device, self.detail, self.session.driver_version)
+                self.session.reads, reads, device, self.detail, self.session.driver_version,
+                self._lacks)
             held.plan()
         return held
 
@@ -428,8 +352,9 @@ class _GpuPass:
     unless ECC counts first became readable."""
 
     def __init__(self, fields: nv.FieldValues, reads: GpuReads, device: Device, detail: bool,
-                 driver: str = "") -> None:
+                 driver: str = "", lacks: dict[int, _Lacks] | None = None) -> None:
         self.board = board.wanted(driver)
+        self.lacks = {} if lacks is None else lacks
         self.fields = fields
         self.reads = reads
         self.gpu = reads.gpu
@@ -441,9 +366,10 @@ class _GpuPass:
         self._fresh: set[Source] = set()  # read this poll
         self._due: dict[Source, Every] = {}
         self.first_fields: Request = ()
+        self._pairs: Request | None = None  # the next read's fields, where known
         self.fan_count: int | None = None
         self._ecc_on = False
-        self._c2c = False
+        self._c2c: bool | None = False  # board.c2c_link() when the pass began
 
     # --- reading ------------------------------------------------------------
     def want(self, sources: Iterable[tuple[Source, Every]], now: bool = False) -> None:
@@ -464,19 +390,26 @@ class _GpuPass:
             due[source] = every
 
     def read(self) -> None:
-        due, self._due = self._due, {}
+        due = self._due
         if not due:
             return
-        values = nv.read(self.fields, self.gpu, self.device, due, reader=DeviceCollector.name)
+        self._due = {}
+        # The first read asks what plan() worked out the fields of.
+        pairs, self._pairs = self._pairs, None
+        values = nv.read(self.fields, self.gpu, self.device, due, reader=DeviceCollector.name,
+                         pairs=pairs)
+        self.values.update(values)  # one value for each source asked
         self._fresh.update(due)
+        static, reads, poll, once = self.gpu.static, self.reads, Every.POLL, Every.ONCE
         for source, every in due.items():
+            if every is poll:
+                continue
             value = values.get(source)
-            self.values[source] = value
-            if every is Every.ONCE:
+            if every is once:
                 if value is not None:
-                    self.gpu.static[source.key] = value
-            elif every is not Every.POLL:
-                self.reads.hold(source.key, _POLLS[id(every)], value)
+                    static[source.key] = value
+            else:
+                reads.hold(source.key, _POLLS[id(every)], value)
 
     def forget(self, source: Source) -> None:
         """A held value that was no reading: asked again next poll."""
@@ -487,18 +420,34 @@ class _GpuPass:
     def plan(self) -> None:
         """What the first read asks: the values due this poll, from what the
         GPU held when the poll began; first_fields, the fields among them."""
-        self._ecc_on = bool(self.reads.held(ECC_MODE.key))
-        self.want(_ROW_SETS[self.detail].wanted)
-        self.want(self.board)
-        self._c2c = board.c2c_link(self.gpu) is True
-        if self._c2c:
-            self.want(board.C2C_ERROR_WANTS)
-        if self._ecc_on:
-            self.want(_ECC_COUNTS)
+        gpu, reads = self.gpu, self.reads
+        self._ecc_on = bool(reads.held(ECC_MODE.key))
+        self._c2c = board.c2c_link(gpu)
         self.fan_count = self._fan_count()
-        if self.fan_count:
-            self.want((_fan(fan), Every.POLL) for fan in range(self.fan_count))
-        self.first_fields = nv.field_pairs(self.gpu, self._due)
+        plan = _plan(self.detail, self.board, self._ecc_on, self._c2c is True,
+                     self.fan_count or 0)
+        # want() for a plan's values, none asked yet: nothing to skip; and
+        # GpuReads.due() and held() inline (a pass asks some 20 of them).
+        due, values, static = self._due, self.values, gpu.static
+        poll, once = Every.POLL, Every.ONCE
+        slow, polls_now, epoch = reads.slow, reads.polls, reads.epoch
+        unsupported = gpu.unsupported
+        pairs: list[tuple[int, int]] = []  # nv.field_pairs() of the values due, inline
+        for source, key, every, polls, pair, field_key in plan.wants:
+            if every is once:
+                if key in static:
+                    values[source] = static[key]
+                    continue
+            elif every is not poll:
+                held = slow.get(key)
+                if held is not None and polls_now - held[0] < polls and held[1] == epoch:
+                    values[source] = held[2]
+                    continue
+            due[source] = every
+            if pair is not None and field_key not in unsupported:
+                pairs.append(pair)
+        self.first_fields = self._pairs = (
+            () if "field_values" in unsupported else plan.request(pairs))
 
     def collect(self, out: Series, r: GpuReading) -> None:
         reads = self.reads
@@ -518,13 +467,15 @@ class _GpuPass:
         mode = self.values.get(ECC_MODE)
         if mode and not ecc_on:
             self.want(_ECC_COUNTS)
-        if not self._c2c and board.c2c_link(self.gpu) is not False:
-            self.want(board.C2C_ERROR_WANTS)  # the link first read, or not yet told
+        # A link not yet told of may be now (its mode and count first read);
+        # one told of, or told absent, stays so.
+        if self._c2c is None and board.c2c_link(self.gpu) is not False:
+            self.want(board.C2C_ERROR_WANTS)
         self.read()
         if mode and self._volatile_moved():
             self.want(_AFTER_ECC_ERRORS, now=True)
             self.read()
-        self._export(row_set.rows, out, r)
+        self._export(row_set.exports, out, r)
 
     def _fan_count(self) -> int | None:
         gpu = self.gpu
@@ -543,54 +494,40 @@ class _GpuPass:
         return before is not None and before != volatile
 
     # --- the series -----------------------------------------------------------
-    def _export(self, rows: tuple[ValueRow, ...], out: Series, r: GpuReading) -> None:
-        ok: dict[Source, float] = {}
+    def _export(self, exports: tuple[_Export, ...], out: Series, r: GpuReading) -> None:
+        ceilings: dict[Source, float] = {}
         values = self.values
-        for row in rows:
-            value = values.get(row.source)
-            if value is None or value == row.unknown:
+        for (metric, source, series, counter, ceiling, unknown, needs_ceiling, held, is_ceiling,
+             name, key, convert) in exports:
+            value = values.get(source)
+            if value is None or value == unknown:
                 continue
-            if row.metric.kind == "counter":
-                added = out.counter(row.metric, value, *row.series)
+            if counter:
+                added = out.counter(metric, value, *series)
             else:
-                ceiling = ok.get(row.ceiling) if row.ceiling is not None else None
-                if ceiling is None and row.needs_ceiling:
+                top = ceilings.get(ceiling) if ceiling is not None else None
+                if top is None and needs_ceiling:
                     continue
-                added = out.gauge(row.metric, value, *row.series, ceiling=ceiling)
+                added = out.gauge(metric, value, *series, ceiling=top)
             if added is None:
-                if row.every is not Every.POLL:
-                    self.forget(row.source)
+                if held:
+                    self.forget(source)
                 continue
-            ok[row.source] = added
-        r.utilization = ok.get(UTILIZATION)
-        r.memory_utilization = ok.get(MEMORY_UTILIZATION)
-        r.memory_total_bytes = ok.get(MEMORY_TOTAL)
-        r.memory_used_bytes = ok.get(MEMORY_USED)
-        r.memory_reserved_bytes = ok.get(MEMORY_RESERVED)
-        r.temperature_celsius = ok.get(TEMPERATURE)
-        r.slowdown_celsius = ok.get(THRESHOLD["slowdown"])
-        r.power_limit_watts = ok.get(POWER_LIMIT)
-        r.power_watts = ok.get(POWER)
-        r.power_default_limit_watts = ok.get(POWER_DEFAULT_LIMIT)
-        for name in c.CLOCK_TYPES:
-            _put(r.clocks_hz, name, ok.get(CLOCK[name]))
-            _put(r.clocks_max_hz, name, ok.get(CLOCK_MAX[name]))
-            _put(r.clocks_application_hz, name, ok.get(CLOCK_APPLICATION[name]))
-            _put(r.clocks_application_default_hz, name, ok.get(CLOCK_APPLICATION_DEFAULT[name]))
-        r.pcie_generation = _int(ok.get(PCIE_GENERATION))
-        r.pcie_generation_max = _int(ok.get(PCIE_GENERATION_MAX))
-        r.pcie_width = _int(ok.get(PCIE_WIDTH))
-        r.pcie_width_max = _int(ok.get(PCIE_WIDTH_MAX))
-        r.pcie_replays = ok.get(PCIE_REPLAYS)
-        persistence = ok.get(PERSISTENCE)
-        r.persistence_mode = None if persistence is None else bool(persistence)
+            if is_ceiling:
+                ceilings[source] = added
+            if name is not None:  # the row's reading: the one copy into GpuReading
+                kept = added if convert is None else convert(added)
+                if key is None:
+                    setattr(r, name, kept)
+                else:
+                    getattr(r, name)[key] = kept
         for fan in range(_MAX_FANS):
-            source = _FANS.get(fan)
-            if source is None:
+            fan_source = _FANS.get(fan)
+            if fan_source is None:
                 break
-            if source not in values:
+            if fan_source not in values:
                 continue  # this fan failed to answer; the next may still
-            speed = out.gauge(m.FAN_SPEED_RATIO, values[source], str(fan))
+            speed = out.gauge(m.FAN_SPEED_RATIO, values[fan_source], str(fan))
             if speed is not None:
                 r.fan_speeds[fan] = speed
         self._export_reasons(out, r)
@@ -609,13 +546,13 @@ class _GpuPass:
         if supported is None or active is None:
             return
         names = set()
-        for bit, reason in c.CLOCK_EVENT_REASONS.items():
+        unsupported = gpu.unsupported
+        for bit, reason, counter in _REASON_BITS:
             if supported & bit:
                 on = bool(active & bit)
                 if on:
                     names.add(reason)
-                counter = _COUNTED.get(reason)
-                counted = counter is not None and counter.field_key not in gpu.unsupported
+                counted = counter is not None and counter.field_key not in unsupported
                 if self.detail or not counted:
                     out.state(m.THROTTLE_REASON_ACTIVE, on, reason)
         r.throttle_reasons = frozenset(names)
@@ -658,21 +595,26 @@ class _GpuPass:
             out.state(m.FABRIC_STATE, 1, fabric.state, fabric.status.lower(),
                       fabric.health or "unknown")
             board.export_fabric_issues(fabric, out)
-        board.export(self.gpu, self.values, out, r)
+        board.export(self.values, out, r)
+        r.board_lacks = self._board_lacks(r.c2c_link)
+
+    def _board_lacks(self, c2c_link: bool | None) -> tuple[str, ...]:
+        """board.lacks(), worked out again only when what it is worked out
+        from changed: the GPU, what it answered NOT_SUPPORTED (the set grows,
+        or a reload forgets it), its C2C mode, its event mask and links."""
+        gpu = self.gpu
+        static = gpu.static
+        marks = (len(gpu.unsupported), c2c_link, static.get("event_types"),
+                 static.get("nvlink_count"))
+        held = self.lacks.get(gpu.index)
+        if held is None or held[0] is not gpu or held[1] != marks:
+            held = self.lacks[gpu.index] = (gpu, marks, board.lacks(gpu, c2c_link))
+        return held[2]
 
 
 def _busy(utilization: float | None) -> bool | None:
     """Whether the GPU runs work, for the reads that follow the load."""
     return None if utilization is None else utilization > 0.0
-
-
-def _put(into: dict[str, float], key: str, value: float | None) -> None:
-    if value is not None:
-        into[key] = value
-
-
-def _int(value: float | None) -> int | None:
-    return None if value is None else int(value)
 
 
 _FANS: dict[int, Source] = {}
@@ -681,7 +623,7 @@ _FANS: dict[int, Source] = {}
 def _fan(fan: int) -> Source:
     source = _FANS.get(fan)
     if source is None:
-        source = _FANS[fan] = _call(f"fan_{fan}", Device.fan_speed_ratio, args=(fan,))
+        source = _FANS[fan] = Source(f"fan_{fan}", calls=(Device.fan_speed_ratio,), args=(fan,))
     return source
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -105,21 +106,23 @@ def _field_answer(gpu: Gpu, source: Source, answer: float | NvmlError | None) ->
 
 
 def read(fields: FieldValues, gpu: Gpu, device: Device, sources: Iterable[Source], *,
-         reader: str) -> dict[Source, Any]:
+         reader: str, pairs: Request | None = None) -> dict[Source, Any]:
     """``sources``' values (None where there is none this poll): their fields
     from this poll's field values of the GPU (``reader``'s share of them),
-    the others through their own calls.
+    the others through their own calls. ``pairs``: field_pairs() of
+    ``sources``, where the caller worked it out already.
 
     Raises GpuGone when the GPU itself went away.
     """
     wanted = list(sources)
     unsupported = gpu.unsupported
-    own = field_pairs(gpu, wanted)
+    own = field_pairs(gpu, wanted) if pairs is None else pairs
     answers: Answers = fields.answers(gpu, device, reader, own) if own else {}
     # A driver without the call at all (or refusing it): every value through its own.
     batched = "field_values" not in unsupported
     values: dict[Source, Any] = {}
     called: dict[tuple[tuple[Call, ...], tuple[int, ...]], Any] = {}
+    reads = fields.of(gpu)
     for source in wanted:
         if source in values:
             continue
@@ -137,7 +140,7 @@ def read(fields: FieldValues, gpu: Gpu, device: Device, sources: Iterable[Source
             continue
         key = (source.calls, source.args)
         if key not in called:
-            called[key] = _call(fields.of(gpu), device, source)
+            called[key] = _call(reads, device, source)
         whole = called[key]
         values[source] = whole if whole is None or source.part is None else whole[source.part]
     return values
@@ -205,7 +208,7 @@ class GpuReads:
         # This poll's field values: the answers, the pairs asked, whether the
         # one call that asked them failed, and the readers told so.
         self.answers: Answers | None = None
-        self.asked: set[tuple[int, int]] = set()
+        self.asked: AbstractSet[tuple[int, int]] = frozenset()
         self.failed = False
         self.charged: set[str] = set()
         # This poll's answers of calls by key (call()), for every reader.
@@ -215,6 +218,7 @@ class GpuReads:
         # prepared once per distinct tuple; an NVLink GPU's holds some 130 pairs).
         self.made_of: tuple[Request, ...] = ()
         self.request: Request = ()
+        self.request_pairs: frozenset[tuple[int, int]] = frozenset()  # the request's, as a set
 
     def begin(self, poll: int) -> None:
         self.poll = poll
@@ -331,16 +335,19 @@ class FieldValues:
             if wanted != reads.made_of:
                 reads.request = tuple(dict.fromkeys(
                     pair for asked in wanted for pair in asked))
+                reads.request_pairs = frozenset(reads.request)
                 reads.made_of = wanted
             reads.answers, reads.failed = self._call(gpu, device, reads.request)
-            reads.asked = set(reads.request)
+            reads.asked = reads.request_pairs
         answers = reads.answers
-        missing = tuple(pair for pair in request if pair not in reads.asked)
-        if missing:
-            more, failed = self._call(gpu, device, missing)
-            answers = reads.answers = {**answers, **more}
-            reads.asked.update(missing)
-            gpu.errors += failed
+        # A provider's request as it provided it was asked whole: nothing to look up.
+        if not any(request is made for made in reads.made_of):
+            missing = tuple(pair for pair in request if pair not in reads.asked)
+            if missing:
+                more, failed = self._call(gpu, device, missing)
+                answers = reads.answers = {**answers, **more}
+                reads.asked = reads.asked | frozenset(missing)
+                gpu.errors += failed
         if reads.failed and reader not in reads.charged:
             reads.charged.add(reader)
             gpu.errors += 1
