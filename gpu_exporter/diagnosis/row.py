@@ -6,6 +6,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpu_exporter.catalog_types import Metric
 from gpu_exporter.thresholds import DiagnosisConfig
 from gpu_exporter.xids import XidTier
 
@@ -34,9 +35,11 @@ class Row:
     # instance of a GPU with MIG (not on the MIG GPU as a whole). Other rows
     # judge the physical GPU.
     per_instance: bool = False
-    # The metric families whose readings the rule judges (the catalog walk in
-    # tests/diagnosis/test_cause_signals.py holds every cause signal to a row or a reason).
-    reads: tuple[str, ...] = ()
+    # The metrics whose readings the rule judges, by their catalog handles (the
+    # catalog walk in tests/diagnosis/test_cause_signals.py holds every cause
+    # signal to a row or a reason); a handle, not a name, so a renamed or removed
+    # metric is an error at import, not a row that silently reads nothing.
+    reads: tuple[Metric, ...] = ()
     # Why the rule looks at how busy the GPU is, where it does; empty: the
     # cause is judged at every load (docs/diagnosis.md, "Judged at every load
     # at which it can exist"; tests/diagnosis/test_diagnosis_principles.py sweeps it).
