@@ -54,6 +54,12 @@ class Row:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.symptom, self.cause)))
+        # mypy holds the rows to handles; this holds what it cannot see (a
+        # name handed on through an untyped call), once, when the row is made.
+        for metric in self.reads:
+            if not isinstance(metric, Metric):
+                raise TypeError(f"diagnosis row {self.key} reads {metric!r}: a row reads a "
+                                "metric by its catalog handle, not by its name")
 
     def __hash__(self) -> int:
         return self._hash
