@@ -1,11 +1,35 @@
-"""The row of a GPU allocated to a pod whose code runs on the CPU: the job
-works, and its GPU does not. ``table.py`` lists it in the table beside the
-allocated-and-unused row it explains (``precedence.py``); its rule is in
-``allocation_rules.py``."""
+"""The rows of a GPU allocated to a pod and left unused: no process uses it,
+or the pod's code runs on the CPU (the job works, and its GPU does not,
+which explains the first: ``precedence.py``). They judge a GPU by whom it is
+allocated to and by its workload's own cgroup. ``table.py`` lists them in the
+table; their rules are in ``allocation_rules.py``."""
 
 from __future__ import annotations
 
+from gpu_exporter.catalogs import attribution, deep
+from gpu_exporter.catalogs import device as dev
+from gpu_exporter.catalogs import processes as procs
 from gpu_exporter.diagnosis.row import Row
+
+# Whom the GPU is allocated to, and whether anything uses it.
+_ALLOCATED_READS = (attribution.ALLOCATION_INFO, procs.PROCESS_MEMORY_USED_BYTES,
+                    dev.UTILIZATION_RATIO, deep.MIG_SM_ACTIVE_RATIO, dev.MEMORY_USED_BYTES,
+                    deep.MIG_MEMORY_USED_BYTES)
+
+ALLOCATED_UNUSED = Row(
+    "gpu_allocated_unused", "no_process", "warning",
+    "GPU allocated to a pod but no process uses it",
+    "The kubelet has allocated the GPU (or MIG instance) to a container, and for the whole "
+    "diagnosis window ({window}) no process held a context on it, its utilization stayed "
+    "below {idle_utilization} and its memory below {memory_held_ratio}: a reserved GPU "
+    "doing nothing. A job between phases looks the same for a while.",
+    "Ask the pod's owner whether it still needs the GPU; delete idle notebooks and "
+    "finished jobs that keep their pods, or let an idle-culling policy do it.",
+    ("kubectl get pod -n NAMESPACE POD -o wide", "nvidia-smi",
+     "kubectl logs -n NAMESPACE POD -c CONTAINER --tail=50"),
+    "Escalate to the team that owns the namespace when the GPU stays reserved for hours.",
+    per_instance=True, reads=_ALLOCATED_READS,
+    load_gate="a GPU doing work is used, whether or not its process can be seen")
 
 ALLOCATED_RUNS_ON_CPU = Row(
     "gpu_allocated_unused", "runs_on_cpu", "warning",
@@ -32,8 +56,7 @@ ALLOCATED_RUNS_ON_CPU = Row(
     "Escalate to the job owner (the pod named in the finding); to the platform team when "
     "no pod on the node sees its GPU.",
     per_instance=True,
-    reads=("gpu_allocation_info", "gpu_process_memory_used_bytes", "gpu_utilization_ratio",
-           "gpu_mig_sm_active_ratio", "gpu_memory_used_bytes", "gpu_mig_memory_used_bytes"),
+    reads=_ALLOCATED_READS,
     load_gate="a GPU doing work is used, whether or not its process can be seen")
 
 # Why the runs-on-CPU row (and the allocated-unused row) cannot be judged

@@ -5,6 +5,8 @@ behind it. Thresholds in braces are filled from ``thresholds.py``."""
 
 from __future__ import annotations
 
+from gpu_exporter.catalogs import attribution
+
 IO_LIMIT = ("its workload (its container's or Slurm job's cgroup) has an I/O limit "
             "(io.max) on a block device and its reads or writes there move at least "
             "{io_limit_used_ratio} of that limit (bytes or I/Os per second) while its own "
@@ -20,7 +22,8 @@ IO_LIMIT_CONFIRM = ("cat /sys/fs/cgroup/<workload cgroup>/io.max",
                     "cat /sys/fs/cgroup/<workload cgroup>/io.pressure")
 IO_LIMIT_ESCALATE = ("Escalate to whoever sets the pod's or job's limits (the pod or job "
                      "named in the finding).")
-IO_LIMIT_READS = ("gpu_workload_io_limit_bytes_per_second",
-                  "gpu_workload_io_limit_operations_per_second", "gpu_workload_io_bytes_total",
-                  "gpu_workload_io_operations_total", "gpu_workload_pressure_ratio")
+IO_LIMIT_READS = (attribution.WORKLOAD_IO_LIMIT_BYTES_PER_SECOND,
+                  attribution.WORKLOAD_IO_LIMIT_OPERATIONS_PER_SECOND,
+                  attribution.WORKLOAD_IO_BYTES_TOTAL, attribution.WORKLOAD_IO_OPERATIONS_TOTAL,
+                  attribution.WORKLOAD_PRESSURE_RATIO)
 

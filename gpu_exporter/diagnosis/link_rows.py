@@ -4,6 +4,7 @@ in the table; their rules are in ``link_rules.py``."""
 
 from __future__ import annotations
 
+from gpu_exporter.catalogs import board, deep
 from gpu_exporter.diagnosis.row import Row
 
 NVLINK_ERRORS = Row(
@@ -23,9 +24,9 @@ NVLINK_ERRORS = Row(
     "when the errors persist.",
     ("nvidia-smi nvlink -e -i GPU", "nvidia-smi nvlink -s -i GPU"),
     "Escalate to hardware when the errors keep climbing after a reseat.",
-    reads=("gpu_nvlink_errors_total", "gpu_nvlink_errors_all_links_total",
-           "gpu_nvlink_fec_errors_total", "gpu_nvlink_fec_errors_all_links_total",
-           "gpu_nvlink_bit_error_rate"), boot_grace=True)
+    reads=(deep.NVLINK_ERRORS_TOTAL, deep.NVLINK_ERRORS_ALL_LINKS_TOTAL,
+           board.NVLINK_FEC_ERRORS_TOTAL, board.NVLINK_FEC_ERRORS_ALL_LINKS_TOTAL,
+           board.NVLINK_BIT_ERROR_RATE), boot_grace=True)
 
 C2C_ERRORS = Row(
     "c2c_errors", "link_integrity", "warning",
@@ -39,4 +40,4 @@ C2C_ERRORS = Row(
     "superchip module (the link cannot be reseated).",
     ("nvidia-smi -q -i GPU", "dmesg -T | grep -i xid"),
     "Escalate to hardware for an RMA when the errors return after a reset.",
-    reads=("gpu_c2c_errors_total",), boot_grace=True)
+    reads=(board.C2C_ERRORS_TOTAL,), boot_grace=True)

@@ -7,6 +7,7 @@ node with no RDMA device the rows have nothing to judge and stay silent."""
 
 from __future__ import annotations
 
+from gpu_exporter.catalogs import network
 from gpu_exporter.diagnosis.row import Row
 
 _OWNER = "Owner: the platform and network team."
@@ -23,7 +24,7 @@ NIC_ACROSS_SOCKETS = Row(
     "then schedule jobs on the GPUs near a NIC. " + _OWNER,
     ("nvidia-smi topo -m", "ls -l /sys/class/infiniband/*/device"),
     "Escalate to the platform team: the slot layout is the hardware's.",
-    reads=("gpu_nic_distance",))
+    reads=(network.GPU_NIC_DISTANCE,))
 
 RDMA_PORT_DEGRADED = Row(
     "network_degraded", "rdma_port", "warning",
@@ -38,7 +39,7 @@ RDMA_PORT_DEGRADED = Row(
     "subnet manager. " + _OWNER,
     ("ibstat", "ibv_devinfo -v", "cat /sys/class/infiniband/*/ports/*/rate"),
     "Escalate to the network team when the port stays down or slow after a reseat.",
-    reads=("gpu_rdma_port_state", "gpu_rdma_port_rate_bytes_per_second"), boot_grace=True)
+    reads=(network.RDMA_PORT_STATE, network.RDMA_PORT_RATE_BYTES), boot_grace=True)
 
 RDMA_ERRORS = Row(
     "network_errors", "rdma_link_integrity", "warning",
@@ -52,4 +53,4 @@ RDMA_ERRORS = Row(
     "port; clear the counters (perfquery -x -R) to see whether they climb again. " + _OWNER,
     ("perfquery -x", "ibqueryerrors", "mlxlink -d <device> -c"),
     "Escalate to the network team when the errors climb again after a reseat.",
-    reads=("gpu_rdma_port_errors_total", "gpu_rdma_port_errors_saturated"), boot_grace=True)
+    reads=(network.RDMA_PORT_ERRORS_TOTAL, network.RDMA_PORT_ERRORS_SATURATED), boot_grace=True)

@@ -6,6 +6,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpu_exporter.facts.catalog_types import Metric
 from gpu_exporter.facts.xids import XidTier
 from gpu_exporter.settings.thresholds import DiagnosisConfig
 
@@ -34,9 +35,11 @@ class Row:
     # instance of a GPU with MIG (not on the MIG GPU as a whole). Other rows
     # judge the physical GPU.
     per_instance: bool = False
-    # The metric families whose readings the rule judges (the catalog walk in
-    # tests/diagnosis/test_cause_signals.py holds every cause signal to a row or a reason).
-    reads: tuple[str, ...] = ()
+    # The metrics whose readings the rule judges, by their catalog handles (the
+    # catalog walk in tests/diagnosis/test_cause_signals.py holds every cause
+    # signal to a row or a reason); a handle, not a name, so a renamed or removed
+    # metric is an error at import, not a row that silently reads nothing.
+    reads: tuple[Metric, ...] = ()
     # Why the rule looks at how busy the GPU is, where it does; empty: the
     # cause is judged at every load (docs/diagnosis.md, "Judged at every load
     # at which it can exist"; tests/diagnosis/test_diagnosis_principles.py sweeps it).
@@ -51,6 +54,12 @@ class Row:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.symptom, self.cause)))
+        # mypy holds the rows to handles; this holds what it cannot see (a
+        # name handed on through an untyped call), once, when the row is made.
+        for metric in self.reads:
+            if not isinstance(metric, Metric):
+                raise TypeError(f"diagnosis row {self.key} reads {metric!r}: a row reads a "
+                                "metric by its catalog handle, not by its name")
 
     def __hash__(self) -> int:
         return self._hash

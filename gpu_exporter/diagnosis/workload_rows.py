@@ -1,12 +1,65 @@
-"""The rows of what a workload does to itself over time, and of its host's
-CPUs: GPU memory filling up in a steady climb, the host's CPUs throttled for
-heat, the host's memory in use climbing, and work bound by the GPU's memory
-bandwidth. ``table.py`` lists them in
-the table; their rules are in ``workload_rules.py``."""
+"""The rows of what a workload does on its GPU and host: input that comes in
+bursts, GPU memory nearly full or filling up in a steady climb, utilization
+that looks busy while the SMs idle, a process on CPUs far from its GPU, the
+host's CPUs throttled for heat, the host's memory in use climbing, and work
+bound by the GPU's memory bandwidth. ``table.py`` lists them in the table;
+their rules are in ``rules.py`` (the first four) and ``workload_rules.py``."""
 
 from __future__ import annotations
 
+from gpu_exporter.catalogs import deep, host, pcie
+from gpu_exporter.catalogs import device as dev
+from gpu_exporter.catalogs import processes as procs
 from gpu_exporter.diagnosis.row import Row
+
+BURSTY_INPUT = Row(
+    "utilization_bursty", "input_starvation", "warning",
+    "GPU utilization swings between idle and full: the input pipeline starves it",
+    "Sub-second utilization samples swing from {burst_low} or less to {burst_high} or more "
+    "within the window while the 1-second average looks moderate, and nothing on the host "
+    "explains it (a starved job's stall on storage, CPU or memory, listed beneath it, "
+    "makes the same swings).",
+    "More dataloader workers, pin_memory=True, persistent_workers=True, a larger "
+    "prefetch_factor; move augmentation to the GPU.",
+    ("nvidia-smi dmon -s u -d 1", "py-spy top --pid PID"),
+    "Escalate to the job owner.",
+    reads=(deep.UTILIZATION_SAMPLES_RATIO,))
+
+MEMORY_NEAR_FULL = Row(
+    "memory_near_full", "oom_risk", "warning",
+    "GPU memory is nearly full",
+    "Memory used is above {memory_near_full_ratio} of what processes can allocate (the "
+    "GPU's total less what the driver reserves).",
+    "Smaller batches, stable tensor shapes, allocator settings (e.g. "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); check for leaks.",
+    ("nvidia-smi --query-gpu=memory.used,memory.total --format=csv",),
+    "Escalate to the job owner.",
+    per_instance=True, reads=(dev.MEMORY_USED_BYTES, dev.MEMORY_TOTAL_BYTES,
+                              dev.MEMORY_RESERVED_BYTES, deep.MIG_MEMORY_USED_BYTES,
+                              deep.MIG_MEMORY_TOTAL_BYTES))
+
+UTILIZATION_INFLATED = Row(
+    "utilization_inflated", "small_kernels", "info",
+    "GPU looks busy but its SMs mostly idle",
+    "NVML utilization is above {inflated_utilization} while GPM's SM activity is below "
+    "{inflated_sm_active}: many tiny kernels or synchronisation keep one kernel running while "
+    "most SMs wait.",
+    "Profile (Nsight Systems), fuse operations, use bigger batches and fewer sync points.",
+    ("nsys profile -o trace python train.py", "nvidia-smi dmon -s u"),
+    "Escalate to the job owner with a profile.",
+    reads=(dev.UTILIZATION_RATIO, deep.SM_ACTIVE_RATIO),
+    load_gate="the symptom is NVML's utilization reading busy while the SMs are not")
+
+NUMA_MISPLACED = Row(
+    "numa_misplaced", "cpu_affinity", "warning",
+    "A GPU process runs on CPUs outside the GPU's NUMA node",
+    "A process using the GPU may run on CPUs outside the GPU's local CPU list, so its "
+    "host-to-device traffic crosses sockets.",
+    "Pin the process and its memory to the GPU's NUMA node (numactl --cpunodebind=N "
+    "--membind=N, or the job scheduler's topology settings).",
+    ("nvidia-smi topo -m", "taskset -cp PID", "numactl --show"),
+    "Escalate to the job owner or the scheduler's configuration.",
+    per_instance=True, reads=(procs.PROCESS_CPU_AFFINITY_LOCAL, pcie.NUMA_INFO))
 
 MEMORY_FILLING = Row(
     "memory_filling", "memory_growth", "warning",
@@ -25,9 +78,9 @@ MEMORY_FILLING = Row(
      "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 10"),
     "Escalate to the job owner with the growth rate and the time to full.",
     per_instance=True,
-    reads=("gpu_memory_used_bytes", "gpu_memory_total_bytes", "gpu_memory_reserved_bytes",
-           "gpu_mig_memory_used_bytes", "gpu_mig_memory_total_bytes",
-           "gpu_process_memory_used_bytes"))
+    reads=(dev.MEMORY_USED_BYTES, dev.MEMORY_TOTAL_BYTES, dev.MEMORY_RESERVED_BYTES,
+           deep.MIG_MEMORY_USED_BYTES, deep.MIG_MEMORY_TOTAL_BYTES,
+           procs.PROCESS_MEMORY_USED_BYTES))
 
 HOST_CPU_THERMAL = Row(
     "slowing_over_time", "host_cpu_thermal", "warning",
@@ -45,8 +98,8 @@ HOST_CPU_THERMAL = Row(
      "ipmitool sdr type Temperature", "turbostat --quiet --show PkgTmp,Bzy_MHz sleep 5"),
     "Escalate to the datacenter or hardware team when the CPUs throttle after the airflow "
     "was checked.",
-    reads=("gpu_host_cpu_thermal_throttles_total",
-           "gpu_host_cpu_thermal_throttled_seconds_total"))
+    reads=(host.HOST_CPU_THERMAL_THROTTLES_TOTAL,
+           host.HOST_CPU_THERMAL_THROTTLED_SECONDS_TOTAL))
 
 HOST_MEMORY_GROWTH = Row(
     "slowing_over_time", "host_memory_growth", "warning",
@@ -66,7 +119,7 @@ HOST_MEMORY_GROWTH = Row(
     ("watch -n 10 'grep -E \"MemTotal|MemAvailable\" /proc/meminfo'",
      "ps aux --sort=-rss | head -15", "vmstat 5"),
     "Escalate to the job owner with the growth rate and the process whose memory grows.",
-    reads=("gpu_host_memory_available_bytes", "gpu_host_memory_total_bytes"))
+    reads=(host.HOST_MEMORY_AVAILABLE_BYTES, host.HOST_MEMORY_TOTAL_BYTES))
 
 MEMORY_BOUND = Row(
     "memory_bound", "dram_bandwidth", "info",
@@ -81,5 +134,5 @@ MEMORY_BOUND = Row(
     "FlashAttention-style kernels that reuse what they load.",
     ("ncu --section MemoryWorkloadAnalysis python train.py", "nvidia-smi dmon -s u"),
     "Escalate to the job owner with a profile; no fault of the node's makes it so.",
-    reads=("gpu_dram_active_ratio", "gpu_sm_active_ratio", "gpu_tensor_active_ratio"),
+    reads=(deep.DRAM_ACTIVE_RATIO, deep.SM_ACTIVE_RATIO, deep.TENSOR_ACTIVE_RATIO),
     load_gate="memory-bound describes work: a GPU whose SMs rest has no work to be bound")

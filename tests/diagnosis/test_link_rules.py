@@ -155,7 +155,7 @@ def test_a_pinned_effective_counter_is_named_not_read() -> None:
 
 def test_the_nvlink_row_reads_the_fec_families() -> None:
     assert {"gpu_nvlink_fec_errors_total", "gpu_nvlink_fec_errors_all_links_total",
-            "gpu_nvlink_bit_error_rate"} <= set(t.NVLINK_ERRORS.reads)
+            "gpu_nvlink_bit_error_rate"} <= {m.name for m in t.NVLINK_ERRORS.reads}
 
 
 # --- the C2C link to the Grace CPU ---------------------------------------------------
@@ -216,7 +216,7 @@ def test_no_c2c_link_or_an_older_driver_is_not_judged() -> None:
 def test_the_c2c_row_waits_the_boot_grace_and_is_the_boards() -> None:
     assert t.C2C_ERRORS.boot_grace
     assert not t.C2C_ERRORS.per_instance
-    assert t.C2C_ERRORS.reads == ("gpu_c2c_errors_total",)
+    assert [m.name for m in t.C2C_ERRORS.reads] == ["gpu_c2c_errors_total"]
 
 
 def test_a_gb200_answers_its_c2c_mode_and_climbing_replays_through_nvml() -> None:

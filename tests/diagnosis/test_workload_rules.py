@@ -281,5 +281,5 @@ def test_memory_bound_is_not_judged_without_gpm() -> None:
 
 def test_memory_bound_reads_each_gpm_figure_it_names() -> None:
     for name in ("gpu_dram_active_ratio", "gpu_sm_active_ratio", "gpu_tensor_active_ratio"):
-        assert name in t.MEMORY_BOUND.reads
+        assert name in {m.name for m in t.MEMORY_BOUND.reads}
         assert name not in t.NOT_READ
