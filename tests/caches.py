@@ -136,12 +136,12 @@ KEPT: dict[str, Kept] = {
         Kept(PER_GPU + " (made anew when NVML finds its GPUs)", CHURN),
     "gpu_exporter.nvml.values:GpuReads.slow":
         Kept("the values a GPU's readers read on a cadence", CHURN),
-    "gpu_exporter.nvml.values:GpuReads.asked":
-        Kept("the fields asked of the GPU this poll (replaced each poll)", CHURN),
     "gpu_exporter.nvml.values:GpuReads.called":
         Kept("the calls the GPU's readers make (emptied each poll)", CHURN),
     "gpu_exporter.nvml.values:GpuReads.charged":
         Kept("the readers of the pipeline (emptied each poll)", CHURN),
+    "gpu_exporter.collectors.device:DeviceCollector._lacks":
+        Kept(PER_GPU + ": what its board lacks, and what that was worked out from", CHURN),
     "gpu_exporter.collectors.device:DeviceCollector._passes":
         Kept(PER_GPU + ": its pass of the last poll", CHURN),
     "gpu_exporter.collectors.values:CounterMemory._gpus":
