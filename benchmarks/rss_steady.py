@@ -27,10 +27,13 @@ Where the mock is absent it says how to get it and exits 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +45,7 @@ import yaml
 
 from benchmarks.daemon_probe import (
     MOCK_LIBRARY,
+    ROOT,
     Board,
     Daemon,
     board,
@@ -52,6 +56,7 @@ from benchmarks.daemon_probe import (
 from benchmarks.run import PROMETHEUS_HEADERS, SCRAPE_EVERY_S, scrape
 
 OURS, NVITOP = "gpu_exporter", "nvitop-exporter"
+NVML_LOOP = "pynvml loop (no exporter)"
 EXPORTERS = (OURS, NVITOP)
 SAMPLE_EVERY_S = 10.0
 STEADY_S = 1800.0
@@ -238,6 +243,83 @@ def _per_mig(args: argparse.Namespace) -> None:
             print(f"per-mig: {n} instances done", file=sys.stderr, flush=True)
 
 
+def _nvml_loop(args: argparse.Namespace) -> None:
+    """No exporter: this process calls NVML on the H100 x8 board the way a
+    poll does (a few reads of every GPU each second) and samples its own
+    RSS, to tell what the library underneath grows from what an exporter
+    does."""
+    b = board("h100")
+    if os.environ.get("MOCK_NVML_CONFIG") != str(b.path):
+        # The loader reads LD_LIBRARY_PATH when a process starts: run again with it.
+        subprocess.run([sys.executable, "-m", "benchmarks.rss_steady", *sys.argv[1:]],
+                       env={**os.environ, **b.env()}, cwd=ROOT, check=True)
+        return
+    import pynvml  # imported here: the other commands run the exporters, not pynvml
+
+    pynvml.nvmlInit()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    reads: list[Callable[[Any], object]] = [
+        pynvml.nvmlDeviceGetUtilizationRates, pynvml.nvmlDeviceGetMemoryInfo,
+        pynvml.nvmlDeviceGetPowerUsage, pynvml.nvmlDeviceGetCurrentClocksEventReasons,
+        pynvml.nvmlDeviceGetComputeRunningProcesses,
+        functools.partial(pynvml.nvmlDeviceGetTemperature, sensor=pynvml.NVML_TEMPERATURE_GPU),
+        functools.partial(pynvml.nvmlDeviceGetClockInfo, type=pynvml.NVML_CLOCK_SM),
+        functools.partial(pynvml.nvmlDeviceGetPcieThroughput,
+                          counter=pynvml.NVML_PCIE_UTIL_TX_BYTES),
+        functools.partial(pynvml.nvmlDeviceGetFieldValues, fieldIds=[150, 151, 152, 153])]
+    with open(args.out, "a") as out:
+        t0 = time.monotonic()
+        next_poll = next_sample = t0
+        _write(out, {"phase": "nvml-loop", "gpus": len(handles), "event": "start",
+                     "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        while (now := time.monotonic()) < t0 + args.duration + 0.5:
+            if now >= next_poll:
+                for h in handles:
+                    for read in reads:
+                        with contextlib.suppress(pynvml.NVMLError):
+                            read(h)
+                next_poll += args.interval
+            if now >= next_sample:
+                _write(out, {"phase": "nvml-loop", "gpus": len(handles), "t": round(now - t0, 2),
+                             "rss": {NVML_LOOP: _own_rss_mib()}})
+                next_sample += SAMPLE_EVERY_S
+            time.sleep(max(0.0, min(next_poll, next_sample) - time.monotonic()))
+
+
+def _own_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _per_mig_harness(args: argparse.Namespace) -> None:
+    """Both exporters in the simulator harness (benchmarks/worker.py: the
+    simulator under each one's pynvml, polls on a virtual clock, scraped every
+    15 polls), on its 8-GPU node whole and split into 8x7 MIG instances: RSS
+    after ``--polls`` polls."""
+    with open(args.out, "a") as out:
+        for _ in range(args.repeat):
+            for config, instances in (("8gpu/0p", 0), (f"8x{MIG_PER_GPU}mig/0p", 8 * MIG_PER_GPU)):
+                for e, flag in ((OURS, "ours"), (NVITOP, "nvitop")):
+                    request = json.dumps({"cmd": "drift", "n": args.polls, "samples": 5,
+                                          "scrape_every": 15}) + "\n" + '{"cmd": "quit"}\n'
+                    done = subprocess.run(
+                        [sys.executable, "-m", "benchmarks.worker", "--exporter", flag,
+                         "--config", config], input=request, capture_output=True, text=True,
+                        timeout=600, cwd=ROOT)
+                    replies = [json.loads(line) for line in done.stdout.splitlines()
+                               if line.startswith("{")]
+                    drift = next((r for r in replies if "rss_series" in r), None)
+                    if drift is None:
+                        raise RuntimeError(f"the worker ({e}, {config}) answered no RSS: "
+                                           f"{done.stdout[-500:]} {done.stderr[-500:]}")
+                    _write(out, {"phase": "per-mig-harness", "gpus": 8, "instances": instances,
+                                 "t": float(args.polls), "polls": args.polls,
+                                 "rss": {e: drift["rss_series"][-1][1] / 2**20}})
+                    print(f"per-mig-harness: {e} {config} done", file=sys.stderr, flush=True)
+
+
 # --- the report ---------------------------------------------------------------------------
 def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     records = []
@@ -248,17 +330,23 @@ def read_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return records
 
 
-def steady_summary(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per exporter: RSS at the last sample, its minutes, and the slope of the
-    last 10 minutes in MiB/hour."""
-    rows = [r for r in records if r.get("phase") == "steady" and "rss" in r]
+def steady_summary(records: Sequence[dict[str, Any]], phase: str = "steady"
+                   ) -> dict[str, dict[str, float]]:
+    """Per process of ``phase``: RSS at the last sample, its minutes, and over
+    the last 10 minutes the slope in MiB/hour and the median, least and most
+    (the curve is a saw: the allocators hand memory back now and then, so one
+    sample can sit on a tooth)."""
+    rows = [r for r in records if r.get("phase") == phase and "rss" in r]
     out = {}
-    for e in EXPORTERS:
+    for e in sorted({e for r in rows for e in r["rss"]}):
         curve = [(r["t"], r["rss"][e]) for r in rows if e in r["rss"]]
         if len(curve) < 2:
             continue
+        window = [v for t, v in curve if t >= curve[-1][0] - SLOPE_WINDOW_S]
         out[e] = {"minutes": curve[-1][0] / 60.0, "rss_mib": curve[-1][1],
                   "first_mib": curve[0][1], "max_mib": max(v for _, v in curve),
+                  "window_median_mib": statistics.median(window),
+                  "window_min_mib": min(window), "window_max_mib": max(window),
                   "slope_mib_per_h": tail_slope_per_hour(curve, SLOPE_WINDOW_S)}
     return out
 
@@ -287,12 +375,17 @@ def _report(args: argparse.Namespace) -> None:
     for r in records:
         if r.get("event") == "start":
             print(f"{r['phase']} {r['gpus']} GPUs, {r.get('instances', 0)} MIG instances: "
-                  f"started {r['utc']}; seen {r['gpus_seen']} GPUs, {r.get('mig_seen', {})} MIG")
-    for e, s in steady_summary(records).items():
-        print(f"steady {e}: RSS {s['rss_mib']:.1f} MiB at {s['minutes']:.1f} min "
+                  f"started {r['utc']}; seen {r.get('gpus_seen', {})} GPUs, "
+                  f"{r.get('mig_seen', {})} MIG")
+    for phase, e, s in [(p, e, s) for p in ("steady", "nvml-loop")
+                        for e, s in steady_summary(records, p).items()]:
+        print(f"{phase} {e}: RSS {s['rss_mib']:.1f} MiB at {s['minutes']:.1f} min "
               f"(first {s['first_mib']:.1f}, max {s['max_mib']:.1f}); last "
-              f"{SLOPE_WINDOW_S / 60:.0f} min slope {s['slope_mib_per_h']:+.3f} MiB/h")
-    for phase, key, unit in (("per-gpu", "gpus", "GPU"), ("per-mig", "instances", "instance")):
+              f"{SLOPE_WINDOW_S / 60:.0f} min: slope {s['slope_mib_per_h']:+.3f} MiB/h, median "
+              f"{s['window_median_mib']:.2f}, {s['window_min_mib']:.2f}-"
+              f"{s['window_max_mib']:.2f} MiB")
+    for phase, key, unit in (("per-gpu", "gpus", "GPU"), ("per-mig", "instances", "instance"),
+                             ("per-mig-harness", "instances", "instance")):
         ends, fits = growth_summary(records, phase, key)
         for e in EXPORTERS:
             if ends[e]:
@@ -318,15 +411,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--warm", type=float, default=WARM_S, help="seconds per node")
     p.add_argument("--instances", type=int, nargs="+", default=list(MIG_COUNTS))
+    p = sub.add_parser("per-mig-harness", help="both exporters in the simulator harness: "
+                       "RSS on 8 GPUs whole and split into 56 MIG instances")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--polls", type=int, default=300)
+    p.add_argument("--repeat", type=int, default=3)
+    p = sub.add_parser("nvml-loop", help="no exporter: a plain pynvml loop on the mock's "
+                       "H100 x8 board, its own RSS (what the library underneath grows)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--duration", type=float, default=STEADY_S, help="seconds")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between passes")
     p = sub.add_parser("report", help="print the results of earlier runs")
     p.add_argument("files", type=Path, nargs="+")
     args = parser.parse_args(argv)
-    if args.command in ("steady", "per-gpu"):
+    if args.command in ("steady", "per-gpu", "nvml-loop"):
         missing = mock_missing()
         if missing:
             print(missing, file=sys.stderr)
             return 2
-    run = {"steady": _steady, "per-gpu": _per_gpu, "per-mig": _per_mig, "report": _report}
+    run = {"steady": _steady, "per-gpu": _per_gpu, "per-mig": _per_mig,
+           "per-mig-harness": _per_mig_harness, "nvml-loop": _nvml_loop, "report": _report}
     run[args.command](args)
     return 0
 

@@ -151,6 +151,10 @@ def test_the_summaries_read_a_sample_file(tmp_path: Path) -> None:
     assert steady[OURS]["slope_mib_per_h"] == pytest.approx(0.0, abs=1e-9)
     assert steady[NVITOP]["slope_mib_per_h"] == pytest.approx(2.0)
     assert steady[OURS]["minutes"] == pytest.approx(30.0)
+    # nvitop-exporter's last 10 minutes: 40 + 1200/1800 .. 40 + 1800/1800.
+    assert steady[NVITOP]["window_median_mib"] == pytest.approx(40 + 1500 / 1800)
+    assert steady[NVITOP]["window_min_mib"] == pytest.approx(40 + 1200 / 1800)
+    assert steady[NVITOP]["window_max_mib"] == pytest.approx(41.0)
     ends, fits = growth_summary(records)
     assert ends[OURS] == {1: 30.0, 2: 30.5, 4: 31.5}
     assert fits[OURS][0] == pytest.approx(0.5)
