@@ -22,16 +22,18 @@ EXPORTER_NVML_DRIVER_INFO = _m(
 
 EXPORTER_COLLECTOR_SUCCESS = _m(
     "gpu_exporter_collector_success", "gauge",
-    "1 when the collector's last run succeeded, 0 when it failed.", ("collector",),
+    "1 when the stage's (a reader's or a derivation's) last run succeeded, 0 when it "
+    "failed; the label names the stage.", ("collector",),
     "exporter")
 
 EXPORTER_COLLECTOR_DURATION_SECONDS = _m(
     "gpu_exporter_collector_duration_seconds", "gauge",
-    "Wall time of the collector's last run.", ("collector",), "exporter")
+    "Wall time of the stage's (a reader's or a derivation's) last run.", ("collector",),
+    "exporter")
 
 EXPORTER_COLLECTOR_ERRORS_TOTAL = _m(
     "gpu_exporter_collector_errors_total", "counter",
-    "Reads a collector could not complete (a failing call or file), by collector.",
+    "Reads or rules a stage could not complete (a failing call, file or rule), by stage.",
     ("collector",), "exporter")
 
 EXPORTER_NVML_TIMEOUTS_TOTAL = _m(

@@ -23,6 +23,7 @@ from gpu_exporter.settings.config import Selector, Settings, setting_key
 class Collector(Stage):
     """A reader: switched on and off by ``--collector.<name>``."""
 
+    kind = "reader"
     default: ClassVar[bool] = True
     # The settings it reads (``lambda s: s.path.procfs``); those a reload may
     # change are handed over through reconfigure(), the others are read by build().

@@ -204,10 +204,10 @@ class Exporter:
                 continue
             if current is None:
                 current = kind.build(rt)
-                log.info("collector %s switched on", kind.name)
+                log.info("%s %s switched on", kind.kind, kind.name)
             out.append(current)
         for name in running.keys() - {s.name for s in out}:
-            log.info("collector %s switched off", name)
+            log.info("%s %s switched off", running[name].kind, name)
         return out
 
     def bind(self, web_config: WebConfigWatcher | None = None) -> ExporterHTTPServer:

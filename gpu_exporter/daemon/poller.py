@@ -118,7 +118,7 @@ class Poller:
                 try:
                     c.close()
                 except Exception:
-                    log.exception("closing collector %s failed", c.name)
+                    log.exception("closing %s %s failed", c.kind, c.name)
 
     def config_reloaded(self, ok: bool) -> None:
         self.reload_success = ok
@@ -137,13 +137,13 @@ class Poller:
             try:
                 c.close()
             except Exception:
-                log.exception("closing collector %s failed", c.name)
+                log.exception("closing %s %s failed", c.kind, c.name)
         for c in self.stages:
             self._errors_total.setdefault(c.name, 0)
             try:
                 c.reconfigure(pending.settings)
             except Exception:
-                log.exception("reconfiguring collector %s failed", c.name)
+                log.exception("reconfiguring %s %s failed", c.kind, c.name)
         self.interval = pending.settings.poll.interval
         self.detail = pending.settings.metrics.detail
         if self.session is not None and self.session.call_timeout is not None:
@@ -175,12 +175,12 @@ class Poller:
                 ok = False
                 self._errors_total[stage.name] += 1
                 if stage.name not in self._failing:
-                    log.error("collector %s failed: %s", stage.name, exc,
+                    log.error("%s %s failed: %s", stage.kind, stage.name, exc,
                               exc_info=log.isEnabledFor(logging.DEBUG))
             else:
                 self._errors_total[stage.name] += stage.errors()
                 if stage.name in self._failing:
-                    log.info("collector %s recovered", stage.name)
+                    log.info("%s %s recovered", stage.kind, stage.name)
             if ok:
                 self._failing.discard(stage.name)
             else:
@@ -253,6 +253,6 @@ class Poller:
             try:
                 stage.close()
             except Exception:
-                log.exception("closing collector %s failed", stage.name)
+                log.exception("closing %s %s failed", stage.kind, stage.name)
         if self.session is not None:
             self.session.close()

@@ -24,6 +24,10 @@ from gpu_exporter.settings.config import Settings
 class Stage(ABC):
     # Its label on the exporter's own series, and its name in logs.
     name: ClassVar[str]
+    # What it is, in logs: "reader device failed", "derivation diagnosis
+    # recovered". (The self-metrics keep their label ``collector``, the name
+    # dashboards and alerts are written against.)
+    kind: ClassVar[str] = "stage"
     description: ClassVar[str]
     # Whether a reload that switches it on may build it (False when what it
     # needs is read once at start, like the baseline file).
@@ -60,3 +64,5 @@ class Derivation(Stage):
     """A stage that reasons over the readers' readings of the same poll and
     publishes its results in a :class:`~gpu_exporter.poll.snapshot.Slot` it owns.
     It reads no source itself, and imports no reader."""
+
+    kind = "derivation"

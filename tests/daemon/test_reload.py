@@ -181,7 +181,7 @@ def test_the_poller_swaps_stages_between_polls_closing_each_dropped_one_once(
     assert kept.calls == ["collect", "reconfigure 4", "collect"]
     assert dropped.calls == ["collect", "close"]  # closed once, though it raised
     assert added.calls == ["reconfigure 4", "collect"]
-    assert _poller_messages(caplog) == ["closing collector dropped failed"]
+    assert _poller_messages(caplog) == ["closing derivation dropped failed"]
     # A stage that appears starts counting its errors from 0.
     assert snap.get("gpu_exporter_collector_errors_total", collector="added") == 0.0
     poller.stop()
@@ -198,7 +198,7 @@ def test_a_reload_replaced_before_the_poll_closes_only_what_it_built(
     poller.reconfigure([running, second], settings())
     assert first.calls == ["close"]  # built for the first reload, never ran
     assert running.calls == [] and second.calls == []
-    assert _poller_messages(caplog) == ["closing collector first failed"]
+    assert _poller_messages(caplog) == ["closing derivation first failed"]
     # A third reload drops the running stage: it runs until the next poll, and
     # is closed then, once; the second reload's own stage was never run.
     poller.reconfigure([first], settings())
@@ -214,7 +214,7 @@ def test_a_stage_that_refuses_new_settings_is_logged_and_keeps_running(
     poller = Poller([stubborn, other], 1.0, None, wall_clock=clock, monotonic=clock)
     poller.reconfigure([stubborn, other], settings(poll={"interval": "2s"}))
     poller.poll_once()
-    assert _poller_messages(caplog) == ["reconfiguring collector stubborn failed"]
+    assert _poller_messages(caplog) == ["reconfiguring derivation stubborn failed"]
     assert other.calls == ["reconfigure 2", "collect"]
     assert stubborn.calls == ["reconfigure 2", "collect"] and poller.interval == 2.0
 
@@ -247,13 +247,13 @@ def test_collectors_switched_on_and_off_by_a_reload_are_said_and_run_on_the_cloc
     with SimRun("ecc-uncorrectable", diagnosis={"enabled": False}) as run:
         run.poll()
         assert run.exporter.reload(lambda: settings())
-        assert "collector diagnosis switched on" in _messages(caplog)
+        assert "derivation diagnosis switched on" in _messages(caplog)
         snap = run.poll(5)
         (finding, *_) = snap.derived(FINDINGS) or ()
         assert EPOCH <= finding.since <= run.clock()
         caplog.clear()
         assert run.exporter.reload(lambda: settings(collectors={"gpm": False}))
-        assert "collector gpm switched off" in _messages(caplog)
+        assert "reader gpm switched off" in _messages(caplog)
     baseline = tmp_path / "baseline.json"
     with SimRun("healthy", collectors={"processes": False}) as run:
         baseline.write_text(json.dumps(capture([run.poll()])))
