@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Sequence
 
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
+from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, always, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.thresholds import DiagnosisConfig
 
@@ -37,11 +37,25 @@ BOUND_TENSOR_ACTIVE = 1 / 3
 NAMED_PROCESSES = 3
 
 
+# The last readings steady_climb was asked about, and its answer: every GPU
+# keeps the host's memory in use as its own readings, the same ones on each
+# GPU polled as long, and the same question is answered once a poll.
+_last_climb: list[tuple[Sequence[tuple[float, float]], float | None]] = []
+
+
 def steady_climb(samples: Sequence[tuple[float, float]]) -> float | None:
     """The rate per second of a level that climbed steadily across the
     readings (as (time, value), oldest first); None otherwise."""
     if len(samples) < MIN_RISES + 1:
         return None
+    if _last_climb and _last_climb[0][0] == samples:
+        return _last_climb[0][1]
+    rate = _climb(samples)
+    _last_climb[:] = [(tuple(samples), rate)]
+    return rate
+
+
+def _climb(samples: Sequence[tuple[float, float]]) -> float | None:
     (t0, v0), (t1, v1) = samples[0], samples[-1]
     span = t1 - t0
     net = v1 - v0
@@ -151,7 +165,7 @@ def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(holds, ev)
 
 
-rule(t.HOST_CPU_THERMAL)(_cpu_thermal)
+rule(t.HOST_CPU_THERMAL, reads_host=always)(_cpu_thermal)
 
 
 def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
@@ -175,7 +189,7 @@ def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(job and to_none <= cfg.host_memory_full_within, ev)
 
 
-rule(t.HOST_MEMORY_GROWTH)(_host_memory)
+rule(t.HOST_MEMORY_GROWTH, reads_host=always)(_host_memory)
 
 
 def _memory_bound(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
