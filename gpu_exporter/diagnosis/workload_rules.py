@@ -14,8 +14,11 @@ window is recurring."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import operator
 from collections.abc import Sequence
+from operator import itemgetter
 
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, always, rule
@@ -62,7 +65,7 @@ def _climb(samples: Sequence[tuple[float, float]]) -> float | None:
     if span <= 0 or net <= 0:
         return None
     middle = t0 + span / 2
-    v_mid = max(((at, v) for at, v in samples if at <= middle), default=(t0, v0))[1]
+    v_mid = _level_at(samples, middle, (t0, v0))
     if min(v_mid - v0, v1 - v_mid) < HALF_SHARE * net:
         return None
     moves = [b - a for (_, a), (_, b) in itertools.pairwise(samples)]
@@ -72,6 +75,21 @@ def _climb(samples: Sequence[tuple[float, float]]) -> float | None:
             or fallen > FALLBACK_SHARE * net):
         return None
     return net / span
+
+
+def _level_at(samples: Sequence[tuple[float, float]], at: float,
+              before: tuple[float, float]) -> float:
+    """The value of the latest reading at or before ``at`` (of several at
+    that time, the highest); ``before``'s where none is. Readings kept in
+    time order are searched, not walked: the window holds a reading a poll."""
+    times = list(map(itemgetter(0), samples))
+    if not all(map(operator.le, times, itertools.islice(times, 1, None))):
+        return max(((t, v) for t, v in samples if t <= at), default=before)[1]
+    end = bisect.bisect_right(times, at)
+    if not end:
+        return before[1]
+    start = bisect.bisect_left(times, times[end - 1], 0, end)
+    return max(v for _, v in itertools.islice(samples, start, end))
 
 
 def _memory(s: GpuSignals) -> tuple[float, float] | None:
