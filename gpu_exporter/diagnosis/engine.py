@@ -205,7 +205,7 @@ class _Place:
     """One GPU's or MIG instance's rows, their timeline and standing verdicts."""
 
     __slots__ = ("board", "polls", "standings", "states", "timeline",
-                 "unjudged", "view_rows")
+                 "unjudged", "unjudged_at", "view_rows")
 
     def __init__(self, now: float) -> None:
         self.timeline = _Timeline(now)
@@ -216,6 +216,7 @@ class _Place:
         self.polls = 0
         self.board: tuple[object, ...] | None = None  # what its rules read, last poll
         self.unjudged: tuple[Row, ...] = ()  # as of the last poll that judged a row
+        self.unjudged_at: list[int] | None = None  # their places in the table
         # The rows its job view lists as judged, and its unjudged rows then
         # (None: not listed yet).
         self.view_rows: tuple[tuple[Row, ...] | None, tuple[Row, ...]] = (None, ())
@@ -403,7 +404,7 @@ class Diagnosis(Derivation):
             states = place.states = [
                 _RowState(labels=(gpu, sig.uuid, j.row.symptom, j.row.cause)) for j in judged]
             place.standings = [Standing() for _ in groups]
-            place.polls, place.board = 0, None
+            place.polls, place.board, place.unjudged_at = 0, None, None
         before = place.polls
         place.polls = min(before + 1, len(timeline.times))
         board = (board_of(sig), past, booting, cfg) if self.verdicts_stand else None
@@ -431,7 +432,10 @@ class Diagnosis(Derivation):
             on += standing.on
             unjudged_at += standing.unjudged
         if judged_again:
-            place.unjudged = tuple(judged[i].row for i in sorted(unjudged_at))
+            unjudged_at.sort()
+            if unjudged_at != place.unjudged_at:
+                place.unjudged_at = unjudged_at
+                place.unjudged = tuple(judged[i].row for i in unjudged_at)
         unjudged += place.unjudged
         owners = self._owners(sig)
         roots = resolve([Candidate(judged[i].row, states[i].evidence,
@@ -465,7 +469,8 @@ class Diagnosis(Derivation):
         standing.last_stood = now
         for i in standing.on:
             place.states[i].last_true = now
-        self._settling(standing, place.timeline, sig, now, settling)
+        if standing.waits_first or standing.settle_since is not None:
+            self._settling(standing, place.timeline, sig, now, settling)
         for counter, name, value in standing.kept_every_poll:
             self._counters.keep(counter, name, value, now, self.cfg.window)
         if self._failing:  # each of its rules judged: a failure is said again

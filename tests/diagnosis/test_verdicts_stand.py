@@ -57,6 +57,7 @@ class Gpu:
     power_limit: float = 700.0
     process: bool = False
     process_state: str = "R"
+    board: str = "a"  # another board at the same index: its rows start afresh
 
 
 @dataclass
@@ -87,6 +88,7 @@ GPU_CHANGES: dict[str, Any] = {
     "power_limit": st.sampled_from([700.0, 450.0]),
     "process": st.booleans(),
     "process_state": st.sampled_from(["R", "S", "D"]),
+    "board": st.sampled_from(["a", "b"]),
 }
 HOST_CHANGES: dict[str, Any] = {
     "memory_available": st.sampled_from([400 * GIB, 20 * GIB, 2 * GIB]),
@@ -152,7 +154,7 @@ def readings(node: Node, out: SnapshotBuilder) -> None:
     """The readers' readings of ``node``: new objects every poll, as theirs are."""
     r = out.readings
     r.gpus = {i: GpuReading(
-        i, f"GPU-{i}", True, utilization=g.utilization, memory_used_bytes=g.memory_used,
+        i, f"GPU-{i}{g.board}", True, utilization=g.utilization, memory_used_bytes=g.memory_used,
         memory_total_bytes=80 * GIB, temperature_celsius=g.temperature,
         slowdown_celsius=90.0, power_watts=g.power_limit, power_limit_watts=g.power_limit,
         power_default_limit_watts=700.0, clocks_hz={"sm": g.sm_clock},
