@@ -98,16 +98,20 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.collectors.xid:XidCollector._registered": Kept(PER_GPU, CHURN),
     "gpu_exporter.diagnosis.engine:_Timeline.times":
         Kept("the poll times within the window plus its slack", CHURN),
-    "gpu_exporter.diagnosis.engine:Diagnosis._states": Kept(PER_GPU + " x the table's rows",
-                                                            CHURN),
-    "gpu_exporter.diagnosis.engine:Diagnosis._timelines": Kept(PER_GPU, CHURN),
-    "gpu_exporter.diagnosis.engine:Diagnosis._counters":
+    "gpu_exporter.diagnosis.engine:Diagnosis._places": Kept(PER_GPU, CHURN),
+    "gpu_exporter.diagnosis.engine:_Place.states": Kept("the table's rows", CHURN),
+    "gpu_exporter.diagnosis.engine:_Place.standings": Kept("the table's groups of rows", CHURN),
+    "gpu_exporter.diagnosis.counters:Counters._kept":
         Kept(PER_GPU + " x the counters the rules take increases of", CHURN),
+    "gpu_exporter.diagnosis.counters:Counter.readings":
+        Kept("the readings within the window", CHURN),
+    "gpu_exporter.diagnosis.counters:Counters._last":
+        Kept("one per name the rules take increases of", CHURN),
+    "gpu_exporter.diagnosis.counters:Counters.read_as_series":
+        Kept("the names the table's rules read as readings (a fixed few)", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._last_owners": Kept(PER_GPU, CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._last_instances":
         Kept(PER_GPU + " split into MIG instances (dropped when it is read whole)", CHURN),
-    "gpu_exporter.diagnosis.engine:Diagnosis._read_as_series":
-        Kept("the names the table's rules read as readings (a fixed few)", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._failing": Kept("the table's rules", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._row_at": Kept("the table's rows", CHURN),
     "gpu_exporter.diagnosis.coverage:Reasons._held":
@@ -234,6 +238,8 @@ NOT_KEPT: dict[str, str] = {
     "gpu_exporter.collectors.device:_GpuPass._fresh": "one GPU's pass of one poll",
     "gpu_exporter.collectors.device:_GpuPass._due": "one GPU's pass of one poll",
     "gpu_exporter.diagnosis.coverage:_AbsentReads.absent": "one coverage report",
+    "gpu_exporter.diagnosis.counters:Counters.consulted":
+        "the increases one group of rules asked in one poll",
     "gpu_exporter.host.pci:_Reader.problems": "one read of a device's sysfs files",
     "gpu_exporter.host.nics:_Notes.problems": "one read of the NICs' and ports' sysfs files",
     "gpu_exporter.settings.safeyaml:_BoundedComposer._heights": "one file's load",

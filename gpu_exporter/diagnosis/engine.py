@@ -11,6 +11,7 @@ dashboards ask for ``== 1`` either way."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -23,14 +24,16 @@ from gpu_exporter.catalogs.diagnosis import (
     DIAGNOSIS_INPUT_MISSING,
     DIAGNOSIS_NOT_JUDGED,
 )
+from gpu_exporter.diagnosis.counters import Counters
 from gpu_exporter.diagnosis.coverage import COVERAGE, Coverage, Gap, Kind, Reasons
 from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.finding import Finding
 from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.memory import FaultMemory, GpuPast
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
-from gpu_exporter.diagnosis.rules import RULES, Evidence, Rule, Trend, Verdict
+from gpu_exporter.diagnosis.rules import Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals, gather, missing_inputs
+from gpu_exporter.diagnosis.standing import Group, Judged, Standing, board_of, groups, judged_rows
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.facts.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.host.boot import uptime
@@ -45,22 +48,6 @@ log = logging.getLogger(__name__)
 
 # The rows judged on each MIG instance of a GPU split into instances.
 INSTANCE_ROWS: tuple[Row, ...] = tuple(r for r in ROWS if r.per_instance)
-
-
-@dataclass(frozen=True, slots=True)
-class _Judged:
-    """A row with what judging it every poll needs, looked up once: its rule
-    and key (a Row hashes every field of it, and its key is built anew on
-    each read; 38 rows a GPU every poll)."""
-
-    row: Row
-    rule: Rule
-    key: str
-    immediate: bool
-
-
-def _judged(rows: tuple[Row, ...]) -> tuple[_Judged, ...]:
-    return tuple(_Judged(row, RULES[row], row.key, row.immediate) for row in rows)
 
 
 # What the diagnosis publishes in each snapshot: the rows on now, and the
@@ -172,7 +159,7 @@ class _Timeline:
     """When one GPU's rows were judged, oldest first: every row of a GPU is
     judged at every one of its polls, so the rows share these times."""
 
-    __slots__ = ("answered", "in_window", "started", "times")
+    __slots__ = ("_in_order", "_oldest", "answered", "in_window", "started", "times")
 
     def __init__(self, started: float) -> None:
         self.started = started  # the place's first poll
@@ -182,20 +169,57 @@ class _Timeline:
         self.answered = 0
         self.times: deque[float] = deque()
         self.in_window = 0  # how many of the newest times lie within the window
+        # The window's start at the last poll, and whether the times kept are
+        # in order: then the count goes on from the last poll's instead of
+        # over every time kept (a window's polls, each poll of each place).
+        self._oldest = float("-inf")
+        self._in_order = True
 
     def add(self, now: float, span: float, window: float) -> None:
         times = self.times
+        if times and now < times[-1]:
+            self._in_order = False
         times.append(now)
         if now - self.started >= FIRST_ANSWERS_S:
             self.answered = min(self.answered + 1, 2)  # only "fewer than 2" is asked
         while times[0] < now - span:
             times.popleft()
-        n = 0
-        for t in reversed(times):
-            if t < now - window:
-                break
-            n += 1
+        oldest = now - window
+        if not self._in_order:
+            self._in_order = all(a <= b for a, b in itertools.pairwise(times))
+        if self._in_order and oldest >= self._oldest:
+            n = min(self.in_window + 1, len(times))
+            while n and times[-n] < oldest:
+                n -= 1
+        else:
+            n = 0
+            for t in reversed(times):
+                if t < oldest:
+                    break
+                n += 1
+        self._oldest = oldest
         self.in_window = n
+
+
+class _Place:
+    """One GPU's or MIG instance's rows, their timeline and standing verdicts."""
+
+    __slots__ = ("board", "polls", "standings", "states", "timeline",
+                 "unjudged", "unjudged_at", "view_rows")
+
+    def __init__(self, now: float) -> None:
+        self.timeline = _Timeline(now)
+        self.states: list[_RowState] = []
+        self.standings: list[Standing] = []
+        # How many of the timeline's polls each row's bits cover (the same
+        # for every row of the place: each is judged at every one of them).
+        self.polls = 0
+        self.board: tuple[object, ...] | None = None  # what its rules read, last poll
+        self.unjudged: tuple[Row, ...] = ()  # as of the last poll that judged a row
+        self.unjudged_at: list[int] | None = None  # their places in the table
+        # The rows its job view lists as judged, and its unjudged rows then
+        # (None: not listed yet).
+        self.view_rows: tuple[tuple[Row, ...] | None, tuple[Row, ...]] = (None, ())
 
 
 class Diagnosis(Derivation):
@@ -223,17 +247,19 @@ class Diagnosis(Derivation):
         self.switched_off = switched_off
         self._mono = monotonic
         self._wall = wall_clock
-        # Keyed by place: (GPU index, MIG instance or None); each place's
-        # rows' states in table order (ROWS, or INSTANCE_ROWS for an instance).
-        self._states: dict[tuple[int, int | None], list[_RowState]] = {}
-        # The rows with their rules as registered when the engine is made.
-        self._gpu_rows = _judged(ROWS)
-        self._instance_rows = _judged(INSTANCE_ROWS)
-        self._timelines: dict[tuple[int, int | None], _Timeline] = {}
-        self._counters: dict[tuple[int, str], deque[tuple[float, float]]] = {}
-        # The names a rule reads the readings of (Trend.series), not only their
-        # increase: those keep a reading every poll (see increase()).
-        self._read_as_series: set[str] = set()
+        # Keyed by (GPU index, MIG instance or None); each place's rows'
+        # states in table order (ROWS, or INSTANCE_ROWS for an instance).
+        self._places: dict[tuple[int, int | None], _Place] = {}
+        # The rows with their rules as registered when the engine is made,
+        # and in the groups judged again together.
+        self._gpu_rows = judged_rows(ROWS)
+        self._instance_rows = judged_rows(INSTANCE_ROWS)
+        self._gpu_groups = groups(self._gpu_rows)
+        self._instance_groups = groups(self._instance_rows)
+        self._counters = Counters()
+        # A group's last verdicts stand while what its rules read is the same
+        # (False: every row is judged every poll; the same answers, slower).
+        self.verdicts_stand = True
         # GPU uuid -> its owners when last known: a lost GPU lists no process,
         # and its job was its job until it fell off the bus.
         self._last_owners: dict[str, tuple[GpuOwner, ...]] = {}
@@ -337,7 +363,7 @@ class Diagnosis(Derivation):
         # fact of the node, as in the verdict (``diagnose``, /diagnosis).
         for gap in gaps:
             if gap.kind is Kind.GAP:
-                state = self._states[gap.gpu, None][self._row_at[gap.row]]
+                state = self._places[gap.gpu, None].states[self._row_at[gap.row]]
                 out.add_values(DIAGNOSIS_NOT_JUDGED, state.labels, 1)
         out.publish(COVERAGE, Coverage(tuple(s.index for s in gpus), tuple(gaps), settling,
                                        self.cfg.window))
@@ -359,71 +385,62 @@ class Diagnosis(Derivation):
                   booting: bool) -> list[Finding]:
         """One place (a GPU, or a MIG instance of one): judge its rows, keep
         the steady state, then keep the root causes among the rows that are on.
-        A row an instance cannot judge is not the GPU's unjudged row."""
-        place = (sig.index, sig.gpu_instance)
-        trend = Trend(self._increase_fn(sig.index, now), wall, past,
-                      lambda name: self._readings(sig.index, name))
-        timeline = self._timelines.get(place)
-        if timeline is None:
-            timeline = self._timelines[place] = _Timeline(now)
-        timeline.add(now, max(self.cfg.window, self.cfg.clear_after) + self._span_slack,
-                     self.cfg.window)
-        judged = self._gpu_rows if sig.gpu_instance is None else self._instance_rows
-        states = self._states.get(place)
-        if states is None or states[0].labels[1] != sig.uuid:
+        A row an instance cannot judge is not the GPU's unjudged row. A
+        group of rows whose rules read the same as last poll, none of them in
+        a timed change, is not judged again: its verdicts stand."""
+        cfg = self.cfg
+        place = self._places.get((sig.index, sig.gpu_instance))
+        if place is None:
+            place = self._places[sig.index, sig.gpu_instance] = _Place(now)
+        timeline = place.timeline
+        timeline.add(now, max(cfg.window, cfg.clear_after) + self._span_slack, cfg.window)
+        instance = sig.gpu_instance is not None
+        judged = self._instance_rows if instance else self._gpu_rows
+        groups = self._instance_groups if instance else self._gpu_groups
+        states = place.states
+        if not states or states[0].labels[1] != sig.uuid:
             # New, or another GPU at this index (replaced): start afresh.
             gpu = str(sig.index)
-            states = self._states[place] = [
+            states = place.states = [
                 _RowState(labels=(gpu, sig.uuid, j.row.symptom, j.row.cause)) for j in judged]
-        on: list[Candidate] = []
-        cfg = self.cfg
-        for j, state in zip(judged, states, strict=True):
-            row = j.row
-            try:
-                # A link or the fabric still training after boot is not judged yet.
-                verdict = (Verdict(None) if booting and row.boot_grace
-                           else j.rule(sig, cfg, trend))
-            except Exception as exc:  # one broken rule must not silence the others
-                verdict = self._failed(j, exc)
+            place.standings = [Standing() for _ in groups]
+            place.polls, place.board, place.unjudged_at = 0, None, None
+        before = place.polls
+        place.polls = min(before + 1, len(timeline.times))
+        board = (board_of(sig), past, booting, cfg) if self.verdicts_stand else None
+        same = board is not None and board == place.board
+        place.board = board
+        counters = self._counters
+        counters.at(sig.index, now, cfg.window)
+        trend = Trend(counters.increase, wall, past, counters.series)
+        on: list[int] = []
+        unjudged_at: list[int] = []
+        judged_again = False
+        for group, standing in zip(groups, place.standings, strict=True):
+            host = (sig.host if group.reads_host is not None and group.reads_host(sig, cfg)
+                    else None)
+            if (same and standing.steady and standing.host == host
+                    and standing.series_version == counters.series_version):
+                self._stand(group, standing, judged, place, sig, now, settling)
             else:
-                if self._failing:
-                    self._failing.discard(j.key)
-            if verdict.holds is None and sig.gpu_instance is not None:
-                unjudged.append(row)  # the instance's own: for its job only
-            elif verdict.holds is None:
-                # The board, the driver or a missing reader leaves the rule
-                # nothing to judge: its 0 means unknown, not healthy
-                # (gpu_diagnosis_not_judged, once coverage says why).
-                unjudged.append(row)
-                state.judged_since = None
-                # Its readings may be on their way (a sampled reader's first
-                # ratio, a process's first rate): until they could have come,
-                # or while GPM says its first ratio has not, the row may still
-                # be judged, and the GPU is still settling.
-                if timeline.answered < 2 or sig.gpm_pending:
-                    left = self.cfg.window + max(
-                        0.0, FIRST_ANSWERS_S - (now - timeline.started))
-                    if left > settling.get(sig.index, 0.0):
-                        settling[sig.index] = left
-            elif state.judged_since is None:
-                state.judged_since = now
-            if not verdict.holds:
-                state.holding_since = None
-            elif state.holding_since is None:
-                state.holding_since = now
-            if self._update(state, verdict, row, timeline, now, wall):
-                on.append(Candidate(row, state.evidence,
-                                    now - state.last_true <= self.cfg.explained_within))
-            elif not j.immediate and state.judged_since is not None:
-                # Judged for less than the window, or holding for less: a
-                # condition that holds cannot have turned the row on yet.
-                since = (state.judged_since if state.holding_since is None
-                         else max(state.judged_since, state.holding_since))
-                left = self.cfg.window - (now - since)
-                if left > 0 and left > settling.get(sig.index, 0.0):
-                    settling[sig.index] = left
-        roots = resolve(on)
+                judged_again = True
+                if standing.lag:
+                    self._catch_up(group, standing, states, before)
+                self._judge(group, standing, judged, place, sig, trend, booting, now, wall,
+                            settling)
+                standing.host = host
+            on += standing.on
+            unjudged_at += standing.unjudged
+        if judged_again:
+            unjudged_at.sort()
+            if unjudged_at != place.unjudged_at:
+                place.unjudged_at = unjudged_at
+                place.unjudged = tuple(judged[i].row for i in unjudged_at)
+        unjudged += place.unjudged
         owners = self._owners(sig)
+        roots = resolve([Candidate(judged[i].row, states[i].evidence,
+                                   now - states[i].last_true <= cfg.explained_within)
+                         for i in sorted(on)])
         findings: list[Finding] = []
         if not roots:
             return findings
@@ -442,12 +459,137 @@ class Diagnosis(Derivation):
                                         sig.gpu_instance))
         return findings
 
+    def _stand(self, group: Group, standing: Standing, judged: tuple[Judged, ...],
+               place: _Place, sig: GpuSignals, now: float, settling: dict[int, float]) -> None:
+        """A poll at which a group's verdicts stand: its rows that are on
+        held now, the readings a rule reads keep this poll's, and its rows
+        say how long the GPU settles as judging them would. The rows' bits
+        are brought up to date when the group is judged again."""
+        standing.lag += 1
+        standing.last_stood = now
+        for i in standing.on:
+            place.states[i].last_true = now
+        if standing.waits_first or standing.settle_since is not None:
+            self._settling(standing, place.timeline, sig, now, settling)
+        for counter, name, value in standing.kept_every_poll:
+            self._counters.keep(counter, name, value, now, self.cfg.window)
+        if self._failing:  # each of its rules judged: a failure is said again
+            self._failing.difference_update(judged[i].key for i in group.at)
+
+    def _settling(self, standing: Standing, timeline: _Timeline, sig: GpuSignals,
+                  now: float, settling: dict[int, float]) -> None:
+        """How long the GPU still settles for the rows of a group: until
+        every reader could have answered, and until a row off has been
+        judged for the window."""
+        left = 0.0
+        if standing.waits_first and (timeline.answered < 2 or sig.gpm_pending):
+            left = self.cfg.window + max(0.0, FIRST_ANSWERS_S - (now - timeline.started))
+        if standing.settle_since is not None:
+            left = max(left, self.cfg.window - (now - standing.settle_since))
+        if left > 0 and left > settling.get(sig.index, 0.0):
+            settling[sig.index] = left
+
+    @staticmethod
+    def _catch_up(group: Group, standing: Standing, states: list[_RowState],
+                  polls: int) -> None:
+        """Each row's bits for the polls its verdict stood (one per poll, the
+        row on or off as it stayed), as judging it each poll would have left
+        them; each folded counter's last reading moved to the last of them."""
+        lag = min(standing.lag, polls)
+        fill = (1 << lag) - 1
+        mask = (1 << polls) - 1
+        for i in group.at:
+            st = states[i]
+            st.held = ((st.held << lag) | (fill if st.active else 0)) & mask
+            st.polls = polls
+        last = standing.last_stood
+        for counter, _, value in standing.consulted:
+            series = counter.readings
+            if (len(series) > 1 and series[-1][1] == value and series[-2][1] == value
+                    and series[-1][0] < last):
+                series[-1] = (last, value)
+        standing.lag = 0
+
+    def _judge(self, group: Group, standing: Standing, judged: tuple[Judged, ...],
+               place: _Place, sig: GpuSignals, trend: Trend, booting: bool, now: float,
+               wall: float, settling: dict[int, float]) -> None:
+        """Judge a group's rows, and say whether their verdicts may stand
+        while what the rules read stays the same."""
+        cfg = self.cfg
+        counters = self._counters
+        counters.consulted = []
+        trend.clock_read = False
+        timeline, states = place.timeline, place.states
+        steady = True
+        on: list[int] = []
+        unjudged: list[int] = []
+        standing.settle_since, standing.waits_first = None, False
+        for i in group.at:
+            j, state = judged[i], states[i]
+            row = j.row
+            try:
+                # A link or the fabric still training after boot is not judged yet.
+                verdict = (Verdict(None) if booting and row.boot_grace
+                           else j.rule(sig, cfg, trend))
+            except Exception as exc:  # one broken rule must not silence the others
+                verdict = self._failed(j, exc)
+                steady = False
+            else:
+                if self._failing:
+                    self._failing.discard(j.key)
+            holds = verdict.holds
+            if holds is None and sig.gpu_instance is not None:
+                unjudged.append(i)  # the instance's own: for its job only
+            elif holds is None:
+                # The board, the driver or a missing reader leaves the rule
+                # nothing to judge: its 0 means unknown, not healthy
+                # (gpu_diagnosis_not_judged, once coverage says why).
+                unjudged.append(i)
+                state.judged_since = None
+                # Its readings may be on their way (a sampled reader's first
+                # ratio, a process's first rate): until they could have come,
+                # or while GPM says its first ratio has not, the row may still
+                # be judged, and the GPU is still settling.
+                standing.waits_first = True
+            elif state.judged_since is None:
+                state.judged_since = now
+            if not holds:
+                state.holding_since = None
+            elif state.holding_since is None:
+                state.holding_since = now
+            if self._update(state, verdict, row, timeline, now, wall):
+                on.append(i)
+                steady = steady and holds is True  # on but not holding: clearing
+            else:
+                steady = steady and not holds  # holding but not on yet
+                if not j.immediate and state.judged_since is not None:
+                    # Judged for less than the window, or holding for less: a
+                    # condition that holds cannot have turned the row on yet.
+                    since = (state.judged_since if state.holding_since is None
+                             else max(state.judged_since, state.holding_since))
+                    if cfg.window - (now - since) > 0 and (
+                            standing.settle_since is None or since > standing.settle_since):
+                        standing.settle_since = since
+        self._settling(standing, timeline, sig, now, settling)
+        consulted = counters.consulted
+        every_poll = counters.read_as_series
+        standing.steady = (steady and not trend.clock_read
+                           and all(counter.steady() for counter, _, _ in consulted))
+        standing.series_version = counters.series_version
+        standing.kept_every_poll = tuple(c for c in consulted if c[1] in every_poll)
+        standing.consulted = tuple(c for c in consulted if c[1] not in every_poll)
+        standing.on, standing.unjudged = tuple(on), tuple(unjudged)
+
     def _views(self, sig: GpuSignals, unjudged: list[Row]) -> list[GpuView]:
         """A whole GPU's view for its job; for a GPU lost while split into
         MIG instances, each instance it had, lost with it: the jobs on them
         were their jobs until the GPU fell off the bus."""
-        left_out = set(unjudged)
-        judged = tuple(j.row for j in self._gpu_rows if j.row not in left_out)
+        place = self._places[sig.index, None]
+        known, judged = place.view_rows
+        if tuple(unjudged) != known:  # the rows judged, as long as they are the same
+            left_out = set(unjudged)
+            judged = tuple(j.row for j in self._gpu_rows if j.row not in left_out)
+            place.view_rows = (tuple(unjudged), judged)
         had = self._last_instances.get(sig.uuid, ()) if not sig.gpu.up else ()
         if had:
             return [replace(v, up=False, utilization=None, sm_active=None, judged=judged)
@@ -477,7 +619,7 @@ class Diagnosis(Derivation):
             return sig.owners
         return self._last_owners.get(sig.uuid, ()) if not sig.gpu.up else ()
 
-    def _failed(self, judged: _Judged, exc: Exception) -> Verdict:
+    def _failed(self, judged: Judged, exc: Exception) -> Verdict:
         """A rule that raised: counted, said once until it judges again, and
         its row left unjudged this poll."""
         self._errors += 1
@@ -516,32 +658,11 @@ class Diagnosis(Derivation):
         st.since = wall if verdict.since is None else min(wall, verdict.since)
         return True
 
-    def _readings(self, gpu: int, name: str) -> tuple[tuple[float, float], ...]:
-        self._read_as_series.add(name)
-        return tuple(self._counters.get((gpu, name), ()))
-
     def _increase_fn(self, gpu: int, now: float) -> Callable[[str, float | None], float | None]:
-        def increase(name: str, value: float | None) -> float | None:
-            if value is None:
-                return None
-            series = self._counters.setdefault((gpu, name), deque())
-            if (len(series) > 1 and series[-1][1] == value and series[-2][1] == value
-                    and name not in self._read_as_series):
-                # The level has not moved: the last reading's time moves to now
-                # instead of a reading a poll. The increase over the window is
-                # the same (the first reading kept is the value in force at the
-                # window's start), and a GPU keeps two readings of each idle
-                # counter (18 NVLink links x 3 kinds on an H100) instead of a
-                # window's. Names a rule reads the readings of keep every poll:
-                # a steady climb's span runs from the first poll in the window.
-                # A rule reads them in the poll of its first increase, before a
-                # third reading could be folded.
-                series[-1] = (now, value)
-            else:
-                series.append((now, value))
-            while len(series) > 1 and series[1][0] <= now - self.cfg.window:
-                series.popleft()
-            first = series[0][1]
-            return value if value < first else value - first  # a reset starts over
+        """The increase a rule on GPU ``gpu`` gets at ``now`` (Trend.increase)."""
+        self._counters.at(gpu, now, self.cfg.window)
+        return self._counters.increase
 
-        return increase
+    def _readings(self, gpu: int, name: str) -> tuple[tuple[float, float], ...]:
+        """The readings kept of ``name`` on GPU ``gpu`` (Trend.series)."""
+        return self._counters.series(name, gpu)

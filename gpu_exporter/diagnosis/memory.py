@@ -37,6 +37,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -363,9 +364,13 @@ def _printable(text: str, limit: int) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in text[:limit])
 
 
+# A UUID the file can hold: NVML's "GPU-" and up to 64 ASCII letters, digits
+# and hyphens (asked of every GPU every poll: one match, not a loop).
+_UUID = re.compile(r"GPU-[A-Za-z0-9-]{1,64}")
+
+
 def _valid_uuid(uuid: str) -> bool:
-    return uuid.startswith("GPU-") and 4 < len(uuid) <= 68 and all(
-        c.isascii() and (c.isalnum() or c == "-") for c in uuid[4:])
+    return _UUID.fullmatch(uuid) is not None
 
 
 def _read_json(path: Path) -> Any:

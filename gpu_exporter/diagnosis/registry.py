@@ -34,11 +34,17 @@ class Trend:
     the current time, and what the exporter remembers of the GPU from before
     (memory.py), supplied by the engine."""
 
+    __slots__ = ("_now", "_series", "clock_read", "increase", "past")
+
     def __init__(self, increase: Callable[[str, float | None], float | None],
                  now: float, past: GpuPast | None = None,
                  series: Callable[[str], Sequence[tuple[float, float]]] | None = None) -> None:
         self.increase = increase
-        self.now = now  # unix time
+        self._now = now
+        # Whether a rule asked the time: its verdict may change with the clock
+        # alone (an Xid ageing out of the hold), so the engine judges it again
+        # every poll instead of letting the verdict stand (engine.py).
+        self.clock_read = False
         self.past = past
         # The (monotonic time, value) readings ``increase`` kept of a name within
         # the window, oldest first: how a level moved, not only how far (a
@@ -47,16 +53,35 @@ class Trend:
         # the increase of alone). Empty where not kept.
         self._series = series
 
+    @property
+    def now(self) -> float:
+        """The current unix time."""
+        self.clock_read = True
+        return self._now
+
     def series(self, name: str) -> Sequence[tuple[float, float]]:
         return () if self._series is None else self._series(name)
 
 
 Rule = Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]
 RULES: dict[Row, Rule] = {}
+# Whether a rule reads the node's host signals (``GpuSignals.host``) for a
+# place now, keyed by its row; a row not here never reads them. The host's
+# readings move every poll on a real node (memory in use, CPU shares), so
+# the engine judges a row again on a change of the host only where its rule
+# reads it (engine.py: a verdict stands while what its rule reads is the same).
+HostRead = Callable[[GpuSignals, DiagnosisConfig], bool]
+READS_HOST: dict[Row, HostRead] = {}
 
 
-def rule(row: Row) -> Callable[[Rule], Rule]:
-    """Register ``fn`` as the condition of ``row`` (one per row)."""
+def always(s: GpuSignals, cfg: DiagnosisConfig) -> bool:
+    """A rule that reads the host's signals on every place."""
+    return True
+
+
+def rule(row: Row, reads_host: HostRead | None = None) -> Callable[[Rule], Rule]:
+    """Register ``fn`` as the condition of ``row`` (one per row); ``reads_host``
+    says when it reads the host's signals (None: never)."""
     if row not in ROWS:
         raise ImportError(f"rule for {row.key}, which is not in the diagnosis table")
 
@@ -64,6 +89,8 @@ def rule(row: Row) -> Callable[[Rule], Rule]:
         if row in RULES:
             raise ImportError(f"two rules for {row.key}: {RULES[row].__name__}, {fn.__name__}")
         RULES[row] = fn
+        if reads_host is not None:
+            READS_HOST[row] = reads_host
         return fn
 
     return register

@@ -290,8 +290,14 @@ def _starved_rules(idle: Row, underfed: Row, cause: _Cause) -> None:
 
     at_idle.__name__ = at_idle.__qualname__ = f"_idle_{idle.cause}"
     below_busy.__name__ = below_busy.__qualname__ = f"_underfed_{underfed.cause}"
-    rule(idle)(at_idle)
-    rule(underfed)(below_busy)
+    rule(idle, reads_host=_job_holds)(at_idle)
+    rule(underfed, reads_host=_job_holds)(below_busy)
+
+
+def _job_holds(s: GpuSignals, cfg: DiagnosisConfig) -> bool:
+    """Whether the rows of a starved GPU read the host now: only where a job
+    holds the place (``_with`` judges the cause only then)."""
+    return _job(s, cfg)[0] is True
 
 
 _starved_rules(t.IDLE_DATA_PIPELINE_IO, t.UNDERFED_DATA_PIPELINE_IO, _io_bound)

@@ -14,11 +14,14 @@ window is recurring."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import operator
 from collections.abc import Sequence
+from operator import itemgetter
 
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, rule
+from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, always, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.settings.thresholds import DiagnosisConfig
 
@@ -37,18 +40,32 @@ BOUND_TENSOR_ACTIVE = 1 / 3
 NAMED_PROCESSES = 3
 
 
+# The last readings steady_climb was asked about, and its answer: every GPU
+# keeps the host's memory in use as its own readings, the same ones on each
+# GPU polled as long, and the same question is answered once a poll.
+_last_climb: list[tuple[Sequence[tuple[float, float]], float | None]] = []
+
+
 def steady_climb(samples: Sequence[tuple[float, float]]) -> float | None:
     """The rate per second of a level that climbed steadily across the
     readings (as (time, value), oldest first); None otherwise."""
     if len(samples) < MIN_RISES + 1:
         return None
+    if _last_climb and _last_climb[0][0] == samples:
+        return _last_climb[0][1]
+    rate = _climb(samples)
+    _last_climb[:] = [(tuple(samples), rate)]
+    return rate
+
+
+def _climb(samples: Sequence[tuple[float, float]]) -> float | None:
     (t0, v0), (t1, v1) = samples[0], samples[-1]
     span = t1 - t0
     net = v1 - v0
     if span <= 0 or net <= 0:
         return None
     middle = t0 + span / 2
-    v_mid = max(((at, v) for at, v in samples if at <= middle), default=(t0, v0))[1]
+    v_mid = _level_at(samples, middle, (t0, v0))
     if min(v_mid - v0, v1 - v_mid) < HALF_SHARE * net:
         return None
     moves = [b - a for (_, a), (_, b) in itertools.pairwise(samples)]
@@ -58,6 +75,21 @@ def steady_climb(samples: Sequence[tuple[float, float]]) -> float | None:
             or fallen > FALLBACK_SHARE * net):
         return None
     return net / span
+
+
+def _level_at(samples: Sequence[tuple[float, float]], at: float,
+              before: tuple[float, float]) -> float:
+    """The value of the latest reading at or before ``at`` (of several at
+    that time, the highest); ``before``'s where none is. Readings kept in
+    time order are searched, not walked: the window holds a reading a poll."""
+    times = list(map(itemgetter(0), samples))
+    if not all(map(operator.le, times, itertools.islice(times, 1, None))):
+        return max(((t, v) for t, v in samples if t <= at), default=before)[1]
+    end = bisect.bisect_right(times, at)
+    if not end:
+        return before[1]
+    start = bisect.bisect_left(times, times[end - 1], 0, end)
+    return max(v for _, v in itertools.islice(samples, start, end))
 
 
 def _memory(s: GpuSignals) -> tuple[float, float] | None:
@@ -151,7 +183,7 @@ def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(holds, ev)
 
 
-rule(t.HOST_CPU_THERMAL)(_cpu_thermal)
+rule(t.HOST_CPU_THERMAL, reads_host=always)(_cpu_thermal)
 
 
 def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
@@ -175,7 +207,7 @@ def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(job and to_none <= cfg.host_memory_full_within, ev)
 
 
-rule(t.HOST_MEMORY_GROWTH)(_host_memory)
+rule(t.HOST_MEMORY_GROWTH, reads_host=always)(_host_memory)
 
 
 def _memory_bound(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

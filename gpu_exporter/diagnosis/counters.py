@@ -1,0 +1,110 @@
+"""The readings of the counters and levels the rules ask the increase of
+(``Trend.increase``), kept per GPU over the diagnosis window, and whether
+each has held one value over all it keeps: a verdict read from such a one
+stands until the reading moves (engine.py)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class Counter:
+    """One name's readings on one GPU, oldest first, and since when (the
+    monotonic time of its first reading) it has held its last value."""
+
+    __slots__ = ("readings", "steady_from")
+
+    def __init__(self, now: float) -> None:
+        self.readings: deque[tuple[float, float]] = deque()
+        self.steady_from = now
+
+    def steady(self) -> bool:
+        """Every reading kept is the last value, and there are two: the
+        increase stays 0 and the readings a rule reads keep their shape (one
+        reading alone has no span) until a reading moves."""
+        readings = self.readings
+        return len(readings) > 1 and readings[0][0] >= self.steady_from
+
+
+class Counters:
+    """Every GPU's counters, each asked at the GPU and time ``at`` names."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, str], Counter] = {}
+        # The names a rule reads the readings of (``series``), not only their
+        # increase: those keep a reading every poll (see keep()).
+        self.read_as_series: set[str] = set()
+        # Grows with read_as_series: a name read as series from now on stops
+        # being folded on every GPU (engine.py judges again what read it).
+        self.series_version = 0
+        # (counter, name, value) of each increase asked since at().
+        self.consulted: list[tuple[Counter, str, float]] = []
+        self._gpu = 0
+        self._now = 0.0
+        self._window = 0.0
+        # Each name's last reading kept, handed on to the next GPU that keeps
+        # the same one (the host's readings, kept by every GPU): readings
+        # compared across GPUs (workload_rules.steady_climb) then match at a
+        # glance, one object for all.
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def at(self, gpu: int, now: float, window: float) -> None:
+        self._gpu, self._now, self._window = gpu, now, window
+
+    def increase(self, name: str, value: float | None) -> float | None:
+        """How far ``value`` rose over the window (from the first reading
+        kept; a counter that went back was reset and starts over)."""
+        if value is None:
+            return None
+        key = (self._gpu, name)
+        counter = self._kept.get(key)
+        if counter is None:
+            counter = self._kept[key] = Counter(self._now)
+        self.consulted.append((counter, name, value))
+        self.keep(counter, name, value, self._now, self._window)
+        first = counter.readings[0][1]
+        return value if value < first else value - first  # a reset starts over
+
+    def keep(self, counter: Counter, name: str, value: float, now: float,
+             window: float) -> None:
+        """Add the reading ``value`` at ``now`` to ``counter``'s and drop those
+        older than the window."""
+        series = counter.readings
+        if not series or series[-1][1] != value:
+            counter.steady_from = now
+        if (len(series) > 1 and series[-1][1] == value and series[-2][1] == value
+                and name not in self.read_as_series):
+            # The level has not moved: the last reading's time moves to now
+            # instead of a reading a poll. The increase over the window is
+            # the same (the first reading kept is the value in force at the
+            # window's start), and a GPU keeps two readings of each idle
+            # counter (18 NVLink links x 3 kinds on an H100) instead of a
+            # window's. Names a rule reads the readings of keep every poll:
+            # a steady climb's span runs from the first poll in the window.
+            # A rule reads them in the poll of its first increase, before a
+            # third reading could be folded.
+            series[-1] = (now, value)
+        else:
+            last = self._last.get(name)
+            if (last is not None and last[0] is now and type(last[1]) is type(value)
+                    and last[1] == value and value != 0):  # 0.0 and -0.0 read apart
+                series.append(last)
+            else:
+                series.append(last := (now, value))
+                self._last[name] = last
+        oldest = now - window
+        while len(series) > 1 and series[1][0] <= oldest:
+            series.popleft()
+
+    def series(self, name: str, gpu: int | None = None) -> tuple[tuple[float, float], ...]:
+        """The readings kept of ``name`` on the GPU asked at (or ``gpu``):
+        from now on, one every poll."""
+        if name not in self.read_as_series:
+            self.read_as_series.add(name)
+            self.series_version += 1
+        counter = self._kept.get((self._gpu if gpu is None else gpu, name))
+        return () if counter is None else tuple(counter.readings)
+
+    def __getitem__(self, key: tuple[int, str]) -> deque[tuple[float, float]]:
+        """The readings kept of (GPU, name)."""
+        return self._kept[key].readings
