@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_exporter.nvml.session import NvmlSession
+from gpu_exporter.poll.readings import GpuReading
 from gpu_exporter.poll.runtime import Runtime
 from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
 from gpu_exporter.poll.stage import Stage
@@ -47,6 +48,12 @@ class OneGpu:
         for collector in collectors:
             collector.collect(out)
         return out.build()
+
+    def read_gpu(self, collector: Stage) -> tuple[Snapshot, GpuReading]:
+        """One poll of a GPU reader: the snapshot, and the GPU's reading in it."""
+        snap = self.poll(collector)
+        assert snap.readings.gpus is not None
+        return snap, snap.readings.gpus[0]
 
     def close(self) -> None:
         for collector in self.built:

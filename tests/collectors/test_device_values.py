@@ -21,7 +21,7 @@ from gpu_exporter.facts.cadence import FACT_READ_EVERY_POLLS
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.errors import Return
 from gpu_exporter.poll.readings import GpuReading
-from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.snapshot import Snapshot
 from gpu_exporter.simulator.gpu_state import GpuState
 from tests.onegpu import OneGpu
 
@@ -181,15 +181,6 @@ def expected_reading(st: GpuState, one: OneGpu) -> GpuReading:
         fabric_health="healthy" if profile.fabric else None)
 
 
-def poll(one: OneGpu, collector: DeviceCollector) -> tuple[Snapshot, GpuReading]:
-    one.clock.advance(1.0)
-    one.node.refresh()
-    one.session.ensure()
-    one.session.begin_poll()
-    out = SnapshotBuilder(one.clock())
-    collector.collect(out)
-    assert out.readings.gpus is not None
-    return out.build(), out.readings.gpus[0]
 
 
 CASES = [
@@ -215,7 +206,7 @@ def test_every_series_and_reading_is_the_state_in_base_units(
     one, collector = board
     first: dict[Key, float] = {}
     for _ in range(2):  # the first poll reads everything, the second the slow reads' cache
-        snap, reading = poll(one, collector)
+        snap, reading = one.read_gpu(collector)
         st = one.node.world.state(0)
         want = expected(st, one)
         for key in want:
@@ -283,7 +274,7 @@ def _fails_once_named(one: OneGpu, collector: DeviceCollector, good: Snapshot, k
         with caplog.at_level(logging.WARNING):
             # values read on a cadence are asked again on the poll after a failure
             for _ in range(FACT_READ_EVERY_POLLS + 1):
-                snap, _reading = poll(one, collector)
+                snap, _reading = one.read_gpu(collector)
                 if absent not in snap.samples or len(snap.samples[absent]) < len(
                         good.samples[absent]):
                     break
@@ -309,7 +300,7 @@ def test_a_failing_read_is_named_once_and_only_its_series_go(
     with OneGpu(utilization=0.5, driver=driver) as one:
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
-        good, _ = poll(one, collector)
+        good, _ = one.read_gpu(collector)
         one.node.library.inject_error = lambda name, gpu: (
             int(Return.INSUFFICIENT_RESOURCES) if name == function else None)
         _fails_once_named(one, collector, good, key, function, absent, caplog)
@@ -322,7 +313,7 @@ def test_a_failing_field_is_named_once_and_only_its_series_go(
     with OneGpu(utilization=0.5) as one:
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
-        good, _ = poll(one, collector)
+        good, _ = one.read_gpu(collector)
         one.node.library.inject_state = lambda name, st: dataclasses.replace(
             st, field_errors={fid: int(Return.INSUFFICIENT_RESOURCES)})
         _fails_once_named(one, collector, good, key, f"nvmlDeviceGetFieldValues({key})", absent,
@@ -339,11 +330,11 @@ def test_a_capability_nvml_lacks_is_not_asked_again(function: str, code: Return)
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
         one.node.library.inject_error = lambda name, gpu: int(code) if name == function else None
-        poll(one, collector)
+        one.read_gpu(collector)
         calls = one.node.library.calls[function]
         assert calls >= 1
         for _ in range(FACT_READ_EVERY_POLLS + 2):
-            poll(one, collector)
+            one.read_gpu(collector)
         assert one.node.library.calls[function] == calls
         assert collector.errors() == 0
 
@@ -355,7 +346,7 @@ def test_without_the_v2_memory_call_v1_answers_and_reserved_is_unknown() -> None
         one.node.library.inject_error = lambda name, gpu: (
             int(Return.FUNCTION_NOT_FOUND) if name == "nvmlDeviceGetMemoryInfo_v2" else None)
         for _ in range(2):
-            snap, reading = poll(one, collector)
+            snap, reading = one.read_gpu(collector)
             st = one.node.world.state(0)
             assert snap.get("gpu_memory_total_bytes", gpu="0", uuid=st.uuid) == st.mem_total
             assert reading.memory_total_bytes == st.mem_total
@@ -402,7 +393,7 @@ def test_a_bad_fact_is_absent_counted_and_named(
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
         with caplog.at_level(logging.WARNING):
-            snap, _ = poll(one, collector)
+            snap, _ = one.read_gpu(collector)
         name, label = absent
         assert not [lab for lab, _ in snap.series(name)
                     if label is None or label in lab.values()]
@@ -418,7 +409,7 @@ def test_fans_beyond_any_speed_are_absent_and_named(caplog: pytest.LogCaptureFix
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
         with caplog.at_level(logging.WARNING):
-            snap, _ = poll(one, collector)
+            snap, _ = one.read_gpu(collector)
         assert snap.series("gpu_fan_speed_ratio")[0][1] == 0.3
         assert len(snap.series("gpu_fan_speed_ratio")) == 1
         assert collector.errors() == 1
@@ -447,12 +438,12 @@ def test_a_fact_that_fails_at_discovery_is_named_and_asked_again(
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
         with caplog.at_level(logging.WARNING):
-            snap, _ = poll(one, collector)
+            snap, _ = one.read_gpu(collector)
         assert absent not in snap.samples
         assert caplog.records[0].getMessage().startswith(
             f"GPU 0: reading {key} failed: {function}")
         one.node.library.inject_error = None
-        snap, _ = poll(one, collector)
+        snap, _ = one.read_gpu(collector)
         assert snap.series(absent)
 
 
@@ -462,10 +453,10 @@ def test_a_rejected_energy_reading_is_asked_again_next_poll() -> None:
             st, energy_mj=0xFFFFFFFFFFFFFFFF)
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
-        snap, _ = poll(one, collector)
+        snap, _ = one.read_gpu(collector)
         assert "gpu_energy_joules_total" not in snap.samples
         one.node.library.inject_state = None
-        snap, _ = poll(one, collector)
+        snap, _ = one.read_gpu(collector)
         assert snap.series("gpu_energy_joules_total")
 
 
@@ -480,12 +471,12 @@ def test_one_field_failing_hides_no_other(code: Return, errors: int, asked_again
                               c.FI_DEV_MEMORY_TEMP: int(code)})
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
-        snap, _ = poll(one, collector)
+        snap, _ = one.read_gpu(collector)
         assert [lab["direction"] for lab, _ in snap.series("gpu_pcie_bytes_total")] == ["rx"]
         assert [lab["sensor"] for lab, _ in snap.series("gpu_temperature_celsius")] == ["gpu"]
         assert collector.errors() == 2 * errors
         one.node.library.inject_state = None
-        snap, _ = poll(one, collector)
+        snap, _ = one.read_gpu(collector)
         sensors = [lab["sensor"] for lab, _ in snap.series("gpu_temperature_celsius")]
         assert sensors == (["gpu", "memory"] if asked_again else ["gpu"])
 
@@ -496,7 +487,7 @@ def test_a_field_answering_gpu_lost_takes_the_gpu_down() -> None:
             st, field_errors={c.FI_DEV_MEMORY_TEMP: int(Return.GPU_IS_LOST)})
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
-        snap, reading = poll(one, collector)
+        snap, reading = one.read_gpu(collector)
         assert snap.series("gpu_up")[0][1] == 0.0 and not reading.up
         assert "gpu_power_watts" not in snap.samples
 
@@ -509,9 +500,9 @@ def test_volatile_ecc_totals_come_with_the_field_values_not_a_call_each() -> Non
     with OneGpu(utilization=0.5, ecc_corrected_volatile=7, ecc_uncorrected_volatile=2) as one:
         collector = one.build(DeviceCollector)
         assert isinstance(collector, DeviceCollector)
-        poll(one, collector)  # the first poll also takes the slow (aggregate) reads
+        one.read_gpu(collector)  # the first poll also takes the slow (aggregate) reads
         before = one.node.library.calls["nvmlDeviceGetTotalEccErrors"]
-        snap, reading = poll(one, collector)
+        snap, reading = one.read_gpu(collector)
         assert one.node.library.calls["nvmlDeviceGetTotalEccErrors"] == before
         ecc = _ecc_series(snap)
         assert ecc[("volatile", "corrected")] == 7 and ecc[("volatile", "uncorrected")] == 2
@@ -528,7 +519,7 @@ def test_without_the_ecc_fields_the_volatile_totals_are_asked_for_one_by_one() -
         assert isinstance(collector, DeviceCollector)
         for _ in range(2):
             before = one.node.library.calls["nvmlDeviceGetTotalEccErrors"]
-            snap, _ = poll(one, collector)
+            snap, _ = one.read_gpu(collector)
             assert one.node.library.calls["nvmlDeviceGetTotalEccErrors"] >= before + 2
             ecc = _ecc_series(snap)
             assert ecc[("volatile", "corrected")] == 7

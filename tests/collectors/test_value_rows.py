@@ -17,7 +17,7 @@ import pytest
 from gpu_exporter.collectors.device import DeviceCollector
 from gpu_exporter.collectors.device_rows import READ_AS, READ_ELSEWHERE, ROWS, ValueRow
 from gpu_exporter.poll.readings import GpuReading
-from gpu_exporter.poll.snapshot import Snapshot, SnapshotBuilder
+from gpu_exporter.poll.snapshot import Snapshot
 from tests.onegpu import OneGpu
 
 # Who the GPU is: from the session, whatever NVML answers of its values.
@@ -76,15 +76,6 @@ def test_the_names_the_coverage_reads_are_the_rows_readings_and_the_named_others
             "memory_used_bytes", "power_watts"} <= set(READ_AS)
 
 
-def _poll(one: OneGpu, collector: DeviceCollector) -> tuple[Snapshot, GpuReading]:
-    one.clock.advance(1.0)
-    one.node.refresh()
-    one.session.ensure()
-    one.session.begin_poll()
-    out = SnapshotBuilder(one.clock())
-    collector.collect(out)
-    assert out.readings.gpus is not None
-    return out.build(), out.readings.gpus[0]
 
 
 def _exported(snap: Snapshot, row: ValueRow) -> float | None:
@@ -111,7 +102,7 @@ def test_each_rows_reading_is_what_was_exported_for_it(
         reader: tuple[OneGpu, DeviceCollector, bool], request: pytest.FixtureRequest) -> None:
     one, collector, detail = reader
     for _ in range(3):  # the first poll reads everything, the next ones hold the slow reads
-        snap, reading = _poll(one, collector)
+        snap, reading = one.read_gpu(collector)
         copied = 0
         for row in ROWS:
             if row.reading is None:
@@ -140,7 +131,7 @@ def test_each_rows_reading_is_what_was_exported_for_it(
 def test_the_reader_fills_only_rows_readings_and_the_named_fields(
         reader: tuple[OneGpu, DeviceCollector, bool], request: pytest.FixtureRequest) -> None:
     one, collector, _ = reader
-    _, reading = _poll(one, collector)
+    _, reading = one.read_gpu(collector)
     blank = GpuReading(reading.index, reading.uuid, up=False)
     filled = {name for name in FIELDS if getattr(reading, name) != getattr(blank, name)}
     assert filled <= _row_fields() | BY_FUNCTION | IDENTITY
