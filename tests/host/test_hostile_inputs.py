@@ -228,7 +228,9 @@ def tls_exporter(tmp_path: Path, pki: trustme.CA) -> Iterator[tuple[subprocess.P
         while True:
             assert proc.poll() is None, proc.communicate()[1]
             try:
-                if _get(port, pki, "old", "/-/healthy")[0] == 200:
+                # Ready, not only live: the reload metric is published by
+                # the first poll, and /-/healthy answers 200 before it.
+                if _get(port, pki, "old", "/-/ready")[0] == 200:
                     break
             except OSError:
                 pass
