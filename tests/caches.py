@@ -134,8 +134,10 @@ KEPT: dict[str, Kept] = {
     "gpu_exporter.nvml.session:NvmlSession.gpus": Kept(PER_GPU, CHURN),
     "gpu_exporter.nvml.session:NvmlSession._began":
         Kept("the readers of the pipeline (emptied each poll)", CHURN),
-    "gpu_exporter.nvml.values:FieldValues._providers":
-        Kept("one per reader that asks fields", CHURN),
+    "gpu_exporter.nvml.values:FieldValues._asks":
+        Kept(PER_GPU + " x the readers that ask fields", CHURN),
+    "gpu_exporter.nvml.values:GpuReads._status":
+        Kept("the readers' asks of the GPU (emptied each poll)", CHURN),
     "gpu_exporter.nvml.values:FieldValues._gpus":
         Kept(PER_GPU + " (made anew when NVML finds its GPUs)", CHURN),
     "gpu_exporter.nvml.values:GpuReads.slow":
@@ -146,8 +148,6 @@ KEPT: dict[str, Kept] = {
         Kept("the readers of the pipeline (emptied each poll)", CHURN),
     "gpu_exporter.collectors.device:DeviceCollector._lacks":
         Kept(PER_GPU + ": what its board lacks, and what that was worked out from", CHURN),
-    "gpu_exporter.collectors.device:DeviceCollector._passes":
-        Kept(PER_GPU + ": its pass of the last poll", CHURN),
     "gpu_exporter.collectors.values:CounterMemory._gpus":
         Kept(PER_GPU + " x its counter series (emptied when NVML finds its GPUs anew)",
              CHURN),

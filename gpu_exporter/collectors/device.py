@@ -129,31 +129,21 @@ class _Plan:
     once for each such set, not every poll for every GPU. Each value appears
     once, so the first read needs no bookkeeping of what was asked already."""
 
-    # (source, its key, how often, its polls, the (field id, scope) pair it is
-    # asked as and the key of its field, None where it has none), in the
-    # order asked.
-    wants: tuple[tuple[Source, str, Every, int, tuple[int, int] | None, str], ...]
-    # The first reads' fields as made before, by themselves: the same tuple
-    # each poll that asks the same (the field-value call compares them).
-    requests: dict[Request, Request]
+    # (source, how often), in the order asked...
+    wants: tuple[tuple[Source, Every], ...]
+    # ...and the same as the NVML layer is handed it: which are due this poll
+    # is worked out there (GpuReads.status()), whichever reader asks first.
+    ask: nv.Ask
 
     @classmethod
     def of(cls, wants: Iterable[tuple[Source, Every]]) -> _Plan:
         unique: dict[Source, Every] = {}
         for source, every in wants:
             unique.setdefault(source, every)  # the first asked wins, as in want()
-        return cls(tuple((s, s.key, e, e.polls, None if s.field is None else (s.field, 0),
-                          s.field_key) for s, e in unique.items()), {})
-
-    def request(self, pairs: list[tuple[int, int]]) -> Request:
-        """nv.field_pairs() of the values due, from their pairs as listed."""
-        made = tuple(dict.fromkeys(pairs))
-        held = self.requests.get(made)
-        if held is None:
-            if len(self.requests) >= _REQUESTS_HELD:
-                self.requests.clear()
-            held = self.requests[made] = made
-        return held
+        return cls(tuple(unique.items()), nv.Ask(tuple(
+            (None if s.field is None else (s.field, 0), s.key,
+             "" if s.field is None else s.field_key,
+             nv.ONCE if e is Every.ONCE else e.polls) for s, e in unique.items())))
 
 
 @dataclass(frozen=True)
@@ -179,8 +169,6 @@ class _RowSet:
 
 
 _ROW_SETS = {detail: _RowSet.of(detail) for detail in (False, True)}
-# A plan's first requests kept: the cadences make a handful of them.
-_REQUESTS_HELD = 64
 # (detail, the board's values (board.wanted()'s tuple, by its id: Every's
 # hash is Python's), ECC on, C2C link, fans) -> the plan, and the board's values
 # it was made with (held, so their id is not another tuple's).
@@ -243,12 +231,8 @@ class DeviceCollector(NvmlCollector):
         # GPU index -> (what the answer was worked out from, the answer).
         self._offers: dict[int, tuple[tuple[int, int, int | None],
                                       tuple[frozenset[str], frozenset[str]]]] = {}
-        # GPU index -> its pass of this poll, planned by whichever reader of
-        # the GPU asked its fields first: those of its first read are asked then.
-        self._passes: dict[int, _GpuPass] = {}
         self._lacks: dict[int, _Lacks] = {}
         self._counters = CounterMemory()
-        session.reads.want(self.name, lambda gpu, d: self._pass(gpu, d).first_fields)
 
     @classmethod
     def build(cls, rt: Runtime) -> Self:
@@ -265,14 +249,9 @@ class DeviceCollector(NvmlCollector):
 
     def _pass(self, gpu: Gpu, device: Device) -> _GpuPass:
         """The GPU's pass of this poll, its first read planned."""
-        reads = self.session.reads.of(gpu)
-        held = self._passes.get(gpu.index)
-        if held is None or held.reads is not reads or held.poll != reads.polls \
-                or held.device is not device:
-            held = self._passes[gpu.index] = _GpuPass(
-                self.session.reads, reads, device, self.detail, self.session.driver_version,
-                self._lacks)
-            held.plan()
+        held = _GpuPass(self.session.reads, self.session.reads.of(gpu), device, self.detail,
+                        self.session.driver_version, self._lacks)
+        held.plan()
         return held
 
     def collect(self, out: SnapshotBuilder) -> None:
@@ -280,10 +259,7 @@ class DeviceCollector(NvmlCollector):
         readings: dict[int, GpuReading] = {}
         out.readings.gpus = readings
         if not self.session.begin(self.name, out):
-            self._passes.clear()
             return
-        if len(self._passes) > len(self.session.gpus):
-            self._passes.clear()
         self._counters.keep(self.session.generation)
         try:
             for gpu in self.session.gpus:
@@ -365,7 +341,6 @@ class _GpuPass:
         self.values: dict[Source, Any] = {}
         self._fresh: set[Source] = set()  # read this poll
         self._due: dict[Source, Every] = {}
-        self.first_fields: Request = ()
         self._pairs: Request | None = None  # the next read's fields, where known
         self.fan_count: int | None = None
         self._ecc_on = False
@@ -419,35 +394,33 @@ class _GpuPass:
     # --- the pass -----------------------------------------------------------
     def plan(self) -> None:
         """What the first read asks: the values due this poll, from what the
-        GPU held when the poll began; first_fields, the fields among them."""
+        GPU held when the poll began, and the fields among them.
+        The NVML layer is handed the plan's Ask, so a reader of the GPU that
+        comes first asks these fields too."""
         gpu, reads = self.gpu, self.reads
         self._ecc_on = bool(reads.held(ECC_MODE.key))
         self._c2c = board.c2c_link(gpu)
         self.fan_count = self._fan_count()
         plan = _plan(self.detail, self.board, self._ecc_on, self._c2c is True,
                      self.fan_count or 0)
-        # want() for a plan's values, none asked yet: nothing to skip; and
-        # GpuReads.due() and held() inline (a pass asks some 20 of them).
-        due, values, static = self._due, self.values, gpu.static
-        poll, once = Every.POLL, Every.ONCE
-        slow, polls_now, epoch = reads.slow, reads.polls, reads.epoch
-        unsupported = gpu.unsupported
-        pairs: list[tuple[int, int]] = []  # nv.field_pairs() of the values due, inline
-        for source, key, every, polls, pair, field_key in plan.wants:
-            if every is once:
-                if key in static:
-                    values[source] = static[key]
-                    continue
-            elif every is not poll:
-                held = slow.get(key)
-                if held is not None and polls_now - held[0] < polls and held[1] == epoch:
-                    values[source] = held[2]
-                    continue
-            due[source] = every
-            if pair is not None and field_key not in unsupported:
-                pairs.append(pair)
-        self.first_fields = self._pairs = (
-            () if "field_values" in unsupported else plan.request(pairs))
+        self.fields.ask(gpu, DeviceCollector.name, plan.ask)
+        status, request = reads.status(plan.ask)
+        due, values, due_now = self._due, self.values, nv.DUE
+        for (source, every), held in zip(plan.wants, status, strict=True):
+            if held is due_now:
+                due[source] = every
+            else:
+                values[source] = held
+        self._pairs = request
+
+    def ask_next(self) -> None:
+        """Hand the NVML layer what the next poll's first read will ask, where
+        this poll's answers changed it (ECC turned on, a C2C link found): a
+        reader of the GPU that comes before this one next poll asks it."""
+        ecc_on, c2c = bool(self.reads.held(ECC_MODE.key)), board.c2c_link(self.gpu) is True
+        if ecc_on != self._ecc_on or c2c != (self._c2c is True):
+            self.fields.ask(self.gpu, DeviceCollector.name, _plan(
+                self.detail, self.board, ecc_on, c2c, self.fan_count or 0).ask)
 
     def collect(self, out: Series, r: GpuReading) -> None:
         reads = self.reads
@@ -476,6 +449,7 @@ class _GpuPass:
             self.want(_AFTER_ECC_ERRORS, now=True)
             self.read()
         self._export(row_set.exports, out, r)
+        self.ask_next()
 
     def _fan_count(self) -> int | None:
         gpu = self.gpu

@@ -39,6 +39,7 @@ from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError
 from gpu_exporter.nvml.session import Gpu, GpuGone, NvmlSession
+from gpu_exporter.nvml.values import Ask
 from gpu_exporter.poll.readings import NvlinkReading
 from gpu_exporter.poll.snapshot import SnapshotBuilder
 
@@ -115,6 +116,7 @@ class _LinkPlan:
     links: int
     fields: frozenset[int]  # the field ids asked
     request: tuple[tuple[int, int], ...]  # (field id, link), the same tuple every poll
+    ask: Ask  # the same, as the NVML layer is handed it
     # field id of a counter -> (the all-links metric, its label values)
     totals: dict[int, tuple[Metric, tuple[str, ...]]]
     # request's pairs in order, each with where its answer goes: (pair, field
@@ -177,7 +179,8 @@ def _plan(gpu: Gpu, links: int, driver: str) -> _LinkPlan:
         fid: (all_links[kind], (*base, detail))
         for fid, (kind, detail) in _ALL_FIELDS.items() if fid in fields and kind in all_links}
     entries = tuple((key, key[0], key[1], *target[_ALL_FIELDS[key[0]][0]]) for key in request)
-    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fields, request, totals, entries, {})
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fields, request,
+                     Ask.every_poll(request), totals, entries, {})
     gpu.static["nvlink_plan"] = plan
     return plan
 
@@ -197,16 +200,9 @@ class NvlinkCollector(NvmlCollector):
         # the all-links total, so the total never dips (a dip would read as a
         # counter reset).
         self._last: dict[str, dict[int, list[float | None]]] = {}
-        session.reads.want(self.name, self._wanted)
 
     def close(self) -> None:
         self.session.reads.drop(self.name)
-
-    def _wanted(self, gpu: Gpu, d: Device) -> tuple[tuple[int, int], ...]:
-        """The (field id, link) pairs this reader asks of the GPU this poll,
-        in the one nvmlDeviceGetFieldValues call of the GPU (nvml/values.py)."""
-        links = link_count(gpu, d)
-        return _plan(gpu, links, self.session.driver_version).request if links else ()
 
     def collect(self, out: SnapshotBuilder) -> None:
         self._errors = 0
@@ -220,11 +216,16 @@ class NvlinkCollector(NvmlCollector):
     def _collect_gpu(self, gpu: Gpu, d: Device, out: SnapshotBuilder,
                      found: dict[int, NvlinkReading]) -> None:
         links = link_count(gpu, d)
+        fields = self.session.reads
         if not links:
+            fields.ask(gpu, self.name, None)
             return
         driver = self.session.driver_version
         plan = _plan(gpu, links, driver)
-        answers = self.session.reads.answers(gpu, d, self.name, plan.request)
+        # Handed to the NVML layer as data: the GPU's one field-values call
+        # holds these pairs, whichever reader of the GPU makes it.
+        fields.ask(gpu, self.name, plan.ask)
+        answers = fields.answers(gpu, d, self.name, plan.request)
         # The per-link series are made only where they are exported
         # (--metrics.detail): 108 of them on an 18-link GPU. The totals and the
         # reading come from the same answers either way. They are added once
@@ -282,6 +283,9 @@ class NvlinkCollector(NvmlCollector):
         # board or driver lacks.
         if any(states.values()):
             self._forget_absent(gpu, absent, read)
+        if state_absent is not None or absent:
+            # What the GPU lacks is not asked next poll, by any reader first.
+            fields.ask(gpu, self.name, _plan(gpu, links, driver).ask)
         add = out.add_values
         for metric, labels, number in series:
             add(metric, labels, number)

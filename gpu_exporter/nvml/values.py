@@ -14,14 +14,18 @@ asked twice on one with it.
 What the readers read of a GPU between polls lives here too, one
 :class:`GpuReads` per GPU in the session's :class:`FieldValues`: the values
 read on a cadence, and this poll's field values. Each reader that asks fields
-says which through a provider (:meth:`FieldValues.want`); the first reader of
-a GPU in a poll, whichever it is, makes the one call that asks every
-provider's fields, and the others take their answers from it. So the readers
-share nothing through the GPU, and the order they run in does not matter.
+hands the layer what it asks of a GPU as data, an :class:`Ask` (its fields and
+their cadences, :meth:`FieldValues.ask`), for this poll and the next; the
+layer works out which of them are due when the GPU's one call is made. The
+first reader of a GPU in a poll, whichever it is, makes that call with every
+reader's due fields, and the others take their answers from it. So the
+readers share nothing through the GPU, the order they run in does not matter,
+and the layer never calls back into a reader.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
@@ -38,8 +42,13 @@ log = logging.getLogger(__name__)
 Call = Callable[..., Any]
 Request = tuple[tuple[int, int], ...]
 Answers = dict[tuple[int, int], float | NvmlError]
-# What a reader wants of a GPU this poll: its (field id, scope id) pairs.
-Provider = Callable[[Gpu, Device], Request]
+# An Ask entry's cadence for a value read once per GPU (kept in Gpu.static).
+ONCE = 0
+# What GpuReads.status() gives for a value to be read this poll (any other
+# entry is the value as last read).
+DUE: Any = object()
+# An Ask's due requests kept: the cadences make a handful of them.
+_REQUESTS_HELD = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +90,48 @@ class Source:
     def call_key(self, index: int) -> str:
         """How the GPU remembers the index-th call of the chain."""
         return self._call_keys[index]
+
+
+@dataclass(frozen=True, eq=False)
+class Ask:
+    """What one reader asks of a GPU, handed to the layer as data, never as a
+    function it calls back. Each entry: the (field id, scope id) pair its
+    value is asked as (None: a value read through its own call, whose cadence
+    the layer keeps all the same), the key its value is held under, the key
+    that marks its field absent on a GPU ("" for none), and how often it is
+    read in polls (1: every poll; ONCE: once per GPU).
+
+    Compared by identity: a reader makes one per shape of what it asks."""
+
+    entries: tuple[tuple[tuple[int, int] | None, str, str, int], ...]
+    # A due request -> itself: the same tuple each poll that asks the same
+    # (the field-values call prepares its array once per distinct tuple).
+    _requests: dict[Request, Request] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def every_poll(cls, pairs: Request) -> Ask:
+        """Fields asked every poll whatever the GPU answered before."""
+        ask = cls(tuple((pair, "", "", 1) for pair in pairs))
+        ask._requests[pairs] = pairs
+        return ask
+
+    @cached_property
+    def always(self) -> Request | None:
+        """The request itself where every entry is a field asked every poll
+        (nothing to work out per poll), else None."""
+        if all(pair is not None and not absent and polls == 1
+               for pair, _, absent, polls in self.entries):
+            return self.request([pair for pair, _, _, _ in self.entries if pair is not None])
+        return None
+
+    def request(self, pairs: list[tuple[int, int]]) -> Request:
+        made = tuple(dict.fromkeys(pairs))
+        held = self._requests.get(made)
+        if held is None:
+            if len(self._requests) >= _REQUESTS_HELD:
+                self._requests.clear()
+            held = self._requests[made] = made
+        return held
 
 
 def _field_answer(gpu: Gpu, source: Source, answer: float | NvmlError | None) -> tuple[bool, Any]:
@@ -219,6 +270,10 @@ class GpuReads:
         self.made_of: tuple[Request, ...] = ()
         self.request: Request = ()
         self.request_pairs: frozenset[tuple[int, int]] = frozenset()  # the request's, as a set
+        # status() of each Ask this poll, and the (polls, epoch) it was worked
+        # out at: worked out once a poll however many readers ask.
+        self._status: dict[Ask, tuple[list[Any], Request]] = {}
+        self._status_at = (-1, -1)
 
     def begin(self, poll: int) -> None:
         self.poll = poll
@@ -235,6 +290,49 @@ class GpuReads:
             return self.called[key]
         value = self.called[key] = self.gpu.read(key, fn, *args)
         return value
+
+    def status(self, ask: Ask) -> tuple[list[Any], Request]:
+        """For each of ``ask``'s entries, its value as last read where it is
+        not due this poll, else DUE; and the due fields' pairs, as the GPU's
+        field-values call asks them (none for a field the GPU lacks, nor where
+        it lacks the call). Worked out from what the GPU held when the poll
+        began, however late a reader asks."""
+        at = (self.polls, self.epoch)
+        if at != self._status_at:
+            self._status.clear()
+            self._status_at = at
+        held_now = self._status.get(ask)
+        if held_now is not None:
+            return held_now
+        gpu = self.gpu
+        static, slow, polls_now, epoch = gpu.static, self.slow, self.polls, self.epoch
+        unsupported = gpu.unsupported
+        status: list[Any] = []
+        pairs: list[tuple[int, int]] = []
+        # due() and held() inline: a device pass has some 40 entries.
+        for pair, key, absent, polls in ask.entries:
+            if polls == ONCE:
+                if key in static:
+                    status.append(static[key])
+                    continue
+            elif polls != 1:
+                held = slow.get(key)
+                if held is not None and polls_now - held[0] < polls and held[1] == epoch:
+                    status.append(held[2])
+                    continue
+            status.append(DUE)
+            if pair is not None and absent not in unsupported:
+                pairs.append(pair)
+        request = () if "field_values" in unsupported else ask.request(pairs)
+        held_now = self._status[ask] = (status, request)
+        return held_now
+
+    def request_of(self, ask: Ask) -> Request:
+        """The pairs ``ask`` has due this poll."""
+        always = ask.always
+        if always is not None:
+            return () if "field_values" in self.gpu.unsupported else always
+        return self.status(ask)[1]
 
     # --- values read on a cadence -------------------------------------------
     def due(self, key: str, every: int) -> bool:
@@ -288,16 +386,28 @@ class FieldValues:
 
     def __init__(self) -> None:
         self.poll = 0
-        self._providers: dict[str, Provider] = {}
         self._gpus: dict[int, GpuReads] = {}
+        # GPU index -> reader -> what it asks of the GPU. Kept by index, not
+        # with the GPU's reads: a GPU made anew is asked what it was asked
+        # before at once, and each reader hands its Ask again as it reads.
+        self._asks: dict[int, dict[str, Ask]] = {}
 
-    def want(self, reader: str, provider: Provider) -> None:
-        """``provider(gpu, device)``: the pairs ``reader`` wants of the GPU
-        this poll, asked in the one call the first reader of the GPU makes."""
-        self._providers[reader] = provider
+    def ask(self, gpu: Gpu, reader: str, ask: Ask | None) -> None:
+        """What ``reader`` asks of the GPU from now on (None: nothing): the
+        one call the first reader of the GPU makes in a poll holds its due
+        fields. A reader hands it as it reads, and what the next poll will
+        ask where that changed, so whichever reader comes first next poll
+        asks for all."""
+        asks = self._asks.setdefault(gpu.index, {})
+        if ask is None:
+            asks.pop(reader, None)
+        else:
+            asks[reader] = ask
 
     def drop(self, reader: str) -> None:
-        self._providers.pop(reader, None)
+        """The reader is gone: nothing is asked for it any more."""
+        for asks in self._asks.values():
+            asks.pop(reader, None)
 
     def next_poll(self) -> None:
         self.poll += 1
@@ -305,6 +415,7 @@ class FieldValues:
     def track(self, gpus: Iterable[Gpu]) -> None:
         """These GPUs, found anew: nothing read of any GPU before is kept."""
         self._gpus = {gpu.index: GpuReads(gpu) for gpu in gpus}
+        self._asks = {index: asks for index, asks in self._asks.items() if index in self._gpus}
 
     def renew(self, gpu: Gpu) -> None:
         """The GPU came back (it may have been reset): nothing read before is kept."""
@@ -326,12 +437,13 @@ class FieldValues:
 
     def answers(self, gpu: Gpu, device: Device, reader: str, request: Request) -> Answers:
         """This poll's answers for the GPU's fields, ``request``'s among them.
-        The first reader to ask makes the one call with every provider's
-        pairs; a pair no provider asked (wanted since) is asked in a call of
-        its own. A failed call is a read error of each reader it answered."""
+        The first reader to ask makes the one call with every reader's due
+        pairs; a pair no Ask held is asked in a call of its own. A failed call
+        is a read error of each reader it answered."""
         reads = self.of(gpu)
         if reads.answers is None:
-            wanted = tuple(provide(gpu, device) for provide in self._providers.values())
+            wanted = tuple(reads.request_of(ask)
+                           for ask in self._asks.get(gpu.index, {}).values())
             if wanted != reads.made_of:
                 reads.request = tuple(dict.fromkeys(
                     pair for asked in wanted for pair in asked))

@@ -601,10 +601,16 @@ def test_the_plan_is_made_once_per_gpu_not_every_poll(make: Any) -> None:
         reader.poll()
         assert reader.gpu.static["nvlink_plan"] is plan
     reader.fail_on_every_link(c.FI_DEV_NVLINK_COUNT_SYMBOL_BER, Return.NOT_SUPPORTED)
-    reader.poll()  # answered NOT_SUPPORTED on every link: not asked from the next poll on
-    assert reader.gpu.static["nvlink_plan"] is plan
+    # Answered NOT_SUPPORTED on every link: the plan is made anew in that
+    # poll, so whichever reader asks the GPU's fields next poll leaves it out.
     reader.poll()
-    assert reader.gpu.static["nvlink_plan"] is not plan
+    new = reader.gpu.static["nvlink_plan"]
+    assert new is not plan and c.FI_DEV_NVLINK_COUNT_SYMBOL_BER not in new.fields
+    asked = reader.asked_of(c.FI_DEV_NVLINK_COUNT_SYMBOL_BER)
+    for _ in range(2):
+        reader.poll()
+        assert reader.gpu.static["nvlink_plan"] is new
+    assert reader.asked_of(c.FI_DEV_NVLINK_COUNT_SYMBOL_BER) == asked
 
 
 def test_nothing_is_asked_while_nvml_is_down(make: Any) -> None:
