@@ -304,9 +304,8 @@ class DeviceCollector(NvmlCollector):
         counters = self._counters.of(gpu.index)
         try:
             # A GPU lost half-way contributes no half-read values, only gpu_up 0.
-            with out.all_or_nothing():
-                self.session.run(gpu, lambda: self._pass(gpu, device).collect(
-                    Series(out, gpu, base, counters), r))
+            with out.all_or_nothing(), self.session.step(gpu):
+                self._pass(gpu, device).collect(Series(out, gpu, base, counters), r)
         except (GpuGone, GpuHung) as exc:
             if isinstance(exc, GpuGone):
                 self.session.mark_lost(gpu, str(exc))

@@ -146,7 +146,11 @@ class GpmCollector(NvmlCollector):
                 if values is not None:
                     instances.setdefault(gpu.index, {})[inst.gpu_instance] = _ratios(values)
 
-        self._errors += self.session.each_gpu(one)
+        each = self.session.each_gpu()
+        for gpu, device in each:
+            with each:
+                one(gpu, device)
+        self._errors += each.errors
 
     def _drop(self, index: int) -> None:
         for key in [k for k in self._pairs if k[0] == index]:

@@ -128,4 +128,8 @@ class MigCollector(NvmlCollector):
                 out.add(MIG_MEMORY_TOTAL_BYTES, m.memory_total_bytes, **mig)
                 out.add(MIG_MEMORY_USED_BYTES, m.memory_used_bytes, **mig)
 
-        self._errors = self.session.each_gpu(one)
+        each = self.session.each_gpu()
+        for gpu, device in each:
+            with each:
+                one(gpu, device)
+        self._errors = each.errors

@@ -210,8 +210,11 @@ class NvlinkCollector(NvmlCollector):
         out.readings.nvlink = found
         if not self.session.begin(self.name, out):
             return
-        self._errors = self.session.each_gpu(
-            lambda gpu, d: self._collect_gpu(gpu, d, out, found))
+        each = self.session.each_gpu()
+        for gpu, d in each:
+            with each:
+                self._collect_gpu(gpu, d, out, found)
+        self._errors = each.errors
 
     def _collect_gpu(self, gpu: Gpu, d: Device, out: SnapshotBuilder,
                      found: dict[int, NvlinkReading]) -> None:

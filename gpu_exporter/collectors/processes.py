@@ -226,7 +226,11 @@ class ProcessesCollector(NvmlCollector):
         if self.session.generation != self._generation:
             self._listed.clear()  # lists of a session that is gone
             self._generation = self.session.generation
-        self._errors = self.session.each_gpu(lambda gpu, d: self._list(gpu, d, found, polled))
+        each = self.session.each_gpu()
+        for gpu, d in each:
+            with each:
+                self._list(gpu, d, found, polled)
+        self._errors = each.errors
         now = self._mono()
         prev, self._prev = self._prev, {}
         known, self._labels = self._labels, {}

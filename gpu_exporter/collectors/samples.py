@@ -129,7 +129,11 @@ class SamplesCollector(NvmlCollector):
                 out.add_values(m.BUSY_SECONDS_TOTAL, base, self._busy_s[gpu.identity.uuid])
                 out.add_values(m.BUSY_SOURCE_INFO, (*base, source), 1)
 
-        self._errors = self.session.each_gpu(one)
+        each = self.session.each_gpu()
+        for gpu, device in each:
+            with each:
+                one(gpu, device)
+        self._errors = each.errors
 
     def _read(self, gpu: Gpu, device: Device, key: tuple[int, int],
               scale: float) -> SampleStats | None:

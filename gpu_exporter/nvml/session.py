@@ -10,8 +10,9 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Generic, TypeVar
 
 from gpu_exporter.nvml.adapter import Device, Nvml
@@ -56,12 +57,83 @@ class PollAbandoned(BaseException):
 
 
 @dataclass(frozen=True)
-class _Step:
+class _StepInProgress:
     """One GPU's reads in progress on a poll thread, and when they are overdue."""
 
     gpu: Gpu
     deadline: float  # time.monotonic(): a hang is real time, whatever the poll's clock
     thread: int
+
+
+class Step:
+    """One GPU's reads as one step the session watches (NvmlSession.step())."""
+
+    __slots__ = ("_gpu", "_session")
+
+    def __init__(self, session: NvmlSession, gpu: Gpu) -> None:
+        self._session, self._gpu = session, gpu
+
+    def __enter__(self) -> None:
+        self._session._begin_step(self._gpu)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._session._end_step(self._gpu)
+
+
+class EachGpu:
+    """Every GPU of the session that can answer now, one at a time, each read
+    in ``with`` this object as one step the session watches. A GPU lost on the
+    way is marked lost and one hung skipped, each without its read errors; NVML
+    gone as a whole marks the session down and ends the round. ``errors``: the
+    read errors of the GPUs read whole.
+
+    A loop and a context rather than a function the session calls with each
+    GPU: the reader's code stays in the reader, with no call back into it."""
+
+    __slots__ = ("_ended", "_gpu", "_session", "errors")
+
+    def __init__(self, session: NvmlSession) -> None:
+        self._session = session
+        self._gpu: Gpu | None = None
+        self._ended = False
+        self.errors = 0
+
+    def __iter__(self) -> Iterator[tuple[Gpu, Device]]:
+        for gpu in self._session.gpus:
+            if self._ended:
+                return
+            device = gpu.device
+            if gpu.lost or gpu.hung or device is None:
+                continue
+            gpu.errors = 0
+            self._gpu = gpu
+            yield gpu, device
+
+    def __enter__(self) -> None:
+        if self._gpu is None:  # pragma: no cover - a programming error
+            raise RuntimeError("with each_gpu() inside its loop only")
+        self._session._begin_step(self._gpu)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> bool:
+        gpu, session = self._gpu, self._session
+        if gpu is None:  # pragma: no cover - __enter__ refused
+            return False
+        session._end_step(gpu)  # PollAbandoned goes on up from here
+        if error is None:
+            self.errors += gpu.errors
+            return False
+        if isinstance(error, GpuGone):
+            session.mark_lost(gpu, str(error))
+            return True
+        if isinstance(error, GpuHung):
+            return True
+        if isinstance(error, NvmlGone):  # NVML as a whole: down, re-initialised with backoff
+            session.mark_down(error.error)
+            self._ended = True
+            return True
+        return False
 
 
 class _PollThread(Generic[T]):
@@ -131,7 +203,7 @@ class NvmlSession:
         self.timeouts: dict[int, int] = {}
         self._lock = threading.Lock()
         self._guard = threading.Lock()  # the step in progress, threads given up on
-        self._step: _Step | None = None
+        self._step: _StepInProgress | None = None
         self._abandoned: set[int] = set()  # idents of poll threads given up on
         self._returned: set[int] = set()  # GPUs whose stuck call has returned since
         self._poll_thread: _PollThread[object] | None = None
@@ -236,31 +308,38 @@ class NvmlSession:
                 log.warning("GPU %d answers again after a call that hung", gpu.index)
                 gpu.hung = False
 
-    def run(self, gpu: Gpu, fn: Callable[[], T]) -> T:
-        """``fn()``, this GPU's reads, as one step guarded() watches: raises
-        GpuHung for a GPU whose earlier call has not returned, PollAbandoned
-        when this step outlived the timeout and the poll went on without it."""
+    def step(self, gpu: Gpu) -> Step:
+        """``with session.step(gpu):`` this GPU's reads, as one step guarded()
+        watches: raises GpuHung for a GPU whose earlier call has not returned,
+        PollAbandoned when the step outlived the timeout and the poll went on
+        without it. A context, not a function it calls: the reader's code
+        runs in the reader, and only the watch is the session's."""
+        return Step(self, gpu)
+
+    def _begin_step(self, gpu: Gpu) -> None:
         if self.call_timeout is None:
-            return fn()
+            return
         if gpu.hung:
             raise GpuHung()
         me = threading.get_ident()
         with self._guard:
             if me in self._abandoned:
                 raise PollAbandoned()
-            self._step = _Step(gpu, time.monotonic() + self.call_timeout, me)
-        try:
-            return fn()
-        finally:
-            with self._guard:
-                if self._step is not None and self._step.thread == me:
-                    self._step = None
-                abandoned = me in self._abandoned
-                if abandoned:
-                    self._abandoned.discard(me)
-                    self._returned.add(gpu.index)
+            self._step = _StepInProgress(gpu, time.monotonic() + self.call_timeout, me)
+
+    def _end_step(self, gpu: Gpu) -> None:
+        if self.call_timeout is None:
+            return
+        me = threading.get_ident()
+        with self._guard:
+            if self._step is not None and self._step.thread == me:
+                self._step = None
+            abandoned = me in self._abandoned
             if abandoned:
-                raise PollAbandoned()  # its result belongs to a poll given up on
+                self._abandoned.discard(me)
+                self._returned.add(gpu.index)
+        if abandoned:
+            raise PollAbandoned()  # its result belongs to a poll given up on
 
     def guarded(self, poll: Callable[[], T]) -> T | None:
         """``poll()`` on the poll thread, watched: None when a GPU's call hung
@@ -303,26 +382,10 @@ class NvmlSession:
         log.error("GPU %d (%s): an NVML call did not return within %.1fs; skipping the GPU "
                   "until it does", gpu.index, gpu.identity.uuid, timeout)
 
-    def each_gpu(self, fn: Callable[[Gpu, Device], None]) -> int:
-        """Run ``fn`` for every GPU that can answer now, each guarded; the number of
-        reads that failed (GPUs lost or hung on the way are marked, not counted)."""
-        errors = 0
-        for gpu in self.gpus:
-            device = gpu.device
-            if gpu.lost or gpu.hung or device is None:
-                continue
-            gpu.errors = 0
-            try:
-                self.run(gpu, lambda: fn(gpu, device))  # noqa: B023 - run() waits for it
-            except GpuGone as exc:
-                self.mark_lost(gpu, str(exc))
-            except GpuHung:
-                continue
-            except NvmlGone as gone:  # NVML as a whole: down, re-initialised with backoff
-                self.mark_down(gone.error)
-                break
-            errors += gpu.errors
-        return errors
+    def each_gpu(self) -> EachGpu:
+        """Every GPU that can answer now, each read as one step:
+        ``for gpu, device in (each := session.each_gpu()): with each: ...``."""
+        return EachGpu(self)
 
     def mark_down(self, exc: NvmlError) -> None:
         """A library-wide failure (e.g. driver upgraded underneath us): re-init later."""

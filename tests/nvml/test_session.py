@@ -63,6 +63,12 @@ def _guarded_session(timeout: float = 0.2) -> tuple[NvmlSession, Gpu]:
     return session, gpu
 
 
+def _read(session: NvmlSession, gpu: Gpu, value: object) -> object:
+    """One GPU's reads, as a reader makes them: a step the session watches."""
+    with session.step(gpu):
+        return value
+
+
 def _is_hung(gpu: Gpu) -> bool:
     return gpu.hung
 
@@ -73,7 +79,8 @@ def test_a_poll_that_hangs_is_given_up_on_and_its_thread_touches_nothing_after()
     after_the_call: list[str] = []
 
     def hung_poll() -> str:
-        session.run(gpu, release.wait)  # the driver does not answer
+        with session.step(gpu):
+            release.wait()  # the driver does not answer
         after_the_call.append("ran on")  # must never happen: the poll was given up on
         return "late snapshot"
 
@@ -83,7 +90,7 @@ def test_a_poll_that_hangs_is_given_up_on_and_its_thread_touches_nothing_after()
     assert gpu.hung and session.timeouts == {0: 1}
     # The next poll runs on a fresh thread and skips the hung GPU.
     with pytest.raises(GpuHung):
-        session.guarded(lambda: session.run(gpu, lambda: "read"))
+        session.guarded(lambda: _read(session, gpu, "read"))
     session.begin_poll()
     assert gpu.hung  # its call has not returned yet
 
@@ -96,7 +103,7 @@ def test_a_poll_that_hangs_is_given_up_on_and_its_thread_touches_nothing_after()
     assert after_the_call == []
     session.begin_poll()
     assert _is_hung(gpu) is False
-    assert session.guarded(lambda: session.run(gpu, lambda: "read")) == "read"
+    assert session.guarded(lambda: _read(session, gpu, "read")) == "read"
     session.close()
 
 
@@ -116,7 +123,7 @@ def test_guarded_polls_share_one_thread_and_hand_back_errors() -> None:
 
     with pytest.raises(ValueError, match="a collector bug"):
         session.guarded(failing)
-    assert session.guarded(lambda: session.run(gpu, lambda: 7)) == 7  # still usable
+    assert session.guarded(lambda: _read(session, gpu, 7)) == 7  # still usable
     assert set(threading.enumerate()) - threads_before == {poll_thread}
     session.close()
     poll_thread.join(timeout=5)
