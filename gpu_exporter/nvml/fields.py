@@ -83,11 +83,51 @@ def _get_field_values(handle: Any, request: tuple[tuple[int, int], ...]) -> Any:
     return values
 
 
+def _word_layout() -> tuple[int, int, int] | None:
+    """pynvml's c_nvmlFieldValue_t read as 8-byte words: (words per answer,
+    the word holding valueType and nvmlReturn, the value's word). None where
+    they do not fall so (another pynvml's layout, a big-endian machine):
+    field_answers() then reads each answer through FIELD_LAYOUT."""
+    fv = getattr(pynvml, "c_nvmlFieldValue_t", None)
+    if FIELD_LAYOUT is None or fv is None or sys.byteorder != "little":
+        return None
+    size, kind, ret, value = (ctypes.sizeof(fv), fv.valueType.offset, fv.nvmlReturn.offset,
+                              fv.value.offset)
+    if size % 8 or kind % 8 or ret != kind + 4 or value % 8 or fv.value.size != 8:
+        return None
+    return size // 8, kind // 8, value // 8
+
+
+# Where set, the answers are read a column at a time: every answer's
+# valueType-and-nvmlReturn word, then every value word, each in one C step; a
+# Python step only for an answer that is not a good unsigned long long. On an
+# 8-GPU NVLink node that is ~900 answers a poll, nearly all counters.
+FIELD_WORDS = _word_layout()
+# valueType unsigned long long with nvmlReturn SUCCESS, as one word.
+_ULL_GOOD = _ULL
+
+
 def field_answers(handle: Any, request: tuple[tuple[int, int], ...],
                    ) -> dict[tuple[int, int], float | NvmlError]:
     assert FIELD_LAYOUT is not None
+    filled = _get_field_values(handle, request)
+    words = FIELD_WORDS
+    if words is not None:
+        per, kind_at, value_at = words
+        column = memoryview(bytes(filled)).cast("Q")
+        kinds = column[kind_at::per].tolist()
+        raw = column[value_at::per].tolist()
+        by_pair: dict[tuple[int, int], float | NvmlError] = dict(
+            zip(request, map(float, raw), strict=True))
+        if kinds.count(_ULL_GOOD) != len(kinds):
+            for at, kind in enumerate(kinds):
+                if kind != _ULL_GOOD:
+                    key, vt, ret = request[at], kind & _UINT_MASK, kind >> 32
+                    by_pair[key] = float(raw[at] & _UINT_MASK) if ret == 0 and vt == _UINT \
+                        else _decoded(key[0], vt, ret, raw[at])
+        return by_pair
     out: dict[tuple[int, int], float | NvmlError] = {}
-    answers = FIELD_LAYOUT.iter_unpack(_get_field_values(handle, request))
+    answers = FIELD_LAYOUT.iter_unpack(filled)
     for key, (vt, ret, value) in zip(request, answers, strict=True):
         # The common case inline: a poll of an 8-GPU NVLink node decodes ~900
         # fields, nearly all of them unsigned long long counters.

@@ -285,6 +285,11 @@ def test_field_values_decode_like_pynvml_for_every_value_type(
     by_id = {k: _answer(v) for k, v in device.field_values(ids).items()}
     assert by_id == {fid: reference[fid, 0] for fid in ids}
 
+    # Read answer by answer rather than a column at a time (another pynvml's
+    # layout): the same.
+    assert fields_module.FIELD_WORDS is not None, "the column read is off for this pynvml"
+    monkeypatch.setattr(fields_module, "FIELD_WORDS", None)
+    assert {k: _answer(v) for k, v in device.scoped_field_values(request).items()} == fast
     monkeypatch.setattr(fields_module, "FIELD_LAYOUT", None)  # pynvml without internals
     assert {k: _answer(v) for k, v in device.scoped_field_values(request).items()} == fast
     assert {k: _answer(v) for k, v in device.field_values(ids).items()} == by_id
