@@ -136,6 +136,8 @@ KEPT: dict[str, Kept] = {
         Kept("the readers of the pipeline (emptied each poll)", CHURN),
     "gpu_exporter.nvml.values:FieldValues._asks":
         Kept(PER_GPU + " x the readers that ask fields", CHURN),
+    "gpu_exporter.nvml.values:FieldValues._shared":
+        Kept("64 distinct requests at most, then emptied", CHURN),
     "gpu_exporter.nvml.values:GpuReads._status":
         Kept("the readers' asks of the GPU (emptied each poll)", CHURN),
     "gpu_exporter.nvml.values:FieldValues._gpus":
@@ -222,6 +224,8 @@ KEPT: dict[str, Kept] = {
         Kept("--web.max-connections",
              "web/test_http.py::test_at_the_connection_limit_the_longest_idle_connection_makes_room"),
     "gpu_exporter.web.server:http_date": Kept("maxsize=1", CHURN),
+    "gpu_exporter.collectors.nvlink:_shape":
+        Kept("the subsets of the NVLink fields a board answers x the link counts", CHURN),
     "gpu_exporter.diagnosis.precedence:_index": Kept("one call: the fixed table", CHURN),
     "gpu_exporter.settings.sections:_shape": Kept(
         "one per type the sections declare (from the code, not from a file)", CHURN),

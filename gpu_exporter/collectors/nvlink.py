@@ -28,6 +28,7 @@ before any series is made), like the device reader's."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +188,32 @@ def _asked(gpu: Gpu, driver: str) -> frozenset[int]:
     return frozenset(asked)
 
 
+# NVML counts NVLink throughput in KiB. A BER's scale is 0: its answer is
+# packed, decoded rather than scaled.
+_TARGET: dict[str, tuple[Metric, float | None]] = {
+    "state": (m.NVLINK_LINK_UP, None), "errors": (m.NVLINK_ERRORS_TOTAL, 1.0),
+    "bytes": (m.NVLINK_BYTES_TOTAL, 1024.0), "fec": (fec_m.NVLINK_FEC_ERRORS_TOTAL, 1.0),
+    "ber": (fec_m.NVLINK_BIT_ERROR_RATE, _PACKED)}
+
+
+@functools.cache
+def _shape(fields: frozenset[int], links: int) -> tuple[
+        tuple[tuple[int, int], ...], Ask,
+        tuple[tuple[int, tuple[tuple[int, int], ...], Metric, float | None,
+                    tuple[tuple[int, str], ...]], ...]]:
+    """What a plan asks of ``links`` links, and its groups: made once for
+    every GPU of the same links and fields, not once per GPU (some 250 small
+    tuples on an 18-link GPU). Bounded: the subsets of a dozen fields a
+    board answers, times the link counts NVML reports."""
+    request = tuple((fid, link) for fid in _ALL_FIELDS if fid in fields
+                    for link in range(links))
+    groups = tuple(
+        (fid, request[at * links:(at + 1) * links], *_TARGET[_ALL_FIELDS[fid][0]],
+         tuple((link, _ERROR_KIND[fid]) for link in range(links)) if fid in _ERROR_KIND else ())
+        for at, fid in enumerate(fid for fid in _ALL_FIELDS if fid in fields))
+    return request, Ask.every_poll(request), groups
+
+
 def _plan(gpu: Gpu, links: int, driver: str) -> _LinkPlan:
     # The plan lives in gpu.static with the link count it was made for: both
     # are made anew when the GPU is (after a reset, Gpu.static is emptied).
@@ -195,25 +222,14 @@ def _plan(gpu: Gpu, links: int, driver: str) -> _LinkPlan:
     if isinstance(plan, _LinkPlan) and plan.fields == fields:
         return plan
     base = (str(gpu.index), gpu.identity.uuid)
-    request = tuple((fid, link) for fid in _ALL_FIELDS if fid in fields
-                    for link in range(links))
-    # NVML counts NVLink throughput in KiB. A BER's scale is 0: its answer is
-    # packed, decoded rather than scaled.
-    target: dict[str, tuple[Metric, float | None]] = {
-        "state": (m.NVLINK_LINK_UP, None), "errors": (m.NVLINK_ERRORS_TOTAL, 1.0),
-        "bytes": (m.NVLINK_BYTES_TOTAL, 1024.0), "fec": (fec_m.NVLINK_FEC_ERRORS_TOTAL, 1.0),
-        "ber": (fec_m.NVLINK_BIT_ERROR_RATE, _PACKED)}
+    request, ask, groups = _shape(fields, links)
     all_links = {"errors": m.NVLINK_ERRORS_ALL_LINKS_TOTAL, "bytes": m.NVLINK_BYTES_ALL_LINKS_TOTAL,
                  "fec": fec_m.NVLINK_FEC_ERRORS_ALL_LINKS_TOTAL}
     totals: dict[int, tuple[Metric, tuple[str, ...]]] = {
         fid: (all_links[kind], (*base, detail))
         for fid, (kind, detail) in _ALL_FIELDS.items() if fid in fields and kind in all_links}
-    groups = tuple(
-        (fid, tuple((fid, link) for link in range(links)), *target[_ALL_FIELDS[fid][0]],
-         tuple((link, _ERROR_KIND[fid]) for link in range(links)) if fid in _ERROR_KIND else ())
-        for fid in _ALL_FIELDS if fid in fields)
-    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fields, request,
-                     Ask.every_poll(request), totals, groups, {})
+    plan = _LinkPlan(gpu.index, gpu.identity.uuid, links, fields, request, ask, totals,
+                     groups, {})
     gpu.static["nvlink_plan"] = plan
     return plan
 

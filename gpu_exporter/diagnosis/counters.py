@@ -5,8 +5,6 @@ stands until the reading moves (engine.py)."""
 
 from __future__ import annotations
 
-from collections import deque
-
 
 class Counter:
     """One name's readings on one GPU, oldest first, and since when (the
@@ -15,7 +13,11 @@ class Counter:
     __slots__ = ("readings", "steady_from")
 
     def __init__(self, now: float) -> None:
-        self.readings: deque[tuple[float, float]] = deque()
+        # A list, not a deque: most counters keep two readings (an idle one is
+        # folded, keep()), and a deque takes a 64-slot block (some 600 bytes)
+        # however few it holds; a GPU keeps some 70 of them. Dropping the
+        # oldest is a short move: a window holds a few hundred polls at most.
+        self.readings: list[tuple[float, float]] = []
         self.steady_from = now
 
     def steady(self) -> bool:
@@ -93,8 +95,12 @@ class Counters:
                 series.append(last := (now, value))
                 self._last[name] = last
         oldest = now - window
-        while len(series) > 1 and series[1][0] <= oldest:
-            series.popleft()
+        if len(series) > 1 and series[1][0] <= oldest:
+            # Drop every reading but the last one at or before the window's start.
+            cut = 1
+            while cut + 1 < len(series) and series[cut + 1][0] <= oldest:
+                cut += 1
+            del series[:cut]
 
     def series(self, name: str, gpu: int | None = None) -> tuple[tuple[float, float], ...]:
         """The readings kept of ``name`` on the GPU asked at (or ``gpu``):
@@ -105,6 +111,6 @@ class Counters:
         counter = self._kept.get((self._gpu if gpu is None else gpu, name))
         return () if counter is None else tuple(counter.readings)
 
-    def __getitem__(self, key: tuple[int, str]) -> deque[tuple[float, float]]:
+    def __getitem__(self, key: tuple[int, str]) -> list[tuple[float, float]]:
         """The readings kept of (GPU, name)."""
         return self._kept[key].readings

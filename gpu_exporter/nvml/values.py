@@ -391,6 +391,9 @@ class FieldValues:
         # with the GPU's reads: a GPU made anew is asked what it was asked
         # before at once, and each reader hands its Ask again as it reads.
         self._asks: dict[int, dict[str, Ask]] = {}
+        # A GPU's whole request -> it and its pairs as a set, shared by the GPUs
+        # that ask the same.
+        self._shared: dict[Request, tuple[Request, frozenset[tuple[int, int]]]] = {}
 
     def ask(self, gpu: Gpu, reader: str, ask: Ask | None) -> None:
         """What ``reader`` asks of the GPU from now on (None: nothing): the
@@ -445,9 +448,15 @@ class FieldValues:
             wanted = tuple(reads.request_of(ask)
                            for ask in self._asks.get(gpu.index, {}).values())
             if wanted != reads.made_of:
-                reads.request = tuple(dict.fromkeys(
-                    pair for asked in wanted for pair in asked))
-                reads.request_pairs = frozenset(reads.request)
+                request = tuple(dict.fromkeys(pair for asked in wanted for pair in asked))
+                # One copy for every GPU of the same shape (an NVLink GPU's
+                # request holds some 130 pairs, its set some 8 KiB).
+                shared = self._shared.get(request)
+                if shared is None:
+                    if len(self._shared) >= _REQUESTS_HELD:
+                        self._shared.clear()
+                    shared = self._shared[request] = (request, frozenset(request))
+                reads.request, reads.request_pairs = shared
                 reads.made_of = wanted
             reads.answers, reads.failed = self._call(gpu, device, reads.request)
             reads.asked = reads.request_pairs
