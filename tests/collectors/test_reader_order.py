@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections import Counter
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -119,3 +121,44 @@ def test_on_the_mock_the_readers_in_any_order_export_the_same_in_the_same_calls(
                   if shuffled[key] != value}
         assert not differ, (seed, differ)
         assert got["calls"] == want["calls"], seed
+
+
+def _area(frame: FrameType | None) -> str | None:
+    name = "" if frame is None else frame.f_globals.get("__name__", "")
+    for area in ("gpu_exporter.collectors", "gpu_exporter.nvml"):
+        if name == area or name.startswith(area + "."):
+            return area
+    return None
+
+
+@pytest.mark.parametrize("scenario", ["nvlink-errors-link-integrity", "mig-h100",
+                                      "ecc-uncorrectable"])
+def test_the_nvml_layer_never_calls_back_into_a_reader(scenario: str) -> None:
+    """A GPU's reading goes one way, from the NVML layer up to the reader:
+    the readers call the layer (their requests handed as data, their GPUs
+    walked in their own loops), and no function of the layer calls one of a
+    reader. Traced over whole polls, every reader of every GPU."""
+    crossings: Counter[tuple[str | None, str | None]] = Counter()
+    back: list[str] = []
+
+    def trace(frame: FrameType, event: str, arg: object) -> None:
+        if event != "call":
+            return
+        callee, caller = _area(frame), _area(frame.f_back)
+        if callee is not None and caller is not None and callee != caller:
+            crossings[caller, callee] += 1
+            if callee == "gpu_exporter.collectors":
+                back.append(f"{frame.f_back.f_code.co_qualname} -> "  # type: ignore[union-attr]
+                            f"{frame.f_code.co_qualname}")
+
+    with SimRun(scenario, metrics={"detail": True}) as sim:
+        sim.poll()
+        sim.poll(INTERVAL, interval=INTERVAL)
+        sys.setprofile(trace)
+        try:
+            for _ in range(3):
+                sim.poll(INTERVAL, interval=INTERVAL)
+        finally:
+            sys.setprofile(None)
+    assert crossings["gpu_exporter.collectors", "gpu_exporter.nvml"] > 0  # the trace saw the reads
+    assert not back, sorted(set(back))
