@@ -65,7 +65,7 @@ class _StepInProgress:
     thread: int
 
 
-class Step:
+class GpuStep:
     """One GPU's reads as one step the session watches (NvmlSession.step())."""
 
     __slots__ = ("_gpu", "_session")
@@ -308,13 +308,13 @@ class NvmlSession:
                 log.warning("GPU %d answers again after a call that hung", gpu.index)
                 gpu.hung = False
 
-    def step(self, gpu: Gpu) -> Step:
+    def step(self, gpu: Gpu) -> GpuStep:
         """``with session.step(gpu):`` this GPU's reads, as one step guarded()
         watches: raises GpuHung for a GPU whose earlier call has not returned,
         PollAbandoned when the step outlived the timeout and the poll went on
         without it. A context, not a function it calls: the reader's code
         runs in the reader, and only the watch is the session's."""
-        return Step(self, gpu)
+        return GpuStep(self, gpu)
 
     def _begin_step(self, gpu: Gpu) -> None:
         if self.call_timeout is None:
