@@ -4,6 +4,7 @@ likely cause -> evidence -> fix, most severe first)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -168,9 +169,13 @@ def _in_part(coverage: Mapping[str, Any] | None, found: bool) -> list[str]:
     if isinstance(settling, Mapping):
         window = coverage.get("window_seconds")
         needs = f"{window:g} s" if isinstance(window, float | int) else "its window"
+        left = settling.get("seconds_left")
+        # A command that can be run as printed: --wait takes a duration.
+        wait = (f"{math.ceil(left) + 10}s" if isinstance(left, float | int)
+                and 0 <= left < 86400 else "5m")
         lines.append(f"  {safe(gpu_list(settling.get('gpus') or ()))}: still watching: a "
-                     f"finding needs {needs} of polls, {safe(settling.get('seconds_left'))} s "
-                     "to go (run again, or diagnose --wait)")
+                     f"finding needs {needs} of polls, {safe(left)} s "
+                     f"to go (run again, or diagnose --wait {wait})")
     for entry in coverage.get("not_checked") or ():
         if not isinstance(entry, Mapping):
             continue

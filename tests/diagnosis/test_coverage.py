@@ -38,6 +38,7 @@ from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import answer, checks_text, gpu_list, reason_text
 from gpu_exporter.diagnosis.engine import FINDINGS
 from gpu_exporter.facts.cadence import SAMPLES_EVERY_S
+from gpu_exporter.settings.config_types import parse_duration
 from gpu_exporter.simulator.drivers import BRANCHES
 from tests.procs import ROOT, free_port, run_cli, start, wait_http
 from tests.simnode import SimRun
@@ -305,6 +306,11 @@ def test_a_verdict_before_the_window_filled_is_not_healthy() -> None:
         text = render_text([], color=False, coverage=early)
         assert (f"GPUs 0-7: still watching: a finding needs 30 s of polls, "
                 f"{settling['seconds_left']} s to go") in text
+        # The command it suggests runs as printed: --wait takes a duration,
+        # long enough for the window left.
+        wait = re.search(r"diagnose --wait (\S+)\)", text)
+        assert wait, text
+        assert parse_duration(wait.group(1)) >= settling["seconds_left"]
         assert "healthy" not in text
         snap = run.poll(25)
         assert answer(snap)["settling"] is None and answer(snap)["complete"] is True
