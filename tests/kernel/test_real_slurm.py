@@ -99,15 +99,26 @@ class Cluster:
 def _wait(what: str, ready: Callable[[], bool], cluster: Cluster,
           timeout: float = START_S) -> None:
     deadline = time.monotonic() + timeout
-    while not ready():
+    while not _ready(ready):
         for p in cluster.procs:
             if p.poll() is not None:
                 pytest.fail(f"{p.args[0]} exited {p.returncode} while waiting for {what}:\n"
                             + cluster.log("slurmd.log")[-3000:]
                             + cluster.log("slurmctld.log")[-2000:])
         if time.monotonic() > deadline:
-            pytest.fail(f"no {what} in {timeout:.0f} s:\n" + cluster.log("slurmd.log")[-3000:])
+            pytest.fail(f"no {what} in {timeout:.0f} s:\n" + cluster.log("slurmd.log")[-3000:]
+                        + cluster.log("slurmctld.log")[-2000:])
         time.sleep(0.2)
+
+
+def _ready(ready: Callable[[], bool]) -> bool:
+    """``ready()``, False where the Slurm tool it ran did not answer in time
+    (slurmctld still starting on a loaded machine): _wait's own deadline
+    says when to give up, with the daemons' logs."""
+    try:
+        return ready()
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def _write_conf(tmp: Path, node: str) -> None:
