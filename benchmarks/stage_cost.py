@@ -119,17 +119,27 @@ def measure(seconds: float, interval: str) -> dict[str, Any]:
     poller = exporter.poller
     spent: dict[str, float] = defaultdict(float)
     in_nvml: dict[str, float] = defaultdict(float)
+    # This poll's figures, added to the window's when the poll ends: a poll
+    # under way when the window opens or closes counts whole or not at all.
+    this_poll: dict[str, float] = defaultdict(float)
+    this_nvml: dict[str, float] = defaultdict(float)
     polls = [0]
-    poll_once = poller.poll_once
+    poll_once = _timed(poller.poll_once, this_poll, " poll", this_nvml)
 
     def counted() -> Any:
-        polls[0] += 1
-        return poll_once()
+        try:
+            return poll_once()
+        finally:
+            for into, new in ((spent, this_poll), (in_nvml, this_nvml)):
+                for name, s in new.items():
+                    into[name] += s
+                new.clear()
+            polls[0] += 1
 
-    poller.poll_once = _timed(counted, spent, " poll", in_nvml)  # type: ignore[method-assign]
+    poller.poll_once = counted  # type: ignore[method-assign]
     for stage in poller.stages:
-        stage.collect = _timed(stage.collect, spent, stage.name,  # type: ignore[method-assign]
-                               in_nvml)
+        stage.collect = _timed(stage.collect, this_poll,  # type: ignore[method-assign]
+                               stage.name, this_nvml)
     exporter.start()
     try:
         time.sleep(WARM_UP_S)
