@@ -36,6 +36,7 @@ import pynvml
 
 from benchmarks import nvml_calls
 from benchmarks.daemon_probe import ROOT, board
+from benchmarks.floor import Floor
 from gpu_exporter.settings.config_types import parse_duration
 
 WARM_UP_S = 8.0  # the first polls: the reads made once, the first judgments
@@ -170,7 +171,6 @@ def measure(seconds: float, interval: str) -> dict[str, Any]:
 def measure_floor(r: dict[str, Any], seconds: float, interval_s: float) -> dict[str, Any]:
     """The floor making the calls ``r`` counted, per GPU and poll, at the same
     interval for as long: its CPU per poll and the share in NVML's C functions."""
-    from benchmarks.floor import Floor
     per = max(1, r["polls"] * max(1, r["gpus"]))
     floor = Floor({"calls": {k: v / per for k, v in r["calls"].items()},
                    "fields": round(r["fields_per_call"]), "series": 0})
