@@ -36,6 +36,7 @@ from gpu_exporter_mixin.alerting.templates import (
     humanize1024,
     humanize_percentage,
 )
+from tests import promtool_shares
 from tests.tools import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,46 +246,13 @@ def test_promtool_check_rules() -> None:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-# Test groups per promtool run: the diagnosis file holds some 50, each
-# evaluating every rule over half an hour of 5 s steps (about 6 minutes in one
-# run on a slow 2-core machine, past any one test's timeout). Its groups are
-# run a share at a time, each share a test of its own.
-GROUPS_PER_RUN = 8
+PROMTOOL_RUNS = promtool_shares.shares(TEST_FILES)
 
 
-def _promtool_runs() -> list[tuple[Path, int, int]]:
-    """(test file, share, shares) for each promtool run; the groups are
-    counted from the file's text (the top-level ``- name:`` items of its
-    ``tests:``), so collecting parses no YAML."""
-    runs = []
-    for path in TEST_FILES:
-        groups = len(re.findall(r"^- name:", path.read_text(), flags=re.MULTILINE))
-        shares = max(1, -(-groups // GROUPS_PER_RUN))
-        runs += [(path, share, shares) for share in range(shares)]
-    return runs
-
-
-PROMTOOL_RUNS = _promtool_runs()
-
-
-@pytest.mark.parametrize(("path", "share", "shares"), PROMTOOL_RUNS,
-                         ids=[f"{p.name}-{i + 1}of{n}" for p, i, n in PROMTOOL_RUNS])
-def test_promtool_unit_tests(path: Path, share: int, shares: int, tmp_path: Path) -> None:
-    doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    groups = doc["tests"]
-    # The shares cover every group once, whatever the text count said.
-    size = -(-len(groups) // shares)
-    doc["tests"] = groups[share * size:(share + 1) * size]
-    assert doc["tests"] or share > 0, f"{path.name} holds no test group"
-    if not doc["tests"]:
-        return
-    # The rule files as the committed file names them, from wherever this share is.
-    doc["rule_files"] = [str((path.parent / f).resolve()) for f in doc["rule_files"]]
-    run = tmp_path / path.name
-    run.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
-    result = subprocess.run([tool("promtool"), "test", "rules", run.name], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+@pytest.mark.parametrize(("name", "share", "shares"), PROMTOOL_RUNS,
+                         ids=promtool_shares.share_ids(PROMTOOL_RUNS))
+def test_promtool_unit_tests(name: str, share: int, shares: int, tmp_path: Path) -> None:
+    promtool_shares.run_share(ROOT / TESTS_DIR / name, share, shares, tmp_path)
 
 
 def test_every_alert_has_firing_and_silent_unit_tests() -> None:
