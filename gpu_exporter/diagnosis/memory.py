@@ -147,7 +147,11 @@ class FaultMemory:
         self._procfs = procfs
         self._wall = wall_clock
         self._gpus: dict[str, _Gpu] = {}
+        # This boot's id, read at the first poll: a boot never changes under
+        # a running exporter (a reboot ends the process), so the file is not
+        # read again every poll.
         self._boot = NO_BOOT_ID
+        self._boot_read = False
         self._loaded_foreign_check = False  # whether the loaded file awaits its host check
         self._dirty = False
         self._write_failing = False
@@ -164,7 +168,8 @@ class FaultMemory:
         if anything is new, and return each GPU's past by UUID."""
         by_process = frozenset(per_process)
         now = self._wall()
-        self._boot = boot_id(self._procfs) or NO_BOOT_ID
+        if not self._boot_read:
+            self._boot, self._boot_read = boot_id(self._procfs) or NO_BOOT_ID, True
         gpus = [s for s in signals if s.gpu_instance is None]
         if self._loaded_foreign_check and gpus:
             self._loaded_foreign_check = False

@@ -297,12 +297,16 @@ def test_the_memory_and_its_file_stay_within_their_bounds(tmp_path: Path) -> Non
     procfs = tmp_path / "proc"
     (procfs / "sys/kernel/random").mkdir(parents=True)
     now = [EPOCH]
-    memory = FaultMemory(state, procfs, lambda: now[0])
     biggest = 0
     for boot in range(3):
+        # Each boot a new exporter, with the file the last one left.
         (procfs / "sys/kernel/random/boot_id").write_text(
             f"{boot:08d}-0000-4000-8000-000000000000\n")
-        for gpu in range(MAX_GPUS * 2):
+        memory = FaultMemory(state, procfs, lambda: now[0])
+        # The first GPU seen is one the file kept (the newest), so each boot
+        # goes on from the last one's file rather than refusing it as foreign.
+        last = MAX_GPUS * 2 - 1
+        for gpu in (last, *range(last)):
             uuid = f"GPU-{gpu:08d}-ffff-ffff-ffff-ffffffffffff"
             now[0] += 1
             # Many distinct Xids a poll, each GPU its own.
@@ -315,7 +319,7 @@ def test_the_memory_and_its_file_stay_within_their_bounds(tmp_path: Path) -> Non
     data = json.loads(state.read_text())
     assert len(data["gpus"]) == MAX_GPUS
     # The newest GPUs and faults are the ones kept.
-    assert f"GPU-{MAX_GPUS * 2 - 1:08d}-ffff-ffff-ffff-ffffffffffff" in data["gpus"]
+    assert f"GPU-{last - 1:08d}-ffff-ffff-ffff-ffffffffffff" in data["gpus"]
     # And the full file reads back.
     assert len(FaultMemory(state, procfs, lambda: now[0]).observe([])) == MAX_GPUS
 
@@ -417,3 +421,19 @@ def test_a_node_up_a_day_does_not_wait() -> None:
                    for k in findings(node.poll(40)))
     finally:
         node.close()
+
+
+def test_the_boot_id_is_read_at_the_first_poll_and_kept(tmp_path: Path) -> None:
+    """A boot never changes under a running exporter (a reboot ends it), so
+    the memory reads the boot id once, not every poll: a file changed under
+    it later does not make a fault of a new life."""
+    procfs = tmp_path / "proc"
+    (procfs / "sys/kernel/random").mkdir(parents=True)
+    path = procfs / "sys/kernel/random/boot_id"
+    path.write_text(BOOT_A + "\n")
+    memory = FaultMemory(None, procfs, lambda: EPOCH + 10)
+    uuid = "GPU-00000000-0000-0000-0000-000000000001"
+    memory.observe([_signals(uuid, [])])
+    path.write_text(BOOT_B + "\n")
+    (fault,) = memory.observe([_signals(uuid, [(EPOCH + 5, 79, None)])])[uuid].faults
+    assert fault.boot_id == BOOT_A
