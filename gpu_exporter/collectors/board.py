@@ -22,6 +22,7 @@ from typing import Any
 from gpu_exporter.catalogs import board as m
 from gpu_exporter.collectors.values import Series
 from gpu_exporter.facts.cadence import Every
+from gpu_exporter.facts.drivers import branch
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml import values as nv
 from gpu_exporter.nvml.adapter import Device
@@ -119,12 +120,6 @@ def c2c_link(gpu: Gpu) -> bool | None:
     if mode is False or links == 0 or nv.offered(gpu, C2C_MODE) is False:
         return False
     return None
-
-
-def branch(driver_version: str) -> int:
-    """The driver's branch number ("580.65.06" -> 580); 0 where unknown."""
-    head = driver_version.partition(".")[0]
-    return int(head) if head.isdigit() else 0
 
 
 def wanted(driver_version: str) -> Want:

@@ -35,8 +35,9 @@ from typing import Any
 from gpu_exporter.catalogs import board as fec_m
 from gpu_exporter.catalogs import deep as m
 from gpu_exporter.collectors.base import NvmlCollector
-from gpu_exporter.collectors.board import FEC_KEYS, FEC_SINCE, branch
+from gpu_exporter.collectors.board import FEC_KEYS, FEC_SINCE
 from gpu_exporter.facts.catalog_types import Metric
+from gpu_exporter.facts.drivers import branch
 from gpu_exporter.nvml import constants as c
 from gpu_exporter.nvml.adapter import Device
 from gpu_exporter.nvml.errors import NvmlError

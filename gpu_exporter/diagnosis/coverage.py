@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum, auto
 from typing import Any, cast
 
+from gpu_exporter.diagnosis import coverage_words
 from gpu_exporter.diagnosis.allocation_rows import CLAIM_UNPLACED, SLURM_UNNAMED
-from gpu_exporter.diagnosis.coverage_words import HOST_WORDS, NVML_WORDS, PROCESS_WORDS
 from gpu_exporter.diagnosis.rules import RULES, Trend
 from gpu_exporter.diagnosis.signals import READER_OF_SIGNAL, GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
@@ -294,11 +294,13 @@ def _reader_gap(reader: str, ctx: _Context) -> _Reason:
                    Why.READER_FAILING)
 
 
-def _nvml_reason(name: str, words: str, gpu: GpuReading) -> _Reason:
+def _nvml_reason(name: str, field: str, gpu: GpuReading) -> _Reason:
     """What NVML did not give under ``name`` (as GpuReading.unavailable names
     it): not offered on this board and driver, refused, or not read now."""
     if name in gpu.unavailable:
-        return _Reason(_NVML + words, Why.NVML_NOT_OFFERED)
+        return _Reason(_NVML + coverage_words.not_offered(field, gpu.driver_version),
+                       Why.NVML_NOT_OFFERED)
+    words = coverage_words.nvml(field)
     if name in gpu.refused:
         return _Reason(f"NVML refuses {words} to the exporter (no permission: run it with "
                        "access to the NVIDIA device nodes)", Why.NVML_REFUSED)
@@ -339,8 +341,7 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
                                "PID namespace, or no permission)", Why.PROCESSES_UNLISTED)
             return _Reason("no process is using this GPU", Why.NO_PROCESS)
         field = path.rsplit(".", 1)[-1]
-        return _Reason(PROCESS_WORDS.get(field, f"no {field} read for its processes"),
-                       Why.PROCESS_NOT_READ)
+        return _Reason(coverage_words.process(field), Why.PROCESS_NOT_READ)
     if head == "workloads":
         unread = [w.problem for w in ctx.sig.workloads if w.problem is not None]
         if unread:  # a workload is there, its cgroup could not be read: a gap
@@ -387,16 +388,15 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         return None  # an empty list that is not a missing subject (no owner, no Xid)
     if head == "host":
         field = path.rsplit(".", 1)[-1]
-        return _Reason(HOST_WORDS.get(field, f"no host {field.replace('_', ' ')} reading"),
-                       Why.HOST_NOT_READ)
+        return _Reason(coverage_words.host(field), Why.HOST_NOT_READ)
     gpu = ctx.sig.gpu
     if head == "sm_active":
         if ctx.sig.gpm_pending:
             return _Reason("GPM's first ratio is on its way (two samples "
                            f"{SAMPLES_EVERY_S:g} s apart)", Why.GPM_PENDING)
         if head in gpu.unavailable:
-            return _Reason("NVML gives no GPM metrics (Hopper and newer, drivers R525 and "
-                           "newer)", Why.GPM_NOT_OFFERED)
+            return _Reason(_NVML + coverage_words.not_offered("gpm", gpu.driver_version),
+                           Why.GPM_NOT_OFFERED)
         return _Reason("NVML gave no GPM metrics this poll", Why.GPM_NOT_READ)
     if head == "util_samples":
         if head in gpu.unavailable:
@@ -421,10 +421,9 @@ def _explain(path: str, value: object, ctx: _Context) -> _Reason | None:
         if field == "c2c_errors" and not gpu.c2c_link:
             return _Reason("the GPU has no C2C link to a Grace CPU (NVML's C2C mode is off "
                            "or not offered)", Why.NO_C2C)
-        words = NVML_WORDS.get(field, field.replace("_", " "))
         if head == "memory_used_ratio":
             name = "memory_used_bytes"
-        return _nvml_reason(name, words, gpu)
+        return _nvml_reason(name, field, gpu)
     if head == "nvlink_errors" and ctx.sig.nvlink_links == 0:
         return _Reason("NVML counts no NVLink on this GPU", Why.NO_NVLINK)
     return _Reason(f"no {path} reading", Why.OTHER_NOT_READ)

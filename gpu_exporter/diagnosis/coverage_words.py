@@ -3,6 +3,8 @@ reading NVML did not give, a host figure, a process figure (coverage.py)."""
 
 from __future__ import annotations
 
+from gpu_exporter.facts.drivers import FIRST_BRANCH, branch
+
 # How a person names what NVML did not give (GpuReading's fields); a field not
 # named here is said by its name.
 NVML_WORDS: dict[str, str] = {
@@ -23,10 +25,10 @@ NVML_WORDS: dict[str, str] = {
     "remap_pending": "row remapping state", "remap_failed": "row remapping state",
     "persistence_mode": "persistence mode",
     "fan_speeds": "fan speed",
-    "recovery_action": "recovery action (drivers R565 and newer)",
-    "c2c_errors": "C2C link error counts (drivers R575 and newer)",
-    "fabric_state": "NVSwitch fabric state (Hopper and newer in an NVSwitch system, drivers "
-                    "R550 and newer)",
+    "gpm": "GPM metrics (Hopper and newer)",
+    "recovery_action": "recovery action",
+    "c2c_errors": "C2C link error counts",
+    "fabric_state": "NVSwitch fabric state (Hopper and newer in an NVSwitch system)",
 }
 HOST_WORDS: dict[str, str] = {
     "iowait_ratio": "no CPU iowait reading (/proc/stat)",
@@ -41,3 +43,38 @@ PROCESS_WORDS: dict[str, str] = {
     "affinity_local": "no CPU affinity read for its processes (/proc/PID/status)",
     "run_queue_wait_ratio": "no run queue wait read for its processes (/proc/PID/schedstat)",
 }
+
+
+def nvml(field: str) -> str:
+    """How a person names ``field`` of GpuReading."""
+    return NVML_WORDS.get(field, field.replace("_", " "))
+
+
+def host(field: str) -> str:
+    """Why a host figure the rule reads is absent."""
+    return HOST_WORDS.get(field, f"no host {field.replace('_', ' ')} reading")
+
+
+def process(field: str) -> str:
+    """Why a figure of the GPU's processes the rule reads is absent."""
+    return PROCESS_WORDS.get(field, f"no {field} read for its processes")
+
+
+def not_offered(field: str, driver_version: str) -> str:
+    """What NVML did not give for ``field`` on a GPU under ``driver_version``,
+    saying which of two different facts it is where a driver branch brought
+    the call: a driver older than that branch, or a GPU that answers it not
+    supported under a driver that has it (the fix is not a driver update)."""
+    words = nvml(field)
+    since = FIRST_BRANCH.get(field)
+    if since is None:
+        return words
+    have = branch(driver_version)
+    if have == 0:
+        note = f"drivers R{since} and newer"
+    elif have < since:
+        note = f"driver R{have} is older than R{since}, the first to have it"
+    else:
+        note = f"driver R{have} has it; this GPU answers it not supported"
+    head, paren, rest = words.partition(" (")
+    return f"{head} ({rest.removesuffix(')')}; {note})" if paren else f"{words} ({note})"

@@ -102,7 +102,8 @@ def test_each_driver_branch_names_what_it_does_not_offer(branch: str, tmp_path: 
     if UNCHECKED_ON_H100[branch] >= _RECOVERY:
         assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, "
                 f"drain_and_reset): not available on NVIDIA H100 80GB HBM3 / driver {branch}: "
-                "NVML gives no recovery action (drivers R565 and newer)") in out
+                f"NVML gives no recovery action (driver {branch} is older than R565, the first "
+                "to have it)") in out
 
 
 @pytest.mark.parametrize("branch", ["R470", "R550", "R580"])
@@ -433,6 +434,17 @@ def test_on_every_mock_board_a_healthy_node_is_healthy_and_says_what_it_lacks(
     # Nothing the verdict counts as a gap, so nothing gpu_diagnosis_not_judged counts.
     with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
         assert _not_judged(resp.read().decode()) == set()
+    # A value a driver branch brought: the words say whether this driver is
+    # older than that branch, or has the call and the GPU answers it not
+    # supported (no driver update brings it). The mock's boards run both.
+    driver = int(on.rsplit(" R", 1)[1])
+    for words, since in [("recovery action", 565)] + (
+            [("C2C link error counts", 575)] if board in _GRACE else []):
+        said = (f"driver R{driver} is older than R{since}, the first to have it"
+                if driver < since else f"driver R{driver} has it; this GPU answers it not "
+                "supported")
+        assert f"{words} ({said})" in out, (board, out)
+    assert "and newer)" not in out
     entries = cov["not_available"] + cov["nothing_to_check"]
     for e in entries:
         checks = checks_text(e["checks"])

@@ -228,7 +228,7 @@ def test_a_node_checked_only_in_part_is_not_called_healthy() -> None:
             f"({len(coverage['not_available'])})") in old
     assert ("GPUs 0-7: recovery_action (gpu_reset, node_reboot, drain_p2p, drain_and_reset): "
             "not available on NVIDIA H100 80GB HBM3 / driver R535: NVML gives no recovery "
-            "action (drivers R565 and newer)") in old
+            "action (driver R535 is older than R565, the first to have it)") in old
     # The checks with no subject here are said, apart: no kubelet on this node.
     assert len(coverage["nothing_to_check"]) >= 2
     assert ("Checks with nothing to check on this node "
