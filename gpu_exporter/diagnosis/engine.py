@@ -417,8 +417,7 @@ class Diagnosis(Derivation):
         unjudged_at: list[int] = []
         judged_again = False
         for group, standing in zip(groups, place.standings, strict=True):
-            host = (sig.host if group.reads_host is not None and group.reads_host(sig, cfg)
-                    else None)
+            host = None if group.reads_host is None else group.reads_host(sig, cfg)
             if (same and standing.steady and standing.host == host
                     and standing.series_version == counters.series_version):
                 self._stand(group, standing, judged, place, sig, now, settling)

@@ -5,6 +5,7 @@ row has one."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -65,18 +66,28 @@ class Trend:
 
 Rule = Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]
 RULES: dict[Row, Rule] = {}
-# Whether a rule reads the node's host signals (``GpuSignals.host``) for a
-# place now, keyed by its row; a row not here never reads them. The host's
-# readings move every poll on a real node (memory in use, CPU shares), so
-# the engine judges a row again on a change of the host only where its rule
-# reads it (engine.py: a verdict stands while what its rule reads is the same).
-HostRead = Callable[[GpuSignals, DiagnosisConfig], bool]
+# What of the node's host signals (``GpuSignals.host``) a rule reads for a
+# place now, keyed by its row: the values themselves, None where it reads
+# none; a row not here never reads them. The host's readings move every poll
+# on a real node (memory in use, CPU shares), so the engine judges a row
+# again on a change of the host only where its rule reads what changed
+# (engine.py: a verdict stands while what its rule reads is the same).
+HostRead = Callable[[GpuSignals, DiagnosisConfig], object]
 READS_HOST: dict[Row, HostRead] = {}
 
 
-def always(s: GpuSignals, cfg: DiagnosisConfig) -> bool:
-    """A rule that reads the host's signals on every place."""
-    return True
+@dataclass(frozen=True, slots=True)
+class HostFields:
+    """A rule that reads these of the host's signals on every place."""
+
+    names: tuple[str, ...]
+    _values: Callable[[object], object] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_values", operator.attrgetter(*self.names))
+
+    def __call__(self, s: GpuSignals, cfg: DiagnosisConfig) -> object:
+        return None if s.host is None else self._values(s.host)
 
 
 def rule(row: Row, reads_host: HostRead | None = None) -> Callable[[Rule], Rule]:

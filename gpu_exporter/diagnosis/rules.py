@@ -294,10 +294,10 @@ def _starved_rules(idle: Row, underfed: Row, cause: _Cause) -> None:
     rule(underfed, reads_host=_job_holds)(below_busy)
 
 
-def _job_holds(s: GpuSignals, cfg: DiagnosisConfig) -> bool:
-    """Whether the rows of a starved GPU read the host now: only where a job
-    holds the place (``_with`` judges the cause only then)."""
-    return _job(s, cfg)[0] is True
+def _job_holds(s: GpuSignals, cfg: DiagnosisConfig) -> object:
+    """What the rows of a starved GPU read of the host now: all of it, only
+    where a job holds the place (``_with`` judges the cause only then)."""
+    return s.host if _job(s, cfg)[0] is True else None
 
 
 _starved_rules(t.IDLE_DATA_PIPELINE_IO, t.UNDERFED_DATA_PIPELINE_IO, _io_bound)

@@ -4,9 +4,9 @@ reads changes or its window moves it; otherwise its last verdict stands.
 
 A group's rules read the place's signals but the host's (``board_of``), the
 engine's counters, the clock and what the exporter remembers of the GPU;
-its rows that read the host say when they do (``registry.READS_HOST``), so a
-host whose readings move every poll (memory in use, CPU shares) has the rows
-that read it judged again, and no other."""
+its rows that read the host say what of it they read, and when
+(``registry.READS_HOST``), so a host reading that moves every poll (memory in
+use, CPU shares) has the rows that read it judged again, and no other."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ board_of = operator.attrgetter(*BOARD_FIELDS)
 @dataclass(frozen=True, slots=True)
 class Group:
     """Rows of a place judged again together: those whose rules read the same
-    of its signals (``reads_host``: when they read the host's; None: never)."""
+    of its signals (``reads_host``: what of the host's they read; None: none)."""
 
     reads_host: HostRead | None
     at: tuple[int, ...]  # the rows' places in the table the place judges
@@ -66,7 +66,7 @@ class Standing:
     older reading about to leave the window, a rule that read the clock)."""
 
     steady: bool = False
-    host: object = None  # the host's signals its rules read (None: none)
+    host: object = None  # what of the host's signals its rules read (None: none)
     series_version: int = -1
     consulted: tuple[tuple[Counter, str, float], ...] = ()
     kept_every_poll: tuple[tuple[Counter, str, float], ...] = ()

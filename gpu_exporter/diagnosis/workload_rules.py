@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.registry import Evidence, Trend, Verdict, always, rule
+from gpu_exporter.diagnosis.registry import Evidence, HostFields, Trend, Verdict, rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.settings.thresholds import DiagnosisConfig
 
@@ -183,7 +183,8 @@ def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(holds, ev)
 
 
-rule(t.HOST_CPU_THERMAL, reads_host=always)(_cpu_thermal)
+rule(t.HOST_CPU_THERMAL, reads_host=HostFields((
+    "cpu_thermal_kept", "cpu_thermal_throttles", "cpu_thermal_throttled_seconds")))(_cpu_thermal)
 
 
 def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
@@ -207,7 +208,8 @@ def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(job and to_none <= cfg.host_memory_full_within, ev)
 
 
-rule(t.HOST_MEMORY_GROWTH, reads_host=always)(_host_memory)
+rule(t.HOST_MEMORY_GROWTH, reads_host=HostFields((
+    "memory_total_bytes", "memory_available_bytes")))(_host_memory)
 
 
 def _memory_bound(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

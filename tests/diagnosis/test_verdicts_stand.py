@@ -9,7 +9,10 @@ out of their hold; polls early, late and far apart."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hypothesis import given, settings
@@ -23,7 +26,7 @@ from gpu_exporter.catalogs.diagnosis import (
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import COVERAGE
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS, Diagnosis
-from gpu_exporter.diagnosis.registry import READS_HOST
+from gpu_exporter.diagnosis.registry import READS_HOST, RULES, HostFields
 from gpu_exporter.poll.readings import (
     GpuReading,
     HostSignals,
@@ -251,13 +254,20 @@ def test_a_node_that_holds_still_is_not_judged_again() -> None:
         poll()
     assert calls == []
     every = sorted(j.key for j in engine._gpu_rows)
-    host = sorted(j.key for j in engine._gpu_rows if j.row in READS_HOST)
-    leak = [t.HOST_CPU_THERMAL.key, t.HOST_MEMORY_GROWTH.key]
+    starved = sorted(j.key for j in engine._gpu_rows if j.row in READS_HOST
+                     and j.row not in (t.HOST_CPU_THERMAL, t.HOST_MEMORY_GROWTH))
+    leak = [t.HOST_MEMORY_GROWTH.key]
     node.memory_available -= GIB  # the host's memory in use moves, as it does every poll
     poll()
-    # Read by every GPU; the rows of a starved GPU read the host only where a
-    # job holds the GPU, and none does.
+    # Read by every GPU, and only by the row that reads the host's memory:
+    # the CPUs' thermal row reads their throttle counters, which held still,
+    # and the rows of a starved GPU read the host only where a job holds the
+    # GPU, and none does.
     assert sorted(calls) == sorted(leak * GPUS)
+    settle()
+    node.cpu_throttles += 3.0
+    poll()
+    assert sorted(calls) == [t.HOST_CPU_THERMAL.key] * GPUS
     settle()
     node.gpus[1].temperature = 91.0
     poll()
@@ -269,7 +279,7 @@ def test_a_node_that_holds_still_is_not_judged_again() -> None:
     settle()
     node.memory_available -= GIB
     poll()
-    assert sorted(calls) == sorted(host + leak)
+    assert sorted(calls) == sorted(starved + leak * GPUS)
 
 
 def _counting(rule: Any, key: str, calls: list[str]) -> Any:
@@ -277,3 +287,30 @@ def _counting(rule: Any, key: str, calls: list[str]) -> Any:
         calls.append(key)
         return rule(*args)
     return counted
+
+
+def _host_reads(fn: Any) -> set[str]:
+    """The host fields a rule's source reads: attributes of ``s.host``, or of
+    a name bound to it."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    bound = {node.targets[0].id for node in ast.walk(tree)
+             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+             and isinstance(node.value, ast.Attribute) and node.value.attr == "host"}
+
+    def is_host(value: ast.expr) -> bool:
+        return ((isinstance(value, ast.Name) and value.id in bound)
+                or (isinstance(value, ast.Attribute) and value.attr == "host"))
+
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and is_host(node.value)}
+
+
+def test_a_row_that_names_its_host_fields_reads_those_and_no_other() -> None:
+    # Its verdict stands while the fields it names hold still: a field its
+    # rule read but did not name would leave a verdict standing that judging
+    # again would change.
+    named = {row: read for row, read in READS_HOST.items() if isinstance(read, HostFields)}
+    assert {t.HOST_CPU_THERMAL, t.HOST_MEMORY_GROWTH} <= named.keys()
+    for row, read in named.items():
+        assert _host_reads(RULES[row]) == set(read.names), row.key
+        assert set(read.names) <= {f.name for f in fields(HostSignals)}, row.key
