@@ -24,6 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 STOP_BOUND_S = 2.5
 
 
+def closed_to_others(path: Path = ROOT) -> Path | None:
+    """The first of ``path`` and its parents that other users cannot search
+    (a clone in ``mktemp -d``, mode 0700), or None: a test that runs the
+    checkout's code or tools as another user cannot run there."""
+    for part in (path, *path.parents):
+        if not part.stat().st_mode & 0o001:
+            return part
+    return None
+
+
 def stop_bound_s() -> float:
     """STOP_BOUND_S, widened in proportion when the run queue is longer than
     twice the cores (a flake check under busy loops and parallel test runs saw

@@ -39,7 +39,7 @@ from gpu_exporter.simulator.kubelet import PodResourcesServer
 from gpu_exporter.simulator.tenants import Container, DeviceGrant, Pod, Tenants
 from tests.exposition import samples
 from tests.kernel import workloads as wl
-from tests.procs import ROOT, free_port
+from tests.procs import ROOT, closed_to_others, free_port
 
 CHART = ROOT / "deploy" / "helm" / "gpu-exporter"
 SANDBOX = Path(__file__).with_name("sandbox.py")
@@ -450,10 +450,10 @@ def test_a_non_root_user_with_no_capabilities_reads_every_cgroup(
     # world-readable; only the kubelet's socket is not, and that is said.
     # The checkout (its virtual environment) must be reachable by that user:
     # a clone in a private directory (mktemp -d is 0700) is not.
-    for part in (ROOT, *ROOT.parents):
-        if not part.stat().st_mode & 0o001:
-            pytest.skip(f"{part} is not searchable by other users: user 65534 cannot reach "
-                        "the exporter's checkout there")
+    closed = closed_to_others()
+    if closed is not None:
+        pytest.skip(f"{closed} is not searchable by other users: user 65534 cannot reach "
+                    "the exporter's checkout there")
     run = dataclasses.replace(chart_pod, uid=65534, gid=65534)
     daemon = start_daemon(node, run, "nobody")
     try:
