@@ -7,6 +7,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -355,6 +356,13 @@ class SimulatedNode:
             tick_s = REAL_CLOCK_TICK_S if clock is time.monotonic else 0.0
         self.world = World(scenario, self.profile, clock, tick_s)
         self.library = FakeNvmlLibrary(self.world, latency_us)
+        # A poll thread refreshes the files while the command's main thread may
+        # be unwinding (SIGTERM) and closing: one at a time, and nothing is
+        # written after close, or a refresh in flight would make the removed
+        # directories again (in /dev/shm, behind the root's links).
+        self._files_lock = threading.RLock()
+        self._closed = False
+        self.kubelet: PodResourcesServer | None = None
         self._root = Path(tempfile.mkdtemp(prefix="gpu-exporter-sim-"))
         atexit.register(self.close)  # however the process ends, leave no files behind
         self.hostfs = HostFs(self.world, self._root)
@@ -368,7 +376,6 @@ class SimulatedNode:
         # Where the node's kubelet serves its PodResources API: nothing listens
         # there unless the scenario declares pods.
         self.pod_resources_socket = str(self._root / "pod-resources" / "kubelet.sock")
-        self.kubelet: PodResourcesServer | None = None
         tenants = scenario.tenants
         self._tenant_fs = TenantFs(
             tenants, self.procfs, self.sysfs / "fs" / "cgroup", self.world.jitter,
@@ -394,17 +401,25 @@ class SimulatedNode:
         """Bring the simulated /proc and /sys up to the clock's time."""
         if self.real_host:
             return
-        elapsed = self.world.elapsed()
-        self.hostfs.render(elapsed)
-        self.kernel_log.render(elapsed)
-        self._tenant_fs.write(elapsed)
+        with self._files_lock:
+            if self._closed:
+                return
+            elapsed = self.world.elapsed()
+            self.hostfs.render(elapsed)
+            self.kernel_log.render(elapsed)
+            self._tenant_fs.write(elapsed)
 
     def close(self) -> None:
         if self.kubelet is not None:
             self.kubelet.stop()
             self.kubelet = None
-        self.hostfs.close()  # its files may live in memory (/dev/shm): free them now
-        shutil.rmtree(self._root, ignore_errors=True)
+        with self._files_lock:
+            self._closed = True
+            # Stopped before its HostFs was made, there is none yet to free.
+            hostfs: HostFs | None = getattr(self, "hostfs", None)
+            if hostfs is not None:
+                hostfs.close()  # its files may live in memory (/dev/shm): free them now
+            shutil.rmtree(self._root, ignore_errors=True)
         atexit.unregister(self.close)
 
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from gpu_exporter.host import cpu, disks, memory, network, pressure, procs
 from gpu_exporter.host.pci import PcieLink, read_pci_device
-from gpu_exporter.simulator import load_profile
+from gpu_exporter.simulator import SimulatedNode, load_profile
 from gpu_exporter.simulator.clock import VirtualClock
 from gpu_exporter.simulator.hostfs import HostFs
 from gpu_exporter.simulator.model import Scenario
@@ -288,3 +289,39 @@ def test_the_port_above_a_gpu_trains_with_the_gpus_own_link(tmp_path: Path) -> N
     dev = read_pci_device(idle.fs.sysfs, "0000:18:00.0")
     assert dev is not None and dev.upstream is not None
     assert (dev.upstream.generation, dev.upstream.generation_max) == (1, 5)
+
+
+def test_a_node_closed_while_a_poll_refreshes_it_leaves_no_file(tmp_path: Path) -> None:
+    """A one-shot command stopped by SIGTERM closes its node on the main
+    thread while the poll thread may be refreshing the files: nothing may be
+    written after the close, or the refresh makes the removed directories
+    again (in /dev/shm, through the root's links)."""
+    for _ in range(5):
+        clock = VirtualClock(0.0)
+        sim = SimulatedNode(scenario(), clock=clock)
+        root, files = sim.procfs.parent, sim.procfs.resolve().parent
+        refreshed = threading.Event()
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def poll(sim: SimulatedNode = sim, clock: VirtualClock = clock,
+                 refreshed: threading.Event = refreshed, stop: threading.Event = stop,
+                 failures: list[BaseException] = failures) -> None:
+            while not stop.is_set():
+                clock.advance(1.0)
+                try:
+                    sim.refresh()
+                except OSError as exc:
+                    failures.append(exc)
+                    return
+                refreshed.set()
+
+        thread = threading.Thread(target=poll)
+        thread.start()
+        assert refreshed.wait(10)
+        sim.close()
+        stop.set()
+        thread.join(10)
+        assert failures == []
+        assert not root.exists()
+        assert not files.exists(), f"{files} was made again after the close"
