@@ -100,3 +100,14 @@ def test_the_test_folders_mirror_the_package() -> None:
     # tested where their series are read (collectors) and budgeted (the root).
     untested = packages - folders - {"catalogs"}
     assert not untested, f"packages with no tests/<name>/: {sorted(untested)}"
+
+
+# The longest a module of the exporter may grow: one a reader takes in whole.
+# A module over it has more than one job and is split along them.
+MODULE_LINES = 700
+
+
+def test_no_module_of_the_exporter_is_over_the_line_limit() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "gpu_exporter").rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MODULE_LINES}
+    assert not long, f"modules over {MODULE_LINES} lines: {long}"

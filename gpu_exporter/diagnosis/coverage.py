@@ -189,18 +189,6 @@ class _Reason:
         return KIND_OF[self.why]
 
 
-def driver_branch(version: str) -> str:
-    """``R550`` for driver 550.163.01; the version as it is where it has no
-    major number."""
-    major = version.split(".", 1)[0]
-    return f"R{major}" if major.isdigit() else version or "an unknown driver"
-
-
-def board_and_driver(gpu: GpuReading) -> str:
-    """``NVIDIA H100 80GB HBM3 / driver R550``: where a check is not offered."""
-    return f"{gpu.name or 'this board'} / driver {driver_branch(gpu.driver_version)}"
-
-
 # --- what a rule read and found absent ---------------------------------------------------
 
 class _AbsentReads:
@@ -505,7 +493,7 @@ class Reasons:
             reason = (_Reason(boot_grace_reason(boot_grace_left), Why.BOOT_GRACE)
                       if row.boot_grace and boot_grace_left > 0
                       else _row_reason(row, sig, ctx))
-            on = (board_and_driver(gpu) if reason.kind is Kind.UNAVAILABLE
+            on = (coverage_words.board_and_driver(gpu) if reason.kind is Kind.UNAVAILABLE
                   and reason.why not in _NOT_THE_BOARDS else "")
             gaps.append(Gap(sig.index, row, reason.text, reason.kind, on))
         self._held[sig.index] = (key, now, tuple(gaps))
@@ -606,7 +594,7 @@ def board_lacks(snap: Snapshot) -> list[dict[str, Any]]:
     by_what: dict[tuple[str, str], list[int]] = {}
     for index, r in sorted((snap.readings.gpus or {}).items()):
         for what in r.board_lacks:
-            by_what.setdefault((what, board_and_driver(r)), []).append(index)
+            by_what.setdefault((what, coverage_words.board_and_driver(r)), []).append(index)
     groups: dict[tuple[tuple[int, ...], str], list[str]] = {}
     for (what, board), on in by_what.items():
         groups.setdefault((tuple(on), board), []).append(what)
@@ -694,5 +682,5 @@ def unchecked_keys(data: Mapping[str, Any]) -> set[str]:
 
 
 __all__ = ["COVERAGE", "EVERY_CHECK", "KIND_OF", "Coverage", "Gap", "Kind", "Reasons", "Why",
-           "answer", "board_and_driver", "checks_text", "driver_branch", "entries", "gpu_list",
+           "answer", "checks_text", "entries", "gpu_list",
            "group", "incomplete", "not_checked", "reason_text", "unchecked_keys"]

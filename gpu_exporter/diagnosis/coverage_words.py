@@ -4,6 +4,7 @@ reading NVML did not give, a host figure, a process figure (coverage.py)."""
 from __future__ import annotations
 
 from gpu_exporter.facts.drivers import FIRST_BRANCH, branch
+from gpu_exporter.poll.readings import GpuReading
 
 # How a person names what NVML did not give (GpuReading's fields); a field not
 # named here is said by its name.
@@ -64,17 +65,33 @@ def not_offered(field: str, driver_version: str) -> str:
     """What NVML did not give for ``field`` on a GPU under ``driver_version``,
     saying which of two different facts it is where a driver branch brought
     the call: a driver older than that branch, or a GPU that answers it not
-    supported under a driver that has it (the fix is not a driver update)."""
+    supported under a driver that has it (the fix is not a driver update).
+    Where the words already name the boards that have it ("Hopper and
+    newer"), a driver that has the call adds nothing to them."""
     words = nvml(field)
     since = FIRST_BRANCH.get(field)
     if since is None:
         return words
+    head, paren, rest = words.partition(" (")
     have = branch(driver_version)
     if have == 0:
         note = f"drivers R{since} and newer"
     elif have < since:
         note = f"driver R{have} is older than R{since}, the first to have it"
+    elif paren:
+        return words
     else:
         note = f"driver R{have} has it; this GPU answers it not supported"
-    head, paren, rest = words.partition(" (")
     return f"{head} ({rest.removesuffix(')')}; {note})" if paren else f"{words} ({note})"
+
+
+def driver_branch(version: str) -> str:
+    """``R550`` for driver 550.163.01; the version as it is where it has no
+    major number."""
+    major = version.split(".", 1)[0]
+    return f"R{major}" if major.isdigit() else version or "an unknown driver"
+
+
+def board_and_driver(gpu: GpuReading) -> str:
+    """``NVIDIA H100 80GB HBM3 / driver R550``: where a check is not offered."""
+    return f"{gpu.name or 'this board'} / driver {driver_branch(gpu.driver_version)}"

@@ -444,7 +444,11 @@ def test_on_every_mock_board_a_healthy_node_is_healthy_and_says_what_it_lacks(
                 if driver < since else f"driver R{driver} has it; this GPU answers it not "
                 "supported")
         assert f"{words} ({said})" in out, (board, out)
-    assert "and newer)" not in out
+    # The driver's version is known: never the fallback "drivers R565 and newer".
+    assert re.search(r"drivers R\d+ and newer", out) is None, out
+    if board in _PRE_HOPPER:  # the board's own words say why, not the driver
+        assert "GPM metrics (Hopper and newer)" in out, out
+        assert "GPM metrics (Hopper and newer;" not in out, out
     entries = cov["not_available"] + cov["nothing_to_check"]
     for e in entries:
         checks = checks_text(e["checks"])
