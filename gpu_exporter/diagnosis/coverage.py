@@ -451,9 +451,9 @@ def _joined(texts: Sequence[str]) -> str:
 
 # --- what the engine publishes -----------------------------------------------------------
 
-# The longest a GPU's reasons are kept while nothing they turn on changed: a
-# reason that changes on its own (a process's first CPU time read) is said
-# within this long.
+# The longest a GPU's reasons are kept while what the rules read moves but
+# nothing in their key does: a reason that changes on its own (a process's
+# first CPU time read) is said within this long.
 REASONS_KEPT_S = 30.0
 
 
@@ -462,17 +462,18 @@ class Reasons:
     reasons decide the verdict and gpu_diagnosis_not_judged, so the engine
     asks every poll; they are worked out (each such row's rule run once more,
     traced) only when the GPU's unjudged rows or what their reasons turn on
-    changed, and at least every REASONS_KEPT_S: a steady node pays nothing
-    per poll."""
+    changed, and at least every REASONS_KEPT_S while what the rules read
+    moves (a reason is a function of it): a steady node pays nothing."""
 
     def __init__(self) -> None:
         self._held: dict[int, tuple[tuple[object, ...], float, tuple[Gap, ...]]] = {}
 
     def of(self, sig: GpuSignals, rows: Sequence[Row], cfg: DiagnosisConfig,
            missing: Sequence[str], switched_off: Sequence[str], now: float,
-           boot_grace_left: float = 0.0) -> tuple[Gap, ...]:
+           boot_grace_left: float = 0.0, read_since: float = float("inf")) -> tuple[Gap, ...]:
         """``boot_grace_left``: seconds until the rows that wait the boot
-        grace (Row.boot_grace) judge; while above 0 that is their reason."""
+        grace (Row.boot_grace) judge; while above 0 that is their reason.
+        ``read_since``: since when what the rules read of it held still."""
         if not rows:
             self._held.pop(sig.index, None)
             return ()
@@ -485,7 +486,8 @@ class Reasons:
                used is not None and used > cfg.memory_held_ratio,
                boot_grace_left > 0)
         held = self._held.get(sig.index)
-        if held is not None and held[0] == key and now - held[1] < REASONS_KEPT_S:
+        if held is not None and held[0] == key and (now - held[1] < REASONS_KEPT_S
+                                                    or read_since <= held[1]):
             return held[2]
         ctx = _Context(sig, cfg, missing, switched_off)
         gaps = []

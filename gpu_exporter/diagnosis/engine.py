@@ -33,7 +33,15 @@ from gpu_exporter.diagnosis.memory import FaultMemory, GpuPast
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.rules import Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals, gather, missing_inputs
-from gpu_exporter.diagnosis.standing import Group, Judged, Standing, board_of, groups, judged_rows
+from gpu_exporter.diagnosis.standing import (
+    Group,
+    Judged,
+    Standing,
+    board_of,
+    groups,
+    host_absent,
+    judged_rows,
+)
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
 from gpu_exporter.facts.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
 from gpu_exporter.host.boot import uptime
@@ -204,7 +212,7 @@ class _Timeline:
 class _Place:
     """One GPU's or MIG instance's rows, their timeline and standing verdicts."""
 
-    __slots__ = ("board", "polls", "standings", "states", "timeline",
+    __slots__ = ("board", "polls", "read_since", "standings", "states", "timeline",
                  "unjudged", "unjudged_at", "view_rows")
 
     def __init__(self, now: float) -> None:
@@ -215,6 +223,7 @@ class _Place:
         # for every row of the place: each is judged at every one of them).
         self.polls = 0
         self.board: tuple[object, ...] | None = None  # what its rules read, last poll
+        self.read_since = now  # since when that has held still
         self.unjudged: tuple[Row, ...] = ()  # as of the last poll that judged a row
         self.unjudged_at: list[int] | None = None  # their places in the table
         # The rows its job view lists as judged, and its unjudged rows then
@@ -270,6 +279,9 @@ class Diagnosis(Derivation):
         self._failing: set[str] = set()
         # Why the rows it could not judge went unjudged (coverage.py).
         self._reasons = Reasons()
+        # Which of the host's values were absent, and since when.
+        self._host_absent: tuple[bool, ...] | None = None
+        self._host_absent_since = 0.0
         self._row_at = {row: i for i, row in enumerate(ROWS)}
 
     @classmethod
@@ -354,9 +366,13 @@ class Diagnosis(Derivation):
         gpus = [s for s in signals if s.gpu_instance is None]
         out.publish(FINDINGS, tuple(sort_findings(findings)))
         gaps: list[Gap] = []
+        host = host_absent(out.readings.host_signals)
+        if host != self._host_absent:  # what of the host a reason can name moved
+            self._host_absent, self._host_absent_since = host, now
         for sig in gpus:
+            read_since = max(self._places[sig.index, None].read_since, self._host_absent_since)
             gaps += self._reasons.of(sig, unjudged.get(sig.index, ()), self.cfg, missing,
-                                     self.switched_off, now, grace_left)
+                                     self.switched_off, now, grace_left, read_since)
         self._reasons.forget(s.index for s in gpus)
         # Only a row that could not be judged now is "not judged": one the
         # board or driver does not offer, or whose subject is absent, is a
@@ -410,6 +426,8 @@ class Diagnosis(Derivation):
         board = (board_of(sig), past, booting, cfg) if self.verdicts_stand else None
         same = board is not None and board == place.board
         place.board = board
+        if not same:
+            place.read_since = now
         counters = self._counters
         counters.at(sig.index, now, cfg.window)
         trend = Trend(counters.increase, wall, past, counters.series)

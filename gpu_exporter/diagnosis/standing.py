@@ -18,6 +18,7 @@ from gpu_exporter.diagnosis.registry import READS_HOST, HostRead
 from gpu_exporter.diagnosis.rules import RULES, Rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import Row
+from gpu_exporter.poll.readings import HostSignals
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,16 @@ def judged_rows(rows: tuple[Row, ...]) -> tuple[Judged, ...]:
 # that read the host say so: registry.READS_HOST), taken in one call.
 BOARD_FIELDS = tuple(f.name for f in fields(GpuSignals) if f.name != "host")
 board_of = operator.attrgetter(*BOARD_FIELDS)
+_HOST_FIELDS = operator.attrgetter(*(f.name for f in fields(HostSignals)))
+
+
+def host_absent(host: HostSignals | None) -> tuple[bool, ...] | None:
+    """Which of the host's values are absent (None: no host reading): what of
+    the host a row's reason can name. Its values move every poll; a reason
+    names only what is missing (coverage.py)."""
+    if host is None:
+        return None
+    return tuple(v is None or v is False for v in _HOST_FIELDS(host))
 
 
 @dataclass(frozen=True, slots=True)

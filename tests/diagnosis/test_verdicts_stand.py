@@ -23,6 +23,7 @@ from gpu_exporter.catalogs.diagnosis import (
     DIAGNOSIS_INPUT_MISSING,
     DIAGNOSIS_NOT_JUDGED,
 )
+from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.coverage import COVERAGE
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS, Diagnosis
@@ -314,3 +315,45 @@ def test_a_row_that_names_its_host_fields_reads_those_and_no_other() -> None:
     for row, read in named.items():
         assert _host_reads(RULES[row]) == set(read.names), row.key
         assert set(read.names) <= {f.name for f in fields(HostSignals)}, row.key
+
+
+def test_a_gpu_whose_readings_hold_still_keeps_its_reasons(monkeypatch: Any) -> None:
+    # Why a row went unjudged is worked out by running its rule once more,
+    # traced: on a GPU whose readings held still since, that would find the
+    # same, however long ago it was. A GPU whose readings moved has them
+    # worked out again within REASONS_KEPT_S, and only that GPU.
+    traced: list[int] = []
+    real = coverage._absent_reads
+
+    def tracing(row: Any, sig: Any, cfg: Any) -> Any:
+        traced.append(sig.index)
+        return real(row, sig, cfg)
+
+    monkeypatch.setattr(coverage, "_absent_reads", tracing)
+    clock = [0.0]
+    engine = Diagnosis(CFG, lambda: clock[0], lambda: EPOCH + clock[0], interval=2.0)
+    node = Node()
+
+    def poll() -> None:
+        clock[0] += 2.0
+        out = SnapshotBuilder(EPOCH + clock[0])
+        readings(node, out)
+        engine.collect(out)
+
+    for _ in range(10):
+        poll()
+    assert set(traced) == set(range(GPUS))  # each GPU has rows it cannot judge
+    traced.clear()
+    for _ in range(4 * int(coverage.REASONS_KEPT_S / 2)):
+        poll()
+    assert traced == []
+    node.memory_available -= GIB  # the host moves: no reason names a value it has
+    poll()
+    assert traced == []
+    node.gpus[1].temperature = 41.0
+    poll()
+    assert set(traced) == {1}
+    traced.clear()
+    for _ in range(4 * int(coverage.REASONS_KEPT_S / 2)):
+        poll()
+    assert traced == []
