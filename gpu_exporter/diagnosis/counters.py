@@ -1,9 +1,15 @@
 """The readings of the counters and levels the rules ask the increase of
 (``Trend.increase``), kept per GPU over the diagnosis window, and whether
 each has held one value over all it keeps: a verdict read from such a one
-stands until the reading moves (engine.py)."""
+stands until the reading moves (engine.py). The host's readings are kept
+once per node (``NODE``): every GPU's rules read the same host."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+# Where the host's readings are kept: one place for the node, not one a GPU.
+NODE = -1
 
 
 class Counter:
@@ -31,16 +37,22 @@ class Counter:
 class Counters:
     """Every GPU's counters, each asked at the GPU and time ``at`` names."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_names: Iterable[str] = ()) -> None:
         self._kept: dict[tuple[int, str], Counter] = {}
+        # The host's readings a rule reads over the window: kept once per
+        # node, every poll (keep_node()), whichever GPU's rules are judged;
+        # each kept as a series, as a rule that reads it at all reads it.
+        self.node_names = frozenset(node_names)
         # The names a rule reads the readings of (``series``), not only their
         # increase: those keep a reading every poll (see keep()).
-        self.read_as_series: set[str] = set()
+        self.read_as_series: set[str] = set(self.node_names)
         # Grows with read_as_series: a name read as series from now on stops
         # being folded on every GPU (engine.py judges again what read it).
         self.series_version = 0
-        # (counter, name, value) of each increase asked since at().
+        # (counter, name, value) of each increase asked since at(), and the
+        # node's counters asked (kept by keep_node(), not by the asking).
         self.consulted: list[tuple[Counter, str, float]] = []
+        self.node_consulted: list[Counter] = []
         self._gpu = 0
         self._now = 0.0
         self._window = 0.0
@@ -53,17 +65,37 @@ class Counters:
     def at(self, gpu: int, now: float, window: float) -> None:
         self._gpu, self._now, self._window = gpu, now, window
 
+    def keep_node(self, values: Mapping[str, float | None], now: float,
+                  window: float) -> None:
+        """This poll's reading of each of the host's names (None: not read)."""
+        for name, value in values.items():
+            if value is not None:
+                self.keep(self._node_counter(name, now), name, value, now, window)
+
+    def _node_counter(self, name: str, now: float) -> Counter:
+        counter = self._kept.get((NODE, name))
+        if counter is None:
+            counter = self._kept[NODE, name] = Counter(now)
+        return counter
+
     def increase(self, name: str, value: float | None) -> float | None:
         """How far ``value`` rose over the window (from the first reading
         kept; a counter that went back was reset and starts over)."""
         if value is None:
             return None
-        key = (self._gpu, name)
-        counter = self._kept.get(key)
-        if counter is None:
-            counter = self._kept[key] = Counter(self._now)
-        self.consulted.append((counter, name, value))
-        self.keep(counter, name, value, self._now, self._window)
+        if name in self.node_names:
+            counter = self._node_counter(name, self._now)
+            if not counter.readings or counter.readings[-1][0] != self._now:
+                self.keep(counter, name, value, self._now, self._window)  # not kept yet
+            self.node_consulted.append(counter)
+        else:
+            key = (self._gpu, name)
+            own = self._kept.get(key)
+            if own is None:
+                own = self._kept[key] = Counter(self._now)
+            counter = own
+            self.consulted.append((counter, name, value))
+            self.keep(counter, name, value, self._now, self._window)
         first = counter.readings[0][1]
         return value if value < first else value - first  # a reset starts over
 
@@ -108,7 +140,8 @@ class Counters:
         if name not in self.read_as_series:
             self.read_as_series.add(name)
             self.series_version += 1
-        counter = self._kept.get((self._gpu if gpu is None else gpu, name))
+        at = NODE if name in self.node_names else self._gpu if gpu is None else gpu
+        counter = self._kept.get((at, name))
         return () if counter is None else tuple(counter.readings)
 
     def __getitem__(self, key: tuple[int, str]) -> list[tuple[float, float]]:

@@ -31,6 +31,7 @@ from gpu_exporter.diagnosis.finding import Finding
 from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.memory import FaultMemory, GpuPast
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
+from gpu_exporter.diagnosis.registry import HOST_TRENDS
 from gpu_exporter.diagnosis.rules import Evidence, Trend, Verdict
 from gpu_exporter.diagnosis.signals import INPUTS, GpuSignals, gather, missing_inputs
 from gpu_exporter.diagnosis.standing import (
@@ -265,7 +266,7 @@ class Diagnosis(Derivation):
         self._instance_rows = judged_rows(INSTANCE_ROWS)
         self._gpu_groups = groups(self._gpu_rows)
         self._instance_groups = groups(self._instance_rows)
-        self._counters = Counters()
+        self._counters = Counters(HOST_TRENDS)
         # A group's last verdicts stand while what its rules read is the same
         # (False: every row is judged every poll; the same answers, slower).
         self.verdicts_stand = True
@@ -316,6 +317,10 @@ class Diagnosis(Derivation):
             out.add(DIAGNOSIS_INPUT_MISSING, 1, input=name)
         out.publish(INPUTS_MISSING, missing)
         signals = gather(out.readings)
+        host = out.readings.host_signals
+        if host is not None:  # the host's trends, once for the node
+            self._counters.keep_node({name: of(host) for name, of in HOST_TRENDS.items()},
+                                     now, self.cfg.window)
         pasts: dict[str, GpuPast] = {}
         if self.memory is not None:
             pasts = self.memory.observe(signals, self.cfg.application_xids)
@@ -366,9 +371,9 @@ class Diagnosis(Derivation):
         gpus = [s for s in signals if s.gpu_instance is None]
         out.publish(FINDINGS, tuple(sort_findings(findings)))
         gaps: list[Gap] = []
-        host = host_absent(out.readings.host_signals)
-        if host != self._host_absent:  # what of the host a reason can name moved
-            self._host_absent, self._host_absent_since = host, now
+        host_shape = host_absent(host)
+        if host_shape != self._host_absent:  # what of the host a reason can name moved
+            self._host_absent, self._host_absent_since = host_shape, now
         for sig in gpus:
             read_since = max(self._places[sig.index, None].read_since, self._host_absent_since)
             gaps += self._reasons.of(sig, unjudged.get(sig.index, ()), self.cfg, missing,
@@ -534,7 +539,7 @@ class Diagnosis(Derivation):
         while what the rules read stays the same."""
         cfg = self.cfg
         counters = self._counters
-        counters.consulted = []
+        counters.consulted, counters.node_consulted = [], []
         trend.clock_read = False
         timeline, states = place.timeline, place.states
         steady = True
@@ -591,7 +596,8 @@ class Diagnosis(Derivation):
         consulted = counters.consulted
         every_poll = counters.read_as_series
         standing.steady = (steady and not trend.clock_read
-                           and all(counter.steady() for counter, _, _ in consulted))
+                           and all(counter.steady() for counter, _, _ in consulted)
+                           and all(counter.steady() for counter in counters.node_consulted))
         standing.series_version = counters.series_version
         standing.kept_every_poll = tuple(c for c in consulted if c[1] in every_poll)
         standing.consulted = tuple(c for c in consulted if c[1] not in every_poll)

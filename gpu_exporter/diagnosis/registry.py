@@ -8,10 +8,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from gpu_exporter.diagnosis.memory import GpuPast
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
+from gpu_exporter.poll.readings import HostSignals
 from gpu_exporter.settings.thresholds import DiagnosisConfig
 
 Evidence = dict[str, float | str]
@@ -78,16 +80,42 @@ READS_HOST: dict[Row, HostRead] = {}
 
 @dataclass(frozen=True, slots=True)
 class HostFields:
-    """A rule that reads these of the host's signals on every place."""
+    """A rule that reads these of the host's signals: on every place, or only
+    where ``when`` holds; elsewhere only whether each is absent (its verdict
+    there turns on nothing else of the host)."""
 
     names: tuple[str, ...]
+    when: Callable[[GpuSignals, DiagnosisConfig], bool] | None = None
     _values: Callable[[object], object] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_values", operator.attrgetter(*self.names))
+        get = operator.attrgetter(*self.names)
+        one = len(self.names) == 1  # attrgetter gives the value itself, not a tuple
+        object.__setattr__(self, "_values", (lambda h: (get(h),)) if one else get)
 
     def __call__(self, s: GpuSignals, cfg: DiagnosisConfig) -> object:
-        return None if s.host is None else self._values(s.host)
+        if s.host is None:
+            return None
+        values = cast("tuple[object, ...]", self._values(s.host))
+        if self.when is None or self.when(s, cfg):
+            return values
+        return ABSENT, tuple(v is None or v is False for v in values)
+
+
+# Tags a host read that says only which values are absent: never equal to
+# the values themselves (0.0 == False).
+ABSENT = object()
+# The host's readings a rule reads over the window (Trend.increase, .series),
+# by name: how each is read from the host's signals. The engine keeps them once
+# per node, every poll, whichever places' rows it judges: a row that stands on
+# one GPU still finds the window's readings when a job comes to it.
+HOST_TRENDS: dict[str, Callable[[HostSignals], float | None]] = {}
+
+
+def host_trend(name: str, of: Callable[[HostSignals], float | None]) -> None:
+    if name in HOST_TRENDS:
+        raise ImportError(f"two host trends named {name}")
+    HOST_TRENDS[name] = of
 
 
 def rule(row: Row, reads_host: HostRead | None = None) -> Callable[[Rule], Rule]:

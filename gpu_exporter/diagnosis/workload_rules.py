@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from gpu_exporter.diagnosis import table as t
-from gpu_exporter.diagnosis.registry import Evidence, HostFields, Trend, Verdict, rule
+from gpu_exporter.diagnosis.registry import (
+    Evidence,
+    HostFields,
+    Trend,
+    Verdict,
+    host_trend,
+    rule,
+)
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.settings.thresholds import DiagnosisConfig
 
@@ -163,17 +170,17 @@ def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     count = host.cpu_thermal_throttles
     if count is None:
         return Verdict(None)
+    job = _holds_job(s, cfg)
+    if not job:
+        return Verdict(job)  # no job to slow (None: not known whether one holds it)
     trend.increase("cpu_thermal_throttles", count)
-    seconds = host.cpu_thermal_throttled_seconds
-    throttled = trend.increase("cpu_thermal_throttled_seconds", seconds)
+    throttled = trend.increase("cpu_thermal_throttled_seconds",
+                               host.cpu_thermal_throttled_seconds)
     samples = trend.series("cpu_thermal_throttles")
     ev: Evidence = {}
     if len(samples) > 1:
         ev["cpu_thermal_throttles_in_window"] = samples[-1][1] - samples[0][1]
-    job = _holds_job(s, cfg)
-    if job is None:
-        return Verdict(None, ev)
-    holds = job and _recurring(samples)
+    holds = _recurring(samples)
     span = samples[-1][0] - samples[0][0] if samples else 0.0
     if holds and throttled is not None and span > 0:
         # The time summed over the cores: one core throttled counts its own.
@@ -183,8 +190,21 @@ def _cpu_thermal(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     return Verdict(holds, ev)
 
 
+def _job_is_held(s: GpuSignals, cfg: DiagnosisConfig) -> bool:
+    return _holds_job(s, cfg) is True
+
+
+# The host's trends the two rows read, kept once per node (registry.HOST_TRENDS).
+host_trend("cpu_thermal_throttles", operator.attrgetter("cpu_thermal_throttles"))
+host_trend("cpu_thermal_throttled_seconds", operator.attrgetter("cpu_thermal_throttled_seconds"))
+host_trend("host_memory_used_bytes", lambda h: None if h.memory_total_bytes is None
+           or h.memory_available_bytes is None
+           else h.memory_total_bytes - h.memory_available_bytes)
+# Each reads the host only where a job holds the place: elsewhere its verdict
+# is the job's absence, whatever the host does.
 rule(t.HOST_CPU_THERMAL, reads_host=HostFields((
-    "cpu_thermal_kept", "cpu_thermal_throttles", "cpu_thermal_throttled_seconds")))(_cpu_thermal)
+    "cpu_thermal_kept", "cpu_thermal_throttles", "cpu_thermal_throttled_seconds"),
+    when=_job_is_held))(_cpu_thermal)
 
 
 def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
@@ -192,24 +212,23 @@ def _host_memory(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:
     host = s.host
     if host is None or host.memory_total_bytes is None or host.memory_available_bytes is None:
         return Verdict(None)  # no MemAvailable (before Linux 3.14): nothing to judge
-    available = host.memory_available_bytes
-    used = host.memory_total_bytes - available
-    trend.increase("host_memory_used_bytes", used)
-    ev: Evidence = {"host_memory_available_bytes": available}
     job = _holds_job(s, cfg)
-    if job is None:
-        return Verdict(None, ev)
+    if not job:
+        return Verdict(job)
+    available = host.memory_available_bytes
+    trend.increase("host_memory_used_bytes", host.memory_total_bytes - available)
+    ev: Evidence = {"host_memory_available_bytes": available}
     rate = steady_climb(trend.series("host_memory_used_bytes"))
     if rate is None:
         return Verdict(False, ev)
     to_none = max(0.0, available) / rate
     ev["host_memory_growth_bytes_per_s"] = round(rate, 1)
     ev["host_memory_none_available_in_seconds"] = round(to_none)
-    return Verdict(job and to_none <= cfg.host_memory_full_within, ev)
+    return Verdict(to_none <= cfg.host_memory_full_within, ev)
 
 
 rule(t.HOST_MEMORY_GROWTH, reads_host=HostFields((
-    "memory_total_bytes", "memory_available_bytes")))(_host_memory)
+    "memory_total_bytes", "memory_available_bytes"), when=_job_is_held))(_host_memory)
 
 
 def _memory_bound(s: GpuSignals, cfg: DiagnosisConfig, trend: Trend) -> Verdict:

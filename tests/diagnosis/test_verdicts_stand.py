@@ -25,6 +25,7 @@ from gpu_exporter.catalogs.diagnosis import (
 )
 from gpu_exporter.diagnosis import coverage
 from gpu_exporter.diagnosis import table as t
+from gpu_exporter.diagnosis.counters import NODE
 from gpu_exporter.diagnosis.coverage import COVERAGE
 from gpu_exporter.diagnosis.engine import FINDINGS, INPUTS_MISSING, JOBS, Diagnosis
 from gpu_exporter.diagnosis.registry import READS_HOST, RULES, HostFields
@@ -260,27 +261,30 @@ def test_a_node_that_holds_still_is_not_judged_again() -> None:
     leak = [t.HOST_MEMORY_GROWTH.key]
     node.memory_available -= GIB  # the host's memory in use moves, as it does every poll
     poll()
-    # Read by every GPU, and only by the row that reads the host's memory:
-    # the CPUs' thermal row reads their throttle counters, which held still,
-    # and the rows of a starved GPU read the host only where a job holds the
-    # GPU, and none does.
-    assert sorted(calls) == sorted(leak * GPUS)
-    settle()
+    # The rows that read the host read it only where a job holds the GPU
+    # (a starved GPU's, the host's memory growth and CPU throttling: with no
+    # job their verdict is the job's absence), and none does.
+    assert calls == []
     node.cpu_throttles += 3.0
     poll()
-    assert sorted(calls) == [t.HOST_CPU_THERMAL.key] * GPUS
-    settle()
+    assert calls == []
     node.gpus[1].temperature = 91.0
     poll()
     assert sorted(calls) == every  # that GPU's rows, the other's none
     settle()
-    node.gpus[0].process = True  # a job: now its starved rows read the host
+    node.gpus[0].process = True  # a job: now its rows that read the host read it
     poll()
     assert sorted(calls) == every
     settle()
     node.memory_available -= GIB
     poll()
-    assert sorted(calls) == sorted(starved + leak * GPUS)
+    # That GPU's rows that read the host's memory or all of it; the CPUs'
+    # thermal row reads their throttle counters, which held still.
+    assert sorted(calls) == sorted(starved + leak)
+    settle()
+    node.cpu_throttles += 3.0
+    poll()
+    assert sorted(calls) == sorted([*starved, t.HOST_CPU_THERMAL.key])
 
 
 def _counting(rule: Any, key: str, calls: list[str]) -> Any:
@@ -357,3 +361,35 @@ def test_a_gpu_whose_readings_hold_still_keeps_its_reasons(monkeypatch: Any) -> 
     for _ in range(4 * int(coverage.REASONS_KEPT_S / 2)):
         poll()
     assert traced == []
+
+
+def test_the_hosts_trend_is_kept_once_and_read_by_a_job_that_comes_later() -> None:
+    # The host leaks while no job holds a GPU: its rows stand, and the host's
+    # memory in use is kept once for the node, not once a GPU. A job that
+    # comes reads the window's climb, kept all along.
+    clock = [0.0]
+    engine = Diagnosis(CFG, lambda: clock[0], lambda: EPOCH + clock[0], interval=2.0)
+    node = Node()
+    leak = 5 * GIB  # a poll, 2 s apart: none left within minutes
+
+    def poll() -> list[Any]:
+        clock[0] += 2.0
+        node.memory_available -= leak
+        out = SnapshotBuilder(EPOCH + clock[0])
+        readings(node, out)
+        engine.collect(out)
+        return [f for f in out.build().derived(FINDINGS) or ()
+                if f.row == t.HOST_MEMORY_GROWTH]
+
+    for _ in range(12):
+        assert poll() == []
+    kept = [key for key in engine._counters._kept if key[1] == "host_memory_used_bytes"]
+    assert kept == [(NODE, "host_memory_used_bytes")]
+    node.gpus[1].process = True
+    found = []
+    for _ in range(int(CFG.window / 2) + 2):
+        found = poll()
+        if found:
+            break
+    assert [f.gpu for f in found] == [1]
+    assert found[0].evidence["host_memory_growth_bytes_per_s"] == leak / 2
