@@ -244,6 +244,8 @@ NOT_KEPT: dict[str, str] = {
     "gpu_exporter.diagnosis.coverage:_AbsentReads.absent": "one coverage report",
     "gpu_exporter.diagnosis.counters:Counters.consulted":
         "the increases one group of rules asked in one poll",
+    "gpu_exporter.diagnosis.counters:Counters.node_consulted":
+        "the node's counters one group of rules asked in one poll",
     "gpu_exporter.host.pci:_Reader.problems": "one read of a device's sysfs files",
     "gpu_exporter.host.nics:_Notes.problems": "one read of the NICs' and ports' sysfs files",
     "gpu_exporter.settings.safeyaml:_BoundedComposer._heights": "one file's load",
