@@ -475,10 +475,13 @@ def test_a_log_not_readable_is_said_once_and_nvml_still_counts(
         scenario: str, error: int) -> None:
     real_open = os.open
 
-    def refuse(path: str, flags: int, *args: int) -> int:
+    # os.open itself is patched (the module's os is the os module): every
+    # other caller still gets it whole, dir_fd included (shutil.rmtree frees
+    # the simulated node's files with it; a TypeError there left them behind).
+    def refuse(path: str, flags: int, *args: int, **kwargs: int) -> int:
         if str(path).endswith("/dev/kmsg"):
             raise PermissionError(error, os.strerror(error))
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(kmsg_collector.os, "open", refuse)
     monkeypatch.setattr(kmsg_collector, "RETRY_S", 1.0)
