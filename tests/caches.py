@@ -96,7 +96,7 @@ KEPT: dict[str, Kept] = {
         Kept(PER_GPU + " x NVML event types", CHURN),
     "gpu_exporter.collectors.xid:XidCollector.recent": Kept("the newest 256 events", CHURN),
     "gpu_exporter.collectors.xid:XidCollector._registered": Kept(PER_GPU, CHURN),
-    "gpu_exporter.diagnosis.engine:_Timeline.times":
+    "gpu_exporter.diagnosis.timeline:PollTimeline.times":
         Kept("the poll times within the window plus its slack", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._places": Kept(PER_GPU, CHURN),
     "gpu_exporter.diagnosis.engine:_Place.states": Kept("the table's rows", CHURN),

@@ -11,9 +11,7 @@ dashboards ask for ``== 1`` either way."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,7 +42,7 @@ from gpu_exporter.diagnosis.standing import (
     judged_rows,
 )
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
-from gpu_exporter.facts.cadence import PROCESS_SAMPLES_EVERY_S, SAMPLES_EVERY_S
+from gpu_exporter.diagnosis.timeline import FIRST_ANSWERS_S, PollTimeline
 from gpu_exporter.host.boot import uptime
 from gpu_exporter.poll.readings import GpuOwner
 from gpu_exporter.poll.runtime import Runtime
@@ -137,7 +135,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 @dataclass(slots=True)
 class _RowState:
     # Whether the condition held at each of this row's recent polls, newest in
-    # bit 0, and how many of the GPU's polls (its _Timeline) the bits cover:
+    # bit 0, and how many of the GPU's polls (its PollTimeline) the bits cover:
     # two ints instead of a deque of (time, bool) tuples, a few hundred KiB on
     # an 8-GPU node with every row of the table.
     held: int = 0
@@ -157,59 +155,6 @@ class _RowState:
     labels: tuple[str, ...] = ()
 
 
-# How long after a place's first poll every reader has answered at least once
-# with what needs two reads (GPM's ratios and the processes' samples every
-# SAMPLES_EVERY_S; a process's CPU rate at its second poll): a row still
-# unjudged then lacks its input for good, not for now.
-FIRST_ANSWERS_S = max(SAMPLES_EVERY_S, PROCESS_SAMPLES_EVERY_S)
-
-
-class _Timeline:
-    """When one GPU's rows were judged, oldest first: every row of a GPU is
-    judged at every one of its polls, so the rows share these times."""
-
-    __slots__ = ("_in_order", "_oldest", "answered", "in_window", "started", "times")
-
-    def __init__(self, started: float) -> None:
-        self.started = started  # the place's first poll
-        # Its polls since FIRST_ANSWERS_S after the first: a reader's own clock
-        # runs a little behind the diagnosis's within a poll, so its first
-        # answer may come one poll after the diagnosis saw that time pass.
-        self.answered = 0
-        self.times: deque[float] = deque()
-        self.in_window = 0  # how many of the newest times lie within the window
-        # The window's start at the last poll, and whether the times kept are
-        # in order: then the count goes on from the last poll's instead of
-        # over every time kept (a window's polls, each poll of each place).
-        self._oldest = float("-inf")
-        self._in_order = True
-
-    def add(self, now: float, span: float, window: float) -> None:
-        times = self.times
-        if times and now < times[-1]:
-            self._in_order = False
-        times.append(now)
-        if now - self.started >= FIRST_ANSWERS_S:
-            self.answered = min(self.answered + 1, 2)  # only "fewer than 2" is asked
-        while times[0] < now - span:
-            times.popleft()
-        oldest = now - window
-        if not self._in_order:
-            self._in_order = all(a <= b for a, b in itertools.pairwise(times))
-        if self._in_order and oldest >= self._oldest:
-            n = min(self.in_window + 1, len(times))
-            while n and times[-n] < oldest:
-                n -= 1
-        else:
-            n = 0
-            for t in reversed(times):
-                if t < oldest:
-                    break
-                n += 1
-        self._oldest = oldest
-        self.in_window = n
-
-
 class _Place:
     """One GPU's or MIG instance's rows, their timeline and standing verdicts."""
 
@@ -217,7 +162,7 @@ class _Place:
                  "unjudged", "unjudged_at", "view_rows")
 
     def __init__(self, now: float) -> None:
-        self.timeline = _Timeline(now)
+        self.timeline = PollTimeline(now)
         self.states: list[_RowState] = []
         self.standings: list[Standing] = []
         # How many of the timeline's polls each row's bits cover (the same
@@ -434,36 +379,46 @@ class Diagnosis(Derivation):
         if not same:
             place.read_since = now
         counters = self._counters
-        counters.at(sig.index, now, cfg.window)
-        trend = Trend(counters.increase, wall, past, counters.series)
+        version = counters.series_version
+        trend: Trend | None = None  # made for the first group judged again
         on: list[int] = []
-        unjudged_at: list[int] = []
         judged_again = False
         for group, standing in zip(groups, place.standings, strict=True):
             host = None if group.reads_host is None else group.reads_host(sig, cfg)
             if (same and standing.steady and standing.host == host
-                    and standing.series_version == counters.series_version):
-                self._stand(group, standing, judged, place, sig, now, settling)
+                    and standing.series_version == version):
+                if standing.quiet and not self._failing:
+                    # What _stand() does for a group with nothing on, settling
+                    # or kept every poll: most groups of a healthy node.
+                    standing.lag += 1
+                    standing.last_stood = now
+                else:
+                    self._stand(group, standing, judged, place, sig, now, settling)
             else:
                 judged_again = True
+                if trend is None:
+                    counters.at(sig.index, now, cfg.window)
+                    trend = Trend(counters.increase, wall, past, counters.series)
                 if standing.lag:
                     self._catch_up(group, standing, states, before)
                 self._judge(group, standing, judged, place, sig, trend, booting, now, wall,
                             settling)
                 standing.host = host
-            on += standing.on
-            unjudged_at += standing.unjudged
+            if standing.on:
+                on += standing.on
         if judged_again:
-            unjudged_at.sort()
+            unjudged_at = sorted(i for s in place.standings for i in s.unjudged)
             if unjudged_at != place.unjudged_at:
                 place.unjudged_at = unjudged_at
                 place.unjudged = tuple(judged[i].row for i in unjudged_at)
         unjudged += place.unjudged
-        owners = self._owners(sig)
+        owners = self._owners(sig)  # kept even when nothing is on: a GPU lost later had them
+        findings: list[Finding] = []
+        if not on:
+            return findings
         roots = resolve([Candidate(judged[i].row, states[i].evidence,
                                    now - states[i].last_true <= cfg.explained_within)
                          for i in sorted(on)])
-        findings: list[Finding] = []
         if not roots:
             return findings
         for j, state in zip(judged, states, strict=True):
@@ -498,7 +453,7 @@ class Diagnosis(Derivation):
         if self._failing:  # each of its rules judged: a failure is said again
             self._failing.difference_update(judged[i].key for i in group.at)
 
-    def _settling(self, standing: Standing, timeline: _Timeline, sig: GpuSignals,
+    def _settling(self, standing: Standing, timeline: PollTimeline, sig: GpuSignals,
                   now: float, settling: dict[int, float]) -> None:
         """How long the GPU still settles for the rows of a group: until
         every reader could have answered, and until a row off has been
@@ -602,6 +557,8 @@ class Diagnosis(Derivation):
         standing.kept_every_poll = tuple(c for c in consulted if c[1] in every_poll)
         standing.consulted = tuple(c for c in consulted if c[1] not in every_poll)
         standing.on, standing.unjudged = tuple(on), tuple(unjudged)
+        standing.quiet = not (on or standing.waits_first or standing.settle_since is not None
+                              or standing.kept_every_poll)
 
     def _views(self, sig: GpuSignals, unjudged: list[Row]) -> list[GpuView]:
         """A whole GPU's view for its job; for a GPU lost while split into
@@ -651,7 +608,7 @@ class Diagnosis(Derivation):
             log.error("diagnosis rule %s failed: %s", judged.key, exc)
         return Verdict(None)
 
-    def _update(self, st: _RowState, verdict: Verdict, row: Row, timeline: _Timeline,
+    def _update(self, st: _RowState, verdict: Verdict, row: Row, timeline: PollTimeline,
                 now: float, wall: float) -> bool:
         holds = verdict.holds is True
         # This poll in bit 0; the bits of polls older than the span drop out.
