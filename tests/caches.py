@@ -96,11 +96,13 @@ KEPT: dict[str, Kept] = {
         Kept(PER_GPU + " x NVML event types", CHURN),
     "gpu_exporter.collectors.xid:XidCollector.recent": Kept("the newest 256 events", CHURN),
     "gpu_exporter.collectors.xid:XidCollector._registered": Kept(PER_GPU, CHURN),
-    "gpu_exporter.diagnosis.timeline:PollTimeline.times":
+    "gpu_exporter.diagnosis.place:PollTimeline.times":
         Kept("the poll times within the window plus its slack", CHURN),
     "gpu_exporter.diagnosis.engine:Diagnosis._places": Kept(PER_GPU, CHURN),
-    "gpu_exporter.diagnosis.engine:_Place.states": Kept("the table's rows", CHURN),
-    "gpu_exporter.diagnosis.engine:_Place.standings": Kept("the table's groups of rows", CHURN),
+    "gpu_exporter.diagnosis.place:PlaceState.states": Kept("the table's rows", CHURN),
+    "gpu_exporter.diagnosis.place:PlaceState.standings": Kept("the table's groups of rows", CHURN),
+    "gpu_exporter.diagnosis.place:PlaceState.kept_every_poll":
+        Kept("its groups' counters kept every poll, made anew when a group is judged", CHURN),
     "gpu_exporter.diagnosis.counters:Counters._kept":
         Kept(PER_GPU + " x the counters the rules take increases of", CHURN),
     "gpu_exporter.diagnosis.counters:Counter.readings":

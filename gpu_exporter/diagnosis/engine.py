@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Self
 
@@ -28,6 +28,7 @@ from gpu_exporter.diagnosis.evidence import evidence_line
 from gpu_exporter.diagnosis.finding import Finding
 from gpu_exporter.diagnosis.jobs import GpuView, Job, judge_jobs
 from gpu_exporter.diagnosis.memory import FaultMemory, GpuPast
+from gpu_exporter.diagnosis.place import FIRST_ANSWERS_S, PlaceState, PollTimeline, RowState
 from gpu_exporter.diagnosis.precedence import Candidate, Explained, resolve
 from gpu_exporter.diagnosis.registry import HOST_TRENDS
 from gpu_exporter.diagnosis.rules import Evidence, Trend, Verdict
@@ -42,7 +43,6 @@ from gpu_exporter.diagnosis.standing import (
     judged_rows,
 )
 from gpu_exporter.diagnosis.table import ROWS, SEVERITY_ORDER, Row
-from gpu_exporter.diagnosis.timeline import FIRST_ANSWERS_S, PollTimeline
 from gpu_exporter.host.boot import uptime
 from gpu_exporter.poll.readings import GpuOwner
 from gpu_exporter.poll.runtime import Runtime
@@ -132,51 +132,6 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
                                            f.row.key))
 
 
-@dataclass(slots=True)
-class _RowState:
-    # Whether the condition held at each of this row's recent polls, newest in
-    # bit 0, and how many of the GPU's polls (its PollTimeline) the bits cover:
-    # two ints instead of a deque of (time, bool) tuples, a few hundred KiB on
-    # an 8-GPU node with every row of the table.
-    held: int = 0
-    polls: int = 0
-    active: bool = False
-    since: float = 0.0
-    last_true: float = 0.0
-    # Since when (monotonic) the rule has judged at every poll; None while it
-    # cannot judge. A row judged for less than the window may still turn on.
-    judged_since: float | None = None
-    # Since when its condition has held at every poll; None while it does not.
-    holding_since: float | None = None
-    evidence: Evidence = field(default_factory=dict)
-    parts: tuple[Evidence, ...] = ()  # the verdict's parts: one finding each
-    # gpu_diagnosis_active's label values, in catalog order (*GPU, symptom, cause),
-    # built once: the collector adds one series per row and GPU every poll.
-    labels: tuple[str, ...] = ()
-
-
-class _Place:
-    """One GPU's or MIG instance's rows, their timeline and standing verdicts."""
-
-    __slots__ = ("board", "polls", "read_since", "standings", "states", "timeline",
-                 "unjudged", "unjudged_at", "view_rows")
-
-    def __init__(self, now: float) -> None:
-        self.timeline = PollTimeline(now)
-        self.states: list[_RowState] = []
-        self.standings: list[Standing] = []
-        # How many of the timeline's polls each row's bits cover (the same
-        # for every row of the place: each is judged at every one of them).
-        self.polls = 0
-        self.board: tuple[object, ...] | None = None  # what its rules read, last poll
-        self.read_since = now  # since when that has held still
-        self.unjudged: tuple[Row, ...] = ()  # as of the last poll that judged a row
-        self.unjudged_at: list[int] | None = None  # their places in the table
-        # The rows its job view lists as judged, and its unjudged rows then
-        # (None: not listed yet).
-        self.view_rows: tuple[tuple[Row, ...] | None, tuple[Row, ...]] = (None, ())
-
-
 class Diagnosis(Derivation):
     """The symptom -> cause table judged per GPU every poll, on the readers'
     readings (switched by ``diagnosis.enabled``)."""
@@ -204,7 +159,7 @@ class Diagnosis(Derivation):
         self._wall = wall_clock
         # Keyed by (GPU index, MIG instance or None); each place's rows'
         # states in table order (ROWS, or INSTANCE_ROWS for an instance).
-        self._places: dict[tuple[int, int | None], _Place] = {}
+        self._places: dict[tuple[int, int | None], PlaceState] = {}
         # The rows with their rules as registered when the engine is made,
         # and in the groups judged again together.
         self._gpu_rows = judged_rows(ROWS)
@@ -357,7 +312,7 @@ class Diagnosis(Derivation):
         cfg = self.cfg
         place = self._places.get((sig.index, sig.gpu_instance))
         if place is None:
-            place = self._places[sig.index, sig.gpu_instance] = _Place(now)
+            place = self._places[sig.index, sig.gpu_instance] = PlaceState(now)
         timeline = place.timeline
         timeline.add(now, max(cfg.window, cfg.clear_after) + self._span_slack, cfg.window)
         instance = sig.gpu_instance is not None
@@ -368,9 +323,10 @@ class Diagnosis(Derivation):
             # New, or another GPU at this index (replaced): start afresh.
             gpu = str(sig.index)
             states = place.states = [
-                _RowState(labels=(gpu, sig.uuid, j.row.symptom, j.row.cause)) for j in judged]
+                RowState(labels=(gpu, sig.uuid, j.row.symptom, j.row.cause)) for j in judged]
             place.standings = [Standing() for _ in groups]
             place.polls, place.board, place.unjudged_at = 0, None, None
+            place.quiet_at, place.skipped = -1, 0
         before = place.polls
         place.polls = min(before + 1, len(timeline.times))
         board = (board_of(sig), past, booting, cfg) if self.verdicts_stand else None
@@ -380,14 +336,40 @@ class Diagnosis(Derivation):
             place.read_since = now
         counters = self._counters
         version = counters.series_version
+        hosts = self._host_reads(sig, place, same, groups)
+        # Every reader has answered: a row waiting for its first reading no
+        # longer has the GPU settle.
+        answered = place.timeline.answered >= 2 and not sig.gpm_pending
+        if (same and place.quiet_at == version and hosts == place.hosts
+                and not self._failing):
+            # Every group stands with no row on and none judged for less than
+            # the window: the poll is counted, into each group's standing
+            # when one is next looked at; the readings kept every poll are
+            # kept, and a row waiting for its first reading has the GPU settle.
+            place.skipped += 1
+            place.skipped_at = now
+            for counter, name, value in place.kept_every_poll:
+                counters.keep(counter, name, value, now, cfg.window)
+            if place.waits_first and not answered:
+                self._first_answers(place.timeline, sig, now, settling)
+            unjudged += place.unjudged
+            self._owners(sig)
+            return []
+        place.hosts = hosts
+        if place.skipped:
+            for standing in place.standings:
+                standing.lag += place.skipped
+                standing.last_stood = place.skipped_at
+            place.skipped = 0
         trend: Trend | None = None  # made for the first group judged again
         on: list[int] = []
         judged_again = False
-        for group, standing in zip(groups, place.standings, strict=True):
-            host = None if group.reads_host is None else group.reads_host(sig, cfg)
+        for group, standing, host in zip(groups, place.standings, hosts, strict=True):
             if (same and standing.steady and standing.host == host
                     and standing.series_version == version):
-                if standing.quiet and not self._failing:
+                if not (standing.on or standing.kept_every_poll or self._failing
+                        or standing.settle_since is not None
+                        or (standing.waits_first and not answered)):
                     # What _stand() does for a group with nothing on, settling
                     # or kept every poll: most groups of a healthy node.
                     standing.lag += 1
@@ -406,6 +388,12 @@ class Diagnosis(Derivation):
                 standing.host = host
             if standing.on:
                 on += standing.on
+        last = counters.series_version
+        place.quiet_at = last if all(
+            s.steady and not s.on and s.settle_since is None and s.series_version == last
+            for s in place.standings) else -1
+        place.kept_every_poll = [c for s in place.standings for c in s.kept_every_poll]
+        place.waits_first = any(s.waits_first for s in place.standings)
         if judged_again:
             unjudged_at = sorted(i for s in place.standings for i in s.unjudged)
             if unjudged_at != place.unjudged_at:
@@ -436,8 +424,22 @@ class Diagnosis(Derivation):
                                         sig.gpu_instance))
         return findings
 
+    def _host_reads(self, sig: GpuSignals, place: PlaceState, same: bool,
+                    groups: tuple[Group, ...]) -> tuple[object, ...]:
+        """What each group's rules read of the host now. Whether a rule reads
+        it on this place (``HostRead.when``) turns on the place's own
+        signals: asked again only when those moved."""
+        host = sig.host
+        if host is None:
+            return (None,) * len(groups)
+        if not same or place.whens is None:
+            place.whens = tuple(g.reads_host is None or g.reads_host.when is None
+                                or g.reads_host.when(sig, self.cfg) for g in groups)
+        return tuple(None if g.reads_host is None else g.reads_host.read(host, when)
+                     for g, when in zip(groups, place.whens, strict=True))
+
     def _stand(self, group: Group, standing: Standing, judged: tuple[Judged, ...],
-               place: _Place, sig: GpuSignals, now: float, settling: dict[int, float]) -> None:
+               place: PlaceState, sig: GpuSignals, now: float, settling: dict[int, float]) -> None:
         """A poll at which a group's verdicts stand: its rows that are on
         held now, the readings a rule reads keep this poll's, and its rows
         say how long the GPU settles as judging them would. The rows' bits
@@ -459,15 +461,29 @@ class Diagnosis(Derivation):
         every reader could have answered, and until a row off has been
         judged for the window."""
         left = 0.0
-        if standing.waits_first and (timeline.answered < 2 or sig.gpm_pending):
-            left = self.cfg.window + max(0.0, FIRST_ANSWERS_S - (now - timeline.started))
+        if standing.waits_first:
+            left = self._first_answers(timeline, sig, now, settling)
         if standing.settle_since is not None:
-            left = max(left, self.cfg.window - (now - standing.settle_since))
+            judging_left = self.cfg.window - (now - standing.settle_since)
+            if judging_left <= 0:  # judged for the window: no longer settling while it stands
+                standing.settle_since = None
+            left = max(left, judging_left)
         if left > 0 and left > settling.get(sig.index, 0.0):
             settling[sig.index] = left
 
+    def _first_answers(self, timeline: PollTimeline, sig: GpuSignals, now: float,
+                       settling: dict[int, float]) -> float:
+        """How long the GPU settles for a row that waits for its first
+        reading: until every reader could have answered, and GPM has."""
+        if timeline.answered >= 2 and not sig.gpm_pending:
+            return 0.0
+        left = self.cfg.window + max(0.0, FIRST_ANSWERS_S - (now - timeline.started))
+        if left > settling.get(sig.index, 0.0):
+            settling[sig.index] = left
+        return left
+
     @staticmethod
-    def _catch_up(group: Group, standing: Standing, states: list[_RowState],
+    def _catch_up(group: Group, standing: Standing, states: list[RowState],
                   polls: int) -> None:
         """Each row's bits for the polls its verdict stood (one per poll, the
         row on or off as it stayed), as judging it each poll would have left
@@ -488,7 +504,7 @@ class Diagnosis(Derivation):
         standing.lag = 0
 
     def _judge(self, group: Group, standing: Standing, judged: tuple[Judged, ...],
-               place: _Place, sig: GpuSignals, trend: Trend, booting: bool, now: float,
+               place: PlaceState, sig: GpuSignals, trend: Trend, booting: bool, now: float,
                wall: float, settling: dict[int, float]) -> None:
         """Judge a group's rows, and say whether their verdicts may stand
         while what the rules read stays the same."""
@@ -557,8 +573,6 @@ class Diagnosis(Derivation):
         standing.kept_every_poll = tuple(c for c in consulted if c[1] in every_poll)
         standing.consulted = tuple(c for c in consulted if c[1] not in every_poll)
         standing.on, standing.unjudged = tuple(on), tuple(unjudged)
-        standing.quiet = not (on or standing.waits_first or standing.settle_since is not None
-                              or standing.kept_every_poll)
 
     def _views(self, sig: GpuSignals, unjudged: list[Row]) -> list[GpuView]:
         """A whole GPU's view for its job; for a GPU lost while split into
@@ -608,7 +622,7 @@ class Diagnosis(Derivation):
             log.error("diagnosis rule %s failed: %s", judged.key, exc)
         return Verdict(None)
 
-    def _update(self, st: _RowState, verdict: Verdict, row: Row, timeline: PollTimeline,
+    def _update(self, st: RowState, verdict: Verdict, row: Row, timeline: PollTimeline,
                 now: float, wall: float) -> bool:
         holds = verdict.holds is True
         # This poll in bit 0; the bits of polls older than the span drop out.

@@ -69,23 +69,44 @@ class Trend:
 Rule = Callable[[GpuSignals, DiagnosisConfig, Trend], Verdict]
 RULES: dict[Row, Rule] = {}
 # What of the node's host signals (``GpuSignals.host``) a rule reads for a
-# place now, keyed by its row: the values themselves, None where it reads
-# none; a row not here never reads them. The host's readings move every poll
-# on a real node (memory in use, CPU shares), so the engine judges a row
-# again on a change of the host only where its rule reads what changed
-# (engine.py: a verdict stands while what its rule reads is the same).
-HostRead = Callable[[GpuSignals, DiagnosisConfig], object]
+# place now, keyed by its row; a row not here never reads them. The host's
+# readings move every poll on a real node (memory in use, CPU shares), so the
+# engine judges a row again on a change of the host only where its rule reads
+# what changed (engine.py: a verdict stands while what its rule reads is the
+# same).
+
+
+@dataclass(frozen=True, slots=True)
+class HostRead:
+    """A rule that reads all of the host's signals where ``when`` holds
+    (None: on every place), and none of them elsewhere. ``when`` reads the
+    place's own signals only: while those are the same, so is its answer,
+    and the engine asks it again only when they move."""
+
+    when: Callable[[GpuSignals, DiagnosisConfig], bool] | None = field(default=None,
+                                                                       kw_only=True)
+
+    def __call__(self, s: GpuSignals, cfg: DiagnosisConfig) -> object:
+        """What the rule reads of the host on place ``s`` now."""
+        if s.host is None:
+            return None
+        return self.read(s.host, self.when is None or self.when(s, cfg))
+
+    def read(self, host: HostSignals, when: bool) -> object:
+        """What it reads of ``host`` where ``when`` is this place's answer."""
+        return host if when else None
+
+
 READS_HOST: dict[Row, HostRead] = {}
 
 
 @dataclass(frozen=True, slots=True)
-class HostFields:
+class HostFields(HostRead):
     """A rule that reads these of the host's signals: on every place, or only
     where ``when`` holds; elsewhere only whether each is absent (its verdict
     there turns on nothing else of the host)."""
 
     names: tuple[str, ...]
-    when: Callable[[GpuSignals, DiagnosisConfig], bool] | None = None
     _values: Callable[[object], object] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -93,11 +114,9 @@ class HostFields:
         one = len(self.names) == 1  # attrgetter gives the value itself, not a tuple
         object.__setattr__(self, "_values", (lambda h: (get(h),)) if one else get)
 
-    def __call__(self, s: GpuSignals, cfg: DiagnosisConfig) -> object:
-        if s.host is None:
-            return None
-        values = cast("tuple[object, ...]", self._values(s.host))
-        if self.when is None or self.when(s, cfg):
+    def read(self, host: HostSignals, when: bool) -> object:
+        values = cast("tuple[object, ...]", self._values(host))
+        if when:
             return values
         return ABSENT, tuple(v is None or v is False for v in values)
 

@@ -37,10 +37,10 @@ from gpu_exporter.diagnosis import (
 from gpu_exporter.diagnosis import table as t
 from gpu_exporter.diagnosis.registry import RULES as RULES
 from gpu_exporter.diagnosis.registry import Evidence as Evidence
+from gpu_exporter.diagnosis.registry import HostRead, rule
 from gpu_exporter.diagnosis.registry import Rule as Rule
 from gpu_exporter.diagnosis.registry import Trend as Trend
 from gpu_exporter.diagnosis.registry import Verdict as Verdict
-from gpu_exporter.diagnosis.registry import rule
 from gpu_exporter.diagnosis.signals import GpuSignals
 from gpu_exporter.diagnosis.table import ROWS, Row
 from gpu_exporter.poll.readings import ProcessReading
@@ -294,10 +294,13 @@ def _starved_rules(idle: Row, underfed: Row, cause: _Cause) -> None:
     rule(underfed, reads_host=_job_holds)(below_busy)
 
 
-def _job_holds(s: GpuSignals, cfg: DiagnosisConfig) -> object:
-    """What the rows of a starved GPU read of the host now: all of it, only
-    where a job holds the place (``_with`` judges the cause only then)."""
-    return s.host if _job(s, cfg)[0] is True else None
+def _job_is_on(s: GpuSignals, cfg: DiagnosisConfig) -> bool:
+    return _job(s, cfg)[0] is True
+
+
+# What the rows of a starved GPU read of the host: all of it, only where a job
+# holds the place (``_with`` judges the cause only then).
+_job_holds = HostRead(when=_job_is_on)
 
 
 _starved_rules(t.IDLE_DATA_PIPELINE_IO, t.UNDERFED_DATA_PIPELINE_IO, _io_bound)

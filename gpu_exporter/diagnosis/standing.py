@@ -93,6 +93,3 @@ class Standing:
     # and the last of them.
     lag: int = 0
     last_stood: float = 0.0
-    # Nothing of the above to keep while its verdicts stand (no row on, no
-    # settling, no counter kept every poll): standing is only counting polls.
-    quiet: bool = False

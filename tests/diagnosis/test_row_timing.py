@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_exporter.diagnosis.engine import FINDINGS, Diagnosis, _RowState
+from gpu_exporter.diagnosis.engine import FINDINGS, Diagnosis
+from gpu_exporter.diagnosis.place import PollTimeline, RowState
 from gpu_exporter.diagnosis.rules import Verdict
 from gpu_exporter.diagnosis.table import ROWS
-from gpu_exporter.diagnosis.timeline import PollTimeline
 from gpu_exporter.settings.thresholds import DiagnosisConfig
 from tests.simnode import SimRun
 
@@ -64,7 +64,7 @@ def test_rows_turn_on_and_off_as_the_rule_reads(
     first = DiagnosisConfig()
     engine = Diagnosis(first, time.monotonic, time.time)
     now = 1000.0
-    timeline, state, plain = PollTimeline(now), _RowState(), Plain()
+    timeline, state, plain = PollTimeline(now), RowState(), Plain()
     for i, (step, holds) in enumerate(polls):
         if i == reload_at:
             engine.cfg = DiagnosisConfig(window=window, clear_after=clear, hold_ratio=ratio)

@@ -393,3 +393,20 @@ def test_the_hosts_trend_is_kept_once_and_read_by_a_job_that_comes_later() -> No
             break
     assert [f.gpu for f in found] == [1]
     assert found[0].evidence["host_memory_growth_bytes_per_s"] == leak / 2
+
+
+def test_a_row_that_held_before_a_long_stand_needs_its_window_again() -> None:
+    # A row held for 4 polls of its window's 6, not enough to turn on, then
+    # its condition cleared and every row of the node stood for 24 s. When it
+    # holds again, the polls it held before are out of the window: one poll
+    # holding is 1 in 6, and the row stays off. Counting the polls the node
+    # stood (each skipped as a whole) must age those bits as judging every
+    # poll does; a count lost would leave them recent and turn the row on.
+    thermal = [(0, "reasons", frozenset({"hw_thermal"}))]
+    start: list[Move] = [(0, "utilization", 0.97), (0, "reasons", frozenset())]
+    steps = [(2.0, thermal, 4), (2.0, [(0, "reasons", frozenset())], 12), (2.0, thermal, 2)]
+    every_poll = run(start, steps, stand=False)
+    standing = run(start, steps, stand=True)
+    assert standing == every_poll
+    again = 5 + 13  # the first poll holding again
+    assert every_poll[again][0] == [], "held once in the window: not on yet"
