@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.skipif(mock_missing() is not None, reason=mock_missing() or "")
 def test_each_stage_is_inside_the_poll_and_the_poll_inside_the_process() -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.stage_cost", "--seconds", "4",
-                           "--interval", "1s", "--warm-up", "8"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, env={k: v for k, v in os.environ.items()
-                                            if k != "MOCK_NVML_CONFIG"}, check=False)
+                           "--interval", "1s", "--warm-up", "8"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "MOCK_NVML_CONFIG"},
+                          check=False)
     assert done.returncode == 0, done.stderr
     head, *stages = done.stdout.splitlines()
     found = re.fullmatch(r"h100: (\d+) polls at 1s: process ([\d.]+) ms CPU per poll, "
@@ -42,7 +43,8 @@ def test_each_stage_is_inside_the_poll_and_the_poll_inside_the_process() -> None
 @pytest.mark.skipif(mock_missing() is not None, reason=mock_missing() or "")
 def test_with_nvml_each_stage_says_its_share_in_the_c_calls_and_the_floor_runs_after() -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.stage_cost", "--seconds", "4",
-                           "--interval", "1s", "--warm-up", "8", "--nvml"], capture_output=True, text=True,
+                           "--interval", "1s", "--warm-up", "8",
+                           "--nvml"], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, env={k: v for k, v in os.environ.items()
                                                       if k != "MOCK_NVML_CONFIG"}, check=False)
     assert done.returncode == 0, done.stderr
